@@ -1,0 +1,34 @@
+# Every target sets itself up: a fresh clone needs only `make run` or `make test`.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+DB ?= $(or $(WORKBENCH_DB),data/workbench.duckdb)
+PORT ?= 8501
+
+.PHONY: run test bench install db clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade uv
+
+$(STAMP): pyproject.toml | $(BIN)/python
+	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+db: $(STAMP)
+	$(BIN)/workbench init --db $(DB)
+
+run: $(STAMP) db
+	$(BIN)/streamlit run app.py --server.headless true --server.port $(PORT) -- --db $(DB)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m benchmarks $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) data/workbench.duckdb .pytest_cache

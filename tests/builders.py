@@ -1,0 +1,100 @@
+"""Test data built in code: conversations, a scripted summarizer, and hypothesis strategies.
+
+Importable from any test module (`from builders import ...`); fixtures wrapping these live in conftest.py.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+
+from workbench.compaction import Completion
+from workbench.errors import SummarizerError
+from workbench.session import Message, ToolCall
+
+
+def system(text: str = "You are a careful coding agent.") -> Message:
+    return Message(role="system", content=text)
+
+
+def user(text: str, **kw: Any) -> Message:
+    return Message(role="user", content=text, **kw)
+
+
+def assistant(text: str = "", calls: tuple[tuple[str, str], ...] = (), **kw: Any) -> Message:
+    """An assistant message; `calls` are (call_id, tool_name) pairs."""
+    tool_calls = tuple(ToolCall(id=cid, name=name, arguments=json.dumps({"path": f"src/{cid}.py"}))
+                       for cid, name in calls)
+    return Message(role="assistant", content=text or None, tool_calls=tool_calls, **kw)
+
+
+def tool(call_id: str, text: str, name: str = "read_file", **kw: Any) -> Message:
+    return Message(role="tool", content=text, tool_call_id=call_id, name=name, **kw)
+
+
+def agent_turns(n_steps: int, *, result_chars: int = 200, start: int = 0) -> list[Message]:
+    """`n_steps` assistant steps, each one tool call with its result (2 messages per step)."""
+    out: list[Message] = []
+    for i in range(start, start + n_steps):
+        cid = f"c{i}"
+        out.append(assistant(f"step {i}", calls=((cid, "read_file"),)))
+        out.append(tool(cid, (f"result {i} " * result_chars)[:result_chars]))
+    return out
+
+
+def conversation(n_steps: int = 10, *, result_chars: int = 200) -> list[Message]:
+    """system, user request, then `n_steps` tool-using assistant steps and a final answer."""
+    return [system(), user("Fix the failing test in src/app.py"), *agent_turns(n_steps, result_chars=result_chars),
+            assistant("Done: the test passes now.")]
+
+
+@dataclass
+class ScriptedSummarizer:
+    """A `Summarizer` double: returns scripted texts in order (or a default), records prompts.
+
+    A scripted item that is an Exception instance is raised instead (as `SummarizerError`).
+    """
+
+    responses: list[Any] = field(default_factory=list)
+    default: str = "SUMMARY: earlier work condensed."
+    model: str = "scripted/test"
+    prompts: list[list[dict[str, Any]]] = field(default_factory=list)
+
+    def complete(self, messages, *, purpose="summary", max_tokens=None) -> Completion:
+        self.prompts.append(messages)
+        item = self.responses.pop(0) if self.responses else self.default
+        if isinstance(item, Exception):
+            raise SummarizerError(str(item))
+        prompt_chars = sum(len(str(m.get("content") or "")) for m in messages)
+        return Completion(text=item, model=self.model, input_tokens=prompt_chars // 4,
+                          output_tokens=max(1, len(item) // 4), cost_usd=0.0)
+
+
+@st.composite
+def conversations(draw, max_steps: int = 25) -> list[Message]:
+    """Random well-formed conversations: leading system, user turns, tool-using assistant steps,
+    some pinned messages, some multi-call steps, large and small results."""
+    messages: list[Message] = []
+    for i in range(draw(st.integers(0, 2))):
+        messages.append(system(f"system prompt {i}"))
+    counter = 0
+    for _ in range(draw(st.integers(0, max_steps))):
+        importance = draw(st.sampled_from([0.0, 0.0, 0.0, 5.0, -3.0, 10.0]))
+        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools"]))
+        size = draw(st.sampled_from([5, 40, 400, 3000]))
+        if kind == "user":
+            messages.append(user(f"request {counter} " + "u" * size, importance=importance))
+        elif kind == "assistant":
+            messages.append(assistant(f"thinking {counter} " + "a" * size, importance=importance))
+        else:
+            n_calls = draw(st.integers(1, 3))
+            ids = tuple((f"t{counter}_{j}", draw(st.sampled_from(["read_file", "bash", "grep"])))
+                        for j in range(n_calls))
+            messages.append(assistant(f"calling {counter}", calls=ids, importance=importance))
+            for cid, name in ids:
+                messages.append(tool(cid, f"output of {cid} " + "r" * size, name=name))
+        counter += 1
+    return messages

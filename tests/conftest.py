@@ -1,0 +1,29 @@
+"""Shared fixtures. Test data is generated in code (see builders.py)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from builders import ScriptedSummarizer, conversation
+
+SHARED_SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "sessions"
+
+
+@pytest.fixture
+def summarizer() -> ScriptedSummarizer:
+    return ScriptedSummarizer()
+
+
+@pytest.fixture
+def long_conversation():
+    return conversation(30, result_chars=2000)
+
+
+@pytest.fixture
+def shared_sessions() -> Path:
+    """The recorded sessions beside the repo (../shared/sessions); skips when absent."""
+    if not SHARED_SESSIONS.is_dir():
+        pytest.skip("../shared/sessions is not present")
+    return SHARED_SESSIONS

@@ -1,0 +1,118 @@
+"""Replay configs and the kind registry: validation, TOML, user-registered kinds, spec round trips."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+
+import workbench as wb
+from workbench.config import parse_config
+from workbench.registry import kinds, spec_of
+from workbench.replay import replay
+
+DESIGN_EXAMPLE = """
+name = "split-summary-80"
+tokenizer = "cl100k_base"
+context_limit = 32000
+max_output = 4096
+summarizer = "workbench/extractive"
+summarizer_options = { temperature = 0 }
+on_failure = "fatal"
+trigger = { kind = "utilization", ratio = 0.8 }
+strategy = { kind = "summarize_split", preserve = 0.4 }
+"""
+
+DESIGN_TRIGGERS = {"token_threshold", "utilization", "stat_threshold", "pressure", "guard", "any", "all"}
+DESIGN_STRATEGIES = {"sliding_window", "hard_clear", "trim", "tool_result_truncation", "observation_masking",
+                     "summarize_progressive", "summarize_full", "summarize_split", "adaptive_chunking",
+                     "guard_select", "pipeline", "clear_tool_uses", "handoff"}
+
+
+def test_every_design_kind_is_registered():
+    assert DESIGN_TRIGGERS <= set(kinds("trigger"))
+    assert DESIGN_STRATEGIES <= set(kinds("strategy"))
+
+
+def test_the_design_example_parses_from_inline_toml_and_from_a_file(tmp_path):
+    inline = parse_config(DESIGN_EXAMPLE)
+    path = tmp_path / "split.toml"
+    path.write_text(DESIGN_EXAMPLE)
+    from_file = parse_config(path)
+    assert inline == from_file
+    assert inline.name == "split-summary-80" and inline.tokenizer == "cl100k_base"
+    assert inline.strategy == {"kind": "summarize_split", "preserve": 0.4, **{
+        k: v for k, v in spec_of(wb.build_strategy({"kind": "summarize_split"})).items() if k not in ("kind", "preserve")}}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"on_failure": "ignore"}, "on_failure must be one of fatal, fallback"),
+    ({"context_limit": 0}, "context_limit must be a positive integer"),
+    ({"max_output": 200_000}, "must be below context_limit"),
+    ({"tokenizer": "bert"}, "unknown tokenizer 'bert'"),
+    ({"colour": "blue"}, "unknown config key 'colour'; valid: name, tokenizer"),
+    ({"trigger": {"kind": "sometimes"}}, "unknown trigger kind 'sometimes'; valid kinds: all, any"),
+    ({"strategy": {"kind": "sliding_window"}}, "missing required parameter 'window'"),
+    ({"strategy": {"kind": "sliding_window", "window": 0}}, "sliding_window.*window must be an integer >= 1"),
+])
+def test_bad_configs_name_the_offender(change, message):
+    spec = {"trigger": {"kind": "pressure"}, "strategy": {"kind": "sliding_window", "window": 3}} | change
+    with pytest.raises(wb.ConfigError, match=message):
+        parse_config(spec)
+
+
+def test_invalid_toml_names_the_file(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text("trigger = { kind = ")
+    with pytest.raises(wb.ConfigError, match="broken.toml: invalid TOML"):
+        parse_config(path)
+
+
+def test_secrets_are_left_out_of_the_stored_spec():
+    cfg = parse_config({"trigger": {"kind": "pressure"}, "strategy": {"kind": "sliding_window", "window": 2},
+                        "summarizer_options": {"api_key": "sk-secret", "temperature": 0}})
+    assert "api_key" not in cfg.to_dict()["summarizer_options"]
+    assert cfg.to_dict(redact=False)["summarizer_options"]["api_key"] == "sk-secret"
+
+
+@pytest.mark.parametrize("spec", [
+    {"kind": "any", "triggers": [{"kind": "pressure", "turns": 3}, {"kind": "guard"}]},
+    {"kind": "stat_threshold", "counters": {"iterations": 10}, "gauges": {"context_tokens": 5000}},
+])
+def test_trigger_specs_round_trip(spec):
+    built = wb.build_trigger(spec)
+    assert spec_of(wb.build_trigger(spec_of(built))) == spec_of(built)
+
+
+@pytest.mark.parametrize("spec", [
+    {"kind": "pipeline", "steps": [{"kind": "tool_result_truncation", "max_chars": 500},
+                                   {"kind": "sliding_window", "window": 4}]},
+    {"kind": "guard_select"},
+    {"kind": "summarize_progressive", "keep_recent": 2},
+])
+def test_strategy_specs_round_trip(spec):
+    built = wb.build_strategy(spec)
+    assert spec_of(wb.build_strategy(spec_of(built))) == spec_of(built)
+
+
+def test_a_user_kind_registered_by_decorator_is_usable_from_toml():
+    @wb.register_strategy("keep_first_and_last_test")
+    @dataclass(frozen=True)
+    class KeepFirstAndLast:
+        """Keep the system prompt, the first user request and the last step."""
+
+        last: int = 1
+
+        def compact(self, context, env):
+            steps = context.steps
+            return [*context.system, *steps[0].messages, *[m for s in steps[-self.last:] for m in s.messages]]
+
+    from builders import conversation
+
+    result = replay(conversation(10), """
+        context_limit = 50000
+        trigger = { kind = "pressure", turns = 5 }
+        strategy = { kind = "keep_first_and_last_test", last = 2 }
+    """)
+    assert result.compactions and result.config.strategy == {"kind": "keep_first_and_last_test", "last": 2}
+    assert result.compactions[0].messages_after == 1 + 1 + 4

@@ -1,0 +1,909 @@
+"""Tests for workbench.importers: one hand-made fixture per format (built here, written to
+tmp_path), error handling (only FormatError escapes, for any bytes), folder walking, and every
+recorded file under ../shared/sessions (skipped when that folder is absent)."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from workbench.errors import FormatError
+from workbench.importers import (
+    FORMATS, FileResult, UnknownFormatError, candidates, detect, iter_load, iter_sessions, load,
+)
+from workbench.session import NO_RESULT_TEXT, ROLES, Session, tool_pairing_problems
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "sessions"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def write_json(path: Path, value: Any) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value, indent=1), encoding="utf-8")
+    return path
+
+
+def write_jsonl(path: Path, values: list[Any]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(v) + "\n" for v in values), encoding="utf-8")
+    return path
+
+
+def check_session(session: Session, fmt: str) -> None:
+    """The invariants every imported session keeps."""
+    assert session.format == fmt
+    assert session.messages
+    assert all(m.role in ROLES for m in session.messages)
+    assert tool_pairing_problems(session.messages) == []
+    for index, message in enumerate(session.messages):
+        if message.role == "assistant" and message.tool_calls:
+            ids = [c.id for c in message.tool_calls]
+            follow = [m.tool_call_id for m in session.messages[index + 1:index + 1 + len(ids)]]
+            assert follow == ids, "each call's result comes right after it, in call order"
+            for call in message.tool_calls:
+                json.loads(call.arguments)
+
+
+def roles(session: Session) -> list[str]:
+    return [m.role for m in session.messages]
+
+
+# --------------------------------------------------------------------------- fixtures
+
+
+def openai_fixture(tmp: Path) -> Path:
+    messages = [
+        {"role": "system", "content": "You are a coding agent."},
+        {"role": "user", "content": [{"type": "text", "text": "Fix the bug."},
+                                     {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"path\": \"a.py\"}"}},
+            {"id": "c2", "type": "function", "function": {"name": "read", "arguments": {"path": "b.py"}}}],
+         "usage": {"prompt_tokens": 120, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 100}}},
+        {"role": "tool", "tool_call_id": "c2", "content": "B"},
+        {"role": "tool", "tool_call_id": "c1", "content": "A"},
+        {"role": "tool", "tool_call_id": "ghost", "content": "nobody asked"},
+        {"role": "assistant", "content": "I will edit", "finish_reason": "length",
+         "usage": {"prompt_tokens": 200, "completion_tokens": 4096}},
+        {"role": "user", "content": "go on"},
+        {"role": "assistant", "content": "", "tool_calls": [
+            {"id": "c3", "type": "function", "function": {"name": "edit", "arguments": "{}"}}]},
+    ]
+    return write_json(tmp / "chat.json", messages)
+
+
+def anthropic_fixture(tmp: Path) -> Path:
+    request = {
+        "model": "claude-sonnet-4",
+        "system": [{"type": "text", "text": "Be brief."}, {"type": "text", "text": "Use tools."}],
+        "tools": [{"name": "bash", "description": "run", "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": [
+                {"type": "text", "text": "What is in the image?"},
+                {"type": "image", "source": {"type": "base64", "media_type": "image/jpeg", "data": "QUJD"}}]},
+            {"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "Let me look.", "signature": "sig"},
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "tu1", "name": "bash", "input": {"cmd": "ls"}},
+                {"type": "tool_use", "id": "tu2", "name": "bash", "input": {"cmd": "pwd"}}]},
+            {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "tu1", "content": [{"type": "text", "text": "a.txt"}]},
+                {"type": "tool_result", "tool_use_id": "tu2", "content": "denied", "is_error": True},
+                {"type": "text", "text": "Continue."}]},
+        ],
+        "response": {"id": "msg_1", "role": "assistant", "model": "claude-sonnet-4", "stop_reason": "max_tokens",
+                     "content": [{"type": "text", "text": "A cat"}],
+                     "usage": {"input_tokens": 50, "output_tokens": 8, "cache_read_input_tokens": 40}},
+    }
+    return write_json(tmp / "request.json", request)
+
+
+def _cc(kind: str, uuid: str, parent: str | None, **fields: Any) -> dict[str, Any]:
+    line = {"type": kind, "uuid": uuid, "parentUuid": parent, "sessionId": "s1", "isSidechain": False,
+            "timestamp": f"2025-01-01T00:00:{len(uuid):02d}Z", "cwd": "/repo", "version": "2.0.0"}
+    line.update(fields)
+    return line
+
+
+def _assistant(uuid: str, parent: str, msg_id: str, blocks: list[Any], output: int = 5,
+               **fields: Any) -> dict[str, Any]:
+    return _cc("assistant", uuid, parent, message={
+        "id": msg_id, "role": "assistant", "model": "claude-opus", "content": blocks, "stop_reason": None,
+        "usage": {"input_tokens": 10, "output_tokens": output, "cache_read_input_tokens": 900,
+                  "cache_creation_input_tokens": 7}}, **fields)
+
+
+def _user(uuid: str, parent: str | None, content: Any, **fields: Any) -> dict[str, Any]:
+    return _cc("user", uuid, parent, message={"role": "user", "content": content}, **fields)
+
+
+def _result(call_id: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"type": "tool_result", "tool_use_id": call_id, "content": text, **extra}
+
+
+def claude_code_fixture(tmp: Path) -> Path:
+    lines = [
+        {"type": "summary", "summary": "Fixing the parser", "leafUuid": "x"},
+        {"type": "file-history-snapshot", "messageId": "m", "snapshot": {}},
+        _user("u1", None, "Fix the parser please"),
+        _assistant("a1", "u1", "msg_A", [{"type": "thinking", "thinking": "hmm", "signature": "s"}]),
+        _assistant("a2", "a1", "msg_A", [{"type": "text", "text": "Looking."}]),
+        _assistant("a3", "a2", "msg_A", [{"type": "tool_use", "id": "t1", "name": "Read", "input": {"p": 1}}]),
+        _cc("progress", "p1", "a3", data={"type": "hook_progress"}),
+        _user("r1", "a3", [_result("t1", "file one")]),
+        _assistant("a4", "r1", "msg_A", [{"type": "tool_use", "id": "t2", "name": "Read", "input": {"p": 2}}],
+                   output=50),
+        _user("r2", "a4", [_result("t2", "oops", is_error=True)]),
+        _assistant("a5", "r2", "msg_B", [{"type": "text", "text": "Done reading."}]),
+        # an inline sidechain (older Claude Code): its own session
+        _user("s1", None, "Sub task: count files", isSidechain=True),
+        _assistant("s2", "s1", "msg_S", [{"type": "tool_use", "id": "st1", "name": "Bash", "input": {}}],
+                   isSidechain=True),
+        _user("s3", "s2", [_result("st1", "42")], isSidechain=True),
+        _assistant("s4", "s3", "msg_S2", [{"type": "text", "text": "42 files"}], isSidechain=True),
+        {"type": "queue-operation", "operation": "enqueue", "sessionId": "s1"},
+        _cc("system", "b1", None, subtype="compact_boundary", logicalParentUuid="a5",
+            compactMetadata={"trigger": "auto", "preTokens": 155000}),
+        _user("c1", "b1", "This session is being continued. Summary: parser fixed.", isCompactSummary=True,
+              isVisibleInTranscriptOnly=True),
+        _user("u2", "c1", "now run the tests"),
+        _assistant("a6", "u2", "msg_C", [{"type": "tool_use", "id": "t3", "name": "Bash", "input": {"c": "pytest"}}]),
+        _user("u3", "a6", [{"type": "text", "text": "[Request interrupted by user]"}]),
+        _user("r9", "u3", [_result("nope", "stray output")]),
+    ]
+    return write_jsonl(tmp / "proj" / "0000-session.jsonl", lines)
+
+
+def codex_fixture(tmp: Path) -> Path:
+    def line(kind: str, payload: dict[str, Any]) -> dict[str, Any]:
+        return {"timestamp": "2025-10-01T10:00:00Z", "type": kind, "payload": payload}
+
+    lines = [
+        line("session_meta", {"id": "sess-1", "cwd": "/w", "cli_version": "0.50.0",
+                              "base_instructions": {"text": "You are Codex."}}),
+        line("turn_context", {"model": "gpt-5-codex", "cwd": "/w"}),
+        line("response_item", {"type": "message", "role": "user",
+                               "content": [{"type": "input_text", "text": "list files"}]}),
+        line("event_msg", {"type": "user_message", "message": "list files"}),
+        line("response_item", {"type": "reasoning", "summary": [{"type": "summary_text", "text": "plan"}]}),
+        line("response_item", {"type": "function_call", "name": "shell", "arguments": "{\"command\": [\"ls\"]}",
+                               "call_id": "f1"}),
+        line("response_item", {"type": "function_call", "name": "shell", "arguments": "{\"command\": [\"pwd\"]}",
+                               "call_id": "f2"}),
+        line("response_item", {"type": "function_call_output", "call_id": "f2", "output": "/w"}),
+        line("response_item", {"type": "function_call_output", "call_id": "f1", "output": {"content": "a b"}}),
+        line("event_msg", {"type": "token_count", "info": {
+            "last_token_usage": {"input_tokens": 900, "cached_input_tokens": 800, "output_tokens": 40},
+            "total_token_usage": {"input_tokens": 900, "output_tokens": 40}, "model_context_window": 272000}}),
+        line("response_item", {"type": "message", "role": "assistant",
+                               "content": [{"type": "output_text", "text": "Two files."}]}),
+        line("compacted", {"message": "Summary: listed files.", "replacement_history": [{}, {}]}),
+        line("response_item", {"type": "message", "role": "developer",
+                               "content": [{"type": "input_text", "text": "policy"}]}),
+        line("response_item", {"type": "custom_tool_call", "name": "apply_patch", "input": "*** Begin Patch",
+                               "call_id": "x1", "status": "completed"}),
+    ]
+    return write_jsonl(tmp / "rollout-2025-10-01.jsonl", lines)
+
+
+def swe_agent_fixture(tmp: Path) -> Path:
+    call = {"id": "call_1", "type": "function", "function": {"name": "open", "arguments": "{\"path\": \"x.py\"}"}}
+    data = {
+        "environment": "swe_main",
+        "trajectory": [{"action": "open x.py", "observation": "...", "response": "", "thought": "", "state": "{}"}],
+        "history": [
+            {"role": "system", "content": "SETTING", "agent": "main", "message_type": "system_prompt"},
+            {"role": "user", "content": "demo", "agent": "main", "is_demo": True},
+            {"role": "user", "content": "Issue: crash", "agent": "main", "message_type": "observation"},
+            {"role": "assistant", "content": "Open it", "thought": "Open it", "action": "open x.py",
+             "agent": "main", "tool_calls": [call], "message_type": "action"},
+            {"role": "tool", "content": "[File: x.py]", "agent": "main", "message_type": "observation",
+             "tool_call_ids": ["call_1"]},
+            {"role": "assistant", "content": "```\nsubmit\n```", "action": "submit", "agent": "main"},
+        ],
+        "info": {"exit_status": "submitted", "submission": "diff",
+                 "model_stats": {"instance_cost": 0.5, "tokens_sent": 1000, "tokens_received": 50, "api_calls": 2}},
+        "replay_config": json.dumps({"agent": {"model": {"name": "gpt-4o"}}}),
+    }
+    return write_json(tmp / "inst-1.traj", data)
+
+
+def mini_swe_agent_fixture(tmp: Path) -> Path:
+    data = {
+        "info": {"exit_status": "Submitted", "submission": "patch", "mini_version": "1.9.0",
+                 "model_stats": {"instance_cost": 0.1, "api_calls": 2},
+                 "config": {"model": {"model_name": "claude-sonnet-4"}}},
+        "messages": [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": "Please solve this issue"},
+            {"role": "assistant", "content": "THOUGHT: look\n```bash\nls\n```",
+             "extra": {"response": {"model": "claude-sonnet-4", "usage": {"prompt_tokens": 10, "completion_tokens": 3},
+                                    "choices": [{"finish_reason": "stop"}]}}},
+            {"role": "user", "content": "<returncode>0</returncode>\n<output>a</output>"},
+            {"role": "user", "content": "Please always provide EXACTLY ONE action",
+             "extra": {"interrupt_type": "FormatError"}},
+            {"role": "assistant", "content": "", "tool_calls": [
+                {"id": "k1", "type": "function",
+                 "function": {"name": "bash", "arguments": "{\"command\": \"cat a\"}"}}],
+             "extra": {"response": {"usage": {"prompt_tokens": 20, "completion_tokens": 4},
+                                    "choices": [{"finish_reason": "length"}]}}},
+            {"role": "tool", "tool_call_id": "k1", "content": "<returncode>0</returncode>"},
+            {"role": "exit", "content": "patch", "extra": {"exit_status": "Submitted", "submission": "patch"}},
+        ],
+        "trajectory_format": "mini-swe-agent-1.1",
+        "instance_id": "repo__1",
+    }
+    return write_json(tmp / "repo__1.traj.json", data)
+
+
+def _tcm(call_id: str, name: str, response_id: str, calls: list[tuple[str, str]], text: str | None = None,
+         ) -> dict[str, Any]:
+    return {"function_name": name, "tool_call_id": call_id, "model_response": {
+        "id": response_id, "model": "claude-3-5-sonnet",
+        "choices": [{"finish_reason": "tool_calls", "message": {"role": "assistant", "content": text, "tool_calls": [
+            {"id": cid, "type": "function", "function": {"name": name, "arguments": args}} for cid, args in calls]}}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 20}}}
+
+
+def openhands_v0_events() -> list[dict[str, Any]]:
+    both = [("t1", "{\"command\": \"ls\"}"), ("t2", "{\"command\": \"pwd\"}")]
+    return [
+        {"id": 0, "source": "agent", "action": "system", "args": {"content": "You are OpenHands."}},
+        {"id": 1, "source": "user", "action": "message", "args": {"content": "Make a game", "image_urls": None}},
+        {"id": 2, "source": "user", "action": "recall", "args": {"query": "Make a game"}},
+        {"id": 3, "source": "environment", "observation": "recall", "cause": 2, "content": "Added context"},
+        {"id": 4, "source": "agent", "action": "run", "args": {"command": "ls", "thought": "Look around"},
+         "tool_call_metadata": _tcm("t1", "execute_bash", "r1", both, "Look around")},
+        {"id": 5, "source": "agent", "action": "run", "args": {"command": "pwd", "thought": ""},
+         "tool_call_metadata": _tcm("t2", "execute_bash", "r1", both, "Look around")},
+        {"id": 6, "source": "agent", "observation": "run", "cause": 5, "content": "/workspace",
+         "tool_call_metadata": _tcm("t2", "execute_bash", "r1", both)},
+        {"id": 7, "source": "agent", "observation": "run", "cause": 4, "content": "game.py"},
+        {"id": 8, "source": "environment", "observation": "agent_state_changed", "content": ""},
+        {"id": 9, "source": "agent", "action": "finish", "args": {"thought": "Done", "outputs": {}},
+         "tool_call_metadata": _tcm("t3", "finish", "r2", [("t3", "{}")], "Done")},
+    ]
+
+
+def openhands_fixture(tmp: Path) -> Path:
+    return write_json(tmp / "trajs" / "basic.json", openhands_v0_events())
+
+
+def openhands_eval_fixture(tmp: Path) -> Path:
+    base = {"instruction": "Fix issue 1",
+            "metadata": {"llm_config": {"model": "gpt-4o"}, "agent_class": "CodeActAgent"},
+            "metrics": {"accumulated_token_usage": {"prompt_tokens": 200, "completion_tokens": 40}}}
+    one = {**base, "instance_id": "i-1", "history": openhands_v0_events()}
+    two = {**base, "instance_id": "i-2", "history": openhands_v0_events()[3:]}
+    return write_jsonl(tmp / "output.jsonl", [one, two])
+
+
+def openhands_v1_fixture(tmp: Path) -> Path:
+    events = [
+        {"kind": "ConversationStateUpdateEvent", "id": "e0", "source": "environment", "key": "execution_status",
+         "value": "running"},
+        {"kind": "SystemPromptEvent", "id": "e1", "source": "agent", "system_prompt": {"type": "text", "text": "SYS"},
+         "tools": [{"type": "function", "function": {"name": "terminal", "parameters": {}}}]},
+        {"kind": "MessageEvent", "id": "e2", "source": "user",
+         "llm_message": {"role": "user", "content": [{"type": "text", "text": "do it", "cache_prompt": False}]}},
+        {"kind": "ActionEvent", "id": "a1", "source": "agent", "thought": [{"type": "text", "text": "Two at once"}],
+         "reasoning_content": "deep", "tool_name": "terminal", "tool_call_id": "c1", "llm_response_id": "R1",
+         "tool_call": {"id": "c1", "name": "terminal", "arguments": "{\"command\": \"ls\"}"},
+         "action": {"kind": "TerminalAction", "command": "ls"}},
+        {"kind": "ActionEvent", "id": "a2", "source": "agent", "thought": [], "tool_name": "terminal",
+         "tool_call_id": "c2", "llm_response_id": "R1",
+         "tool_call": {"id": "c2", "name": "terminal", "arguments": "{\"command\": \"pwd\"}"},
+         "action": {"kind": "TerminalAction", "command": "pwd"}},
+        {"kind": "ObservationEvent", "id": "o1", "source": "environment", "tool_name": "terminal",
+         "tool_call_id": "c1", "action_id": "a1",
+         "observation": {"kind": "TerminalObservation", "content": [{"type": "text", "text": "a b"}]}},
+        {"kind": "ObservationEvent", "id": "o2", "source": "environment", "tool_name": "terminal",
+         "tool_call_id": "c2", "action_id": "a2",
+         "observation": {"kind": "ExecuteBashObservation", "output": "", "error": "boom"}},
+        {"kind": "ObservationEvent", "id": "o3", "source": "environment", "tool_name": "terminal",
+         "tool_call_id": "c9", "action_id": "missing", "observation": {"output": "orphan"}},
+        {"kind": "CondensationSummaryEvent", "id": "s1", "source": "environment", "summary": "So far: ls, pwd."},
+        {"kind": "MessageEvent", "id": "e3", "source": "agent", "llm_response_id": "R2",
+         "llm_message": {"role": "assistant", "content": [{"type": "text", "text": "All done"}]}},
+        {"kind": "ConversationStateUpdateEvent", "id": "e4", "source": "environment", "key": "stats",
+         "value": {"usage_to_metrics": {"default": {"accumulated_token_usage": {"prompt_tokens": 7,
+                                                                               "completion_tokens": 3}}}}},
+    ]
+    return write_jsonl(tmp / "events.jsonl", events)
+
+
+AIDER_LOG = """
+# aider chat started at 2025-07-15 11:38:37
+
+> Aider v0.85.1  
+> Main model: gpt-4o with diff edit format  
+
+#### add a comment  
+#### to the top of main.py  
+
+Please add `main.py` to the chat.
+
+> Tokens: 3.2k sent, 21 received. Cost: $0.0082 message, $0.0082 session.  
+> main.py  
+> Add file to the chat? (Y)es/(N)o [Yes]: y  
+
+Here is the edit:
+
+> quoted text inside the reply
+>>>>>>> REPLACE
+
+> Tokens: 4.1k sent, 1.5k received.  
+> Applied edit to main.py  
+
+# aider chat started at 2025-07-16 09:00:00
+
+> Aider v0.85.1  
+
+# aider chat started at 2025-07-17 09:00:00
+
+#### hello  
+
+Hi!
+
+> Tokens: 1k sent, 2 received.  
+> a continuation line without the two spaces
+#### first  
+
+#### second  
+"""
+
+
+def aider_fixture(tmp: Path) -> Path:
+    path = tmp / "repo" / ".aider.chat.history.md"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(AIDER_LOG, encoding="utf-8")
+    return path
+
+
+FIXTURES: dict[str, Callable[[Path], Path]] = {
+    "openai": openai_fixture, "anthropic": anthropic_fixture, "claude-code": claude_code_fixture,
+    "codex": codex_fixture, "swe-agent": swe_agent_fixture, "mini-swe-agent": mini_swe_agent_fixture,
+    "openhands": openhands_fixture, "aider": aider_fixture,
+}
+
+
+# --------------------------------------------------------------------------- per-format tests
+
+
+def test_formats_tuple() -> None:
+    assert FORMATS == ("openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
+                       "openhands", "aider")
+    assert set(FIXTURES) == set(FORMATS)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_fixture_detects_and_loads(tmp_path: Path, fmt: str) -> None:
+    path = FIXTURES[fmt](tmp_path)
+    assert detect(path) == fmt
+    sessions = load(path)
+    assert sessions
+    for session in sessions:
+        check_session(session, fmt)
+        assert session.dataset == fmt
+        assert session.metadata["source"] == path.name
+    assert [s.id for s in load(path, format=fmt, dataset="mine")] == [s.id for s in sessions]
+    assert {s.dataset for s in load(path, dataset="mine")} == {"mine"}
+
+
+def test_openai_list(tmp_path: Path) -> None:
+    (session,) = load(openai_fixture(tmp_path))
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "user", "assistant", "user",
+                              "assistant", "tool"]
+    assert session.messages[1].has_non_text_parts
+    call_msg = session.messages[2]
+    assert [c.id for c in call_msg.tool_calls] == ["c1", "c2"]
+    assert json.loads(call_msg.tool_calls[1].arguments) == {"path": "b.py"}
+    assert [session.messages[3].text, session.messages[4].text] == ["A", "B"], "results follow call order"
+    assert call_msg.metadata["usage"] == {"prompt_tokens": 120, "completion_tokens": 30, "cached_tokens": 100}
+    stray = session.messages[5]
+    assert stray.role == "user" and stray.metadata["stray_tool_result"] and stray.text == "nobody asked"
+    assert session.messages[6].metadata["finish_reason"] == "length"
+    stub = session.messages[-1]
+    assert stub.content == NO_RESULT_TEXT and stub.metadata == {"no_result_recorded": True}
+    assert session.metadata["usage_totals"]["completion_tokens"] == 4126
+
+
+def test_openai_jsonl_layouts_and_litellm_log(tmp_path: Path) -> None:
+    lines = [{"messages": [{"role": "user", "content": f"q{i}"}, {"role": "assistant", "content": f"a{i}"}],
+              "tools": [{"type": "function", "function": {"name": "f"}}]} for i in range(3)]
+    sessions = load(write_jsonl(tmp_path / "many.jsonl", lines))
+    assert [s.messages[0].text for s in sessions] == ["q0", "q1", "q2"]
+    assert [s.metadata["source_line"] for s in sessions] == [1, 2, 3]
+    assert sessions[0].tools == ({"type": "function", "function": {"name": "f"}},)
+
+    per_message = [{"role": "developer", "content": "sys"}, {"role": "user", "content": "hi"},
+                   {"role": "assistant", "content": "yo"}]
+    (single,) = load(write_jsonl(tmp_path / "msgs.jsonl", per_message))
+    assert roles(single) == ["system", "user", "assistant"]
+
+    log = {"messages": [{"role": "user", "content": "hi"}], "tools": [], "kwargs": {"model": "m1"},
+           "response": {"id": "r", "model": "m1", "choices": [{"finish_reason": "length", "message": {
+               "role": "assistant", "content": "partial"}}], "usage": {"prompt_tokens": 5, "completion_tokens": 9}}}
+    (logged,) = load(write_json(tmp_path / "log.json", log))
+    last = logged.messages[-1]
+    assert last.role == "assistant" and last.text == "partial"
+    assert last.metadata["finish_reason"] == "length" and last.metadata["usage"]["completion_tokens"] == 9
+    assert logged.metadata["model"] == "m1"
+
+
+def test_openai_jsonl_streams_before_a_bad_line(tmp_path: Path) -> None:
+    path = tmp_path / "s.jsonl"
+    path.write_text(json.dumps({"messages": [{"role": "user", "content": "ok"}]}) + "\n\n{broken\n")
+    stream = iter_sessions(path)
+    first = next(stream)
+    assert first.messages[0].text == "ok"
+    with pytest.raises(FormatError) as info:
+        next(stream)
+    assert info.value.line == 3 and "s.jsonl:3" in str(info.value)
+
+
+def test_anthropic_request(tmp_path: Path) -> None:
+    (session,) = load(anthropic_fixture(tmp_path))
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "user", "assistant"]
+    assert session.messages[0].text == "Be brief.\n\nUse tools."
+    image = [p for p in session.messages[1].content if p["type"] == "image_url"][0]
+    assert image["image_url"]["url"] == "data:image/jpeg;base64,QUJD"
+    assistant = session.messages[2]
+    assert assistant.text == "Checking." and assistant.metadata["thinking"] == "Let me look."
+    assert [(c.id, json.loads(c.arguments)) for c in assistant.tool_calls] == [("tu1", {"cmd": "ls"}),
+                                                                               ("tu2", {"cmd": "pwd"})]
+    assert session.messages[3].text == "a.txt" and session.messages[4].metadata == {"is_error": True}
+    assert session.messages[5].text == "Continue."
+    final = session.messages[6]
+    assert final.metadata["finish_reason"] == "length"
+    assert final.metadata["usage"] == {"input_tokens": 50, "output_tokens": 8, "cache_read_input_tokens": 40}
+    assert session.tools[0]["function"]["name"] == "bash"
+    assert session.metadata["model"] == "claude-sonnet-4"
+
+
+def test_claude_code_merge_pairing_and_compaction(tmp_path: Path) -> None:
+    sessions = load(claude_code_fixture(tmp_path))
+    kinds = [s.metadata["claude_code_kind"] for s in sessions]
+    assert kinds == ["main", "sidechain"]
+    main, side = sessions
+    assert roles(main) == ["user", "assistant", "tool", "tool", "assistant", "user", "user", "assistant", "tool",
+                           "user", "user"]
+    merged = main.messages[1]
+    assert merged.text == "Looking." and merged.metadata["thinking"] == "hmm"
+    assert [c.id for c in merged.tool_calls] == ["t1", "t2"], "lines sharing message.id form one message"
+    assert merged.metadata["usage"]["output_tokens"] == 50, "usage comes from the last line of the message"
+    assert merged.metadata["usage"]["cache_read_input_tokens"] == 900
+    assert merged.metadata["model"] == "claude-opus"
+    assert main.messages[3].metadata.get("is_error") is True
+    summary = main.messages[5]
+    assert summary.metadata["compact_summary"] is True and summary.role == "user"
+    assert main.metadata["recorded_compactions"] == [{
+        "message_index": 5, "trigger": "auto", "pre_tokens": 155000,
+        "summary": "This session is being continued. Summary: parser fixed.", "timestamp": "2025-01-01T00:00:02Z"}]
+    interrupted = main.messages[8]
+    assert interrupted.content == NO_RESULT_TEXT and interrupted.metadata["no_result_recorded"] is True
+    assert main.messages[-1].metadata["stray_tool_result"] is True
+    assert main.metadata["titles"] == ["Fixing the parser"]
+    assert roles(side) == ["user", "assistant", "tool", "assistant"]
+    assert side.messages[2].text == "42"
+
+
+def test_claude_code_subagent_files(tmp_path: Path) -> None:
+    folder = tmp_path / "abc" / "subagents"
+    agent = [_user("x1", None, "explore", isSidechain=True, agentId="a123"),
+             _assistant("x2", "x1", "m1", [{"type": "text", "text": "found"}], isSidechain=True, agentId="a123")]
+    compact = [_user("y1", "gone", "<system-reminder>hook</system-reminder>", isSidechain=True,
+                     agentId="acompact-77", isMeta=True),
+               _user("y2", "y1", "Summarize the conversation", isSidechain=True, agentId="acompact-77"),
+               _assistant("y3", "y2", "m2", [{"type": "text", "text": "<summary>x</summary>"}],
+                          isSidechain=True, agentId="acompact-77")]
+    write_jsonl(folder / "agent-a123.jsonl", agent)
+    write_jsonl(folder / "agent-acompact-77.jsonl", compact)
+    sessions = load(tmp_path)
+    by_kind = {s.metadata["claude_code_kind"]: s for s in sessions}
+    assert set(by_kind) == {"subagent", "compaction_call"}
+    assert by_kind["compaction_call"].metadata["agent_id"] == "acompact-77"
+    assert len(by_kind["compaction_call"].messages) == 3, "one session despite parents outside the file"
+    assert by_kind["compaction_call"].messages[0].metadata["is_meta"] is True
+    assert by_kind["subagent"].metadata["source"] == "abc/subagents/agent-a123.jsonl"
+
+
+def test_codex_rollout(tmp_path: Path) -> None:
+    (session,) = load(codex_fixture(tmp_path))
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "assistant", "user", "system",
+                              "assistant", "tool"]
+    calls = session.messages[2]
+    assert [c.id for c in calls.tool_calls] == ["f1", "f2"]
+    assert [session.messages[3].text, session.messages[4].text] == ["a b", "/w"]
+    assert calls.metadata["thinking"] == "plan" and calls.metadata["model"] == "gpt-5-codex"
+    assert calls.metadata["usage"] == {"input_tokens": 900, "cached_input_tokens": 800, "output_tokens": 40}
+    assert session.messages[5].text == "Two files."
+    assert session.messages[6].metadata["compact_summary"] is True
+    compaction = session.metadata["recorded_compactions"][0]
+    assert compaction["message_index"] == 6 and compaction["summary"] == "Summary: listed files."
+    patch = session.messages[8].tool_calls[0]
+    assert patch.name == "apply_patch" and json.loads(patch.arguments) == {"input": "*** Begin Patch"}
+    assert session.messages[9].metadata["no_result_recorded"] is True
+    assert session.metadata["context_window"] == 272000 and session.metadata["session_id"] == "sess-1"
+
+
+def test_swe_agent_history(tmp_path: Path) -> None:
+    (session,) = load(swe_agent_fixture(tmp_path))
+    assert roles(session) == ["system", "user", "user", "assistant", "tool", "assistant"]
+    assert session.messages[1].metadata["is_demo"] is True
+    assert session.messages[3].tool_calls[0].name == "open"
+    assert session.messages[5].metadata["action"] == "submit"
+    assert session.metadata["model"] == "gpt-4o"
+    assert session.metadata["recorded_totals"] == {"prompt_tokens": 1000, "completion_tokens": 50, "api_calls": 2}
+    assert session.metadata["exit_status"] == "submitted"
+
+
+def test_swe_agent_text_actions_keep_observations_as_user(tmp_path: Path) -> None:
+    data = {"history": [{"role": "system", "content": "S", "agent": "primary"},
+                        {"role": "user", "content": "issue", "agent": "primary"},
+                        {"role": "assistant", "content": "ls", "action": "ls\n", "agent": "primary"},
+                        {"role": "user", "content": "a.py", "agent": "primary"}],
+            "trajectory": [], "info": {}}
+    (session,) = load(write_json(tmp_path / "old.traj", data))
+    assert roles(session) == ["system", "user", "assistant", "user"]
+
+
+def test_mini_swe_agent_both_shapes(tmp_path: Path) -> None:
+    (session,) = load(mini_swe_agent_fixture(tmp_path))
+    assert roles(session) == ["system", "user", "assistant", "user", "user", "assistant", "tool"]
+    first = session.messages[2]
+    assert first.metadata["usage"] == {"prompt_tokens": 10, "completion_tokens": 3}
+    assert first.metadata["finish_reason"] == "stop" and first.metadata["model"] == "claude-sonnet-4"
+    assert session.messages[4].metadata["interrupt_type"] == "FormatError"
+    assert session.messages[5].metadata["finish_reason"] == "length"
+    assert session.metadata["exit"] == {"content": "patch", "exit_status": "Submitted", "submission": "patch"}
+    assert session.metadata["instance_id"] == "repo__1" and session.metadata["model"] == "claude-sonnet-4"
+
+    old = [{"role": "system", "content": "S"}, {"role": "user", "content": "task"},
+           {"role": "assistant", "content": "```bash\nls\n```"}, {"role": "user", "content": "out"}]
+    path = write_json(tmp_path / "old.traj.json", old)
+    assert detect(path) == "mini-swe-agent"
+    (old_session,) = load(path)
+    assert roles(old_session) == ["system", "user", "assistant", "user"]
+
+
+def test_openhands_v0_events(tmp_path: Path) -> None:
+    (session,) = load(openhands_fixture(tmp_path))
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "assistant", "tool"]
+    parallel = session.messages[2]
+    assert [c.id for c in parallel.tool_calls] == ["t1", "t2"], "actions sharing a response id are one message"
+    assert parallel.text == "Look around"
+    assert json.loads(parallel.tool_calls[1].arguments) == {"command": "pwd"}
+    assert [session.messages[3].text, session.messages[4].text] == ["game.py", "/workspace"], "paired by cause"
+    assert parallel.metadata["usage"] == {"prompt_tokens": 100, "completion_tokens": 20}
+    assert parallel.metadata["finish_reason"] == "tool_calls"
+    assert session.messages[6].metadata["no_result_recorded"] is True
+
+
+def test_openhands_eval_jsonl_one_session_per_line(tmp_path: Path) -> None:
+    path = openhands_eval_fixture(tmp_path)
+    assert detect(path) == "openhands"
+    first, second = load(path)
+    assert first.metadata["instance_id"] == "i-1" and second.metadata["instance_id"] == "i-2"
+    assert first.metadata["model"] == "gpt-4o"
+    assert first.metadata["recorded_totals"] == {"prompt_tokens": 200, "completion_tokens": 40}
+    assert second.messages[0].role == "user" and second.messages[0].metadata["from_instruction"] is True
+    assert second.messages[0].text == "Fix issue 1"
+    check_session(first, "openhands")
+    check_session(second, "openhands")
+
+
+def test_openhands_v1_events(tmp_path: Path) -> None:
+    path = openhands_v1_fixture(tmp_path)
+    assert detect(path) == "openhands"
+    (session,) = load(path)
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "user", "user", "assistant"]
+    parallel = session.messages[2]
+    assert [c.id for c in parallel.tool_calls] == ["c1", "c2"]
+    assert parallel.text == "Two at once" and parallel.metadata["thinking"] == "deep"
+    assert session.messages[3].text == "a b"
+    assert session.messages[4].text == "boom" and session.messages[4].metadata["is_error"] is True
+    assert session.messages[5].metadata["stray_tool_result"] is True
+    assert session.messages[6].metadata["compact_summary"] is True
+    assert session.metadata["recorded_compactions"][0]["message_index"] == 6
+    assert session.metadata["recorded_totals"] == {"prompt_tokens": 7, "completion_tokens": 3}
+    assert session.tools[0]["function"]["name"] == "terminal"
+
+
+def test_aider_log(tmp_path: Path) -> None:
+    sessions = load(aider_fixture(tmp_path))
+    assert len(sessions) == 2, "the session without messages is dropped"
+    first, second = sessions
+    assert roles(first) == ["user", "assistant", "assistant"]
+    assert first.messages[0].text == "add a comment\nto the top of main.py"
+    reply = first.messages[1]
+    assert reply.metadata["usage"] == {"prompt_tokens": 3200, "completion_tokens": 21}
+    assert reply.metadata["cost"] == pytest.approx(0.0082)
+    assert "Add file to the chat?" in reply.metadata["aider_output"]
+    edit = first.messages[2]
+    assert "> quoted text inside the reply" in edit.text and ">>>>>>> REPLACE" in edit.text
+    assert edit.metadata["usage"] == {"prompt_tokens": 4100, "completion_tokens": 1500}
+    assert first.metadata["model"] == "gpt-4o" and first.metadata["started_at"] == "2025-07-15 11:38:37"
+    assert first.metadata["aider_version"] == "0.85.1"
+    assert roles(second) == ["user", "assistant", "user", "user"], "a blank line ends a user message"
+    assert second.messages[1].metadata["aider_output"].endswith("a continuation line without the two spaces")
+    assert [m.text for m in second.messages[2:]] == ["first", "second"]
+
+
+# --------------------------------------------------------------------------- errors
+
+
+def test_empty_and_blank_files(tmp_path: Path) -> None:
+    for name, body in (("empty.json", b""), ("blank.jsonl", b"\n \n"), (".aider.chat.history.md", b"")):
+        path = tmp_path / name
+        path.write_bytes(body)
+        with pytest.raises(FormatError) as info:
+            load(path)
+        assert name in str(info.value)
+
+
+def test_malformed_json_names_line_and_column(tmp_path: Path) -> None:
+    path = tmp_path / "bad.json"
+    path.write_text('[\n  {"role": "user", "content": "hi"},\n  {"role": "assistant" "content": 1}\n]')
+    with pytest.raises(FormatError) as info:
+        load(path)
+    assert info.value.line == 3 and "column" in str(info.value) and "bad.json:3" in str(info.value)
+    assert info.value.expected
+
+
+def test_malformed_jsonl_names_line(tmp_path: Path) -> None:
+    path = claude_code_fixture(tmp_path)
+    lines = path.read_text().splitlines()
+    lines[4] = lines[4][:-7]
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(FormatError) as info:
+        load(path)
+    assert info.value.line == 5 and info.value.path == str(path)
+
+
+def test_bad_structure_errors(tmp_path: Path) -> None:
+    cases = {
+        "role.json": [{"role": "wizard", "content": "x"}],
+        "content.json": {"messages": [{"role": "user", "content": 5}, {"role": "narrator"}]},
+        "nolist.traj": {"history": "nope"},
+    }
+    for name, value in cases.items():
+        with pytest.raises(FormatError) as info:
+            load(write_json(tmp_path / name, value))
+        assert name in str(info.value) and info.value.expected
+
+
+def test_unknown_format_and_bad_arguments(tmp_path: Path) -> None:
+    path = tmp_path / "notes.json"
+    path.write_text('{"hello": "world"}')
+    with pytest.raises(UnknownFormatError) as info:
+        detect(path)
+    assert "notes.json" in str(info.value)
+    with pytest.raises(FormatError):
+        load(tmp_path / "missing.json")
+    with pytest.raises(FormatError, match="unknown format"):
+        load(openai_fixture(tmp_path), format="yaml")
+    with pytest.raises(FormatError):
+        load(openai_fixture(tmp_path), format="claude-code")
+
+
+def test_unexpected_reader_failure_becomes_format_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from workbench.importers import swe_agent
+
+    def explode(path: str) -> list[Session]:
+        raise KeyError("boom")
+
+    monkeypatch.setattr(swe_agent, "load", explode)
+    path = swe_agent_fixture(tmp_path)
+    with pytest.raises(FormatError) as info:
+        load(path)
+    assert "inst-1.traj" in str(info.value) and "swe-agent" in str(info.value)
+    (result,) = iter_load(path)
+    assert result.sessions == () and isinstance(result.error, FormatError)
+
+
+def test_detection_beyond_the_sniffed_head(tmp_path: Path) -> None:
+    big = "x" * 300_000
+    lines = [_user("u1", None, big), _assistant("a1", "u1", "m1", [{"type": "text", "text": "ok"}])]
+    path = write_jsonl(tmp_path / "big.jsonl", lines)
+    assert detect(path) == "claude-code"
+    assert load(path)[0].messages[0].text == big
+    swe = json.loads(swe_agent_fixture(tmp_path).read_text())
+    renamed = write_json(tmp_path / "run.traj.json", swe)
+    assert detect(renamed) == "swe-agent"
+
+
+_VALID_BYTES: dict[str, bytes] = {}
+
+
+def _valid_bytes() -> dict[str, bytes]:
+    """Every fixture's bytes (built once, in a throwaway folder)."""
+    if not _VALID_BYTES:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as tmp:
+            builders = {**FIXTURES, "openhands-eval": openhands_eval_fixture, "openhands-v1": openhands_v1_fixture}
+            for name, build in builders.items():
+                path = build(Path(tmp) / name)
+                _VALID_BYTES[name] = path.read_bytes()
+                _VALID_BYTES[name + "#name"] = path.name.encode()
+    return _VALID_BYTES
+
+
+def _only_format_errors(path: Path) -> None:
+    """Every reader either returns clean sessions or raises a deliberate FormatError (not the
+    safety net that wraps an unexpected exception, which would show as `__cause__`)."""
+    for fmt in ("auto", *FORMATS):
+        try:
+            sessions = load(path, format=fmt)
+        except FormatError as error:
+            assert error.__cause__ is None, f"{fmt} crashed inside: {error}"
+            assert str(path) in str(error)
+            continue
+        for session in sessions:
+            assert all(m.role in ROLES for m in session.messages)
+            assert tool_pairing_problems(session.messages) == []
+
+
+_NAMES = ["x.json", "x.jsonl", "x.traj", "x.traj.json", ".aider.chat.history.md", "x.txt"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.binary(max_size=400), name=st.sampled_from(_NAMES))
+def test_random_bytes_only_raise_format_error(tmp_path: Path, data: bytes, name: str) -> None:
+    path = tmp_path / name
+    path.write_bytes(data)
+    _only_format_errors(path)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(which=st.sampled_from(["openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
+                              "openhands", "aider", "openhands-eval", "openhands-v1"]),
+       cut=st.floats(min_value=0.0, max_value=1.0), garble=st.binary(max_size=8),
+       where=st.floats(min_value=0.0, max_value=1.0))
+def test_truncated_and_garbled_fixtures_only_raise_format_error(tmp_path: Path, which: str, cut: float,
+                                                                garble: bytes, where: float) -> None:
+    valid = _valid_bytes()
+    body = valid[which]
+    body = body[: int(len(body) * cut)]
+    at = int(len(body) * where)
+    body = body[:at] + garble + body[at + len(garble):]
+    path = tmp_path / valid[which + "#name"].decode()
+    path.write_bytes(body)
+    _only_format_errors(path)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=5)
+    | st.sampled_from(["user", "assistant", "tool", "tool_use", "tool_result", "message", "ActionEvent"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["role", "content", "messages", "tool_calls", "id", "type", "history", "kind", "action",
+                         "observation", "tool_call_id", "function", "payload", "message", "text", "input"]),
+        inner, max_size=5),
+    max_leaves=25))
+def test_odd_json_structures_only_raise_format_error(tmp_path: Path, value: Any) -> None:
+    for name in ("x.json", "x.traj", "x.traj.json"):
+        path = tmp_path / name
+        path.write_text(json.dumps({"messages": [value]} if name == "x.json" else value))
+        _only_format_errors(path)
+    path = tmp_path / "x.jsonl"
+    path.write_text(json.dumps(value) + "\n" + json.dumps(value) + "\n")
+    _only_format_errors(path)
+
+
+# --------------------------------------------------------------------------- folders
+
+
+def test_folder_walk_skips_irrelevant_files_and_reports_each_file(tmp_path: Path) -> None:
+    openai_fixture(tmp_path / "a")
+    codex_fixture(tmp_path / "b" / "deep")
+    aider_fixture(tmp_path)
+    (tmp_path / "README.md").write_text("# readme")
+    (tmp_path / "picture.png").write_bytes(b"\x89PNG")
+    (tmp_path / "package.json").write_text('{"name": "x"}')
+    (tmp_path / "node_modules").mkdir()
+    write_json(tmp_path / "node_modules" / "chat.json", [{"role": "user", "content": "hidden"}])
+    (tmp_path / "broken.jsonl").write_text('{"messages": [}\n')
+    (tmp_path / "other.json").write_text('{"config": true}')
+
+    results = list(iter_load(tmp_path, dataset="ds"))
+    assert all(isinstance(r, FileResult) for r in results)
+    assert [r.path for r in results] == [p for p, _ in candidates(tmp_path)]
+    names = sorted(os.path.relpath(r.path, tmp_path) for r in results)
+    assert names == sorted(["a/chat.json", os.path.join("b", "deep", "rollout-2025-10-01.jsonl"),
+                            os.path.join("repo", ".aider.chat.history.md"), "broken.jsonl", "other.json"])
+    by_name = {os.path.basename(r.path): r for r in results}
+    assert by_name["broken.jsonl"].error is not None and by_name["broken.jsonl"].sessions == ()
+    assert isinstance(by_name["other.json"].error, UnknownFormatError)
+    good = [s for r in results for s in r.sessions]
+    assert {s.format for s in good} == {"openai", "codex", "aider"}
+    assert {s.dataset for s in good} == {"ds"}
+    assert by_name["chat.json"].sessions[0].metadata["source"] == "a/chat.json"
+
+    with pytest.raises(FormatError) as info:
+        load(tmp_path)
+    assert "broken.jsonl" in str(info.value)
+    (tmp_path / "broken.jsonl").unlink()
+    assert len(load(tmp_path)) == 4, "unrecognised walked files are skipped by load"
+
+
+def test_folder_never_imports_twice(tmp_path: Path) -> None:
+    path = openai_fixture(tmp_path)
+    (tmp_path / "copy.json").write_bytes(path.read_bytes())
+    results = list(iter_load([tmp_path, path]))
+    assert len(results) == 2, "a file reached twice is read once"
+    assert sum(len(r.sessions) for r in results) == 1, "identical content is imported once"
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(FormatError, match="no session file"):
+        load(empty)
+
+
+# --------------------------------------------------------------------------- shared recordings
+
+
+def _shared_files() -> list[Path]:
+    if not SHARED.is_dir():
+        return []
+    return sorted(p for p in SHARED.rglob("*") if p.is_file() and p.name not in ("FORMATS.md", "SOURCES.md")
+                  and (p.suffix != ".md" or p.name == ".aider.chat.history.md"))
+
+
+_FOLDER_FORMAT = {"openai-chat": "openai"}
+
+
+@pytest.mark.shared
+@pytest.mark.parametrize("path", _shared_files() or [None], ids=lambda p: p.relative_to(SHARED).as_posix()
+                         if isinstance(p, Path) else "absent")
+def test_shared_recording(path: Path | None) -> None:
+    if path is None:
+        pytest.skip("../shared/sessions is not available")
+    folder = path.relative_to(SHARED).parts[0]
+    fmt = _FOLDER_FORMAT.get(folder, folder)
+    assert detect(path) == fmt
+    sessions = load(path)
+    assert sessions
+    for session in sessions:
+        check_session(session, fmt)
+    name = path.name
+    calls = sum(len(m.tool_calls) for s in sessions for m in s.messages)
+    if "marot__spotter" in str(path) and len(name) == 42 and "subagents" not in str(path):
+        main = [s for s in sessions if s.metadata["claude_code_kind"] == "main"]
+        assert len(main) == 1 and len(main[0].metadata["recorded_compactions"]) == 1
+        compaction = main[0].metadata["recorded_compactions"][0]
+        assert compaction["trigger"] == "auto" and compaction["pre_tokens"] > 100_000
+        summary = main[0].messages[compaction["message_index"]]
+        assert summary.metadata["compact_summary"] is True
+    if name.startswith("agent-acompact"):
+        assert [s.metadata["claude_code_kind"] for s in sessions] == ["compaction_call"]
+    if name.startswith("fe5e1c67"):
+        assert calls == 167
+    if name.startswith("5c0375b4"):
+        assert calls == 21
+    if name.endswith(".707.json"):
+        assert sessions[0].messages[-2].metadata["finish_reason"] == "tool_calls"
+    if name == "output.critic_attempt_1.jsonl":
+        assert len(sessions) == 45
+    if name == "output.jsonl":
+        assert len(sessions) == 3 and all(s.metadata["usage_totals"] for s in sessions)
+
+
+@pytest.mark.shared
+def test_shared_folder_walk() -> None:
+    if not SHARED.is_dir():
+        pytest.skip("../shared/sessions is not available")
+    results = list(iter_load(SHARED))
+    assert all(r.error is None for r in results), [str(r.error) for r in results if r.error]
+    assert len(results) == len(_shared_files())
+    formats = {s.format for r in results for s in r.sessions}
+    assert formats == set(FORMATS) - {"anthropic"}

@@ -1,0 +1,265 @@
+"""The replay engine (DESIGN §6): walk, triggers, events, overflow, failure policy, metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pytest
+from builders import ScriptedSummarizer, agent_turns, assistant, conversation, system, tool, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import workbench as wb
+from benchmarks.naive_replay import naive_replay
+from workbench.replay import check_invariants, compact, replay
+from workbench.tokens import messages_tokens
+
+LIMITS = {"context_limit": 20_000, "max_output": 1_000}
+
+
+def session_of(n_steps=30, result_chars=2000):
+    return wb.Session.from_messages(conversation(n_steps, result_chars=result_chars))
+
+
+def config(trigger, strategy, **extra):
+    return {"trigger": trigger, "strategy": strategy, **LIMITS, **extra}
+
+
+def test_every_assistant_message_is_one_call_and_the_first_is_never_compacted():
+    session = session_of(10)
+    result = replay(session, config({"kind": "pressure", "turns": 1}, {"kind": "sliding_window", "window": 2}))
+    assert [c.message_index for c in result.calls] == [i for i, m in enumerate(session.messages)
+                                                      if m.role == "assistant"]
+    assert result.calls[0].compacted_before is False
+    assert all(c.compacted_before for c in result.calls[1:])
+    assert [e.call_index for e in result.compactions] == list(range(1, len(result.calls)))
+
+
+def test_context_is_measured_before_the_reply_is_appended():
+    session = session_of(3, result_chars=40)
+    result = replay(session, config({"kind": "token_threshold", "threshold": 0}, {"kind": "sliding_window", "window": 1}))
+    for call in result.calls:
+        sent = session.messages[:call.message_index]
+        assert call.context_messages == len(sent)
+        assert call.context_tokens == messages_tokens(sent)
+    assert result.final_context == list(session.messages)
+    assert result.termination == "completed" and result.compactions == []
+
+
+def test_a_firing_that_changes_nothing_still_records_an_event_and_counts_no_progress():
+    result = replay(session_of(6), config({"kind": "pressure", "turns": 3}, {"kind": "sliding_window", "window": 100}))
+    assert len(result.compactions) == 4
+    for event in result.compactions:
+        assert (event.messages_before, event.tokens_before) == (event.messages_after, event.tokens_after)
+        assert event.no_progress
+    assert result.metrics["compactions"] == 4
+
+
+def test_stat_threshold_counter_snapshots_space_the_compactions():
+    result = replay(session_of(40), config({"kind": "stat_threshold", "counters": {"iterations": 10}},
+                                           {"kind": "sliding_window", "window": 3}))
+    assert [e.call_index for e in result.compactions] == [10, 20, 30, 40]
+
+
+def test_gauge_on_context_messages_fires_when_reached():
+    result = replay(session_of(12), config({"kind": "stat_threshold", "gauges": {"context_messages": 12}},
+                                           {"kind": "sliding_window", "window": 2}))
+    for event in result.compactions:
+        assert event.messages_before >= 12
+    assert all(c.context_messages < 12 or c.compacted_before for c in result.calls)
+
+
+def test_context_overflow_ends_the_replay_and_keeps_what_was_recorded():
+    result = replay(session_of(45), config({"kind": "token_threshold", "threshold": 0},
+                                           {"kind": "sliding_window", "window": 2}))
+    assert result.termination == "context_overflow"
+    assert "exceeds context_limit" in result.error
+    assert 0 < len(result.calls) < 46
+    assert all(c.context_tokens + LIMITS["max_output"] <= LIMITS["context_limit"] for c in result.calls)
+
+
+def test_utilization_at_ratio_one_compacts_just_before_the_window_overflows():
+    result = replay(session_of(45), config({"kind": "utilization", "ratio": 1.0, "reactive": True},
+                                           {"kind": "sliding_window", "window": 4}))
+    assert result.termination == "completed"
+    assert result.compactions
+    assert result.metrics["peak_context_tokens"] + LIMITS["max_output"] <= LIMITS["context_limit"]
+
+
+def test_overflow_gives_the_trigger_one_reactive_chance():
+    @wb.register_trigger("only_on_overflow_test")
+    @dataclass(frozen=True)
+    class OnlyOnOverflow:
+        def should_compact(self, view):
+            return view.overflow and view.reactive
+
+        def notify_compacted(self, view):
+            pass
+
+    result = replay(session_of(45), config({"kind": "only_on_overflow_test"}, {"kind": "sliding_window", "window": 4}))
+    assert result.termination == "completed"
+    assert result.compactions and all(e.reactive for e in result.compactions)
+    assert all(e.tokens_before + LIMITS["max_output"] > LIMITS["context_limit"] for e in result.compactions)
+
+
+def test_recorded_length_finish_reason_makes_the_next_check_reactive():
+    messages = [system(), user("go"), assistant("partial", metadata={"finish_reason": "length"}),
+                user("continue"), assistant("rest")]
+    seen = []
+
+    @wb.register_trigger("record_reactive_test")
+    @dataclass(frozen=True)
+    class Recorder:
+        def should_compact(self, view):
+            seen.append((view.call_index, view.reactive, view.last_finish_reason))
+            return False
+
+        def notify_compacted(self, view):
+            pass
+
+    result = replay(messages, config({"kind": "record_reactive_test"}, {"kind": "sliding_window", "window": 1}))
+    assert seen == [(1, True, "length")]
+    assert result.calls[0].finish_reason == "length"
+
+
+SPLIT = {"kind": "summarize_split", "preserve": 0.4}
+
+
+def test_fatal_failure_stops_with_compaction_failed_and_keeps_earlier_calls():
+    failing = ScriptedSummarizer(responses=[RuntimeError("provider down")])
+    result = replay(session_of(20), config({"kind": "pressure", "turns": 5}, SPLIT), summarizer=failing)
+    assert result.termination == "compaction_failed"
+    assert "provider down" in result.error
+    assert len(result.calls) == 5
+    assert result.compactions[-1].failed and result.metrics["compactions"] == 0
+
+
+def test_fallback_policy_uses_the_strategy_fallback_and_marks_the_event():
+    failing = ScriptedSummarizer(responses=[RuntimeError("timeout")])
+    result = replay(session_of(20), config({"kind": "pressure", "turns": 5}, SPLIT, on_failure="fallback"),
+                    summarizer=failing)
+    assert result.termination == "completed"
+    first = result.compactions[0]
+    assert first.fell_back and "timeout" in first.error
+    assert first.tokens_after < first.tokens_before
+    assert not result.compactions[1].fell_back
+    assert result.metrics["fallbacks"] == 1
+
+
+def test_circuit_breaker_stops_calling_the_summarizer():
+    failing = ScriptedSummarizer(responses=[RuntimeError(f"fail {i}") for i in range(100)])
+    result = replay(session_of(30), config({"kind": "stat_threshold", "counters": {"iterations": 3}}, SPLIT,
+                                           on_failure="fallback", max_consecutive_failures=2), summarizer=failing)
+    assert len(failing.prompts) == 2
+    assert [e.breaker_open for e in result.compactions[:3]] == [False, True, True]
+    assert all(e.fell_back for e in result.compactions)
+    assert result.termination == "completed"
+
+
+def test_summaries_and_usage_are_recorded_on_events():
+    summarizer = ScriptedSummarizer(default="SUMMARY of work on src/app.py")
+    result = replay(session_of(20), config({"kind": "pressure", "turns": 8}, SPLIT), summarizer=summarizer)
+    event = result.compactions[0]
+    assert "SUMMARY of work on src/app.py" in event.summary
+    assert event.summarizer_usage["calls"] == 1 and event.summarizer_usage["input_tokens"] > 0
+    assert result.metrics["summarizer_calls"] == len(summarizer.prompts)
+    assert result.metrics["summarizer_input_tokens"] == sum(e.summarizer_usage["input_tokens"]
+                                                            for e in result.compactions)
+
+
+def test_cached_prefix_is_the_previous_context_until_a_compaction_breaks_it():
+    session = session_of(12)
+    result = replay(session, config({"kind": "stat_threshold", "counters": {"iterations": 6}},
+                                    {"kind": "sliding_window", "window": 2}))
+    calls = result.calls
+    assert calls[0].cached_prefix_tokens == 0
+    for previous, call in zip(calls, calls[1:], strict=False):
+        if not call.compacted_before:
+            assert call.cached_prefix_tokens == previous.context_tokens
+    compacted = calls[6]
+    assert compacted.compacted_before
+    assert compacted.cached_prefix_tokens == messages_tokens(session.messages[:1])  # only the system prompt
+    assert result.metrics["cached_input_tokens"] == sum(c.cached_prefix_tokens for c in calls)
+
+
+def test_metrics_follow_their_definitions():
+    result = replay(session_of(20), config({"kind": "pressure", "turns": 10}, {"kind": "sliding_window", "window": 3}))
+    m = result.metrics
+    assert m["calls"] == len(result.calls) == 21
+    assert m["billed_input_tokens"] == sum(c.context_tokens for c in result.calls)
+    assert m["peak_context_tokens"] == max(c.context_tokens for c in result.calls)
+    ratios = [e.tokens_before / e.tokens_after for e in result.compactions]
+    assert m["compression_ratio"] == pytest.approx(sum(ratios) / len(ratios))
+    assert m["cache_aware_input_tokens"] == pytest.approx(
+        m["billed_input_tokens"] - m["cached_input_tokens"] * 0.9, abs=0.1)
+    frame = result.to_frame()
+    assert len(frame) == 21 and frame["compacted_before"].sum() == len(result.compactions)
+
+
+def test_a_strategy_that_breaks_an_invariant_fails_loudly():
+    @wb.register_strategy("drop_system_test")
+    @dataclass(frozen=True)
+    class DropSystem:
+        def compact(self, context, env):
+            return list(context.body)
+
+    with pytest.raises(wb.InvariantError, match="system"):
+        replay(session_of(5), config({"kind": "pressure", "turns": 2}, {"kind": "drop_system_test"}))
+
+
+def test_check_invariants_catches_orphans_and_lost_pins():
+    pinned = user("keep me", importance=10)
+    before = [system(), pinned, *agent_turns(2)]
+    with pytest.raises(wb.InvariantError, match="pinned"):
+        check_invariants(before, [before[0], *before[2:]])
+    with pytest.raises(wb.InvariantError, match="tool pairing"):
+        check_invariants(before, [before[0], pinned, before[3]])
+
+
+def test_unknown_kind_in_config_is_a_clear_error():
+    with pytest.raises(wb.ConfigError, match="unknown strategy kind 'slidng_window'; valid kinds: .*sliding_window"):
+        replay(session_of(2), config({"kind": "pressure"}, {"kind": "slidng_window", "window": 2}))
+    with pytest.raises(wb.ConfigError, match="unknown parameter 'windw'"):
+        replay(session_of(2), config({"kind": "pressure"}, {"kind": "sliding_window", "windw": 2}))
+
+
+def test_compact_runs_one_strategy_once_on_openai_dicts():
+    dicts = [m.to_openai() for m in conversation(8)]
+    out = compact(dicts, {"kind": "hard_clear", "keep_recent": 5})
+    assert out[0].role == "system" and len(out) <= 6
+
+
+def test_compact_with_the_offline_summarizer_by_default():
+    out = compact(conversation(8), {"kind": "summarize_split", "preserve": 0.3})
+    assert out[1].text.startswith("[COMPACT SUMMARY]")
+    assert "src/" in out[1].text
+
+
+@pytest.mark.parametrize("trigger, strategy", [
+    ({"kind": "pressure", "turns": 4}, {"kind": "sliding_window", "window": 3}),
+    ({"kind": "utilization", "ratio": 0.5}, {"kind": "summarize_split", "preserve": 0.4}),
+    ({"kind": "stat_threshold", "counters": {"iterations": 5}}, {"kind": "observation_masking", "keep_recent": 2}),
+    ({"kind": "guard", "warn_threshold": 0.5, "hard_limit": 18_000}, {"kind": "guard_select"}),
+])
+def test_incremental_engine_matches_the_naive_recount(trigger, strategy):
+    session = session_of(25)
+    fast = replay(session, config(trigger, strategy), summarizer=ScriptedSummarizer())
+    slow = naive_replay(session, config(trigger, strategy), summarizer=ScriptedSummarizer())
+    assert fast.calls == slow.calls
+    assert [(e.call_index, e.tokens_before, e.tokens_after) for e in fast.compactions] == \
+        [(e.call_index, e.tokens_before, e.tokens_after) for e in slow.compactions]
+    assert fast.metrics == slow.metrics
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.integers(1, 40), st.integers(1, 8), st.sampled_from([200, 1500, 5000]))
+def test_replay_invariants_on_random_sizes(n_steps, window, size):
+    session = session_of(n_steps, result_chars=size)
+    result = replay(session, {"trigger": {"kind": "utilization", "ratio": 0.6}, "strategy":
+                              {"kind": "sliding_window", "window": window}, "context_limit": 30_000,
+                              "max_output": 2_000})
+    assert result.termination in ("completed", "context_overflow")
+    assert len(result.calls) <= session.calls
+    assert all(c.cached_prefix_tokens <= c.context_tokens for c in result.calls)
+    if result.termination == "completed":
+        assert len(result.calls) == session.calls

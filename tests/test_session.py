@@ -1,0 +1,87 @@
+"""The session model: messages, steps, ids, pairing checks."""
+
+from __future__ import annotations
+
+import pytest
+from builders import assistant, conversation, system, tool, user
+from hypothesis import given
+from hypothesis import strategies as st
+
+import workbench as wb
+from workbench.session import group_steps, split_leading_system, tool_pairing_problems
+
+
+def test_message_round_trips_openai_dicts_with_extras():
+    data = {"role": "assistant", "content": None, "importance": 10, "origin": "compacted_modified",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"p\": 1}"}}]}
+    message = wb.Message.from_openai(data)
+    assert message.pinned and message.origin == "compacted_modified"
+    assert message.tool_calls[0].name == "read"
+    assert message.to_openai() == {"role": "assistant", "content": None, "tool_calls": data["tool_calls"]}
+    assert wb.Message.from_openai(message.to_openai(extras=True)) == message
+
+
+def test_text_joins_text_parts_and_skips_images():
+    message = wb.Message(role="user", content=[{"type": "text", "text": "look"},
+                                               {"type": "image_url", "image_url": {"url": "data:"}},
+                                               {"type": "text", "text": "here"}])
+    assert message.text == "look\nhere"
+    assert message.has_non_text_parts
+    assert isinstance(message.content, tuple)
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("role", "robot", "role"),
+    ("origin", "invented", "origin"),
+    ("importance", 11, "importance"),
+    ("importance", -10.5, "importance"),
+])
+def test_invalid_messages_are_rejected(field, value, match):
+    kwargs = {"role": "user", "content": "x", field: value}
+    with pytest.raises(ValueError, match=match):
+        wb.Message(**kwargs)
+
+
+def test_pinned_only_at_ten():
+    assert not user("a", importance=9.99).pinned
+    assert user("a", importance=10).pinned
+
+
+def test_steps_group_assistant_with_its_results():
+    messages = [system(), user("go"), assistant("", calls=(("a", "read"), ("b", "grep"))), tool("a", "1"),
+                tool("b", "2"), assistant("done"), user("next")]
+    steps = group_steps(messages)
+    assert [s.kind for s in steps] == ["system", "user", "assistant", "assistant", "user"]
+    assert len(steps[2].messages) == 3
+
+
+def test_session_id_is_a_stable_content_hash():
+    first = wb.Session.from_messages([m.to_openai() for m in conversation(3)])
+    again = wb.Session.from_messages(conversation(3))
+    other = wb.Session.from_messages(conversation(4))
+    assert first.id == again.id != other.id
+    assert len(first.id) == 16
+    assert first.calls == 4
+
+
+def test_probes_are_parsed_and_validated():
+    session = wb.Session.from_messages(conversation(1), probes=[{"question": "q?", "expected": "a", "kind": "decision"}])
+    assert session.probes[0].kind == "decision" and session.probes[0].from_call == 0
+    with pytest.raises(ValueError, match="probe kind"):
+        wb.Probe("q", "a", kind="trivia")
+
+
+def test_pairing_problems_name_the_orphans():
+    assert tool_pairing_problems(conversation(3)) == []
+    problems = tool_pairing_problems([user("x"), assistant("", calls=(("c1", "read"),)), user("y"), tool("zz", "r")])
+    assert any("'c1'" in p and "no result" in p for p in problems)
+    assert any("'zz'" in p and "answers no" in p for p in problems)
+
+
+@given(st.lists(st.sampled_from(["system", "user", "assistant"]), max_size=12))
+def test_split_leading_system_partitions(roles):
+    messages = [wb.Message(role=r, content=str(i)) for i, r in enumerate(roles)]
+    head, rest = split_leading_system(messages)
+    assert head + rest == messages
+    assert all(m.role == "system" for m in head)
+    assert not rest or rest[0].role != "system"

@@ -1,0 +1,453 @@
+"""Trigger kinds: the seed designs' cases, table-driven, plus combinators, config errors and properties."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from builders import assistant, user
+from workbench.compaction import TriggerView, trigger_severity
+from workbench.errors import ConfigError
+from workbench.registry import build_trigger, kinds, spec_of
+from workbench.tokens import count_tokens
+
+
+def view(call_index: int = 1, *, counters: dict[str, float] | None = None, gauges: dict[str, float] | None = None,
+         context_tokens: int | None = None, context_limit: int = 128_000, max_output: int = 4096,
+         system_tokens: int = 0, last_finish_reason: str | None = None, overflow: bool = False) -> TriggerView:
+    gauges = dict(gauges or {})
+    if context_tokens is not None:
+        gauges["context_tokens"] = context_tokens
+    return TriggerView(call_index=call_index, counters=dict(counters or {}), gauges=gauges,
+                       context_limit=context_limit, max_output=max_output, system_tokens=system_tokens,
+                       last_finish_reason=last_finish_reason, overflow=overflow)
+
+
+def test_every_trigger_kind_is_registered():
+    assert set(kinds("trigger")) >= {"token_threshold", "utilization", "stat_threshold", "pressure", "guard",
+                                     "any", "all"}
+
+
+# ------------------------------------------------------------------------------------------------
+# stat_threshold: gent's 16 cases (000). Each case is a list of (view, expected should_compact,
+# notify-after?) checks run in order against one trigger.
+
+
+@dataclass
+class StatCase:
+    name: str
+    counters: dict[str, float] = field(default_factory=dict)
+    gauges: dict[str, float] = field(default_factory=dict)
+    # (counters seen, gauges seen, expected, notify afterwards)
+    checks: list[tuple[dict, dict, bool, bool]] = field(default_factory=list)
+    snapshots: dict[str, float] | None = None  # expected snapshots after the checks
+
+
+STAT_CASES = [
+    StatCase("1 counter below delta", {"iterations": 10}, checks=[({"iterations": 9}, {}, False, False)]),
+    StatCase("2 counter equals delta", {"iterations": 10}, checks=[({"iterations": 10}, {}, True, False)]),
+    StatCase("3 counter exceeds delta", {"iterations": 10}, checks=[({"iterations": 14}, {}, True, False)]),
+    StatCase("4 counter needs a full delta again after compaction", {"iterations": 10}, checks=[
+        ({"iterations": 10}, {}, True, True),
+        ({"iterations": 15}, {}, False, False),
+        ({"iterations": 19}, {}, False, False),
+        ({"iterations": 20}, {}, True, False),
+    ]),
+    StatCase("5 several counters, one fires", {"iterations": 10, "input_tokens": 100_000},
+             checks=[({"iterations": 3, "input_tokens": 100_500}, {}, True, False)]),
+    StatCase("6 several counters, none fires", {"iterations": 10, "input_tokens": 100_000},
+             checks=[({"iterations": 9, "input_tokens": 99_999}, {}, False, False)]),
+    StatCase("7 gauge below value", gauges={"context_messages": 20},
+             checks=[({}, {"context_messages": 19}, False, False)]),
+    StatCase("8 gauge equals value", gauges={"context_messages": 20},
+             checks=[({}, {"context_messages": 20}, True, False)]),
+    StatCase("9 gauge exceeds value", gauges={"context_messages": 20},
+             checks=[({}, {"context_messages": 31}, True, False)]),
+    StatCase("10 gauge fell after compaction", gauges={"context_messages": 20}, checks=[
+        ({}, {"context_messages": 25}, True, True),
+        ({}, {"context_messages": 6}, False, False),
+    ]),
+    StatCase("11 counter prefix matches one key", {"input_tokens_for:*": 50_000},
+             checks=[({"input_tokens_for:gpt-4o": 50_001, "input_tokens_for:mini": 10}, {}, True, False)]),
+    StatCase("12 counter prefix matches no key", {"input_tokens_for:*": 50_000},
+             checks=[({"input_tokens": 900_000, "output_tokens": 900_000}, {}, False, False)]),
+    StatCase("13 gauge prefix matches one key", gauges={"context_*": 1000},
+             checks=[({}, {"context_messages": 12, "context_tokens": 5000}, True, False)]),
+    StatCase("14 exact counter snapshot taken at compaction", {"iterations": 5},
+             checks=[({"iterations": 7, "input_tokens": 40}, {}, True, True)],
+             snapshots={"iterations": 7}),
+    StatCase("15 every prefix-matched counter is snapshotted", {"input_tokens_for:*": 1000}, checks=[
+        ({"input_tokens_for:a": 1500, "input_tokens_for:b": 200, "iterations": 3}, {}, True, True),
+        ({"input_tokens_for:a": 2000, "input_tokens_for:b": 1100, "iterations": 4}, {}, False, False),
+        ({"input_tokens_for:a": 2000, "input_tokens_for:b": 1200, "iterations": 4}, {}, True, False),
+    ], snapshots={"input_tokens_for:a": 1500, "input_tokens_for:b": 200}),
+    # 16: gent's walkthrough: iterations delta 10, input_tokens delta 100K.
+    StatCase("16 iteration + token walkthrough", {"iterations": 10, "input_tokens": 100_000}, checks=[
+        ({"iterations": 5, "input_tokens": 120_000}, {}, True, True),    # tokens +120K fire
+        ({"iterations": 10, "input_tokens": 200_000}, {}, False, False),  # +5 iterations, +80K tokens
+        ({"iterations": 15, "input_tokens": 250_000}, {}, True, True),   # +10 iterations fire
+        ({"iterations": 16, "input_tokens": 260_000}, {}, False, False),  # both restarted
+    ], snapshots={"iterations": 15, "input_tokens": 250_000}),
+]
+
+
+@pytest.mark.parametrize("case", STAT_CASES, ids=lambda c: c.name)
+def test_stat_threshold_gent_cases(case: StatCase):
+    trigger = build_trigger({"kind": "stat_threshold", "counters": case.counters, "gauges": case.gauges})
+    for step, (counters, gauges, expected, notify) in enumerate(case.checks):
+        v = view(counters=counters, gauges=gauges)
+        assert trigger.should_compact(v) is expected, f"check {step}: {counters} {gauges}"
+        if notify:
+            trigger.notify_compacted(v)
+    if case.snapshots is not None:
+        for key, value in case.snapshots.items():
+            assert trigger.snapshot(key) == value
+
+
+def test_stat_threshold_state_is_not_part_of_the_spec():
+    spec = {"kind": "stat_threshold", "counters": {"iterations": 3}, "gauges": {"context_tokens": 9000}}
+    trigger = build_trigger(spec)
+    trigger.notify_compacted(view(counters={"iterations": 3}))
+    assert spec_of(trigger) == spec
+    assert build_trigger(spec_of(trigger)) == trigger  # snapshots do not take part in equality
+    assert build_trigger(spec).snapshot("iterations") == 0  # a fresh build starts clean
+
+
+def test_stat_threshold_absent_exact_counter_reads_as_zero():
+    trigger = build_trigger({"kind": "stat_threshold", "counters": {"compactions": 1}})
+    assert not trigger.should_compact(view(counters={}))
+    trigger.notify_compacted(view(counters={}))
+    assert trigger.snapshot("compactions") == 0
+    assert trigger.should_compact(view(counters={"compactions": 1}))
+
+
+# ------------------------------------------------------------------------------------------------
+# token_threshold (001)
+
+TOKEN_CASES = [
+    # (params, tokens_last_call, expected)
+    ({}, 199_999, False),
+    ({}, 200_000, True),
+    ({}, 250_000, True),
+    ({"threshold": 1000}, 999, False),
+    ({"threshold": 1000}, 1000, True),
+    ({"threshold": 0}, 0, False),
+    ({"threshold": 0}, 10_000_000, False),  # 0 switches auto-compaction off
+]
+
+
+@pytest.mark.parametrize(("params", "last_call", "expected"), TOKEN_CASES)
+def test_token_threshold(params, last_call, expected):
+    trigger = build_trigger({"kind": "token_threshold", **params})
+    # the gauge is prompt + completion of the previous call; context_tokens must not matter
+    v = view(gauges={"tokens_last_call": last_call}, context_tokens=10 ** 9)
+    assert trigger.should_compact(v) is expected
+
+
+def test_token_threshold_default_and_missing_gauge():
+    trigger = build_trigger("token_threshold")
+    assert spec_of(trigger) == {"kind": "token_threshold", "threshold": 200_000}
+    assert not trigger.should_compact(view(gauges={}))
+
+
+# ------------------------------------------------------------------------------------------------
+# utilization (002): goat's budget math. Window 200K, system 1,000, max output 16,384:
+# room = 182,616 tokens and 80 % of it is 146,092.8, so 146,092 message tokens stay under.
+
+GOAT = {"context_limit": 200_000, "system_tokens": 1000, "max_output": 16_384}
+
+UTILIZATION_CASES = [
+    # (name, params, view kwargs, expected)
+    ("goat: just under 80 %", {}, {**GOAT, "context_tokens": 1000 + 146_092}, False),
+    ("goat: just over 80 %", {}, {**GOAT, "context_tokens": 1000 + 146_093}, True),
+    ("strictly greater than ratio", {"ratio": 0.5}, {"context_limit": 1100, "system_tokens": 100,
+                                                       "max_output": 0, "context_tokens": 600}, False),
+    ("above ratio", {"ratio": 0.5}, {"context_limit": 1100, "system_tokens": 100, "max_output": 0,
+                                     "context_tokens": 601}, True),
+    ("system tokens are not message tokens", {}, {"context_limit": 10_000, "system_tokens": 5000,
+                                                   "max_output": 0, "context_tokens": 8000}, False),
+    ("no room left at all", {}, {"context_limit": 1000, "system_tokens": 600, "max_output": 500,
+                                 "context_tokens": 601}, True),
+    ("reactive: previous call hit its output limit", {}, {**GOAT, "context_tokens": 2000,
+                                                         "last_finish_reason": "length"}, True),
+    ("reactive: the call would overflow", {}, {**GOAT, "context_tokens": 2000, "overflow": True}, True),
+    ("reactive: context + max_output beyond the window", {"ratio": 1.0},
+     {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6001}, True),
+    ("reactive off: length stop ignored", {"reactive": False},
+     {**GOAT, "context_tokens": 2000, "last_finish_reason": "length"}, False),
+    ("reactive off: overflow flag ignored", {"reactive": False},
+     {**GOAT, "context_tokens": 2000, "overflow": True}, False),
+    ("reactive off: proactive check still works", {"reactive": False},
+     {**GOAT, "context_tokens": 1000 + 146_093}, True),
+    ("finish_reason stop is not reactive", {}, {**GOAT, "context_tokens": 2000, "last_finish_reason": "stop"},
+     False),
+]
+
+
+@pytest.mark.parametrize(("name", "params", "kwargs", "expected"), UTILIZATION_CASES,
+                         ids=[c[0] for c in UTILIZATION_CASES])
+def test_utilization(name, params, kwargs, expected):
+    trigger = build_trigger({"kind": "utilization", **params})
+    assert trigger.should_compact(view(**kwargs)) is expected
+
+
+def test_utilization_value_uses_goat_formula():
+    trigger = build_trigger("utilization")
+    assert spec_of(trigger) == {"kind": "utilization", "ratio": 0.8, "reactive": True}
+    v = view(context_limit=200_000, system_tokens=1000, max_output=16_384, context_tokens=1000 + 91_308)
+    assert trigger.utilization(v) == pytest.approx(0.5)
+
+
+def test_utilization_with_goat_heuristic_counts():
+    # goat counts len/4 per message plus 4 tokens of overhead; the heuristic tokenizer does the same
+    messages = [user("x" * 400), assistant("y" * 40)]
+    assert count_tokens(messages) == (100 + 4) + (10 + 4)
+    v = view(context_limit=200, system_tokens=0, max_output=50, context_tokens=count_tokens(messages))
+    assert build_trigger({"kind": "utilization", "ratio": 0.7}).should_compact(v)  # 118 / 150 = 0.79
+    assert not build_trigger({"kind": "utilization", "ratio": 0.8}).should_compact(v)
+
+
+# ------------------------------------------------------------------------------------------------
+# pressure (004)
+
+PRESSURE_CASES = [
+    # (params, call_index, context_tokens, expected)
+    ({}, 1, 0, False),
+    ({}, 7, 0, False),
+    ({}, 8, 0, True),     # 8 calls made: turns reached
+    ({}, 9, 0, True),     # and every call after it
+    ({}, 30, 0, True),
+    ({}, 7, 10 ** 9, False),  # no token condition by default
+    ({"turns": 8, "tokens": 12_000}, 2, 11_999, False),
+    ({"turns": 8, "tokens": 12_000}, 2, 12_000, True),
+    ({"turns": 8, "tokens": 12_000}, 8, 100, True),
+    ({"turns": 0, "tokens": 500}, 100, 499, False),  # turns = 0: the turn condition is off
+    ({"turns": 0, "tokens": 500}, 1, 500, True),
+    ({"turns": 3}, 3, 0, True),
+]
+
+
+@pytest.mark.parametrize(("params", "call_index", "tokens", "expected"), PRESSURE_CASES)
+def test_pressure(params, call_index, tokens, expected):
+    trigger = build_trigger({"kind": "pressure", **params})
+    assert trigger.should_compact(view(call_index, context_tokens=tokens)) is expected
+
+
+def test_pressure_keeps_firing_after_compaction():
+    trigger = build_trigger("pressure")
+    assert spec_of(trigger) == {"kind": "pressure", "turns": 8, "tokens": None}
+    for call in range(8, 14):
+        v = view(call, context_tokens=10)
+        assert trigger.should_compact(v)
+        trigger.notify_compacted(v)
+
+
+def test_pressure_with_len4_token_estimate():
+    # ptc_runner's default counter: len/4, floor 1 for non-empty text
+    assert [count_tokens(t) for t in ("hello world", "hi", "")] == [2, 1, 0]
+    messages = [user("hello world " * 100), assistant("ok")]
+    tokens = count_tokens(messages)
+    trigger = build_trigger({"kind": "pressure", "turns": 0, "tokens": tokens})
+    assert trigger.should_compact(view(1, context_tokens=tokens))
+    assert not trigger.should_compact(view(1, context_tokens=tokens - 1))
+
+
+# ------------------------------------------------------------------------------------------------
+# guard (003)
+
+GUARD_CASES = [
+    # (params, context tokens, severity)
+    ({}, 0, "none"),
+    ({}, 100_000, "none"),
+    ({}, 102_399, "none"),
+    ({}, 102_400, "warn"),       # 0.8 x 128,000
+    ({}, 127_999, "warn"),
+    ({}, 128_000, "critical"),   # at the hard limit
+    ({}, 300_000, "critical"),
+    ({"min_available": 10_000}, 118_000, "warn"),      # exactly 10,000 left: enough
+    ({"min_available": 10_000}, 118_001, "critical"),  # 9,999 left: not enough
+    ({"warn_threshold": 0.5, "hard_limit": 1000}, 499, "none"),
+    ({"warn_threshold": 0.5, "hard_limit": 1000}, 500, "warn"),
+    ({"warn_threshold": 1.0, "hard_limit": 1000}, 999, "none"),
+    ({"warn_threshold": 1.0, "hard_limit": 1000}, 1000, "critical"),
+]
+
+
+@pytest.mark.parametrize(("params", "tokens", "severity"), GUARD_CASES)
+def test_guard_severity(params, tokens, severity):
+    trigger = build_trigger({"kind": "guard", **params})
+    v = view(context_tokens=tokens)
+    assert trigger.severity(v) == severity
+    assert trigger_severity(trigger, v) == severity
+    assert trigger.should_compact(v) is (severity != "none")  # needs_compaction above the warn threshold
+
+
+def test_guard_defaults():
+    assert spec_of(build_trigger("guard")) == {"kind": "guard", "warn_threshold": 0.8, "hard_limit": 128_000,
+                                               "min_available": 0}
+
+
+# ------------------------------------------------------------------------------------------------
+# any / all
+
+
+class Scripted:
+    """A test trigger with a fixed answer that counts notifications."""
+
+    kind = "scripted"
+
+    def __init__(self, answer: bool):
+        self.answer = answer
+        self.notified = 0
+
+    def should_compact(self, view):
+        return self.answer
+
+    def notify_compacted(self, view):
+        self.notified += 1
+
+
+@pytest.mark.parametrize(("kind", "answers", "expected"), [
+    ("any", [False, False], False),
+    ("any", [False, True], True),
+    ("any", [True, True], True),
+    ("all", [True, False], False),
+    ("all", [True, True], True),
+    ("all", [False, False], False),
+    ("any", [True], True),
+    ("all", [False], False),
+])
+def test_combinators(kind, answers, expected):
+    inner = [Scripted(a) for a in answers]
+    trigger = build_trigger({"kind": kind, "triggers": inner})
+    assert trigger.should_compact(view()) is expected
+    trigger.notify_compacted(view())
+    assert [t.notified for t in inner] == [1] * len(inner)  # every inner trigger hears about it
+
+
+def test_combinators_build_nested_specs_and_round_trip():
+    spec = {"kind": "any", "triggers": [
+        {"kind": "utilization", "ratio": 0.9},
+        {"kind": "all", "triggers": [{"kind": "pressure", "turns": 4}, {"kind": "token_threshold"}]},
+    ]}
+    trigger = build_trigger(spec)
+    assert type(trigger.triggers[1]).kind == "all"
+    again = build_trigger(spec_of(trigger))
+    assert spec_of(again) == spec_of(trigger)
+    assert spec_of(trigger)["triggers"][1]["triggers"][0] == {"kind": "pressure", "turns": 4, "tokens": None}
+
+
+def test_combinators_forward_guard_severity():
+    spec = {"kind": "any", "triggers": [
+        {"kind": "pressure", "turns": 100},
+        {"kind": "all", "triggers": [{"kind": "token_threshold", "threshold": 1},
+                                     {"kind": "guard", "hard_limit": 1000}]},
+        {"kind": "guard", "hard_limit": 10},  # a later guard is not asked
+    ]}
+    trigger = build_trigger(spec)
+    assert trigger_severity(trigger, view(context_tokens=100)) == "none"
+    assert trigger_severity(trigger, view(context_tokens=850)) == "warn"
+    assert trigger_severity(trigger, view(context_tokens=1000)) == "critical"
+    assert trigger_severity(build_trigger({"kind": "all", "triggers": ["pressure"]}), view()) is None
+
+
+def test_any_notifies_stat_threshold_inside():
+    trigger = build_trigger({"kind": "any", "triggers": [
+        {"kind": "stat_threshold", "counters": {"iterations": 5}}, {"kind": "guard"}]})
+    v = view(counters={"iterations": 5}, context_tokens=10)
+    assert trigger.should_compact(v)
+    trigger.notify_compacted(v)
+    assert not trigger.should_compact(v)
+
+
+# ------------------------------------------------------------------------------------------------
+# configuration errors name the offender
+
+CONFIG_ERRORS = [
+    ({"kind": "token_threshold", "threshold": -1}, "threshold"),
+    ({"kind": "token_threshold", "threshold": "lots"}, "threshold"),
+    ({"kind": "token_threshold", "treshold": 5}, "treshold"),
+    ({"kind": "utilization", "ratio": 0}, "ratio"),
+    ({"kind": "utilization", "ratio": 1.5}, "ratio"),
+    ({"kind": "utilization", "reactive": "yes"}, "reactive"),
+    ({"kind": "stat_threshold"}, "counters"),
+    ({"kind": "stat_threshold", "counters": {"iterations": 0}}, "iterations"),
+    ({"kind": "stat_threshold", "counters": {"iterations": -3}}, "iterations"),
+    ({"kind": "stat_threshold", "gauges": {"context_tokens": "big"}}, "context_tokens"),
+    ({"kind": "stat_threshold", "counters": {"in*put": 5}}, "in*put"),
+    ({"kind": "stat_threshold", "counters": [1, 2]}, "counters"),
+    ({"kind": "pressure", "turns": 0}, "pressure"),
+    ({"kind": "pressure", "turns": -2}, "turns"),
+    ({"kind": "pressure", "tokens": 1.5}, "tokens"),
+    ({"kind": "guard", "warn_threshold": 1.2}, "warn_threshold"),
+    ({"kind": "guard", "hard_limit": 0}, "hard_limit"),
+    ({"kind": "guard", "hard_limit": 100, "min_available": 100}, "min_available"),
+    ({"kind": "any"}, "triggers"),
+    ({"kind": "any", "triggers": []}, "triggers"),
+    ({"kind": "all", "triggers": {"kind": "guard"}}, "triggers"),
+    ({"kind": "any", "triggers": [{"kind": "guard"}, {"kind": "utilization", "ratio": 7}]}, "triggers[1]"),
+    ({"kind": "any", "triggers": [{"kind": "no_such_trigger"}]}, "no_such_trigger"),
+    ({"kind": "nope"}, "nope"),
+]
+
+
+@pytest.mark.parametrize(("spec", "offender"), CONFIG_ERRORS, ids=[repr(s) for s, _ in CONFIG_ERRORS])
+def test_config_errors_name_the_offender(spec, offender):
+    with pytest.raises(ConfigError) as info:
+        build_trigger(spec)
+    message = str(info.value)
+    assert offender in message
+    if spec["kind"] in kinds("trigger"):
+        assert repr(spec["kind"]) in message  # and the kind it belongs to
+
+
+def test_nested_error_names_the_inner_kind_and_parameter():
+    with pytest.raises(ConfigError) as info:
+        build_trigger({"kind": "all", "triggers": [{"kind": "any", "triggers": [{"kind": "guard", "hard_limit": -5}]}]})
+    message = str(info.value)
+    assert "'all'" in message and "'any'" in message and "'guard'" in message and "hard_limit" in message
+
+
+# ------------------------------------------------------------------------------------------------
+# properties
+
+
+@settings(max_examples=60, deadline=None)
+@given(delta=st.integers(1, 20), growth=st.lists(st.integers(0, 15), min_size=1, max_size=40))
+def test_stat_threshold_counter_never_fires_twice_without_growth(delta: int, growth: list[int]):
+    trigger = build_trigger({"kind": "stat_threshold", "counters": {"iterations": delta}})
+    current = 0
+    last_compaction = 0
+    for g in growth:
+        current += g
+        v = view(counters={"iterations": current})
+        fired = trigger.should_compact(v)
+        assert fired is (current - last_compaction >= delta)
+        if fired:
+            trigger.notify_compacted(v)
+            last_compaction = current
+            assert not trigger.should_compact(v)  # same counters again: no second firing
+
+
+@settings(max_examples=60, deadline=None)
+@given(hard_limit=st.integers(1, 200_000), warn=st.floats(0.05, 1.0),
+       tokens=st.lists(st.integers(0, 300_000), min_size=2, max_size=10))
+def test_guard_severity_is_monotone_in_tokens(hard_limit: int, warn: float, tokens: list[int]):
+    trigger = build_trigger({"kind": "guard", "hard_limit": hard_limit, "warn_threshold": warn})
+    order = {"none": 0, "warn": 1, "critical": 2}
+    levels = [order[trigger.severity(view(context_tokens=t))] for t in sorted(tokens)]
+    assert levels == sorted(levels)
+
+
+@settings(max_examples=60, deadline=None)
+@given(ratio=st.floats(0.05, 1.0), limit=st.integers(1000, 100_000), system=st.integers(0, 500),
+       max_output=st.integers(0, 500), messages=st.integers(0, 120_000))
+def test_utilization_matches_its_definition(ratio, limit, system, max_output, messages):
+    trigger = build_trigger({"kind": "utilization", "ratio": ratio, "reactive": False})
+    v = view(context_limit=limit, system_tokens=system, max_output=max_output, context_tokens=system + messages)
+    room = limit - system - max_output
+    assert trigger.should_compact(v) is (messages / room > ratio)
+

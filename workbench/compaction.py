@@ -1,0 +1,194 @@
+"""The compaction contract: what triggers and strategies see and must provide.
+
+A *trigger* answers "compact now?" before each recorded LLM call from a `TriggerView` (stats
+and gauges of the replay) and is told when a compaction happened. A *strategy* turns a
+`Context` (the messages about to be sent) into a shorter message list, using the
+`CompactionEnv` for token counts and summarizer calls. Both are registered by kind name
+(`workbench.registry`) and built from TOML specs.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, Protocol, runtime_checkable
+
+from workbench.errors import SummarizerError
+from workbench.session import Message, Step, group_steps, split_leading_system
+from workbench.tokens import Tokenizer, message_tokens, messages_tokens, resolve
+
+SEVERITIES = ("none", "warn", "critical")
+
+
+@dataclass(frozen=True)
+class TriggerView:
+    """What a trigger sees before call `call_index` (0-based).
+
+    counters: `iterations` (calls made so far), `input_tokens`, `output_tokens` (sums over the
+    calls made so far), `input_tokens_for:<model>`, `compactions`.
+    gauges: `context_messages`, `context_steps`, `context_tokens` (of the context about to be
+    sent, system messages included), `tokens_last_call` (prompt + completion of the previous call).
+    `reactive` is True when the engine asks again because the call would overflow the window
+    (`overflow`), or because the previous recorded call stopped at its output limit
+    (`last_finish_reason == "length"`).
+    """
+
+    call_index: int
+    counters: Mapping[str, float]
+    gauges: Mapping[str, float]
+    context_limit: int
+    max_output: int
+    system_tokens: int = 0
+    last_finish_reason: str | None = None
+    overflow: bool = False
+    reactive: bool = False
+
+    @property
+    def context_tokens(self) -> int:
+        return int(self.gauges.get("context_tokens", 0))
+
+    @property
+    def message_tokens(self) -> int:
+        """Context tokens outside the leading system messages."""
+        return self.context_tokens - self.system_tokens
+
+
+@runtime_checkable
+class Trigger(Protocol):
+    """Decides when to compact. Instances are built fresh for each replay and may keep state."""
+
+    def should_compact(self, view: TriggerView) -> bool: ...
+
+    def notify_compacted(self, view: TriggerView) -> None: ...
+
+
+def trigger_severity(trigger: Any, view: TriggerView) -> str | None:
+    """The severity a trigger reports (`guard`, or a combinator holding one), else None."""
+    severity = getattr(trigger, "severity", None)
+    return severity(view) if callable(severity) else None
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One model response as the workbench records it.
+
+    `cost_usd` is None when the price is unknown (never a silent 0); `cache_hit` says the gateway
+    answered from its cache without calling the model.
+    """
+
+    text: str
+    model: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = 0.0
+    cache_hit: bool = False
+    finish_reason: str | None = "stop"
+    duration_s: float = 0.0
+    attempts: int = 1
+
+
+@runtime_checkable
+class Summarizer(Protocol):
+    """A model bound to its options; raises `SummarizerError` when the call fails for good."""
+
+    model: str
+
+    def complete(self, messages: list[dict[str, Any]], *, purpose: str = "summary",
+                 max_tokens: int | None = None) -> Completion: ...
+
+
+@dataclass(frozen=True)
+class Context:
+    """The messages about to be sent, with the views strategies need (computed once, on demand)."""
+
+    messages: tuple[Message, ...]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.messages, tuple):
+            object.__setattr__(self, "messages", tuple(self.messages))
+
+    @cached_property
+    def system(self) -> list[Message]:
+        """The leading system messages (every strategy keeps them)."""
+        return split_leading_system(self.messages)[0]
+
+    @cached_property
+    def body(self) -> list[Message]:
+        """Everything after the leading system messages."""
+        return split_leading_system(self.messages)[1]
+
+    @cached_property
+    def steps(self) -> list[Step]:
+        """The body grouped into steps."""
+        return group_steps(self.body)
+
+
+@dataclass
+class CompactionEnv:
+    """What a strategy may use while compacting: tokens, the window, the summarizer.
+
+    Every summarizer call made through `summarize` is recorded in `completions`, and every summary
+    text a strategy puts into the context should be passed to `record_summary`, so the replay's
+    compaction event can report them.
+    """
+
+    tokenizer: Tokenizer = field(default_factory=lambda: resolve("heuristic"))
+    context_limit: int = 128_000
+    max_output: int = 4096
+    summarizer: Summarizer | None = None
+    severity: str | None = None
+    call_index: int = 0
+    breaker_open: bool = False
+    completions: list[Completion] = field(default_factory=list)
+    summaries: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.tokenizer = resolve(self.tokenizer)
+
+    def tokens(self, item: Message | Sequence[Message]) -> int:
+        if isinstance(item, Message):
+            return message_tokens(item, self.tokenizer)
+        return messages_tokens(item, self.tokenizer)
+
+    def summarize(self, messages: list[dict[str, Any]], *, purpose: str = "summary",
+                  max_tokens: int | None = None) -> str:
+        """Ask the summarizer; returns the text. Raises `SummarizerError` on failure or empty text."""
+        if self.summarizer is None:
+            raise SummarizerError("this strategy needs a summarizer, and none is configured")
+        if self.breaker_open:
+            raise SummarizerError("circuit breaker open: too many consecutive summarizer failures")
+        started = time.perf_counter()
+        try:
+            completion = self.summarizer.complete(messages, purpose=purpose, max_tokens=max_tokens)
+        except SummarizerError:
+            raise
+        except Exception as exc:  # any provider failure is a summarizer failure to the replay
+            raise SummarizerError(f"{type(exc).__name__}: {exc}") from exc
+        if not completion.duration_s:
+            completion = _with_duration(completion, time.perf_counter() - started)
+        self.completions.append(completion)
+        if not completion.text or not completion.text.strip():
+            raise SummarizerError(f"summarizer {completion.model!r} returned an empty summary")
+        return completion.text
+
+    def record_summary(self, text: str) -> None:
+        self.summaries.append(text)
+
+
+def _with_duration(completion: Completion, duration_s: float) -> Completion:
+    from dataclasses import replace  # noqa: PLC0415
+
+    return replace(completion, duration_s=duration_s)
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """Decides how to compact: returns the new message list (may be the same messages).
+
+    A strategy may define `fallback(context, env)`, used when it fails under `on_failure =
+    "fallback"`; strategies without one fall back to keeping the last 40 % (`hard_clear`).
+    """
+
+    def compact(self, context: Context, env: CompactionEnv) -> list[Message]: ...

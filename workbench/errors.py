@@ -1,0 +1,49 @@
+"""The workbench's exception types.
+
+Each error says what went wrong in terms a user can act on: the file and line for bad input,
+the offending name and the valid choices for a bad configuration.
+"""
+
+from __future__ import annotations
+
+
+class WorkbenchError(Exception):
+    """Base class of every error the workbench raises on purpose."""
+
+
+class FormatError(WorkbenchError, ValueError):
+    """A recorded-session file could not be read.
+
+    The message names the file, the line or position when known, and what was expected.
+    """
+
+    def __init__(self, path: str, problem: str, *, line: int | None = None, expected: str | None = None):
+        self.path = str(path)
+        self.line = line
+        self.problem = problem
+        self.expected = expected
+        where = f"{self.path}:{line}" if line is not None else self.path
+        text = f"{where}: {problem}"
+        if expected:
+            text += f" (expected {expected})"
+        super().__init__(text)
+
+
+class ConfigError(WorkbenchError, ValueError):
+    """A trigger, strategy or replay configuration is invalid."""
+
+
+class CompactionError(WorkbenchError):
+    """A strategy could not compact the context (the replay's `on_failure` decides what follows)."""
+
+
+class SummarizerError(CompactionError):
+    """A summarizer model call failed (after the gateway's retries) or the breaker is open."""
+
+
+class InvariantError(WorkbenchError):
+    """A compaction broke a replay invariant (system prefix, tool pairing, pinned messages)."""
+
+
+class StoreError(WorkbenchError):
+    """The DuckDB store could not be opened or written (e.g. it is in use by another process)."""

@@ -1,0 +1,236 @@
+"""Import recorded agent sessions from the formats agents write.
+
+Public API:
+- `FORMATS`: the format names (`openai`, `anthropic`, `claude-code`, `codex`, `swe-agent`,
+  `mini-swe-agent`, `openhands`, `aider`);
+- `detect(path)`: the format of one file (FormatError naming the file when unknown);
+- `load(path, format="auto", dataset=None)`: every session of a file or a folder (walked
+  recursively); raises FormatError on the first bad file;
+- `iter_load(paths, format="auto", dataset=None)`: one `FileResult` per candidate file, so
+  good files yield their sessions even when others fail;
+- `iter_sessions(path, format="auto", dataset=None, *, source=None)`: the sessions of one
+  file, streamed line by line for JSONL layouts (openai, anthropic, openhands eval output);
+- `candidates(path)`: the (file, walk root) pairs a folder walk visits;
+- `UnknownFormatError`: the FormatError subclass for a file that matches no format.
+
+Every session gets `format`, `dataset` (the given one, else the format name) and metadata
+`source` (the file's path relative to the folder walked, or its name), plus what the format
+records (model, usage totals, recorded compactions...). Every message role is one of
+system/user/assistant/tool and every tool call is paired with exactly one result (see
+`_common` for the stray-result and missing-result rules).
+
+Folder walks consider only `*.json`, `*.jsonl`, `*.ndjson`, `*.traj` (incl. `*.traj.json`) and
+`.aider.chat.history.md` files, skip VCS/virtualenv/cache folders and well-known config files,
+visit each real file once, and import a session (by content id) only once per call. A walked
+file that matches no format is reported by `iter_load` with an `UnknownFormatError` and skipped
+by `load`; a file that matches a format but does not parse fails `load`.
+Claude Code `subagents/agent-acompact-*.jsonl` files (the compaction model calls) are imported
+as their own sessions tagged `claude_code_kind = "compaction_call"`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from types import ModuleType
+
+from ..errors import FormatError
+from ..session import Session
+from . import aider, anthropic, claude_code, codex, mini_swe_agent, openai, openhands, swe_agent
+from ._common import display_path, read_head
+
+__all__ = ["FORMATS", "FileResult", "UnknownFormatError", "candidates", "detect", "iter_load", "iter_sessions",
+           "load"]
+
+FORMATS: tuple[str, ...] = ("openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
+                            "openhands", "aider")
+
+_MODULES: dict[str, ModuleType] = {
+    "openai": openai, "anthropic": anthropic, "claude-code": claude_code, "codex": codex,
+    "swe-agent": swe_agent, "mini-swe-agent": mini_swe_agent, "openhands": openhands, "aider": aider,
+}
+# Most specific first: openai accepts almost any message list, so it comes last.
+_DETECT_ORDER: tuple[str, ...] = ("aider", "claude-code", "codex", "openhands", "mini-swe-agent", "swe-agent",
+                                  "anthropic", "openai")
+_ALIASES = {"openai-chat": "openai", "chat": "openai", "claude": "claude-code", "claude_code": "claude-code",
+            "swe_agent": "swe-agent", "sweagent": "swe-agent", "mini_swe_agent": "mini-swe-agent",
+            "mini-swe": "mini-swe-agent", "open-hands": "openhands", "codex-cli": "codex"}
+_SESSION_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj")
+_AIDER_NAME = ".aider.chat.history.md"
+_SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache",
+              ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}
+_SKIP_FILES = {"package.json", "package-lock.json", "tsconfig.json", "composer.json", "composer.lock",
+               "manifest.json", "settings.json", "settings.local.json", ".eslintrc.json", "bun.lock",
+               "pyrightconfig.json", "renovate.json", "vercel.json", "app.json", "deno.json"}
+
+
+class UnknownFormatError(FormatError):
+    """The file matches none of the known session formats."""
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """The outcome of importing one file: its sessions, or the error that stopped it.
+
+    A file with an error contributes no sessions (import is all-or-nothing per file).
+    """
+
+    path: str
+    sessions: tuple[Session, ...]
+    error: FormatError | None
+
+
+def detect(path: str | os.PathLike[str]) -> str:
+    """The format name of one file, from its name and first bytes."""
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise FormatError(path, "no such file" if not os.path.exists(path) else "not a regular file",
+                          expected="a recorded-session file")
+    head = read_head(path)
+    if not head.strip():
+        raise FormatError(path, "the file is empty", expected="a recorded session")
+    for name in _DETECT_ORDER:
+        try:
+            if _MODULES[name].detect(path, head):
+                return name
+        except Exception:  # a sniffer must never decide by crashing
+            continue
+    raise UnknownFormatError(path, "the content matches no known session format",
+                             expected="one of: " + ", ".join(FORMATS))
+
+
+def load(path: str | os.PathLike[str], format: str = "auto", dataset: str | None = None) -> list[Session]:
+    """Every session in a file, or in the files of a folder (walked recursively).
+
+    Raises FormatError for a missing path, an empty folder, and the first file that cannot be
+    read (walked files matching no format are skipped).
+    """
+    root = os.fspath(path)
+    if not os.path.exists(root):
+        raise FormatError(root, "no such file or folder", expected="a session file or a folder of them")
+    sessions: list[Session] = []
+    seen_files = False
+    for result in iter_load([root], format=format, dataset=dataset):
+        if result.error is not None:
+            if isinstance(result.error, UnknownFormatError) and os.path.isdir(root):
+                continue
+            raise result.error
+        seen_files = True
+        sessions.extend(result.sessions)
+    if not seen_files and os.path.isdir(root):
+        raise FormatError(root, "no session file found in the folder",
+                          expected="*.json, *.jsonl, *.traj or .aider.chat.history.md files")
+    return sessions
+
+
+def iter_load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], format: str = "auto",
+              dataset: str | None = None) -> Iterator[FileResult]:
+    """One FileResult per candidate file under `paths` (files or folders), in a stable order.
+
+    Each real file is read once; a session whose content id was already yielded in this call
+    is not yielded again.
+    """
+    if isinstance(paths, (str, os.PathLike)):
+        paths = [paths]
+    fmt = _format_name(format, "")
+    seen_files: set[str] = set()
+    seen_ids: set[str] = set()
+    for given in paths:
+        given = os.fspath(given)
+        for file_path, root in candidates(given):
+            real = os.path.realpath(file_path)
+            if real in seen_files:
+                continue
+            seen_files.add(real)
+            yield _load_file(file_path, root, fmt, dataset, seen_ids)
+
+
+def iter_sessions(path: str | os.PathLike[str], format: str = "auto", dataset: str | None = None,
+                  *, source: str | None = None) -> Iterator[Session]:
+    """The sessions of one file, streamed (JSONL layouts are read line by line).
+
+    Only FormatError escapes: an unexpected failure of a reader is reported as a FormatError
+    naming the file and the format.
+    """
+    path = os.fspath(path)
+    name = _format_name(format, path)
+    if name == "auto":
+        name = detect(path)
+    module = _MODULES[name]
+    reader: Callable[[str], Iterable[Session]] = getattr(module, "iter_sessions", module.load)
+    label = source or os.path.basename(path)
+    for session in _guarded(path, name, reader):
+        yield replace(session, format=name, dataset=dataset or name,
+                      metadata={**session.metadata, "source": label})
+
+
+def _guarded(path: str, name: str, reader: Callable[[str], Iterable[Session]]) -> Iterator[Session]:
+    """Run a reader so that only FormatError escapes (the importer contract for any bytes)."""
+    try:
+        yield from reader(path)
+    except FormatError:
+        raise
+    except RecursionError:
+        raise FormatError(path, f"the {name} data is nested too deeply to read",
+                          expected=f"a well-formed {name} file") from None
+    except MemoryError:
+        raise
+    except Exception as exc:  # the contract: bad input only ever raises FormatError
+        raise FormatError(path, f"cannot read as {name}: {type(exc).__name__}: {exc}",
+                          expected=f"a well-formed {name} file") from exc
+
+
+def _load_file(path: str, root: str | None, fmt: str, dataset: str | None, seen_ids: set[str]) -> FileResult:
+    """Import one file completely (or not at all), skipping sessions already seen."""
+    sessions: list[Session] = []
+    ids: set[str] = set()
+    try:
+        for session in iter_sessions(path, fmt, dataset, source=display_path(path, root)):
+            if session.id in seen_ids or session.id in ids:
+                continue
+            ids.add(session.id)
+            sessions.append(session)
+        seen_ids.update(ids)
+    except FormatError as error:
+        return FileResult(path=path, sessions=(), error=error)
+    return FileResult(path=path, sessions=tuple(sessions), error=None)
+
+
+def _format_name(format: str, path: str) -> str:
+    """The canonical format name for `format` (aliases such as `openai-chat` accepted)."""
+    if not isinstance(format, str):
+        raise FormatError(path or "<format>", f"format must be a name, not {type(format).__name__}",
+                          expected="auto or one of: " + ", ".join(FORMATS))
+    name = _ALIASES.get(format.strip().lower(), format.strip().lower())
+    if name != "auto" and name not in _MODULES:
+        raise FormatError(path or "<format>", f"unknown format {format!r}",
+                          expected="auto or one of: " + ", ".join(FORMATS))
+    return name
+
+
+def candidates(given: str | os.PathLike[str]) -> Iterator[tuple[str, str | None]]:
+    """(file, walk root) pairs in a stable order: `(given, None)` for a file (or a missing
+    path), else every session-like file under the folder with the folder as root (the folder
+    walk rules of this module). Real files are not de-duplicated here; `iter_load` does it."""
+    given = os.fspath(given)
+    if not os.path.isdir(given):
+        yield given, None
+        return
+    for folder, dirs, files in os.walk(given):
+        dirs[:] = sorted(d for d in dirs if d not in _SKIP_DIRS)
+        for name in sorted(files):
+            if _is_candidate(name):
+                yield os.path.join(folder, name), given
+
+
+def _is_candidate(name: str) -> bool:
+    if name == _AIDER_NAME or name.endswith(_AIDER_NAME):
+        return True
+    if name in _SKIP_FILES:
+        return False
+    return name.lower().endswith(_SESSION_SUFFIXES)
+
+
+
+_candidates = candidates  # the name used before `candidates` was public

@@ -1,0 +1,366 @@
+"""OpenHands trajectories: V0 event lists, eval output JSONL, and V1 (agent SDK) events.
+
+Layouts: a JSON array of events (one session); an eval JSONL where each line is an instance
+`{instance_id, instruction, history, metrics, metadata}` (one session per line, streamed); a
+JSONL of V1 events (one session for the file); a single eval object with `history`.
+
+V0 events (`action` / `observation`):
+- `system` action → system message; `message` actions → user/assistant text;
+- actions with `tool_call_metadata` → tool calls; actions sharing a `model_response.id` form
+  one assistant message (text from the response, else the action's `thought`); arguments come
+  from the recorded response, else from `args`; usage/finish_reason/model from the response
+  (or `metrics.token_usages` by response id);
+- observations pair to calls by `tool_call_id`, else by `cause`; observations of text actions
+  (no function calling) become user messages; `recall`, `null`, state-change and similar
+  bookkeeping events are skipped.
+V1 events (`kind`): `SystemPromptEvent` → system message (+ tool schemas), `MessageEvent` →
+its `llm_message`, `ActionEvent`s sharing `llm_response_id` → one assistant message with
+several calls, `ObservationEvent` / `UserRejectObservation` / `AgentErrorEvent` → tool results,
+condensation summaries → a user message with metadata `compact_summary` and an entry of
+`recorded_compactions`; state updates give `recorded_totals`.
+When the history has no user message before the agent starts, the instance's `instruction`
+is inserted as the first user message (metadata `from_instruction`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import FormatError
+from ..session import Message, Session, ToolCall
+from ._common import (
+    TurnBuilder, as_dict, hashable, as_list, as_str, build_session, clean_usage, content_text, dumps_args,
+    finish_reason, first_record, has_key, has_value, head_text, image_part, iter_jsonl, json_layout,
+    openai_content, read_json, text_part,
+)
+
+FORMAT = "openhands"
+EXPECTED = ("OpenHands events (a list of action/observation events, V1 kind-tagged events, "
+            "or eval lines with 'history')")
+_SKIP_ACTIONS = ("recall", "change_agent_state", "null", "condensation_request")
+_SKIP_OBSERVATIONS = ("null", "agent_state_changed", "recall", "agent_condensation")
+_V1_RESULTS = ("ObservationEvent", "UserRejectObservation", "AgentErrorEvent")
+_V1_EVENTS = ("ActionEvent", "ObservationEvent", "MessageEvent", "SystemPromptEvent",
+              "ConversationStateUpdateEvent", "AgentErrorEvent", "UserRejectObservation",
+              "Condensation", "CondensationSummaryEvent", "CondensationRequest", "PauseEvent")
+
+
+def detect(path: str, head: bytes | str) -> bool:
+    """OpenHands events (V0 action/observation or V1 `kind` events) or eval lines with `history`."""
+    text = head_text(head)
+    if not text.startswith(("{", "[")):
+        return False
+    record = first_record(text)
+    if record is not None:
+        if _is_event(record):
+            return True
+        history = record.get("history")
+        if isinstance(history, list) and ("instance_id" in record or "instruction" in record):
+            return not history or any(isinstance(e, dict) and _is_event(e) for e in history[:5])
+        if text.startswith("[") and "role" in record:
+            return False
+    return (has_key(text, "tool_call_metadata", "llm_response_id")
+            or has_value(text, "kind", *_V1_EVENTS)
+            or (has_key(text, "observation") and has_key(text, "cause")))
+
+
+def _is_event(record: dict[str, Any]) -> bool:
+    kind = record.get("kind")
+    if isinstance(kind, str) and (kind in _V1_EVENTS or kind.endswith("Event")):
+        return True
+    return ("action" in record or "observation" in record) and ("source" in record or "id" in record
+                                                                or "cause" in record or "args" in record)
+
+
+def load(path: str) -> list[Session]:
+    """Every session in the file."""
+    return list(iter_sessions(path))
+
+
+def iter_sessions(path: str) -> Iterator[Session]:
+    """Stream the sessions; eval JSONL files are read one instance per line."""
+    if json_layout(path) == "jsonl":
+        events: list[Any] = []
+        for number, value in iter_jsonl(path, EXPECTED):
+            if isinstance(value, dict) and isinstance(value.get("history"), list):
+                if events:
+                    raise FormatError(path, "an eval line follows event lines", line=number, expected=EXPECTED)
+                yield _instance_session(path, value, number)
+            elif isinstance(value, dict) and _is_event(value):
+                events.append(value)
+            else:
+                raise FormatError(path, "the line is neither an event nor an eval instance", line=number,
+                                  expected=EXPECTED)
+        if events:
+            yield _events_session(path, events, {}, None, "the file")
+        return
+    value = read_json(path, EXPECTED)
+    if isinstance(value, list):
+        yield _events_session(path, value, {}, None, "the list")
+    elif isinstance(value, dict) and isinstance(value.get("history"), list):
+        yield _instance_session(path, value, None)
+    elif isinstance(value, dict) and isinstance(value.get("events"), list):
+        yield _events_session(path, value["events"], {}, None, "events")
+    else:
+        raise FormatError(path, "the JSON document is not an event list or an eval instance", expected=EXPECTED)
+
+
+def _instance_session(path: str, record: dict[str, Any], line: int | None) -> Session:
+    metadata = as_dict(record.get("metadata"))
+    llm = as_dict(metadata.get("llm_config")) or as_dict(metadata.get("llm"))
+    metrics = as_dict(record.get("metrics"))
+    meta: dict[str, Any] = {
+        "instance_id": record.get("instance_id"),
+        "source_line": line,
+        "model": llm.get("model") if isinstance(llm.get("model"), str) else None,
+        "agent_class": metadata.get("agent_class"),
+        "recorded_totals": clean_usage(metrics.get("accumulated_token_usage")),
+        "cost": metrics.get("accumulated_cost") if isinstance(metrics.get("accumulated_cost"), (int, float)) else None,
+        "error": record.get("error") if isinstance(record.get("error"), str) else None,
+    }
+    usages = {hashable(u.get("response_id")): u for u in as_list(metrics.get("token_usages"))
+              if isinstance(u, dict) and u.get("response_id")}
+    instruction = record.get("instruction")
+    return _events_session(path, record["history"], meta, line, "history", usages=usages,
+                           instruction=instruction if isinstance(instruction, str) else None)
+
+
+def _events_session(path: str, events: list[Any], meta: dict[str, Any], line: int | None, where: str, *,
+                    usages: dict[str, Any] | None = None, instruction: str | None = None) -> Session:
+    builder = TurnBuilder()
+    state = _State(usages or {})
+    needs_instruction = instruction is not None and not _user_first(events)
+    for index, event in enumerate(events):
+        if not isinstance(event, dict):
+            raise FormatError(path, f"{where}[{index}] is not an object", line=line, expected="an event object")
+        if needs_instruction and not _is_system(event):
+            builder.add(Message(role="user", content=instruction, metadata={"from_instruction": True}))
+            needs_instruction = False
+        if isinstance(event.get("kind"), str):
+            _v1_event(builder, event, state)
+        elif "action" in event:
+            _v0_action(builder, event, state)
+        elif "observation" in event:
+            _v0_observation(builder, event, state)
+    if needs_instruction:
+        builder.add(Message(role="user", content=instruction, metadata={"from_instruction": True}))
+    messages = builder.messages()
+    if not messages:
+        raise FormatError(path, f"{where} holds no conversation events", line=line, expected=EXPECTED)
+    meta = dict(meta)
+    if state.compactions:
+        meta["recorded_compactions"] = state.compactions
+    if state.totals and not meta.get("recorded_totals"):
+        meta["recorded_totals"] = state.totals
+    return build_session(messages, FORMAT, tools=state.tools, metadata=meta)
+
+
+class _State:
+    """Per-session bookkeeping: action id → call id, text actions, tools, compactions."""
+
+    def __init__(self, usages: dict[str, Any]) -> None:
+        self.usages = usages
+        self.calls: dict[Any, str] = {}
+        self.text_actions: set[Any] = set()
+        self.tools: list[dict[str, Any]] = []
+        self.compactions: list[dict[str, Any]] = []
+        self.totals: dict[str, int] | None = None
+        self.count = 0
+
+
+def _user_first(events: list[Any]) -> bool:
+    """Whether a user message comes before the agent's first action or message."""
+    for event in events:
+        if not isinstance(event, dict) or _is_system(event):
+            continue
+        if event.get("kind") == "MessageEvent":
+            return as_dict(event.get("llm_message")).get("role") == "user"
+        if event.get("kind") in ("ActionEvent",) or event.get("source") == "agent":
+            return False
+        if event.get("action") == "message" and event.get("source") == "user":
+            return True
+    return False
+
+
+def _is_system(event: dict[str, Any]) -> bool:
+    return event.get("kind") == "SystemPromptEvent" or event.get("action") == "system" or (
+        "kind" in event and event.get("kind") == "ConversationStateUpdateEvent")
+
+
+# --------------------------------------------------------------------------- V0
+
+
+def _v0_action(builder: TurnBuilder, event: dict[str, Any], state: _State) -> None:
+    action = event.get("action")
+    args = as_dict(event.get("args"))
+    source = event.get("source")
+    stamp = {"timestamp": event["timestamp"]} if event.get("timestamp") else {}
+    if action == "system":
+        builder.add(Message(role="system", content=as_str(args.get("content") or event.get("message")), metadata=stamp))
+        tools = as_list(args.get("tools"))
+        state.tools.extend(t for t in tools if isinstance(t, dict))
+        return
+    tcm = as_dict(event.get("tool_call_metadata"))
+    if tcm.get("tool_call_id"):
+        _v0_call(builder, event, tcm, args, state)
+        return
+    if action == "message":
+        text = as_str(args.get("content") or event.get("message"))
+        images = [image_part(as_str(u)) for u in as_list(args.get("image_urls")) if u]
+        content: Any = [text_part(text), *images] if images else text
+        if source == "user":
+            builder.add(Message(role="user", content=content, metadata=stamp))
+        else:
+            builder.add(Message(role="assistant", content=content, metadata=stamp))
+        return
+    if action in _SKIP_ACTIONS or source != "agent":
+        return
+    thought = as_str(args.get("thought"))
+    summary = as_str(event.get("message"))
+    text = "\n\n".join(t for t in (thought, summary) if t.strip())
+    builder.add(Message(role="assistant", content=text, metadata={**stamp, "action": action}))
+    state.text_actions.add(hashable(event.get("id")))
+
+
+def _v0_call(builder: TurnBuilder, event: dict[str, Any], tcm: dict[str, Any], args: dict[str, Any],
+             state: _State) -> None:
+    call_id = as_str(tcm.get("tool_call_id"))
+    response = as_dict(tcm.get("model_response"))
+    choice = as_dict(as_list(response.get("choices"))[0]) if as_list(response.get("choices")) else {}
+    message = as_dict(choice.get("message"))
+    arguments = next((as_dict(c.get("function")).get("arguments") for c in as_list(message.get("tool_calls"))
+                      if isinstance(c, dict) and c.get("id") == call_id), None)
+    if arguments is None:
+        arguments = {k: v for k, v in args.items() if k != "thought"}
+    response_id = response.get("id") or f"call:{call_id}"
+    meta: dict[str, Any] = {"timestamp": event.get("timestamp")}
+    usage = clean_usage(response.get("usage")) or clean_usage(state.usages.get(hashable(response_id)))
+    if usage:
+        usage.pop("response_id", None)
+        meta["usage"] = usage
+    reason = finish_reason(choice.get("finish_reason"))
+    if reason:
+        meta["finish_reason"] = reason
+    if isinstance(response.get("model"), str):
+        meta["model"] = response["model"]
+    fresh = not builder.knows(("resp", hashable(response_id)))
+    turn = builder.assistant(key=("resp", hashable(response_id)), metadata=meta)
+    if fresh:
+        text = content_text(message.get("content")) or as_str(args.get("thought"))
+        if text:
+            turn.texts.append(text)
+    call = builder.add_call(turn, ToolCall(id=call_id, name=as_str(tcm.get("function_name")),
+                                           arguments=dumps_args(arguments)))
+    state.calls[hashable(event.get("id"))] = call.id
+
+
+def _v0_observation(builder: TurnBuilder, event: dict[str, Any], state: _State) -> None:
+    observation = event.get("observation")
+    if observation in _SKIP_OBSERVATIONS:
+        return
+    tcm = as_dict(event.get("tool_call_metadata"))
+    call_id = as_str(tcm.get("tool_call_id")) or state.calls.get(hashable(event.get("cause")))
+    content = event.get("content")
+    text = content if isinstance(content, str) and content else as_str(event.get("message"))
+    meta: dict[str, Any] = {"observation": observation}
+    if event.get("timestamp"):
+        meta["timestamp"] = event["timestamp"]
+    if call_id:
+        builder.result(call_id, text, name=as_str(tcm.get("function_name")) or None, metadata=meta)
+    elif text.strip():
+        builder.add(Message(role="user", content=text, metadata=meta))
+
+
+# --------------------------------------------------------------------------- V1
+
+
+def _v1_event(builder: TurnBuilder, event: dict[str, Any], state: _State) -> None:
+    kind = event.get("kind")
+    stamp = {"timestamp": event["timestamp"]} if event.get("timestamp") else {}
+    if kind == "SystemPromptEvent":
+        prompt = event.get("system_prompt")
+        builder.add(Message(role="system", content=content_text(prompt), metadata=stamp))
+        state.tools.extend(t for t in as_list(event.get("tools")) if isinstance(t, dict))
+    elif kind == "MessageEvent":
+        _v1_message(builder, event, stamp)
+    elif kind == "ActionEvent":
+        _v1_action(builder, event, state, stamp)
+    elif kind in _V1_RESULTS:
+        call_id = as_str(event.get("tool_call_id")) or state.calls.get(hashable(event.get("action_id")))
+        text, is_error = _v1_observation_text(event)
+        meta = {**stamp, "is_error": True} if is_error else stamp
+        builder.result(call_id or None, text, name=as_str(event.get("tool_name")) or None, metadata=meta)
+    elif kind in ("Condensation", "CondensationSummaryEvent"):
+        summary = as_str(event.get("summary"))
+        index = len(builder.messages())
+        state.compactions.append({"message_index": index if summary else None, "trigger": None,
+                                  "pre_tokens": None, "summary": summary or None,
+                                  "forgotten_events": len(as_list(event.get("forgotten_event_ids"))) or None,
+                                  "timestamp": event.get("timestamp")})
+        if summary:
+            builder.add(Message(role="user", content=summary, metadata={**stamp, "compact_summary": True}))
+    elif kind == "ConversationStateUpdateEvent" and event.get("key") == "stats":
+        metrics = as_dict(as_dict(event.get("value")).get("usage_to_metrics"))
+        totals = clean_usage(as_dict(as_dict(metrics.get("default")).get("accumulated_token_usage")))
+        if totals:
+            state.totals = totals
+
+
+def _v1_message(builder: TurnBuilder, event: dict[str, Any], stamp: dict[str, Any]) -> None:
+    message = as_dict(event.get("llm_message"))
+    role = message.get("role")
+    content = openai_content(message.get("content"))
+    if isinstance(content, list) and all(p.get("type") == "text" for p in content):
+        content = "\n".join(as_str(p.get("text")) for p in content)
+    if role == "assistant":
+        key = ("resp", hashable(event["llm_response_id"])) if event.get("llm_response_id") else None
+        turn = builder.assistant(key=key, metadata=stamp)
+        if isinstance(content, str):
+            turn.texts.append(content)
+        elif content:
+            turn.parts.extend(content)
+    elif role in ("user", "system"):
+        builder.add(Message(role=role, content=content if content is not None else "", metadata=stamp))
+    elif role == "tool":
+        builder.result(as_str(message.get("tool_call_id")) or None, content, name=as_str(message.get("name")) or None)
+
+
+def _v1_action(builder: TurnBuilder, event: dict[str, Any], state: _State, stamp: dict[str, Any]) -> None:
+    tool_call = as_dict(event.get("tool_call"))
+    call_id = as_str(event.get("tool_call_id") or tool_call.get("id"))
+    name = as_str(event.get("tool_name") or tool_call.get("name"))
+    arguments = tool_call.get("arguments")
+    if arguments is None:
+        arguments = {k: v for k, v in as_dict(event.get("action")).items() if k != "kind"}
+    response_id = event.get("llm_response_id") or f"event:{event.get('id')}"
+    turn = builder.assistant(key=("resp", hashable(response_id)), metadata=stamp)
+    thought = content_text(event.get("thought"))
+    if thought.strip() and thought not in turn.texts:
+        turn.texts.append(thought)
+    reasoning = event.get("reasoning_content")
+    if isinstance(reasoning, str) and reasoning.strip() and reasoning != turn.metadata.get("thinking"):
+        turn.metadata["thinking"] = reasoning
+    call = builder.add_call(turn, ToolCall(id=call_id, name=name, arguments=dumps_args(arguments)))
+    state.calls[hashable(event.get("id"))] = call.id
+
+
+def _v1_observation_text(event: dict[str, Any]) -> tuple[str, bool]:
+    """The text an observation event shows the model, and whether it reports an error."""
+    if event.get("kind") == "AgentErrorEvent":
+        return as_str(event.get("error")), True
+    if event.get("kind") == "UserRejectObservation":
+        return as_str(event.get("rejection_reason") or "The user rejected this action."), True
+    observation = event.get("observation")
+    if not isinstance(observation, dict):
+        return as_str(observation), False
+    error = observation.get("error")
+    is_error = bool(error) or bool(observation.get("is_error"))
+    if isinstance(observation.get("content"), (list, str)) and observation.get("content"):
+        return content_text(observation["content"]), is_error
+    for key in ("output", "message", "text"):
+        if isinstance(observation.get(key), str) and observation[key]:
+            return observation[key], is_error
+    if isinstance(error, str) and error:
+        return error, True
+    return "", is_error

@@ -1,0 +1,346 @@
+"""The session model: messages, steps and sessions.
+
+A `Message` is OpenAI-chat shaped and immutable. A `Step` is what compaction keeps or drops
+whole (a user message, or an assistant message with every tool result answering it), so no
+strategy that works on steps can orphan a tool call or a tool result. A `Session` is a recorded
+conversation with a content-derived id, so importing the same content twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+Role = Literal["system", "user", "assistant", "tool"]
+Origin = Literal["original", "compacted_synthetic", "compacted_modified", "retrieved_history"]
+ProbeKind = Literal["recall", "artifact", "decision", "continuation"]
+
+ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+ORIGINS: tuple[str, ...] = ("original", "compacted_synthetic", "compacted_modified", "retrieved_history")
+PROBE_KINDS: tuple[str, ...] = ("recall", "artifact", "decision", "continuation")
+PINNED_IMPORTANCE = 10.0
+NO_RESULT_TEXT = "[no result recorded: the tool call was interrupted]"
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call requested by an assistant message; `arguments` is a JSON string."""
+
+    id: str
+    name: str
+    arguments: str = "{}"
+
+    def to_openai(self) -> dict[str, Any]:
+        return {"id": self.id, "type": "function", "function": {"name": self.name, "arguments": self.arguments}}
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> ToolCall:
+        function = data.get("function") or {}
+        arguments = function.get("arguments", data.get("arguments", "{}"))
+        if not isinstance(arguments, str):
+            arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
+        return cls(id=str(data.get("id") or ""), name=str(function.get("name") or data.get("name") or ""),
+                   arguments=arguments)
+
+
+Content = str | tuple[Mapping[str, Any], ...] | None
+
+
+def _freeze_content(content: Any) -> Content:
+    if content is None or isinstance(content, str):
+        return content
+    if isinstance(content, Mapping):
+        return (dict(content),)
+    if isinstance(content, Iterable):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append({"type": "text", "text": part})
+            elif isinstance(part, Mapping):
+                parts.append(dict(part))
+            else:
+                raise TypeError(f"content part must be a dict or a string, not {type(part).__name__}")
+        return tuple(parts)
+    raise TypeError(f"content must be a string, a list of parts or None, not {type(content).__name__}")
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message.
+
+    `content` is text, a tuple of parts (`{"type": "text", "text": ...}`, `{"type": "image_url", ...}`)
+    or None. `importance` is in [-10, 10]; 10 or more pins the message through every strategy.
+    `origin` says whether compaction made or changed it. `metadata` holds what the recording said
+    (usage, finish_reason, model, timestamps...). Token counts are cached on the instance, which is
+    safe because a message never changes.
+    """
+
+    role: str
+    content: Content = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    origin: str = "original"
+    importance: float = 0.0
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+    _token_cache: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"message role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if self.origin not in ORIGINS:
+            raise ValueError(f"message origin must be one of {', '.join(ORIGINS)}, not {self.origin!r}")
+        if not -10.0 <= float(self.importance) <= 10.0:
+            raise ValueError(f"importance must be within [-10, 10], not {self.importance}")
+        content = _freeze_content(self.content)
+        if content is not self.content:
+            object.__setattr__(self, "content", content)
+        if not isinstance(self.tool_calls, tuple):
+            calls = tuple(c if isinstance(c, ToolCall) else ToolCall.from_openai(c) for c in self.tool_calls)
+            object.__setattr__(self, "tool_calls", calls)
+
+    @property
+    def pinned(self) -> bool:
+        return self.importance >= PINNED_IMPORTANCE
+
+    @property
+    def text(self) -> str:
+        """The text content: the string itself, or the text parts joined by newlines (other parts skipped)."""
+        content = self.content
+        if content is None:
+            return ""
+        if isinstance(content, str):
+            return content
+        return "\n".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+
+    @property
+    def has_non_text_parts(self) -> bool:
+        return isinstance(self.content, tuple) and any(p.get("type") != "text" for p in self.content)
+
+    def replace(self, **changes: Any) -> Message:
+        """A copy with `changes` applied (and a fresh token cache)."""
+        return replace(self, **changes)
+
+    def to_openai(self, *, extras: bool = False) -> dict[str, Any]:
+        """The OpenAI chat dict; with `extras`, also `origin`, `importance` and `metadata` when set."""
+        content = self.content
+        out: dict[str, Any] = {
+            "role": self.role,
+            "content": content if content is None or isinstance(content, str) else [dict(p) for p in content],
+        }
+        if self.tool_calls:
+            out["tool_calls"] = [c.to_openai() for c in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        if extras:
+            if self.origin != "original":
+                out["origin"] = self.origin
+            if self.importance:
+                out["importance"] = self.importance
+            if self.metadata:
+                out["metadata"] = dict(self.metadata)
+        return out
+
+    @classmethod
+    def from_openai(cls, data: Mapping[str, Any]) -> Message:
+        """Build from an OpenAI chat dict; `importance`, `origin` and `metadata` are read when present."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"a message must be a dict, not {type(data).__name__}")
+        calls = data.get("tool_calls") or ()
+        return cls(
+            role=data.get("role", ""),
+            content=data.get("content"),
+            tool_calls=tuple(ToolCall.from_openai(c) for c in calls),
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+            origin=data.get("origin", "original"),
+            importance=float(data.get("importance", 0.0) or 0.0),
+            metadata=dict(data.get("metadata") or {}),
+        )
+
+
+MessageLike = Message | Mapping[str, Any]
+
+
+def as_message(item: MessageLike) -> Message:
+    return item if isinstance(item, Message) else Message.from_openai(item)
+
+
+def as_messages(items: Iterable[MessageLike]) -> list[Message]:
+    return [as_message(m) for m in items]
+
+
+@dataclass(frozen=True)
+class Step:
+    """A unit compaction keeps or drops whole.
+
+    `kind` is `system`, `user`, `assistant` (with its tool results) or `tool` (a stray tool
+    message with no call before it: only in malformed input).
+    """
+
+    messages: tuple[Message, ...]
+
+    @property
+    def kind(self) -> str:
+        return self.messages[0].role
+
+    @property
+    def pinned(self) -> bool:
+        return any(m.pinned for m in self.messages)
+
+    @property
+    def head(self) -> Message:
+        return self.messages[0]
+
+
+def group_steps(messages: Sequence[Message]) -> list[Step]:
+    """Split messages into steps: each tool result joins the assistant step whose call it answers.
+
+    Tool messages directly after an assistant message (or after its other results) join it; a
+    tool message anywhere else starts a step of its own.
+    """
+    steps: list[list[Message]] = []
+    open_calls: set[str] = set()
+    for message in messages:
+        if message.role == "tool" and steps and steps[-1][0].role == "assistant" and (
+            message.tool_call_id in open_calls or not message.tool_call_id
+        ):
+            steps[-1].append(message)
+            open_calls.discard(message.tool_call_id or "")
+            continue
+        steps.append([message])
+        open_calls = {c.id for c in message.tool_calls} if message.role == "assistant" else set()
+    return [Step(tuple(s)) for s in steps]
+
+
+def flatten(steps: Iterable[Step]) -> list[Message]:
+    return [m for s in steps for m in s.messages]
+
+
+def split_leading_system(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
+    """(the leading system messages, the rest)."""
+    i = 0
+    while i < len(messages) and messages[i].role == "system":
+        i += 1
+    return list(messages[:i]), list(messages[i:])
+
+
+def tool_pairing_problems(messages: Sequence[Message]) -> list[str]:
+    """Every tool call without a result and every result without a call, as readable lines."""
+    problems: list[str] = []
+    pending: dict[str, int] = {}
+    for index, message in enumerate(messages):
+        if message.role == "assistant":
+            for call_id, at in pending.items():
+                problems.append(f"tool call {call_id!r} at message {at} has no result")
+            pending = {c.id: index for c in message.tool_calls}
+        elif message.role == "tool":
+            if message.tool_call_id in pending:
+                del pending[message.tool_call_id]
+            else:
+                problems.append(f"tool result at message {index} answers no preceding call "
+                                f"({message.tool_call_id!r})")
+        elif pending and message.role == "user":
+            for call_id, at in pending.items():
+                problems.append(f"tool call {call_id!r} at message {at} has no result")
+            pending = {}
+    for call_id, at in pending.items():
+        problems.append(f"tool call {call_id!r} at message {at} has no result")
+    return problems
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A question about the session whose answer a good compaction keeps available.
+
+    `from_call` is the 0-based call index from which the probe applies (its fact is known by then).
+    """
+
+    question: str
+    expected: str
+    kind: str = "recall"
+    from_call: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in PROBE_KINDS:
+            raise ValueError(f"probe kind must be one of {', '.join(PROBE_KINDS)}, not {self.kind!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"question": self.question, "expected": self.expected, "kind": self.kind, "from_call": self.from_call}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Probe:
+        return cls(question=str(data["question"]), expected=str(data["expected"]),
+                   kind=str(data.get("kind", "recall")), from_call=int(data.get("from_call", 0)))
+
+
+def content_hash(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()) -> str:
+    """A stable id from the conversation's content (messages with importance/origin, tool schemas).
+
+    Keys keep the order the model builds them in, so the same content always hashes the same.
+    """
+    records = []
+    for message in messages:
+        record = message.to_openai()
+        record["importance"] = message.importance
+        record["origin"] = message.origin
+        records.append(record)
+    digest = hashlib.sha256(json.dumps(records, ensure_ascii=False, default=str).encode())
+    if tools:
+        digest.update(json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=str).encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class Session:
+    """A recorded conversation.
+
+    `id` is a hash of the content unless given. `format` is the source format it was imported
+    from, `tools` the tool schemas offered to the model (OpenAI shape), `probes` the questions a
+    replay's final context should still answer, `metadata` anything else the recording said
+    (model, recorded compactions, usage totals...).
+    """
+
+    messages: tuple[Message, ...]
+    id: str = ""
+    dataset: str = "default"
+    format: str = "openai"
+    tools: tuple[Mapping[str, Any], ...] = ()
+    probes: tuple[Probe, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.messages, tuple) or not all(isinstance(m, Message) for m in self.messages):
+            object.__setattr__(self, "messages", tuple(as_messages(self.messages)))
+        if not all(isinstance(p, Probe) for p in self.probes):
+            object.__setattr__(self, "probes", tuple(
+                p if isinstance(p, Probe) else Probe.from_dict(p) for p in self.probes))
+        if not isinstance(self.tools, tuple):
+            object.__setattr__(self, "tools", tuple(self.tools))
+        if not self.id:
+            object.__setattr__(self, "id", content_hash(self.messages, self.tools))
+
+    @classmethod
+    def from_messages(cls, messages: Iterable[MessageLike], id: str | None = None,
+                      probes: Iterable[Probe | Mapping[str, Any]] | None = None, **fields: Any) -> Session:
+        return cls(messages=tuple(as_messages(messages)), id=id or "", probes=tuple(probes or ()), **fields)
+
+    @property
+    def calls(self) -> int:
+        """Recorded LLM calls: one per assistant message."""
+        return sum(1 for m in self.messages if m.role == "assistant")
+
+    @property
+    def steps(self) -> list[Step]:
+        return group_steps(self.messages)
+
+    def with_dataset(self, dataset: str) -> Session:
+        return replace(self, dataset=dataset)
+
+    def to_openai(self) -> list[dict[str, Any]]:
+        return [m.to_openai() for m in self.messages]

@@ -1,0 +1,825 @@
+"""Reads and writes of sessions in the DuckDB database (schema: `workbench.db`).
+
+    with Store("data/workbench.duckdb") as store:
+        report = store.import_paths(["recordings/"])        # streamed, batched, per-file errors
+        frame = store.sessions(dataset="samples")           # one row per session (pandas)
+        session = store.load_session(frame.id[0])           # messages, probes, tools, metadata
+
+Writes go in batches of whole sessions (about `batch_messages` messages each); a batch is one
+transaction, so a session is stored whole or not at all. Batches are built as columns (NumPy
+arrays, which DuckDB scans without pandas or a copy through Arrow) and inserted with
+`INSERT ... SELECT` (never row by row). A session whose id is already stored is
+skipped and counted as a duplicate. `import_paths` streams each file through
+`workbench.importers` and keeps the importers' rule that a file which fails to read contributes
+no session: what a failing file had already written is deleted again.
+
+Message content is stored as JSON: a string as a JSON string (made by DuckDB from the `text`
+column), a list of parts as the JSON array. `text` holds the message's text (`Message.text`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from workbench import db
+from workbench.errors import FormatError, StoreError
+from workbench.session import Message, Probe, Session, ToolCall
+
+if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
+    import pandas as pd
+
+DEFAULT_BATCH_MESSAGES = 10_000
+DEFAULT_BATCH_BYTES = 24_000_000
+COUNTABLE = ("sessions", "messages", "calls", "probes")
+
+_MESSAGE_INSERT = """
+    INSERT INTO messages (session_id, idx, role, content, text, tool_calls, tool_call_id, name, origin,
+                          importance, metadata)
+    SELECT session_id, idx, role,
+           CASE WHEN parts IS NOT NULL THEN parts::JSON WHEN is_str THEN to_json(text) END,
+           text, tool_calls::JSON, tool_call_id, name, origin, importance, metadata::JSON
+    FROM _wb_messages
+"""
+_SESSION_INSERT = """
+    INSERT INTO sessions (id, dataset, format, source, message_count, call_count, tools, metadata)
+    SELECT id, dataset, format, source, message_count, call_count, tools::JSON, metadata::JSON FROM _wb_sessions
+"""
+_PROBE_INSERT = """
+    INSERT INTO probes (session_id, idx, question, expected, kind, from_call)
+    SELECT session_id, idx, question, expected, kind, from_call FROM _wb_probes
+"""
+_DATASET_INSERT = """
+    INSERT INTO datasets (name)
+    SELECT DISTINCT dataset FROM _wb_sessions WHERE dataset NOT IN (SELECT name FROM datasets)
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# Reports
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class FileOutcome:
+    """What importing one file did."""
+
+    path: str
+    sessions: int = 0
+    messages: int = 0
+    duplicates: int = 0
+    bytes: int = 0
+    error: str | None = None
+    skipped: str | None = None  # a file met in a folder walk that matches no session format
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+@dataclass
+class ImportReport:
+    """Counts of an import: sessions/messages/calls written, duplicates skipped, per-file errors."""
+
+    sessions: int = 0
+    messages: int = 0
+    calls: int = 0
+    duplicates: int = 0
+    session_ids: list[str] = field(default_factory=list)
+    files: list[FileOutcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def errors(self) -> list[FileOutcome]:
+        """The files that failed (each with its `error` message)."""
+        return [f for f in self.files if f.error is not None]
+
+    @property
+    def ok(self) -> bool:
+        return not self.errors
+
+    @property
+    def skipped_files(self) -> list[FileOutcome]:
+        """Files met in folder walks that match no session format (not errors)."""
+        return [f for f in self.files if f.skipped is not None]
+
+    @property
+    def bytes(self) -> int:
+        return sum(f.bytes for f in self.files)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data (for --json)."""
+        return {"sessions": self.sessions, "messages": self.messages, "calls": self.calls,
+                "duplicates": self.duplicates, "files": len(self.files), "failed_files": len(self.errors),
+                "skipped_files": len(self.skipped_files),
+                "errors": [{"path": f.path, "error": f.error} for f in self.errors],
+                "session_ids": list(self.session_ids), "seconds": round(self.seconds, 3),
+                "file_outcomes": [asdict(f) for f in self.files]}
+
+    def summary(self) -> str:
+        """One line: what was imported and skipped."""
+        text = (f"imported {self.sessions} session{'s' * (self.sessions != 1)} "
+                f"({self.messages} messages, {self.calls} calls)")
+        text += f"; skipped {self.duplicates} duplicate{'s' * (self.duplicates != 1)} (already imported)"
+        if self.files:
+            text += f"; {len(self.files)} file{'s' * (len(self.files) != 1)} read"
+        if self.errors:
+            text += f", {len(self.errors)} failed"
+        if self.skipped_files:
+            text += f", {len(self.skipped_files)} skipped (no session format)"
+        return text
+
+
+# --------------------------------------------------------------------------------------------
+# Row building
+# --------------------------------------------------------------------------------------------
+
+_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+
+
+def _dumps(value: Any) -> str:
+    return _ENCODER.encode(value)
+
+
+def _clean_text(value: str | None) -> str | None:
+    """`value` as valid UTF-8 (lone surrogates from \\ud800-style JSON escapes are replaced)."""
+    if value is None:
+        return None
+    try:
+        value.encode("utf-8")
+        return value
+    except UnicodeEncodeError:
+        return value.encode("utf-8", "replace").decode("utf-8")
+
+
+class _Batch:
+    """Column lists of the sessions, messages and probes about to be written together."""
+
+    def __init__(self) -> None:
+        self.sessions: dict[str, list[Any]] = {k: [] for k in (
+            "id", "dataset", "format", "source", "message_count", "call_count", "tools", "metadata")}
+        self.messages: dict[str, list[Any]] = {k: [] for k in (
+            "session_id", "idx", "role", "parts", "is_str", "text", "tool_calls", "tool_call_id", "name",
+            "origin", "importance", "metadata")}
+        self.probes: dict[str, list[Any]] = {k: [] for k in (
+            "session_id", "idx", "question", "expected", "kind", "from_call")}
+        self.ids: list[str] = []
+        self.calls = 0
+        self.message_count = 0
+        self.chars = 0
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def add(self, session: Session, dataset: str, source: str | None) -> None:
+        sid = session.id
+        calls = 0
+        m = self.messages
+        m_session, m_idx, m_role, m_parts, m_is_str, m_text = (
+            m["session_id"], m["idx"], m["role"], m["parts"], m["is_str"], m["text"])
+        m_calls, m_call_id, m_name, m_origin, m_importance, m_meta = (
+            m["tool_calls"], m["tool_call_id"], m["name"], m["origin"], m["importance"], m["metadata"])
+        chars = 0
+        for idx, message in enumerate(session.messages):
+            content = message.content
+            if content is None:
+                m_parts.append(None)
+                m_is_str.append(False)
+                m_text.append("")
+            elif isinstance(content, str):
+                m_parts.append(None)
+                m_is_str.append(True)
+                m_text.append(content)
+                chars += len(content)
+            else:
+                m_parts.append(_dumps([dict(p) for p in content]))
+                m_is_str.append(False)
+                text = message.text
+                m_text.append(text)
+                chars += len(text)
+            if message.tool_calls:
+                m_calls.append(_dumps([c.to_openai() for c in message.tool_calls]))
+            else:
+                m_calls.append(None)
+            if message.role == "assistant":
+                calls += 1
+            m_session.append(sid)
+            m_idx.append(idx)
+            m_role.append(message.role)
+            m_call_id.append(message.tool_call_id)
+            m_name.append(message.name)
+            m_origin.append(message.origin)
+            m_importance.append(float(message.importance))
+            m_meta.append(_dumps(dict(message.metadata)) if message.metadata else None)
+        s = self.sessions
+        s["id"].append(sid)
+        s["dataset"].append(dataset)
+        s["format"].append(session.format or "unknown")
+        s["source"].append(source)
+        s["message_count"].append(len(session.messages))
+        s["call_count"].append(calls)
+        s["tools"].append(_dumps([dict(t) for t in session.tools]) if session.tools else None)
+        s["metadata"].append(_dumps(dict(session.metadata)) if session.metadata else None)
+        p = self.probes
+        for idx, probe in enumerate(session.probes):
+            p["session_id"].append(sid)
+            p["idx"].append(idx)
+            p["question"].append(probe.question)
+            p["expected"].append(probe.expected)
+            p["kind"].append(probe.kind)
+            p["from_call"].append(int(probe.from_call))
+        self.ids.append(sid)
+        self.calls += calls
+        self.message_count += len(session.messages)
+        self.chars += chars
+
+    def tables(self, clean: bool = False) -> dict[str, dict[str, Any]]:
+        """The batch as {table name: {column: numpy array}}, which DuckDB scans directly (no copy
+        through pandas or Arrow). `clean` replaces lone surrogates, which DuckDB rejects."""
+        import numpy as np  # noqa: PLC0415
+
+        dtypes = {"idx": np.int32, "message_count": np.int32, "call_count": np.int32, "from_call": np.int32,
+                  "importance": np.float64, "is_str": np.bool_}
+
+        def column(name: str, values: list[Any]) -> Any:
+            dtype = dtypes.get(name, object)
+            if dtype is not object:
+                return np.asarray(values, dtype=dtype)
+            array = np.empty(len(values), dtype=object)
+            array[:] = [_clean_text(v) for v in values] if clean else values
+            return array
+
+        return {table: {name: column(name, values) for name, values in columns.items()}
+                for table, columns in (("_wb_sessions", self.sessions), ("_wb_messages", self.messages),
+                                       ("_wb_probes", self.probes))}
+
+
+# --------------------------------------------------------------------------------------------
+# The store
+# --------------------------------------------------------------------------------------------
+
+class Store:
+    """The workbench database: sessions, messages, probes, token counts.
+
+    `Store(path)` opens (creating and migrating) the DuckDB file; `path` defaults to
+    `$WORKBENCH_DB`, else `data/workbench.duckdb`. A file held by another process raises
+    `StoreError`. With `read_only=True` nothing is created or migrated and other readers may
+    open the file at the same time. Use it as a context manager, or call `close()`.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
+                 batch_messages: int = DEFAULT_BATCH_MESSAGES, batch_bytes: int = DEFAULT_BATCH_BYTES):
+        self.path = os.fspath(path) if path is not None else db.default_path()
+        self.read_only = read_only
+        self.batch_messages = max(1, int(batch_messages))
+        self.batch_bytes = max(1, int(batch_bytes))
+        if read_only and self.path != ":memory:" and not os.path.exists(self.path):
+            raise StoreError(f"database {self.path} does not exist; create it with `workbench init --db {self.path}`")
+        self._con: duckdb.DuckDBPyConnection | None = db.connect(self.path, read_only=read_only)
+
+    # -- lifecycle ------------------------------------------------------------------------------
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection:
+        if self._con is None:
+            raise StoreError(f"the store of {self.path} is closed")
+        return self._con
+
+    def close(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.path!r}{', read_only=True' if self.read_only else ''})"
+
+    def _query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+        try:
+            return self.connection.execute(sql, params or []).fetchall()
+        except duckdb.Error as exc:
+            raise StoreError(f"query on {self.path} failed: {exc}") from exc
+
+    def _frame(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
+        try:
+            return self.connection.execute(sql, params or []).df()
+        except duckdb.Error as exc:
+            raise StoreError(f"query on {self.path} failed: {exc}") from exc
+
+    # -- writing ----------------------------------------------------------------------------------
+    def import_sessions(self, sessions: Iterable[Session], dataset: str | None = None, *,
+                        source: str | None = None) -> ImportReport:
+        """Write `sessions` (any iterable, consumed in batches); ids already stored are skipped.
+
+        `dataset` overrides each session's dataset; `source` each session's metadata `source`.
+        """
+        started = time.perf_counter()
+        report = ImportReport()
+        with _Writer(self, report, dataset) as writer:
+            for session in sessions:
+                writer.add(session, source)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def import_paths(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+                     format: str = "auto", dataset: str | None = None,
+                     progress: Callable[[FileOutcome], None] | None = None) -> ImportReport:
+        """Import files or folders (walked recursively) through `workbench.importers`.
+
+        Each file is streamed (JSONL line by line) into the batches. A file that fails to read is
+        reported in `report.files` with its error, and what it had already written is removed,
+        so it contributes nothing; the other files are imported. `progress` is called with each
+        file's `FileOutcome` when the file is done.
+        """
+        from workbench import importers  # noqa: PLC0415 - the importers load on first use
+
+        started = time.perf_counter()
+        report = ImportReport()
+        if isinstance(paths, (str, os.PathLike)):
+            paths = [paths]
+        with _Writer(self, report, dataset) as writer:
+            for path, root in _candidate_files(importers, [os.fspath(p) for p in paths]):
+                outcome = FileOutcome(path=path)
+                try:
+                    outcome.bytes = os.path.getsize(path)
+                except OSError:
+                    pass
+                writer.begin_file(outcome)
+                try:
+                    for session in importers.iter_sessions(path, format, dataset, source=_display(path, root)):
+                        writer.add(session)
+                except FormatError as exc:
+                    writer.fail_file(str(exc))
+                    if root is not None and isinstance(exc, getattr(importers, "UnknownFormatError", ())):
+                        outcome.error, outcome.skipped = None, str(exc)
+                else:
+                    writer.end_file()
+                report.files.append(outcome)
+                if progress is not None:
+                    progress(outcome)
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def delete_sessions(self, ids: Iterable[str]) -> int:
+        """Delete sessions (with their messages, probes and token counts); returns how many existed."""
+        ids = list(dict.fromkeys(ids))
+        if not ids:
+            return 0
+        con = self.connection
+        try:
+            con.execute("BEGIN TRANSACTION")
+            existing = con.execute("SELECT count(*) FROM sessions WHERE list_contains(?, id)", [ids]).fetchall()[0][0]
+            for table, column in (("messages", "session_id"), ("probes", "session_id"),
+                                  ("token_counts", "session_id"), ("sessions", "id")):
+                con.execute(f"DELETE FROM {table} WHERE list_contains(?, {column})", [ids])
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            _rollback(con)
+            raise StoreError(f"cannot delete sessions from {self.path}: {exc}") from exc
+        return int(existing)
+
+    def describe_dataset(self, name: str, description: str) -> None:
+        """Create the dataset `name` if needed and set its description."""
+        self._query("INSERT INTO datasets (name, description) VALUES (?, ?) "
+                    "ON CONFLICT (name) DO UPDATE SET description = excluded.description", [name, description])
+
+    def save_token_counts(self, session: Session, tokenizer_name: str | Any = "heuristic") -> int:
+        """Store the per-message token counts of `session` under the tokenizer's name.
+
+        Counts are computed (and cached on the messages) when not yet known; returns the total.
+        """
+        from workbench import tokens  # noqa: PLC0415
+
+        tokenizer = tokens.resolve(tokenizer_name)
+        tokens.prime(session.messages, tokenizer)
+        counts = [int(m._token_cache[tokenizer.name]) for m in session.messages]
+        import numpy as np  # noqa: PLC0415
+
+        table = {"idx": np.arange(len(counts), dtype=np.int32), "tokens": np.asarray(counts, dtype=np.int32)}
+        con = self.connection
+        try:
+            con.execute("BEGIN TRANSACTION")
+            con.execute("DELETE FROM token_counts WHERE session_id = ? AND tokenizer = ?",
+                        [session.id, tokenizer.name])
+            con.register("_wb_tokens", table)
+            con.execute("INSERT INTO token_counts SELECT ?, idx, ?, tokens FROM _wb_tokens",
+                        [session.id, tokenizer.name])
+            con.execute("COMMIT")
+        except duckdb.Error as exc:
+            _rollback(con)
+            raise StoreError(f"cannot save token counts to {self.path}: {exc}") from exc
+        finally:
+            _unregister(con, "_wb_tokens")
+        return sum(counts)
+
+    def token_counts(self, session_id: str, tokenizer_name: str | None = None) -> dict[str, list[int]]:
+        """Stored counts of one session: {tokenizer name: [tokens per message idx]}."""
+        sql = "SELECT tokenizer, idx, tokens FROM token_counts WHERE session_id = ?"
+        params: list[Any] = [session_id]
+        if tokenizer_name is not None:
+            sql += " AND tokenizer = ?"
+            params.append(tokenizer_name)
+        out: dict[str, dict[int, int]] = {}
+        for name, idx, count in self._query(sql + " ORDER BY tokenizer, idx", params):
+            out.setdefault(name, {})[idx] = count
+        return {name: [by_idx[i] for i in sorted(by_idx)] for name, by_idx in out.items()}
+
+    # -- reading ----------------------------------------------------------------------------------
+    def session_rows(self, dataset: str | None = None, where: str | None = None) -> list[dict[str, Any]]:
+        """One dict per session (id, dataset, format, messages, calls, probes, source, imported_at);
+        the pandas-free form of `sessions()`."""
+        sql, params = self._select_sessions(dataset, where)
+        rows = self._query(f"""
+            SELECT s.id, s.dataset, s.format, s.message_count, s.call_count,
+                   coalesce(p.n, 0), s.source, s.imported_at
+            FROM ({sql}) s LEFT JOIN (SELECT session_id, count(*) AS n FROM probes GROUP BY session_id) p
+                 ON p.session_id = s.id
+            ORDER BY s.dataset, s.imported_at, s.id""", params)
+        keys = ("id", "dataset", "format", "messages", "calls", "probes", "source", "imported_at")
+        return [dict(zip(keys, row)) for row in rows]
+
+    def sessions(self, dataset: str | None = None, where: str | None = None) -> pd.DataFrame:
+        """A DataFrame with one row per session: id, dataset, format, messages, calls, probes,
+        source, imported_at."""
+        import pandas as pd  # noqa: PLC0415
+
+        columns = ["id", "dataset", "format", "messages", "calls", "probes", "source", "imported_at"]
+        return pd.DataFrame(self.session_rows(dataset, where), columns=columns)
+
+    def datasets(self) -> pd.DataFrame:
+        """One row per dataset: name, description, sessions, messages, calls, created_at."""
+        return self._frame("""
+            SELECT d.name, d.description, count(s.id) AS sessions,
+                   coalesce(sum(s.message_count), 0)::BIGINT AS messages,
+                   coalesce(sum(s.call_count), 0)::BIGINT AS calls, d.created_at
+            FROM datasets d LEFT JOIN sessions s ON s.dataset = d.name
+            GROUP BY d.name, d.description, d.created_at ORDER BY d.name""")
+
+    def count(self, what: str = "sessions", dataset: str | None = None) -> int:
+        """How many sessions (or messages, calls, probes) are stored, in `dataset` or overall."""
+        if what not in COUNTABLE:
+            raise StoreError(f"cannot count {what!r}; choose one of: {', '.join(COUNTABLE)}")
+        if what == "probes":
+            sql = "SELECT count(*) FROM probes p JOIN sessions s ON s.id = p.session_id"
+        else:
+            expr = {"sessions": "count(*)", "messages": "sum(message_count)", "calls": "sum(call_count)"}[what]
+            sql = f"SELECT coalesce({expr}, 0) FROM sessions s"
+        params: list[Any] = []
+        if dataset is not None:
+            sql += " WHERE s.dataset = ?"
+            params.append(dataset)
+        return int(self._query(sql, params)[0][0])
+
+    def has_session(self, session_id: str) -> bool:
+        return bool(self._query("SELECT count(*) FROM sessions WHERE id = ?", [session_id])[0][0])
+
+    def session_ids(self, dataset: str | None = None, where: str | None = None) -> list[str]:
+        sql, params = self._select_sessions(dataset, where)
+        return [r[0] for r in self._query(f"SELECT id FROM ({sql}) ORDER BY dataset, imported_at, id", params)]
+
+    def load_session(self, session_id: str) -> Session:
+        """The stored session: messages in order (token caches primed from `token_counts`),
+        probes, tools and metadata. Raises StoreError when the id is unknown."""
+        sessions = self._load([session_id])
+        if not sessions:
+            raise StoreError(f"no session {session_id!r} in {self.path}")
+        return sessions[0]
+
+    def load_sessions(self, dataset: str | None = None, where: str | None = None,
+                      ids: Iterable[str] | None = None) -> list[Session]:
+        """The stored sessions of `dataset` (all when None) matching `where`, an SQL condition over
+        the sessions table (columns id, dataset, format, source, message_count or messages,
+        call_count or calls, metadata, imported_at), e.g. `calls >= 50`."""
+        wanted = self.session_ids(dataset, where)
+        if ids is not None:
+            keep = set(ids)
+            wanted = [i for i in wanted if i in keep]
+        return self._load(wanted)
+
+    def _select_sessions(self, dataset: str | None, where: str | None) -> tuple[str, list[Any]]:
+        sql = ("SELECT *, message_count AS messages, call_count AS calls FROM sessions WHERE "
+               "(? IS NULL OR dataset = ?)")
+        params: list[Any] = [dataset, dataset]
+        if where and where.strip():
+            sql = f"SELECT * FROM ({sql}) WHERE ({where})"
+        return sql, params
+
+    def _load(self, ids: Sequence[str]) -> list[Session]:
+        if not ids:
+            return []
+        heads = {row[0]: row for row in self._query(
+            "SELECT id, dataset, format, tools, metadata FROM sessions WHERE list_contains(?, id)", [list(ids)])}
+        messages: dict[str, list[Message]] = {i: [] for i in heads}
+        for row in self._query("""
+                SELECT session_id, idx, role,
+                       CASE WHEN content IS NULL THEN 0 WHEN json_type(content) = 'VARCHAR' THEN 1 ELSE 2 END,
+                       CASE WHEN json_type(content) = 'VARCHAR' THEN NULL ELSE content END,
+                       text, tool_calls, tool_call_id, name, origin, importance, metadata
+                FROM messages WHERE list_contains(?, session_id) ORDER BY session_id, idx""", [list(heads)]):
+            sid, _idx, role, kind, parts, text, calls, call_id, name, origin, importance, meta = row
+            content: Any = None if kind == 0 else text if kind == 1 else json.loads(parts)
+            tool_calls = tuple(ToolCall.from_openai(c) for c in json.loads(calls)) if calls else ()
+            messages[sid].append(Message(role=role, content=content, tool_calls=tool_calls, tool_call_id=call_id,
+                                         name=name, origin=origin, importance=importance,
+                                         metadata=json.loads(meta) if meta else {}))
+        probes: dict[str, list[Probe]] = {i: [] for i in heads}
+        for sid, question, expected, kind, from_call in self._query(
+                "SELECT session_id, question, expected, kind, from_call FROM probes "
+                "WHERE list_contains(?, session_id) ORDER BY session_id, idx", [list(heads)]):
+            probes[sid].append(Probe(question=question, expected=expected, kind=kind, from_call=from_call))
+        for sid, idx, tokenizer, count in self._query(
+                "SELECT session_id, idx, tokenizer, tokens FROM token_counts WHERE list_contains(?, session_id)",
+                [list(heads)]):
+            stored = messages.get(sid)
+            if stored is not None and 0 <= idx < len(stored):
+                stored[idx]._token_cache[tokenizer] = int(count)
+        out = []
+        for sid in ids:
+            head = heads.get(sid)
+            if head is None:
+                continue
+            _, dataset, fmt, tools, meta = head
+            out.append(Session(messages=tuple(messages[sid]), id=sid, dataset=dataset, format=fmt,
+                               tools=tuple(json.loads(tools)) if tools else (), probes=tuple(probes[sid]),
+                               metadata=json.loads(meta) if meta else {}))
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# The batch writer
+# --------------------------------------------------------------------------------------------
+
+class _Writer:
+    """Buffers sessions into batches; a background thread writes each batch in one transaction.
+
+    Building a batch (Python) overlaps with writing the previous one (DuckDB, which releases the
+    GIL for most of its work); the queue holds at most one batch, so memory stays bounded.
+    Only the writer thread touches the connection until `close()`.
+
+    Files (for `import_paths`): when a file fails, its buffered sessions are dropped and the ones
+    already written by this import are deleted again. Counts are settled in `close()`.
+    """
+
+    def __init__(self, store: Store, report: ImportReport, dataset: str | None):
+        self.store = store
+        self.report = report
+        self.dataset = dataset
+        self.batch = _Batch()
+        self.seen: set[str] = set()
+        self.file: FileOutcome | None = None
+        self.file_ids: set[str] = set()
+        self.files: list[tuple[FileOutcome, set[str]]] = []
+        self.repeats = 0                                    # repeated ids within this import
+        # Owned by the writer thread until it is joined:
+        self.written: dict[str, tuple[int, int]] = {}       # id -> (messages, calls), in write order
+        self.existing: set[str] = set()                     # ids skipped because already stored
+        self.error: BaseException | None = None
+        self.queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=1)
+        self.thread: threading.Thread | None = None
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        if exc_type is None:
+            self.flush()
+        self.close(raise_error=exc_type is None)
+
+    # -- the writer thread ------------------------------------------------------------------------
+    def _run(self) -> None:
+        # One DuckDB thread while importing: the other core parses the next batch (measured faster
+        # on 2 cores than letting DuckDB compete with the importer for both).
+        con = self.store.connection
+        threads = None
+        try:
+            threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
+            con.execute("SET threads = 1")
+        except duckdb.Error:
+            pass
+        try:
+            self._work()
+        finally:
+            if threads is not None:
+                try:
+                    con.execute(f"SET threads = {int(threads)}")
+                except duckdb.Error:
+                    pass
+
+    def _work(self) -> None:
+        while True:
+            job = self.queue.get()
+            if job is None:
+                return
+            if self.error is not None:
+                continue
+            kind, payload = job
+            try:
+                if kind == "batch":
+                    written = set(_write_batch(self.store, payload))
+                    for sid, messages, calls in zip(payload.sessions["id"], payload.sessions["message_count"],
+                                                    payload.sessions["call_count"]):
+                        if sid in written:
+                            self.written[sid] = (messages, calls)
+                        else:
+                            self.existing.add(sid)
+                else:  # "delete": undo what this import wrote for a failed file
+                    mine = [sid for sid in payload if sid in self.written]
+                    self.store.delete_sessions(mine)
+                    for sid in mine:
+                        del self.written[sid]
+            except BaseException as exc:  # re-raised in the importing thread
+                self.error = exc
+
+    def _submit(self, job: tuple[str, Any]) -> None:
+        if self.error is not None:
+            raise self.error
+        if self.thread is None:
+            self.thread = threading.Thread(target=self._run, name="workbench-store-writer", daemon=True)
+            self.thread.start()
+        self.queue.put(job)
+
+    def close(self, raise_error: bool = True) -> None:
+        """Wait for the writes, then settle the report's and the files' counts."""
+        if self.thread is not None:
+            self.queue.put(None)
+            self.thread.join()
+            self.thread = None
+        if self.error is not None and raise_error:
+            raise self.error
+        report = self.report
+        report.session_ids = list(self.written)
+        report.sessions = len(self.written)
+        report.messages = sum(m for m, _ in self.written.values())
+        report.calls = sum(c for _, c in self.written.values())
+        report.duplicates = self.repeats + len(self.existing)
+        for outcome, ids in self.files:
+            if outcome.error is not None:
+                continue
+            mine = [sid for sid in ids if sid in self.written]
+            outcome.sessions = len(mine)
+            outcome.messages = sum(self.written[sid][0] for sid in mine)
+            outcome.duplicates += len(ids & self.existing)
+
+    # -- the importing thread ---------------------------------------------------------------------
+    def add(self, session: Session, source: str | None = None) -> None:
+        if session.id in self.seen:
+            self.repeats += 1
+            if self.file is not None:
+                self.file.duplicates += 1
+            return
+        self.seen.add(session.id)
+        dataset = self.dataset or session.dataset or "default"
+        if source is None:
+            meta_source = session.metadata.get("source") if isinstance(session.metadata, Mapping) else None
+            source = str(meta_source) if meta_source is not None else None
+        self.batch.add(session, dataset, source)
+        if self.file is not None:
+            self.file_ids.add(session.id)
+        if self.batch.message_count >= self.store.batch_messages or self.batch.chars >= self.store.batch_bytes:
+            self.flush()
+
+    def flush(self) -> None:
+        batch, self.batch = self.batch, _Batch()
+        if len(batch):
+            self._submit(("batch", batch))
+
+    def begin_file(self, outcome: FileOutcome) -> None:
+        self.file = outcome
+        self.file_ids = set()
+
+    def end_file(self) -> None:
+        """The file was read without error (its sessions may still be in the buffer)."""
+        if self.file is not None:
+            self.files.append((self.file, self.file_ids))
+        self.file = None
+        self.file_ids = set()
+
+    def fail_file(self, error: str) -> None:
+        """Undo the current file: drop its buffered sessions and delete the ones already written."""
+        if self.file_ids:
+            self.batch = _rebuild_without(self.batch, self.file_ids)
+            self.seen -= self.file_ids
+            self._submit(("delete", sorted(self.file_ids)))
+        if self.file is not None:
+            self.repeats -= self.file.duplicates
+            self.file.duplicates = 0
+            self.file.error = error
+            self.files.append((self.file, set()))
+        self.file = None
+        self.file_ids = set()
+
+
+def _rebuild_without(batch: _Batch, drop: set[str]) -> _Batch:
+    """A copy of `batch` without the sessions in `drop` (rare: only when a file fails)."""
+    fresh = _Batch()
+    keep_rows = [i for i, sid in enumerate(batch.sessions["id"]) if sid not in drop]
+    for name, values in batch.sessions.items():
+        fresh.sessions[name] = [values[i] for i in keep_rows]
+    for part, source in (("messages", batch.messages), ("probes", batch.probes)):
+        target = getattr(fresh, part)
+        rows = [i for i, sid in enumerate(source["session_id"]) if sid not in drop]
+        for name, values in source.items():
+            target[name] = [values[i] for i in rows]
+    fresh.ids = [sid for sid in batch.ids if sid not in drop]
+    fresh.message_count = sum(fresh.sessions["message_count"])
+    fresh.calls = sum(fresh.sessions["call_count"])
+    fresh.chars = sum(len(t or "") for t in fresh.messages["text"])
+    return fresh
+
+
+def _write_batch(store: Store, batch: _Batch) -> list[str]:
+    """Insert the batch's sessions not yet stored, in one transaction; returns the ids written."""
+    con = store.connection
+    try:
+        existing = {r[0] for r in con.execute(
+            "SELECT id FROM sessions WHERE list_contains(?, id)", [batch.ids]).fetchall()}
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot read {store.path}: {exc}") from exc
+    if existing:
+        batch = _rebuild_without(batch, existing)
+    if not len(batch):
+        return []
+    try:
+        _insert(con, batch.tables())
+    except duckdb.InvalidInputException as exc:
+        if "surrogate" not in str(exc):
+            raise StoreError(f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled "
+                             f"back: {exc}") from exc
+        _insert(con, batch.tables(clean=True))  # text with lone surrogates (from \ud800-style escapes)
+    except duckdb.Error as exc:
+        raise StoreError(f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled "
+                         f"back: {exc}") from exc
+    return list(batch.ids)
+
+
+def _insert(con: duckdb.DuckDBPyConnection, tables: dict[str, dict[str, Any]]) -> None:
+    """One transaction: the datasets, sessions, messages and probes of a batch (rolled back on failure)."""
+    registered: list[str] = []
+    try:
+        con.execute("BEGIN TRANSACTION")
+        for name, table in tables.items():
+            con.register(name, table)
+            registered.append(name)
+        con.execute(_DATASET_INSERT)
+        con.execute(_SESSION_INSERT)
+        con.execute(_MESSAGE_INSERT)
+        con.execute(_PROBE_INSERT)
+        con.execute("COMMIT")
+    except BaseException:
+        _rollback(con)
+        raise
+    finally:
+        for name in registered:
+            _unregister(con, name)
+
+
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    try:
+        con.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def _unregister(con: duckdb.DuckDBPyConnection, name: str) -> None:
+    try:
+        con.unregister(name)
+    except duckdb.Error:
+        pass
+
+
+def _display(path: str, root: str | None) -> str:
+    """How a file is named in session metadata `source`: relative to the folder walked, else its name."""
+    if root:
+        try:
+            return os.path.relpath(path, root).replace(os.sep, "/")
+        except ValueError:
+            pass
+    return os.path.basename(path)
+
+
+def _candidate_files(importers: Any, paths: Sequence[str]) -> Iterator[tuple[str, str | None]]:
+    """(file, walk root) for every candidate file under `paths`, each real file once, in the
+    importers' order (their folder-walk rules)."""
+    walk = getattr(importers, "candidates", None) or getattr(importers, "_candidates")
+    seen: set[str] = set()
+    for given in paths:
+        if not os.path.exists(given):
+            yield given, None  # the importer reports "no such file"
+            continue
+        for path, root in walk(given):
+            real = os.path.realpath(path)
+            if real in seen:
+                continue
+            seen.add(real)
+            yield path, root

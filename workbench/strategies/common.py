@@ -1,0 +1,73 @@
+"""Helpers shared by strategy kinds: step arithmetic, transcripts for summarizers, the default fallback."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from workbench.compaction import CompactionEnv, Context
+from workbench.session import Message, Step, flatten
+
+DEFAULT_FALLBACK_FRACTION = 0.4
+
+
+def last_steps_for_messages(steps: Sequence[Step], keep_messages: int) -> int:
+    """How many trailing steps hold the last `keep_messages` messages, widened to whole steps.
+
+    The cut moves back to a step boundary so a tool call and its results stay together.
+    """
+    if keep_messages <= 0:
+        return 0
+    kept_messages = 0
+    count = 0
+    for step in reversed(steps):
+        if kept_messages >= keep_messages:
+            break
+        kept_messages += len(step.messages)
+        count += 1
+    return count
+
+
+def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION) -> list[Message]:
+    """Leading system messages plus whole trailing steps holding about `fraction` of the body's messages.
+
+    Pinned steps before the cut are kept too. This is the fallback of every strategy without one
+    of its own (`on_failure = "fallback"`).
+    """
+    steps = context.steps
+    keep = last_steps_for_messages(steps, max(1, round(len(context.body) * fraction)))
+    cut = len(steps) - keep
+    kept = [s for s in steps[:cut] if s.pinned] + list(steps[cut:])
+    return [*context.system, *flatten(kept)]
+
+
+def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int | None = None) -> str:
+    """A plain-text transcript for a summarizer: one block per message, tool calls spelled out.
+
+    Only text reaches the summarizer; non-text parts (images...) are noted, not sent.
+    """
+    blocks: list[str] = []
+    for message in messages:
+        label = message.role
+        if message.role == "tool":
+            label = f"tool result ({message.name or message.tool_call_id or 'unknown'})"
+        text = message.text
+        if max_chars_per_message is not None and len(text) > max_chars_per_message:
+            text = text[:max_chars_per_message] + " ..."
+        lines = [f"[{label}]"]
+        if text:
+            lines.append(text)
+        if message.has_non_text_parts:
+            lines.append("(non-text content omitted)")
+        for call in message.tool_calls:
+            lines.append(f"-> call {call.name}({call.arguments})")
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)
+
+
+def is_summary(message: Message) -> bool:
+    """A message a summarizing strategy wrote earlier."""
+    return message.origin == "compacted_synthetic"
+
+
+__all__ = ["CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "is_summary", "keep_last_fraction",
+           "last_steps_for_messages", "render_transcript"]

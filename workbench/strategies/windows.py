@@ -1,0 +1,161 @@
+"""Window strategies: keep the recent part of the context verbatim and drop the rest.
+
+- `sliding_window` (gent, 000): the last `window` unpinned steps; pinned steps ride along.
+- `hard_clear` (aisopod, 003): the last `keep_recent` messages, the cut moved back to a step
+  boundary so no tool call loses its result.
+- `trim` (ptc_runner, 004): the system messages, the first user message and the last N turns.
+
+All three work on whole steps (`workbench.session.Step`: a user message, or an assistant message
+with every tool result answering it), so they never orphan a tool call or a tool result. They keep
+the leading system messages and every pinned step (importance >= 10), and return the very same
+`Message` objects for everything they keep: the replay computes prompt-cache prefixes by identity.
+Each runs in one pass over the context's steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from workbench.compaction import CompactionEnv, Context
+from workbench.errors import ConfigError
+from workbench.registry import register_strategy
+from workbench.session import Message, Step
+from workbench.strategies.common import last_steps_for_messages
+
+
+def int_param(name: str, value: Any, *, minimum: int) -> int:
+    """`value` as an int >= minimum, or a ConfigError naming `name` (TOML floats like 3.0 accepted)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(f"{name} must be an integer >= {minimum}, not {value!r}")
+    return value
+
+
+def bool_param(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name} must be true or false, not {value!r}")
+    return value
+
+
+def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
+    """Leading system messages plus the body steps whose flag in `keep` is true, in order.
+
+    When every step is kept the original message list is returned (as a new list of the same objects).
+    """
+    steps = context.steps
+    flags = list(keep)
+    if all(flags):
+        return list(context.messages)
+    out = list(context.system)
+    for step, kept in zip(steps, flags, strict=True):
+        if kept:
+            out.extend(step.messages)
+    return out
+
+
+@register_strategy("sliding_window")
+@dataclass(frozen=True)
+class SlidingWindow:
+    """Keep the last `window` unpinned steps; pinned steps are bonus slots.
+
+    Pinned steps (any message with importance >= 10) are kept wherever they are and do not count
+    toward the window, so pinning never starves the window of recent context. Kept steps stay in
+    their original relative order; leading system messages are always kept.
+    """
+
+    window: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "window", int_param("window", self.window, minimum=1))
+
+    def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        steps = context.steps
+        to_skip = sum(1 for s in steps if not s.pinned) - self.window  # oldest unpinned steps to drop
+        keep: list[bool] = []
+        for step in steps:
+            if step.pinned or to_skip <= 0:
+                keep.append(True)
+            else:
+                keep.append(False)
+                to_skip -= 1
+        return rebuild(context, keep)
+
+
+@register_strategy("hard_clear")
+@dataclass(frozen=True)
+class HardClear:
+    """Keep only the most recent `keep_recent` messages (plus leading system messages).
+
+    The cut is moved earlier to the nearest step boundary when it would fall inside a step, so an
+    assistant message is never kept without its tool results nor a result without its call: a
+    context of tool steps may keep a few more than `keep_recent` messages. Pinned steps before the
+    cut survive in place. `keep_recent` defaults to 10 (aisopod leaves it to the caller).
+    """
+
+    keep_recent: int = 10
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keep_recent", int_param("keep_recent", self.keep_recent, minimum=1))
+
+    def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        steps = context.steps
+        cut = len(steps) - last_steps_for_messages(steps, self.keep_recent)
+        return rebuild(context, (i >= cut or s.pinned for i, s in enumerate(steps)))
+
+
+def turn_numbers(steps: list[Step]) -> tuple[list[int], int]:
+    """Each step's turn number and the number of turns.
+
+    A turn is one model exchange: an assistant step (the assistant message with its tool results)
+    plus the user steps that follow it up to the next assistant message. Steps before the first
+    assistant message (the opening request) are turn -1.
+    """
+    numbers: list[int] = []
+    turn = -1
+    for step in steps:
+        if step.kind == "assistant":
+            turn += 1
+        numbers.append(turn)
+    return numbers, turn + 1
+
+
+@register_strategy("trim")
+@dataclass(frozen=True)
+class Trim:
+    """Keep the system messages, the first user message (if `keep_initial_user`) and the last
+    `keep_recent_turns` turns verbatim; drop everything else.
+
+    A *turn* follows ptc_runner, whose turn is one LLM exchange (the model's reply and the feedback
+    sent back to it): here an assistant message with its tool results, plus any user messages after
+    it up to the next assistant message. Messages before the first assistant message form the
+    opening; of those only the first user message is kept (when asked). A context with no more than
+    `keep_recent_turns` turns is returned unchanged. System messages anywhere and pinned steps are
+    kept in place.
+    """
+
+    keep_recent_turns: int = 3
+    keep_initial_user: bool = True
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "keep_recent_turns",
+                           int_param("keep_recent_turns", self.keep_recent_turns, minimum=1))
+        bool_param("keep_initial_user", self.keep_initial_user)
+
+    def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        steps = context.steps
+        numbers, turns = turn_numbers(steps)
+        first_kept_turn = turns - self.keep_recent_turns
+        if first_kept_turn <= 0:
+            return list(context.messages)
+        initial_user = -1
+        if self.keep_initial_user:
+            initial_user = next((i for i, s in enumerate(steps) if s.kind == "user"), -1)
+        return rebuild(context, (
+            numbers[i] >= first_kept_turn or s.pinned or s.kind == "system" or i == initial_user
+            for i, s in enumerate(steps)))
+
+
+__all__ = ["HardClear", "SlidingWindow", "Trim", "bool_param", "int_param", "rebuild", "turn_numbers"]

@@ -1,0 +1,359 @@
+"""A local OpenAI-compatible chat server for tests and benchmarks (no network beyond 127.0.0.1).
+
+    from workbench.testing import FakeOpenAI, Fault
+
+    with FakeOpenAI(latency=0.2) as server:
+        gateway.model("openai/fake", {"api_base": server.api_base, "api_key": "sk-dummy"})
+        server.script(Fault.rate_limit(retry_after=1), "then this text")
+        ...
+        assert server.request_count == 2
+
+It serves `POST /v1/chat/completions` (and `/chat/completions`) from an aiohttp application
+running on its own event loop in a background thread, so hundreds of concurrent requests, each
+sleeping `latency` seconds, are served in parallel rather than one after another.
+
+What each request gets, in order of precedence:
+1. the next item of the script queue (`script(...)`), if any is left;
+2. else `responder(request_body)`, when a responder is given;
+3. else a deterministic default text derived from the request's messages.
+
+An item is a `str` (the assistant's text), a `Fault` (an error or a malformed answer), or a
+callable taking the request body and returning a `str` or a `Fault`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["FakeOpenAI", "Fault", "Item"]
+
+
+@dataclass(frozen=True)
+class Fault:
+    """A scripted misbehaviour. Build with the class methods below."""
+
+    kind: str
+    status: int = 200
+    retry_after: float | str | None = None
+    text: str = ""
+    seconds: float = 0.0
+    headers: tuple[tuple[str, str], ...] = field(default=())
+
+    @classmethod
+    def rate_limit(cls, retry_after: float | str | None = 1, *, retry_after_ms: int | None = None) -> Fault:
+        """HTTP 429 with a `Retry-After` header (seconds; None = no header)."""
+        extra = (("retry-after-ms", str(retry_after_ms)),) if retry_after_ms is not None else ()
+        return cls("rate_limit", status=429, retry_after=retry_after, headers=extra)
+
+    @classmethod
+    def error(cls, status: int = 500, message: str = "internal error") -> Fault:
+        """An HTTP error status with an OpenAI-style error body (500, 502, 503, 400, 401, ...)."""
+        return cls("error", status=status, text=message)
+
+    @classmethod
+    def hang(cls, seconds: float = 30.0) -> Fault:
+        """Accept the request and send nothing for `seconds` (longer than the client's timeout)."""
+        return cls("hang", seconds=seconds)
+
+    @classmethod
+    def malformed(cls, body: str = '{"id": "chatcmpl-x", "choices": [') -> Fault:
+        """HTTP 200 with a body that is not valid JSON."""
+        return cls("malformed", text=body)
+
+    @classmethod
+    def empty_choices(cls) -> Fault:
+        """HTTP 200, valid JSON, `choices: []`."""
+        return cls("empty_choices")
+
+    @classmethod
+    def null_content(cls) -> Fault:
+        """HTTP 200, one choice whose message has `content: null` (and no tool calls)."""
+        return cls("null_content")
+
+    @classmethod
+    def truncated(cls, text: str = "This summary was cut off because") -> Fault:
+        """HTTP 200 with `text` and `finish_reason: "length"` (output limit reached)."""
+        return cls("truncated", text=text)
+
+    @classmethod
+    def no_usage(cls, text: str = "an answer without usage") -> Fault:
+        """HTTP 200 with `text` but no `usage` object (the provider omitted token counts)."""
+        return cls("no_usage", text=text)
+
+
+Item = str | Fault | Callable[[dict[str, Any]], "str | Fault"]
+
+
+def default_text(body: dict[str, Any]) -> str:
+    """The default answer: deterministic in the request (so scheduling never changes results)."""
+    messages = body.get("messages") or []
+    digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).hexdigest()[:12]
+    last = ""
+    for message in reversed(messages):
+        content = message.get("content")
+        if isinstance(content, str) and content:
+            last = content
+            break
+    return f"Summary {digest}: {last[:60]}"
+
+
+def _tokens(text: str) -> int:
+    return max(1, len(text) // 4) if text else 0
+
+
+class FakeOpenAI:
+    """An OpenAI-compatible `/v1/chat/completions` server on 127.0.0.1, as a context manager.
+
+    latency: seconds each request waits before answering (asyncio sleep: requests overlap).
+    responder: `f(request_body) -> str | Fault` used when the script queue is empty.
+    port: 0 picks a free port.
+
+    Counters (thread-safe reads): `request_count`, `in_flight`, `max_in_flight`, `requests`
+    (the JSON bodies received, in arrival order), `headers` (each request's headers).
+    """
+
+    def __init__(self, *, latency: float = 0.0, responder: Callable[[dict[str, Any]], str | Fault] | None = None,
+                 script: Iterable[Item] = (), port: int = 0, host: str = "127.0.0.1", model: str | None = None,
+                 keep_requests: bool = True):
+        self.latency = latency
+        self.responder = responder
+        self.host = host
+        self.port = port
+        self.model_name = model
+        self.keep_requests = keep_requests
+        self._script: collections.deque[Item] = collections.deque(script)
+        self._lock = threading.Lock()
+        self.request_count = 0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: Any = None
+        self._stopping: asyncio.Event | None = None
+        self._started = threading.Event()
+        self._start_error: BaseException | None = None
+
+    # -- scripting -------------------------------------------------------------------------------
+
+    def script(self, *items: Item) -> FakeOpenAI:
+        """Queue answers for the next requests, in arrival order."""
+        with self._lock:
+            self._script.extend(items)
+        return self
+
+    def clear_script(self) -> None:
+        with self._lock:
+            self._script.clear()
+
+    @property
+    def pending(self) -> int:
+        """Scripted items not yet consumed."""
+        with self._lock:
+            return len(self._script)
+
+    def reset_counts(self) -> None:
+        with self._lock:
+            self.request_count = 0
+            self.max_in_flight = self.in_flight
+            self.requests.clear()
+            self.headers.clear()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        """What to pass as litellm's `api_base` (the `/v1` root)."""
+        return f"{self.base_url}/v1"
+
+    def start(self) -> FakeOpenAI:
+        if self._thread is not None:
+            return self
+        self._thread = threading.Thread(target=self._run, name=f"FakeOpenAI:{self.port}", daemon=True)
+        self._thread.start()
+        self._started.wait(10)
+        if self._start_error is not None:
+            raise RuntimeError(f"FakeOpenAI failed to start: {self._start_error}") from self._start_error
+        if not self._started.is_set():
+            raise RuntimeError("FakeOpenAI did not start within 10 s")
+        return self
+
+    def stop(self) -> None:
+        if self._thread is None or self._loop is None:
+            return
+        loop = self._loop
+        future = asyncio.run_coroutine_threadsafe(self._shutdown(), loop)
+        try:
+            future.result(10)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(10)
+            self._thread = None
+
+    def __enter__(self) -> FakeOpenAI:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(self._startup())
+        except BaseException as exc:  # noqa: BLE001 - reported to start()
+            self._start_error = exc
+            self._started.set()
+            loop.close()
+            return
+        self._started.set()
+        try:
+            loop.run_forever()
+        finally:
+            pending = [t for t in asyncio.all_tasks(loop) if not t.done()]
+            for task in pending:
+                task.cancel()
+            if pending:
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            loop.close()
+
+    async def _startup(self) -> None:
+        from aiohttp import web  # noqa: PLC0415
+
+        self._stopping = asyncio.Event()
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/chat/completions", self._handle)
+        app.router.add_post("/chat/completions", self._handle)
+        app.router.add_get("/v1/models", self._models)
+        app.router.add_get("/health", self._health)
+        runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port, backlog=1024, reuse_address=True)
+        await site.start()
+        sockets = site._server.sockets if site._server is not None else []  # noqa: SLF001
+        self.port = sockets[0].getsockname()[1]
+        self._runner = runner
+
+    async def _shutdown(self) -> None:
+        if self._stopping is not None:
+            self._stopping.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    # -- handlers --------------------------------------------------------------------------------
+
+    async def _health(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        return web.json_response({"ok": True})
+
+    async def _models(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        return web.json_response({"object": "list", "data": [{"id": self.model_name or "fake", "object": "model"}]})
+
+    def _next_item(self, body: dict[str, Any]) -> str | Fault:
+        with self._lock:
+            item: Item | None = self._script.popleft() if self._script else None
+        if item is None:
+            item = self.responder if self.responder is not None else default_text
+        if callable(item) and not isinstance(item, Fault):
+            item = item(body)
+        return item
+
+    async def _handle(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        raw = await request.read()
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            body = {"_unparsed": raw.decode("utf-8", "replace")}
+        with self._lock:
+            self.request_count += 1
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            if self.keep_requests:
+                self.requests.append(body)
+                self.headers.append(dict(request.headers))
+        try:
+            item = self._next_item(body)
+            if self.latency > 0:
+                await asyncio.sleep(self.latency)
+            return await self._answer(body, item)
+        finally:
+            with self._lock:
+                self.in_flight -= 1
+
+    async def _answer(self, body: dict[str, Any], item: str | Fault) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        if isinstance(item, str):
+            return web.json_response(self._completion(body, item))
+        kind = item.kind
+        if kind == "rate_limit":
+            headers = dict(item.headers)
+            if item.retry_after is not None:
+                headers["retry-after"] = str(item.retry_after)
+            return web.json_response(
+                {"error": {"message": "Rate limit reached, please retry", "type": "requests",
+                           "code": "rate_limit_exceeded"}}, status=429, headers=headers)
+        if kind == "error":
+            return web.json_response(
+                {"error": {"message": item.text, "type": "server_error" if item.status >= 500 else "invalid_request_error",
+                           "code": None}}, status=item.status, headers=dict(item.headers))
+        if kind == "hang":
+            assert self._stopping is not None
+            try:
+                await asyncio.wait_for(self._stopping.wait(), item.seconds)
+            except asyncio.TimeoutError:
+                pass
+            return web.json_response(self._completion(body, "answer after a hang"))
+        if kind == "malformed":
+            return web.Response(text=item.text, status=200, content_type="application/json")
+        if kind == "empty_choices":
+            payload = self._completion(body, "")
+            payload["choices"] = []
+            return web.json_response(payload)
+        if kind == "null_content":
+            payload = self._completion(body, "")
+            payload["choices"][0]["message"]["content"] = None
+            return web.json_response(payload)
+        if kind == "truncated":
+            return web.json_response(self._completion(body, item.text, finish_reason="length"))
+        if kind == "no_usage":
+            payload = self._completion(body, item.text)
+            del payload["usage"]
+            return web.json_response(payload)
+        raise ValueError(f"unknown fault kind {kind!r}")
+
+    def _completion(self, body: dict[str, Any], text: str, *, finish_reason: str = "stop") -> dict[str, Any]:
+        prompt = sum(_tokens(m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content")))
+                     + 4 for m in body.get("messages") or [] if isinstance(m, dict))
+        completion = _tokens(text)
+        with self._lock:
+            number = self.request_count
+        return {
+            "id": f"chatcmpl-fake-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": self.model_name or body.get("model") or "fake",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": finish_reason, "logprobs": None}],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                      "total_tokens": prompt + completion},
+        }
