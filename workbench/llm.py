@@ -20,7 +20,8 @@ Options (a config's `summarizer_options`, merged over the gateway's defaults):
   `api_key` and any option whose name says key/secret/token/password/credentials;
   `api_key_env` names an environment variable holding the key (so configs never hold keys);
   without either, LiteLLM reads the provider's usual variable (`OPENAI_API_KEY`, ...);
-- the gateway's own, never sent: `concurrency` (in-flight calls per model), `repeat` (sample
+- the gateway's own, never sent: `concurrency` (in-flight calls per model and endpoint, shared
+  by threads and event loops), `repeat` (sample
   number: repeats of the same request are cached separately), `num_retries` (retries after the
   first attempt), `cache` (False bypasses the cache), `input_cost_per_token` and
   `output_cost_per_token` (your own prices, e.g. for a self-hosted model).
@@ -31,7 +32,11 @@ Behaviour:
 - Cache: the key hashes (model, messages, parameters, repeat); a hit returns the stored record
   (text, tokens, cost and duration of the original call) with `cache_hit=True`, `attempts=0`.
   Errors are never cached. Identical requests in flight at the same time are made once (the
-  others wait and receive the result as a cache hit), so a grid never pays twice.
+  others wait and receive the result as a cache hit, or the same error), so a grid never pays
+  twice. `complete_many` / `acomplete_many` ask the cache once per batch and return results in
+  input order. `DuckDBCache` stores rows in batches shortly after (see its docstring): call
+  `Gateway.close()` (or `cache.flush()`) before another process reads the table.
+- `model`, `messages` and `stream` cannot be set as options (`ConfigError`).
 - Retries (the only ones: LiteLLM's and the OpenAI client's are disabled): 429 (waiting at least
   its `Retry-After`), 5xx, timeouts and connection errors, with exponential backoff and jitter.
   Other 4xx fail at once. Failures raise `RateLimited`, `ProviderError`, `Timeout` or
@@ -67,8 +72,9 @@ from workbench.errors import SummarizerError
 
 __all__ = [
     "BadResponse", "BoundModel", "Cache", "CacheEntry", "DuckDBCache", "Gateway", "GatewayStats", "LLMError",
-    "MemoryCache", "ProviderError", "RateLimited", "Timeout", "cache_key", "key_material", "load_litellm",
-    "redact", "split_options",
+    "Limiter", "MemoryCache", "ProviderError", "RateLimited", "Timeout", "cache_key", "classify",
+    "default_gateway", "key_material", "load_litellm", "redact", "retry_after_seconds", "set_default_gateway",
+    "split_options",
 ]
 
 log = logging.getLogger("workbench.llm")
@@ -87,6 +93,8 @@ TRANSPORT_OPTIONS = frozenset({
     "headers", "organization", "client", "aws_region_name", "vertex_location", "vertex_project",
     "metadata", "litellm_logging_obj", "drop_params",
 })
+#: Options a model's configuration may not set.
+RESERVED_OPTIONS = frozenset({"model", "messages", "stream"})
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:api_?key|key|keys|secret|secrets|password|passwd|pwd|token|credentials?|authorization|auth|cookie)(?:$|_)",
     re.IGNORECASE)
@@ -297,11 +305,21 @@ class DuckDBCache:
     Give it an open connection (shared with the rest of the process; this cache uses its own
     cursor behind a lock, so any thread may call it) or a path (opened with migrations applied,
     closed by `close()`). The first response stored under a key wins.
+
+    Writes are batched (write-behind): `put` returns at once and a background thread stores the
+    pending rows every `flush_interval` seconds (or when `batch_size` are waiting) in one
+    statement — one DuckDB commit costs milliseconds, far more than the rows. Pending rows are
+    served by `get` meanwhile, and `flush()` / `close()` (also run at interpreter exit) store them.
+    `write_behind=False` stores each row before `put` returns.
     """
 
     _COLUMNS = "response_text, input_tokens, output_tokens, cost_usd, finish_reason, duration_s"
+    _INSERT_COLUMNS = ("key, model, request, response_text, input_tokens, output_tokens, cost_usd, finish_reason, "
+                       "duration_s")
+    _ROWS_PER_STATEMENT = 200
 
-    def __init__(self, connection_or_path: Any = None):
+    def __init__(self, connection_or_path: Any = None, *, write_behind: bool = True, flush_interval: float = 0.25,
+                 batch_size: int = 256):
         from workbench import db  # noqa: PLC0415
 
         if connection_or_path is None or isinstance(connection_or_path, (str, os.PathLike)):
@@ -312,7 +330,21 @@ class DuckDBCache:
             db.apply_migrations(self._connection)
             self._owned = False
         self._cursor = self._connection.cursor()
-        self._lock = threading.Lock()
+        self._db_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: dict[str, tuple[list[Any], CacheEntry]] = {}
+        self.write_behind = write_behind
+        self.flush_interval = float(flush_interval)
+        self.batch_size = int(batch_size)
+        self._wake = threading.Event()
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+        import atexit  # noqa: PLC0415
+        import weakref  # noqa: PLC0415
+
+        reference = weakref.ref(self)
+        self._atexit = lambda: (lambda cache: cache.close() if cache is not None else None)(reference())
+        atexit.register(self._atexit)
 
     @staticmethod
     def _entry(row: Sequence[Any]) -> CacheEntry:
@@ -322,18 +354,25 @@ class DuckDBCache:
                           duration_s=float(duration or 0.0))
 
     def get(self, key: str) -> CacheEntry | None:
-        with self._lock:
+        with self._pending_lock:
+            pending = self._pending.get(key)
+        if pending is not None:
+            return pending[1]
+        with self._db_lock:
             rows = self._cursor.execute(f"SELECT {self._COLUMNS} FROM llm_cache WHERE key = ?", [key]).fetchall()
         return self._entry(rows[0]) if rows else None
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         unique = list(dict.fromkeys(keys))
-        if not unique:
-            return {}
         found: dict[str, CacheEntry] = {}
-        with self._lock:
-            for start in range(0, len(unique), 1000):
-                chunk = unique[start:start + 1000]
+        with self._pending_lock:
+            for key in unique:
+                if key in self._pending:
+                    found[key] = self._pending[key][1]
+        missing = [key for key in unique if key not in found]
+        with self._db_lock:
+            for start in range(0, len(missing), 1000):
+                chunk = missing[start:start + 1000]
                 rows = self._cursor.execute(
                     f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))",
                     [chunk]).fetchall()
@@ -341,24 +380,85 @@ class DuckDBCache:
         return found
 
     def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None:
-        with self._lock:
-            self._cursor.execute(
-                "INSERT INTO llm_cache (key, model, request, response_text, input_tokens, output_tokens, cost_usd, "
-                "finish_reason, duration_s) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key) DO NOTHING",
-                [key, model, _canonical(request), entry.text, entry.input_tokens, entry.output_tokens,
-                 entry.cost_usd, entry.finish_reason, entry.duration_s])
+        row = [key, model, _canonical(request), entry.text, entry.input_tokens, entry.output_tokens, entry.cost_usd,
+               entry.finish_reason, entry.duration_s]
+        if not self.write_behind or self._closed:
+            self._insert([row])
+            return
+        with self._pending_lock:
+            self._pending.setdefault(key, (row, entry))
+            full = len(self._pending) >= self.batch_size
+        if self._flusher is None:
+            self._start_flusher()
+        if full:
+            self._wake.set()
+
+    def _start_flusher(self) -> None:
+        with self._pending_lock:
+            if self._flusher is not None:
+                return
+            self._flusher = threading.Thread(target=self._flush_loop, name="llm-cache-flush", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            if self._closed:
+                break
+            self.flush()
+
+    def _insert(self, rows: list[list[Any]]) -> None:
+        with self._db_lock:
+            for start in range(0, len(rows), self._ROWS_PER_STATEMENT):
+                chunk = rows[start:start + self._ROWS_PER_STATEMENT]
+                placeholders = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+                self._cursor.execute(
+                    f"INSERT INTO llm_cache ({self._INSERT_COLUMNS}) VALUES {placeholders} "
+                    "ON CONFLICT (key) DO NOTHING", [value for row in chunk for value in row])
+
+    def flush(self) -> int:
+        """Store the pending rows now; returns how many were written."""
+        with self._pending_lock:
+            batch = list(self._pending.items())
+        if not batch:
+            return 0
+        try:
+            self._insert([row for _, (row, _) in batch])
+        except Exception as exc:  # noqa: BLE001 - keep serving them from memory, say so
+            log.warning("could not store %d cached responses in DuckDB: %s", len(batch), redact(str(exc)))
+            return 0
+        with self._pending_lock:
+            for key, _ in batch:
+                self._pending.pop(key, None)
+        return len(batch)
 
     def __len__(self) -> int:
-        with self._lock:
+        self.flush()
+        with self._db_lock:
             return int(self._cursor.execute("SELECT count(*) FROM llm_cache").fetchall()[0][0])
 
     def close(self) -> None:
-        with self._lock:
-            try:
-                self._cursor.close()
-            finally:
-                if self._owned:
-                    self._connection.close()
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join(5)
+        try:
+            self.flush()
+        finally:
+            import atexit  # noqa: PLC0415
+
+            atexit.unregister(self._atexit)
+            with self._db_lock:
+                try:
+                    self._cursor.close()
+                except Exception:  # noqa: BLE001 - the shared connection may be closed already
+                    pass
+                finally:
+                    if self._owned:
+                        self._connection.close()
 
 
 # -- concurrency primitives usable from threads and from asyncio ---------------------------------
@@ -699,13 +799,14 @@ class Gateway:
         merged = {**self.defaults, **(options or {}), **more}
         return BoundModel(self, model, merged)
 
-    def limiter(self, model: str, concurrency: int | None = None) -> Limiter:
-        """The model's limiter (shared by every BoundModel of that model string; the latest explicit
-        `concurrency` wins)."""
+    def limiter(self, model: str, concurrency: int | None = None, api_base: str | None = None) -> Limiter:
+        """The limiter of `model` at `api_base`, shared by every BoundModel of that pair, sync or async
+        (the latest explicit `concurrency` wins)."""
+        name = f"{model}@{(api_base or '').rstrip('/')}"
         with self._lock:
-            limiter = self._limiters.get(model)
+            limiter = self._limiters.get(name)
             if limiter is None:
-                limiter = self._limiters[model] = Limiter(concurrency or self.concurrency)
+                limiter = self._limiters[name] = Limiter(concurrency or self.concurrency)
             elif concurrency is not None and limiter.limit != int(concurrency):
                 limiter.limit = int(concurrency)
             return limiter
@@ -760,6 +861,29 @@ class Gateway:
                         "(set input_cost_per_token/output_cost_per_token in its options to price it)", model)
 
 
+_default_lock = threading.Lock()
+_default: Gateway | None = None
+
+
+def default_gateway() -> Gateway:
+    """The process-wide gateway used when none is given (e.g. by replays): in-memory cache until
+    `set_default_gateway` installs another (the CLI and app install one on their DuckDB file)."""
+    global _default
+    with _default_lock:
+        if _default is None:
+            _default = Gateway(MemoryCache())
+        return _default
+
+
+def set_default_gateway(gateway: Gateway | None) -> Gateway | None:
+    """Install `gateway` as the process-wide default (None: back to a fresh in-memory one on next use);
+    returns the previous one (not closed)."""
+    global _default
+    with _default_lock:
+        previous, _default = _default, gateway
+        return previous
+
+
 @dataclass
 class _Request:
     key: str
@@ -779,6 +903,12 @@ class BoundModel:
         self.gateway = gateway
         self.model = model
         self.options = dict(options)
+        reserved = sorted(RESERVED_OPTIONS & set(self.options))
+        if reserved:
+            from workbench.errors import ConfigError  # noqa: PLC0415
+
+            raise ConfigError(f"model {model!r}: option(s) {', '.join(reserved)} cannot be set "
+                              f"(the gateway sets the model and messages, and does not stream)")
         params, transport, own = split_options(self.options)
         if "api_key_env" in own and "api_key" not in transport:
             variable = str(own["api_key_env"])
@@ -797,7 +927,8 @@ class BoundModel:
         self.timeout = float(transport.get("timeout") or gateway.timeout)
         self.use_cache = bool(own.get("cache", True))
         self.concurrency = int(own["concurrency"]) if own.get("concurrency") else None
-        self.limiter = gateway.limiter(model, self.concurrency)
+        self.limiter = gateway.limiter(model, self.concurrency,
+                                       transport.get("api_base") or transport.get("base_url"))
         self.input_cost_per_token = own.get("input_cost_per_token")
         self.output_cost_per_token = own.get("output_cost_per_token")
 
@@ -913,13 +1044,29 @@ class BoundModel:
 
     def complete(self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None,
                  repeat: int | None = None) -> Completion:
-        """Answer `messages` (from the cache when possible); raises an `LLMError` when it fails for good."""
-        request = self._request(messages, max_tokens, repeat)
+        """Answer `messages` (from the cache when possible); raises an `LLMError` when it fails for good.
+
+        `purpose` ("summary", "probe", "judge", ...) is for logs only: it is not sent, nor part of
+        the cache key. `repeat` overrides the bound `repeat` option (the sample number).
+        """
+        return self._complete(self._request(messages, max_tokens, repeat), looked_up=False)
+
+    def _lookup(self, request: _Request) -> Completion | None:
+        if not request.use_cache:
+            return None
+        entry = self.gateway.cache.get(request.key)
+        if entry is None:
+            return None
+        self.gateway._count(cache_hits=1)  # noqa: SLF001
+        return self._hit(entry)
+
+    def _complete(self, request: _Request, *, looked_up: bool) -> Completion:
+        if not looked_up:
+            hit = self._lookup(request)
+            if hit is not None:
+                return hit
+        flight: _Flight | None = None
         if request.use_cache:
-            entry = self.gateway.cache.get(request.key)
-            if entry is not None:
-                self.gateway._count(cache_hits=1)  # noqa: SLF001
-                return self._hit(entry)
             while True:
                 flight, leader = self.gateway._flight(request.key)  # noqa: SLF001
                 if leader:
@@ -928,20 +1075,20 @@ class BoundModel:
                 shared = self._shared(flight)
                 if shared is not None:
                     return shared
-        else:
-            flight, leader = None, False
         try:
             completion = self._call_sync(request)
         except BaseException as exc:
-            if flight is not None:
-                self.gateway._land(request.key, flight)  # noqa: SLF001
-                flight.finish(error=exc)
+            self._finish(request, flight, error=exc)
             raise
         self._store(request, completion)
+        self._finish(request, flight, result=completion)
+        return completion
+
+    def _finish(self, request: _Request, flight: _Flight | None, *, result: Completion | None = None,
+                error: BaseException | None = None) -> None:
         if flight is not None:
             self.gateway._land(request.key, flight)  # noqa: SLF001
-            flight.finish(result=completion)
-        return completion
+            flight.finish(result=result, error=error)
 
     def _shared(self, flight: _Flight) -> Completion | None:
         """The result of an identical call that was in flight (a hit), its error (raised), or None (retry)."""
@@ -961,7 +1108,6 @@ class BoundModel:
         attempt = 0
         while True:
             attempt += 1
-            started = time.perf_counter()
             try:
                 with self.limiter:
                     self.gateway._count(requests=1)  # noqa: SLF001
@@ -983,12 +1129,15 @@ class BoundModel:
     async def acomplete(self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None,
                         repeat: int | None = None) -> Completion:
         """`complete` for asyncio (`litellm.acompletion`); the same cache, limits and retries."""
-        request = self._request(messages, max_tokens, repeat)
+        return await self._acomplete(self._request(messages, max_tokens, repeat), looked_up=False)
+
+    async def _acomplete(self, request: _Request, *, looked_up: bool) -> Completion:
+        if not looked_up:
+            hit = self._lookup(request)
+            if hit is not None:
+                return hit
+        flight: _Flight | None = None
         if request.use_cache:
-            entry = self.gateway.cache.get(request.key)
-            if entry is not None:
-                self.gateway._count(cache_hits=1)  # noqa: SLF001
-                return self._hit(entry)
             while True:
                 flight, leader = self.gateway._flight(request.key)  # noqa: SLF001
                 if leader:
@@ -997,19 +1146,13 @@ class BoundModel:
                 shared = self._shared(flight)
                 if shared is not None:
                     return shared
-        else:
-            flight, leader = None, False
         try:
             completion = await self._call_async(request)
         except BaseException as exc:
-            if flight is not None:
-                self.gateway._land(request.key, flight)  # noqa: SLF001
-                flight.finish(error=exc)
+            self._finish(request, flight, error=exc)
             raise
         self._store(request, completion)
-        if flight is not None:
-            self.gateway._land(request.key, flight)  # noqa: SLF001
-            flight.finish(result=completion)
+        self._finish(request, flight, result=completion)
         return completion
 
     async def _call_async(self, request: _Request) -> Completion:
@@ -1025,9 +1168,7 @@ class BoundModel:
                     response = await asyncio.wait_for(litellm.acompletion(**request.kwargs), guard)
                     duration = time.perf_counter() - started
                 return self._parse(response, request.kwargs["messages"], duration, attempt)
-            except (asyncio.CancelledError, KeyboardInterrupt):
-                raise
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:  # noqa: BLE001 - classified below (CancelledError is not an Exception)
                 error = classify(exc, model=self.model, attempts=attempt, secrets=self._secrets)
             if self._give_up(error, attempt):
                 raise self._failed(error, attempt) from None
@@ -1038,17 +1179,51 @@ class BoundModel:
 
     # -- batches (results in input order, whatever the scheduling) --
 
+    def _prefetch(self, batch: Sequence[Sequence[Any]], max_tokens: int | None,
+                  repeat: int | None) -> tuple[list[_Request], list[Completion | None]]:
+        """Build the requests and answer the cached ones with one cache query."""
+        requests = [self._request(messages, max_tokens, repeat) for messages in batch]
+        hits: list[Completion | None] = [None] * len(requests)
+        keys = [r.key for r in requests if r.use_cache]
+        if keys:
+            found = self.gateway.cache.get_many(keys)
+            for index, request in enumerate(requests):
+                entry = found.get(request.key) if request.use_cache else None
+                if entry is not None:
+                    hits[index] = self._hit(entry)
+            count = sum(hit is not None for hit in hits)
+            if count:
+                self.gateway._count(cache_hits=count)  # noqa: SLF001
+        return requests, hits
+
     async def acomplete_many(self, batch: Sequence[Sequence[Any]], *, purpose: str = "summary",
-                             max_tokens: int | None = None, return_exceptions: bool = False) -> list[Any]:
-        """Answer every message list concurrently (bounded by the model's limiter); results in input order."""
-        return await asyncio.gather(*(self.acomplete(m, purpose=purpose, max_tokens=max_tokens) for m in batch),
-                                    return_exceptions=return_exceptions)
+                             max_tokens: int | None = None, repeat: int | None = None,
+                             return_exceptions: bool = False) -> list[Any]:
+        """Answer every message list concurrently (bounded by the model's limiter); results in input order.
+
+        The cache is asked once for the whole batch; only the misses reach the model.
+        """
+        requests, hits = self._prefetch(batch, max_tokens, repeat)
+
+        async def answer(index: int) -> Completion:
+            hit = hits[index]
+            return hit if hit is not None else await self._acomplete(requests[index], looked_up=True)
+
+        return list(await asyncio.gather(*(answer(i) for i in range(len(requests))),
+                                         return_exceptions=return_exceptions))
 
     def complete_many(self, batch: Sequence[Sequence[Any]], *, purpose: str = "summary",
-                      max_tokens: int | None = None, max_workers: int | None = None) -> list[Completion]:
-        """The synchronous path from a pool of threads; results in input order."""
-        from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+                      max_tokens: int | None = None, repeat: int | None = None,
+                      max_workers: int | None = None) -> list[Completion]:
+        """The synchronous path from a pool of threads; results in input order (the first error is raised)."""
+        requests, hits = self._prefetch(batch, max_tokens, repeat)
+        misses = [i for i, hit in enumerate(hits) if hit is None]
+        if misses:
+            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
 
-        workers = max_workers or max(1, min(len(batch), self.limiter.limit))
-        with ThreadPoolExecutor(workers, thread_name_prefix="llm") as pool:
-            return list(pool.map(lambda m: self.complete(m, purpose=purpose, max_tokens=max_tokens), batch))
+            workers = max_workers or max(1, min(len(misses), self.limiter.limit))
+            with ThreadPoolExecutor(workers, thread_name_prefix="llm") as pool:
+                answers = pool.map(lambda i: self._complete(requests[i], looked_up=True), misses)
+                for index, completion in zip(misses, answers):
+                    hits[index] = completion
+        return [hit for hit in hits if hit is not None]

@@ -72,6 +72,10 @@ EXCEPTIONS = (
 DECISIONS = (("serialization", ("orjson", "msgspec", "ujson")), ("HTTP calls", ("httpx", "aiohttp", "urllib3")),
              ("structured logging", ("structlog", "loguru")), ("retries", ("tenacity", "backoff")),
              ("configuration parsing", ("pydantic-settings", "dynaconf")))
+SEPARATOR = "_ " * 39 + "_"
+LINT_FINDINGS = ("E501 Line too long (104 > 100)", "F401 `os` imported but unused",
+                 "B006 Do not use mutable data structures for argument defaults",
+                 "SIM108 Use ternary operator instead of `if`-`else`-block")
 HOST_WORDS = ("db", "cache", "gw", "queue", "auth", "search", "metrics")
 ENVS = ("staging", "prod", "qa", "canary")
 
@@ -168,7 +172,8 @@ def _module_source(rng: random.Random, package: str, module: str, nouns: Sequenc
         helper = f"{rng.choice(VERBS)}_{rng.choice(nouns)}"
         attr = rng.choice(attrs)
         lines += ["", f"def {fn}({arg}s: list[{cls}], *, strict: bool = False) -> list[{cls}]:",
-                  f'    """{fn.replace("_", " ").capitalize()} for each {arg}; `strict` raises on the first bad one."""']
+                  f'    """{fn.replace("_", " ").capitalize()} for each {arg}; '
+                  f'`strict` raises on the first bad one."""']
         body = rng.choice((
             [f"    result: list[{cls}] = []", f"    for item in {arg}s:",
              f"        if item.{attr} is None:", "            if strict:",
@@ -421,11 +426,11 @@ class _Builder:
                     f"        items = make_items({self.rng.randint(1, 9)}, kind='single')",
                     f">       result = {fn}(items)", "",
                     f"{test_file}:{self.rng.randint(8, 60)}: ",
-                    "_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _", "",
+                    SEPARATOR, "",
                     f"    def {fn}(items, *, strict=False):",
                     "        result = []", "        for item in items:",
                     f">           key = normalize(item)", "",
-                    f"{module_path}:{lineno}: ", "_ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _ _",
+                    f"{module_path}:{lineno}: ", SEPARATOR,
                     "", f"E   {error}", "",
                     f"{module_path}:{lineno + self.rng.randint(3, 30)}: {error.split(':')[0]}",
                     "----------------------------- Captured log call ------------------------------",
@@ -522,7 +527,7 @@ def _explore(b: _Builder, n: int, module: str) -> None:
         elif roll < 0.81:
             b.bash(f"ruff check src/{b.package}/{module}.py", "\n".join(
                 [f"src/{b.package}/{module}.py:{rng.randint(10, 120)}:{rng.randint(1, 60)}: "
-                 f"{rng.choice(('E501 Line too long (104 > 100)', 'F401 `os` imported but unused', 'B006 Do not use mutable data structures for argument defaults', 'SIM108 Use ternary operator instead of `if`-`else`-block'))}"
+                 f"{rng.choice(LINT_FINDINGS)}"
                  for _ in range(rng.randint(1, 6))] + ["Found issues. [*] fixable with `ruff check --fix`."]),
                 thought="Checking lint on the module.")
         elif roll < 0.87:

@@ -290,9 +290,9 @@ def content_hash(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
         record["importance"] = message.importance
         record["origin"] = message.origin
         records.append(record)
-    digest = hashlib.sha256(json.dumps(records, ensure_ascii=False, default=str).encode())
+    digest = hashlib.sha256(json.dumps(records, default=str).encode())
     if tools:
-        digest.update(json.dumps(list(tools), sort_keys=True, ensure_ascii=False, default=str).encode())
+        digest.update(json.dumps(list(tools), sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 
 

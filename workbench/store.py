@@ -142,10 +142,18 @@ class ImportReport:
 # --------------------------------------------------------------------------------------------
 
 _ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
+_quote = json.encoder.encode_basestring  # a JSON string literal (the C function when available)
 
 
 def _dumps(value: Any) -> str:
     return _ENCODER.encode(value)
+
+
+def _tool_calls_json(calls: Sequence[ToolCall]) -> str:
+    """`[c.to_openai() for c in calls]` as JSON, written directly (this runs for every assistant message)."""
+    return "[" + ",".join(
+        f'{{"id":{_quote(c.id)},"type":"function","function":{{"name":{_quote(c.name)},'
+        f'"arguments":{_quote(c.arguments)}}}}}' for c in calls) + "]"
 
 
 def _clean_text(value: str | None) -> str | None:
@@ -180,50 +188,35 @@ class _Batch:
 
     def add(self, session: Session, dataset: str, source: str | None) -> None:
         sid = session.id
-        calls = 0
+        msgs = session.messages
+        n = len(msgs)
         m = self.messages
-        m_session, m_idx, m_role, m_parts, m_is_str, m_text = (
-            m["session_id"], m["idx"], m["role"], m["parts"], m["is_str"], m["text"])
-        m_calls, m_call_id, m_name, m_origin, m_importance, m_meta = (
-            m["tool_calls"], m["tool_call_id"], m["name"], m["origin"], m["importance"], m["metadata"])
-        chars = 0
-        for idx, message in enumerate(session.messages):
-            content = message.content
-            if content is None:
-                m_parts.append(None)
-                m_is_str.append(False)
-                m_text.append("")
-            elif isinstance(content, str):
-                m_parts.append(None)
-                m_is_str.append(True)
-                m_text.append(content)
-                chars += len(content)
-            else:
-                m_parts.append(_dumps([dict(p) for p in content]))
-                m_is_str.append(False)
-                text = message.text
-                m_text.append(text)
-                chars += len(text)
-            if message.tool_calls:
-                m_calls.append(_dumps([c.to_openai() for c in message.tool_calls]))
-            else:
-                m_calls.append(None)
-            if message.role == "assistant":
-                calls += 1
-            m_session.append(sid)
-            m_idx.append(idx)
-            m_role.append(message.role)
-            m_call_id.append(message.tool_call_id)
-            m_name.append(message.name)
-            m_origin.append(message.origin)
-            m_importance.append(float(message.importance))
-            m_meta.append(_dumps(dict(message.metadata)) if message.metadata else None)
+        contents = [msg.content for msg in msgs]
+        is_str = [type(c) is str for c in contents]
+        texts = [c if flag else ("" if c is None else msg.text)
+                 for c, flag, msg in zip(contents, is_str, msgs)]
+        m["parts"].extend(None if flag or c is None else _dumps([dict(p) for p in c])
+                          for c, flag in zip(contents, is_str))
+        m["is_str"].extend(is_str)
+        m["text"].extend(texts)
+        m["session_id"].extend([sid] * n)
+        m["idx"].extend(range(n))
+        roles = [msg.role for msg in msgs]
+        m["role"].extend(roles)
+        m["tool_calls"].extend(_tool_calls_json(msg.tool_calls) if msg.tool_calls else None for msg in msgs)
+        m["tool_call_id"].extend([msg.tool_call_id for msg in msgs])
+        m["name"].extend([msg.name for msg in msgs])
+        m["origin"].extend([msg.origin for msg in msgs])
+        m["importance"].extend([float(msg.importance) for msg in msgs])
+        m["metadata"].extend(_dumps(dict(msg.metadata)) if msg.metadata else None for msg in msgs)
+        calls = roles.count("assistant")
+        chars = sum(map(len, texts))
         s = self.sessions
         s["id"].append(sid)
         s["dataset"].append(dataset)
         s["format"].append(session.format or "unknown")
         s["source"].append(source)
-        s["message_count"].append(len(session.messages))
+        s["message_count"].append(n)
         s["call_count"].append(calls)
         s["tools"].append(_dumps([dict(t) for t in session.tools]) if session.tools else None)
         s["metadata"].append(_dumps(dict(session.metadata)) if session.metadata else None)
@@ -237,7 +230,7 @@ class _Batch:
             p["from_call"].append(int(probe.from_call))
         self.ids.append(sid)
         self.calls += calls
-        self.message_count += len(session.messages)
+        self.message_count += n
         self.chars += chars
 
     def tables(self, clean: bool = False) -> dict[str, dict[str, Any]]:
@@ -271,11 +264,14 @@ class Store:
     `Store(path)` opens (creating and migrating) the DuckDB file; `path` defaults to
     `$WORKBENCH_DB`, else `data/workbench.duckdb`. A file held by another process raises
     `StoreError`. With `read_only=True` nothing is created or migrated and other readers may
-    open the file at the same time. Use it as a context manager, or call `close()`.
+    open the file at the same time. `batch_messages`/`batch_bytes` size the write batches;
+    `memory_limit` (e.g. "512MB") caps DuckDB's buffer cache, which otherwise keeps written
+    blocks up to DuckDB's default (80 % of RAM). Use it as a context manager, or call `close()`.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
-                 batch_messages: int = DEFAULT_BATCH_MESSAGES, batch_bytes: int = DEFAULT_BATCH_BYTES):
+                 batch_messages: int = DEFAULT_BATCH_MESSAGES, batch_bytes: int = DEFAULT_BATCH_BYTES,
+                 memory_limit: str | None = None):
         self.path = os.fspath(path) if path is not None else db.default_path()
         self.read_only = read_only
         self.batch_messages = max(1, int(batch_messages))
@@ -283,6 +279,12 @@ class Store:
         if read_only and self.path != ":memory:" and not os.path.exists(self.path):
             raise StoreError(f"database {self.path} does not exist; create it with `workbench init --db {self.path}`")
         self._con: duckdb.DuckDBPyConnection | None = db.connect(self.path, read_only=read_only)
+        if memory_limit:
+            try:
+                self._con.execute(f"SET memory_limit = '{str(memory_limit).replace(chr(39), '')}'")
+            except duckdb.Error as exc:
+                self.close()
+                raise StoreError(f"invalid memory_limit {memory_limit!r}: {exc}") from exc
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -308,12 +310,6 @@ class Store:
     def _query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
         try:
             return self.connection.execute(sql, params or []).fetchall()
-        except duckdb.Error as exc:
-            raise StoreError(f"query on {self.path} failed: {exc}") from exc
-
-    def _frame(self, sql: str, params: Sequence[Any] | None = None) -> pd.DataFrame:
-        try:
-            return self.connection.execute(sql, params or []).df()
         except duckdb.Error as exc:
             raise StoreError(f"query on {self.path} failed: {exc}") from exc
 
@@ -379,10 +375,11 @@ class Store:
         con = self.connection
         try:
             con.execute("BEGIN TRANSACTION")
-            existing = con.execute("SELECT count(*) FROM sessions WHERE list_contains(?, id)", [ids]).fetchall()[0][0]
+            existing = con.execute("SELECT count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
+                                   [ids]).fetchall()[0][0]
             for table, column in (("messages", "session_id"), ("probes", "session_id"),
                                   ("token_counts", "session_id"), ("sessions", "id")):
-                con.execute(f"DELETE FROM {table} WHERE list_contains(?, {column})", [ids])
+                con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
             con.execute("COMMIT")
         except duckdb.Error as exc:
             _rollback(con)
@@ -457,14 +454,23 @@ class Store:
         columns = ["id", "dataset", "format", "messages", "calls", "probes", "source", "imported_at"]
         return pd.DataFrame(self.session_rows(dataset, where), columns=columns)
 
-    def datasets(self) -> pd.DataFrame:
-        """One row per dataset: name, description, sessions, messages, calls, created_at."""
-        return self._frame("""
+    def dataset_rows(self) -> list[dict[str, Any]]:
+        """One dict per dataset (name, description, sessions, messages, calls, created_at)."""
+        rows = self._query("""
             SELECT d.name, d.description, count(s.id) AS sessions,
                    coalesce(sum(s.message_count), 0)::BIGINT AS messages,
                    coalesce(sum(s.call_count), 0)::BIGINT AS calls, d.created_at
             FROM datasets d LEFT JOIN sessions s ON s.dataset = d.name
             GROUP BY d.name, d.description, d.created_at ORDER BY d.name""")
+        keys = ("name", "description", "sessions", "messages", "calls", "created_at")
+        return [dict(zip(keys, row)) for row in rows]
+
+    def datasets(self) -> pd.DataFrame:
+        """One row per dataset: name, description, sessions, messages, calls, created_at."""
+        import pandas as pd  # noqa: PLC0415
+
+        return pd.DataFrame(self.dataset_rows(),
+                            columns=["name", "description", "sessions", "messages", "calls", "created_at"])
 
     def count(self, what: str = "sessions", dataset: str | None = None) -> int:
         """How many sessions (or messages, calls, probes) are stored, in `dataset` or overall."""
@@ -519,14 +525,16 @@ class Store:
         if not ids:
             return []
         heads = {row[0]: row for row in self._query(
-            "SELECT id, dataset, format, tools, metadata FROM sessions WHERE list_contains(?, id)", [list(ids)])}
+            "SELECT id, dataset, format, tools, metadata FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
+            [list(ids)])}
         messages: dict[str, list[Message]] = {i: [] for i in heads}
         for row in self._query("""
                 SELECT session_id, idx, role,
                        CASE WHEN content IS NULL THEN 0 WHEN json_type(content) = 'VARCHAR' THEN 1 ELSE 2 END,
                        CASE WHEN json_type(content) = 'VARCHAR' THEN NULL ELSE content END,
                        text, tool_calls, tool_call_id, name, origin, importance, metadata
-                FROM messages WHERE list_contains(?, session_id) ORDER BY session_id, idx""", [list(heads)]):
+                FROM messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))
+                ORDER BY session_id, idx""", [list(heads)]):
             sid, _idx, role, kind, parts, text, calls, call_id, name, origin, importance, meta = row
             content: Any = None if kind == 0 else text if kind == 1 else json.loads(parts)
             tool_calls = tuple(ToolCall.from_openai(c) for c in json.loads(calls)) if calls else ()
@@ -536,10 +544,11 @@ class Store:
         probes: dict[str, list[Probe]] = {i: [] for i in heads}
         for sid, question, expected, kind, from_call in self._query(
                 "SELECT session_id, question, expected, kind, from_call FROM probes "
-                "WHERE list_contains(?, session_id) ORDER BY session_id, idx", [list(heads)]):
+                "WHERE session_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY session_id, idx", [list(heads)]):
             probes[sid].append(Probe(question=question, expected=expected, kind=kind, from_call=from_call))
         for sid, idx, tokenizer, count in self._query(
-                "SELECT session_id, idx, tokenizer, tokens FROM token_counts WHERE list_contains(?, session_id)",
+                "SELECT session_id, idx, tokenizer, tokens FROM token_counts "
+                "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
                 [list(heads)]):
             stored = messages.get(sid)
             if stored is not None and 0 <= idx < len(stored):
@@ -743,7 +752,7 @@ def _write_batch(store: Store, batch: _Batch) -> list[str]:
     con = store.connection
     try:
         existing = {r[0] for r in con.execute(
-            "SELECT id FROM sessions WHERE list_contains(?, id)", [batch.ids]).fetchall()}
+            "SELECT id FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [batch.ids]).fetchall()}
     except duckdb.Error as exc:
         raise StoreError(f"cannot read {store.path}: {exc}") from exc
     if existing:
@@ -810,14 +819,11 @@ def _display(path: str, root: str | None) -> str:
 
 def _candidate_files(importers: Any, paths: Sequence[str]) -> Iterator[tuple[str, str | None]]:
     """(file, walk root) for every candidate file under `paths`, each real file once, in the
-    importers' order (their folder-walk rules)."""
-    walk = getattr(importers, "candidates", None) or getattr(importers, "_candidates")
+    importers' order and by their folder-walk rules (a missing path is yielded as itself: the
+    importer then reports it)."""
     seen: set[str] = set()
     for given in paths:
-        if not os.path.exists(given):
-            yield given, None  # the importer reports "no such file"
-            continue
-        for path, root in walk(given):
+        for path, root in importers.candidates(given):
             real = os.path.realpath(path)
             if real in seen:
                 continue

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import hashlib
 import json
 import threading
@@ -33,7 +34,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["FakeOpenAI", "Fault", "Item"]
+__all__ = ["FakeOpenAI", "FakeOpenAIProcess", "Fault", "Item"]
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,24 @@ def default_text(body: dict[str, Any]) -> str:
             last = content
             break
     return f"Summary {digest}: {last[:60]}"
+
+
+def _item_to_json(item: str | Fault) -> dict[str, Any]:
+    if isinstance(item, str):
+        return {"text": item}
+    if isinstance(item, Fault):
+        data = dataclasses.asdict(item)
+        data["headers"] = [list(pair) for pair in item.headers]
+        return {"fault": data}
+    raise TypeError("a FakeOpenAIProcess script item must be a str or a Fault (callables stay in-process)")
+
+
+def _item_from_json(data: dict[str, Any]) -> str | Fault:
+    if "text" in data:
+        return str(data["text"])
+    fault = dict(data["fault"])
+    fault["headers"] = tuple(tuple(pair) for pair in fault.get("headers") or ())
+    return Fault(**fault)
 
 
 def _tokens(text: str) -> int:
@@ -240,6 +259,10 @@ class FakeOpenAI:
         app.router.add_post("/chat/completions", self._handle)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/_fake/stats", self._stats)
+        app.router.add_get("/_fake/requests", self._requests)
+        app.router.add_post("/_fake/script", self._script_items)
+        app.router.add_post("/_fake/reset", self._reset)
         runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, backlog=1024, reuse_address=True)
@@ -259,6 +282,37 @@ class FakeOpenAI:
     async def _health(self, request: Any) -> Any:
         from aiohttp import web  # noqa: PLC0415
 
+        return web.json_response({"ok": True})
+
+    def stats(self) -> dict[str, int]:
+        """request_count, in_flight, max_in_flight and pending (scripted items left)."""
+        with self._lock:
+            return {"request_count": self.request_count, "in_flight": self.in_flight,
+                    "max_in_flight": self.max_in_flight, "pending": len(self._script)}
+
+    async def _stats(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        return web.json_response(self.stats())
+
+    async def _requests(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        with self._lock:
+            return web.json_response({"requests": list(self.requests), "headers": list(self.headers)})
+
+    async def _script_items(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        items = [_item_from_json(item) for item in await request.json()]
+        self.script(*items)
+        return web.json_response({"pending": self.pending})
+
+    async def _reset(self, request: Any) -> Any:
+        from aiohttp import web  # noqa: PLC0415
+
+        self.clear_script()
+        self.reset_counts()
         return web.json_response({"ok": True})
 
     async def _models(self, request: Any) -> Any:
@@ -357,3 +411,112 @@ class FakeOpenAI:
             "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
                       "total_tokens": prompt + completion},
         }
+
+
+class FakeOpenAIProcess:
+    """The same server in a child process (`python -m workbench.testing`), for benchmarks.
+
+    In a thread, the server's own work competes with the client for the GIL, which slows the
+    client down under load; a provider never shares our interpreter. Scripts accept `str` and
+    `Fault` items only; counters are read over HTTP (`/_fake/stats`).
+    """
+
+    def __init__(self, *, latency: float = 0.0, port: int = 0, host: str = "127.0.0.1"):
+        self.latency = latency
+        self.host = host
+        self.port = port
+        self._process: Any = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        return f"{self.base_url}/v1"
+
+    def start(self) -> FakeOpenAIProcess:
+        import subprocess  # noqa: PLC0415
+        import sys  # noqa: PLC0415
+
+        if self._process is not None:
+            return self
+        self._process = subprocess.Popen(
+            [sys.executable, "-m", "workbench.testing", "--latency", str(self.latency), "--port", str(self.port),
+             "--host", self.host], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = self._process.stdout.readline().strip()
+        if not line.startswith("PORT "):
+            self.stop()
+            raise RuntimeError(f"FakeOpenAIProcess did not start (said {line!r})")
+        self.port = int(line.split()[1])
+        return self
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        try:
+            process.stdin.close()
+            process.wait(5)
+        except Exception:  # noqa: BLE001 - make sure it is gone
+            process.kill()
+            process.wait(5)
+
+    def __enter__(self) -> FakeOpenAIProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _call(self, method: str, path: str, payload: Any = None) -> Any:
+        import urllib.request  # noqa: PLC0415
+
+        data = None if payload is None else json.dumps(payload).encode()
+        request = urllib.request.Request(self.base_url + path, data=data, method=method,
+                                         headers={"content-type": "application/json"})
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return json.loads(response.read())
+
+    def stats(self) -> dict[str, int]:
+        return self._call("GET", "/_fake/stats")
+
+    @property
+    def request_count(self) -> int:
+        return int(self.stats()["request_count"])
+
+    @property
+    def max_in_flight(self) -> int:
+        return int(self.stats()["max_in_flight"])
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        return self._call("GET", "/_fake/requests")["requests"]
+
+    def script(self, *items: str | Fault) -> FakeOpenAIProcess:
+        self._call("POST", "/_fake/script", [_item_to_json(item) for item in items])
+        return self
+
+    def reset_counts(self) -> None:
+        self._call("POST", "/_fake/reset", {})
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve until stdin closes: `python -m workbench.testing --latency 0.2` prints `PORT <n>`."""
+    import argparse  # noqa: PLC0415
+    import sys  # noqa: PLC0415
+
+    parser = argparse.ArgumentParser(prog="python -m workbench.testing", description=main.__doc__)
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--host", default="127.0.0.1")
+    args = parser.parse_args(argv)
+    with FakeOpenAI(latency=args.latency, port=args.port, host=args.host, keep_requests=True) as server:
+        print(f"PORT {server.port}", flush=True)
+        try:
+            sys.stdin.read()  # returns when the parent closes the pipe (or dies)
+        except KeyboardInterrupt:
+            pass
+
+
+if __name__ == "__main__":
+    main()

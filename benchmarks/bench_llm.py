@@ -1,0 +1,104 @@
+"""LLM gateway benchmark: 400 summarization calls to a local OpenAI-compatible server (200 ms latency).
+
+(a) uncached, concurrency 32: wall time against the ideal calls x latency / concurrency — goal
+    ideal/achieved >= 0.8. Measured twice: from 32 worker threads (`complete`, the path replays
+    use) and from asyncio (`acomplete`); each run uses its own requests, so both reach the server;
+(b) the cached re-run, through a freshly reopened DuckDB cache (as a new process would): new
+    server requests — goal 0 — and its wall time over the uncached run's — goal <= 0.05.
+
+The server runs in a child process (`FakeOpenAIProcess`), as a real provider would: in a thread
+of this process it would compete with the client for the GIL.
+Run: `python -m benchmarks llm` or `python benchmarks/bench_llm.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # standalone: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.llm import DuckDBCache, Gateway, load_litellm  # noqa: E402
+from workbench.testing import FakeOpenAIProcess  # noqa: E402
+
+CALLS = 400
+LATENCY = 0.2
+CONCURRENCY = 32
+MODEL = "openai/gpt-4o-mini"  # priced in LiteLLM's local price map
+SYSTEM = "You summarize coding-agent transcripts: keep file paths, decisions, errors and open tasks."
+
+
+def _batch(tag: str) -> list[list[dict[str, str]]]:
+    batch = []
+    for i in range(CALLS):
+        transcript = " ".join(f"step {j}: edited src/module_{i}_{j}.py, ran tests ({j} failed)." for j in range(12))
+        batch.append([{"role": "system", "content": SYSTEM},
+                      {"role": "user", "content": f"<transcript>[{tag} #{i}] {transcript}</transcript>"}])
+    return batch
+
+
+def _options(server: FakeOpenAIProcess) -> dict:
+    return {"api_base": server.api_base, "api_key": "sk-bench-dummy", "concurrency": CONCURRENCY,
+            "temperature": 0, "max_tokens": 256, "timeout": 30}
+
+
+def _timed(fn):
+    started = time.perf_counter()
+    result = fn()
+    return result, time.perf_counter() - started
+
+
+def run() -> None:
+    _, load_s = _timed(load_litellm)
+    ideal = CALLS * LATENCY / CONCURRENCY
+    with tempfile.TemporaryDirectory() as folder, FakeOpenAIProcess(latency=LATENCY) as server:
+        db_path = Path(folder) / "bench.duckdb"
+        threads_batch, async_batch = _batch("threads"), _batch("async")
+
+        gateway = Gateway(DuckDBCache(db_path))
+        model = gateway.model(MODEL, _options(server))
+        model.complete([{"role": "user", "content": "warm-up (sync)"}])
+        asyncio.run(model.acomplete([{"role": "user", "content": "warm-up (async)"}]))
+        before = server.request_count
+
+        results, threads_s = _timed(lambda: model.complete_many(threads_batch, max_workers=CONCURRENCY))
+        assert all(not r.cache_hit for r in results)
+        async_results, async_s = _timed(lambda: asyncio.run(model.acomplete_many(async_batch)))
+        assert all(not r.cache_hit for r in async_results)
+        uncached_requests = server.request_count - before
+        peak = server.max_in_flight
+        spent = gateway.stats.cost_usd
+        gateway.close()
+
+        # the re-run: a new gateway on the reopened database file
+        gateway = Gateway(DuckDBCache(db_path))
+        model = gateway.model(MODEL, _options(server))
+        before = server.request_count
+        rerun, rerun_threads_s = _timed(lambda: model.complete_many(threads_batch, max_workers=CONCURRENCY))
+        rerun_async, rerun_async_s = _timed(lambda: asyncio.run(model.acomplete_many(async_batch)))
+        new_requests = server.request_count - before
+        assert all(r.cache_hit for r in rerun + rerun_async)
+        assert [r.text for r in rerun] == [r.text for r in results]
+        rerun_spent = gateway.stats.cost_usd
+        gateway.close()
+
+    print(f"litellm import: {load_s:.2f} s (once per process, lazily)")
+    print(f"calls per run: {CALLS} at {LATENCY * 1000:.0f} ms latency, concurrency {CONCURRENCY}; "
+          f"ideal wall: {ideal:.2f} s; server peak in-flight: {peak} (bound {CONCURRENCY})")
+    print(f"uncached, 32 threads (complete): {threads_s:.2f} s, ideal/achieved {ideal / threads_s:.2f} (goal >= 0.8)")
+    print(f"uncached, asyncio (acomplete): {async_s:.2f} s, ideal/achieved {ideal / async_s:.2f} (goal >= 0.8)")
+    print(f"uncached requests reaching the server: {uncached_requests} (expected {2 * CALLS}); "
+          f"cost ${spent:.4f} (gpt-4o-mini prices)")
+    print(f"cached re-run new server requests: {new_requests} (goal 0); cost ${rerun_spent:.4f} (goal 0)")
+    print(f"cached re-run, threads: {rerun_threads_s:.3f} s, ratio to uncached {rerun_threads_s / threads_s:.3f} "
+          f"(goal <= 0.05)")
+    print(f"cached re-run, asyncio: {rerun_async_s:.3f} s, ratio to uncached {rerun_async_s / async_s:.3f} "
+          f"(goal <= 0.05)")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,260 @@
+"""The DuckDB store: round trips, duplicates, transactions, the file lock, token caches, migrations."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import duckdb
+import pytest
+
+from workbench import db, store as store_module
+from workbench.errors import StoreError
+from workbench.session import Message, Probe, Session, ToolCall
+from workbench.store import Store
+from workbench.tokens import message_tokens
+
+
+def rich_session(tag: str = "a", n_steps: int = 3) -> Session:
+    """Every message shape: parts (text + image), None content, tool calls, metadata, pins, origins."""
+    messages = [
+        Message(role="system", content=f"You are agent {tag}.", importance=10.0),
+        Message(role="user", content=({"type": "text", "text": f"look at this {tag}"},
+                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}),
+                metadata={"timestamp": "2025-01-01T00:00:00Z"}),
+    ]
+    for i in range(n_steps):
+        calls = (ToolCall(id=f"{tag}{i}a", name="read_file", arguments=json.dumps({"path": f"src/{i}.py"})),
+                 ToolCall(id=f"{tag}{i}b", name="bash", arguments='{"command": "ls -la"}'))
+        messages.append(Message(role="assistant", content=None if i % 2 else f"step {i} ✓ naïve", tool_calls=calls,
+                                metadata={"usage": {"prompt_tokens": 100 + i, "completion_tokens": 7},
+                                          "finish_reason": "tool_calls"}))
+        messages.append(Message(role="tool", content=f"file {i}\n" + "x = 1\n" * 50, tool_call_id=f"{tag}{i}a",
+                                name="read_file"))
+        messages.append(Message(role="tool", content="", tool_call_id=f"{tag}{i}b", name="bash", importance=-2.5))
+    messages.append(Message(role="assistant", content="Summary so far", origin="compacted_synthetic",
+                            importance=5.0))
+    messages.append(Message(role="assistant", content="done \x00 \u2028 \"quoted\" \\ 😀"))
+    return Session.from_messages(
+        messages, dataset="unit", format="openai",
+        probes=[Probe("Which file?", "src/1.py", "artifact", 2), Probe("What first?", f"look at this {tag}", "recall")],
+        tools=({"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},),
+        metadata={"model": "gpt-x", "source": f"{tag}.jsonl", "nested": {"a": [1, 2.5, None]}})
+
+
+@pytest.fixture
+def db_path(tmp_path):
+    return str(tmp_path / "wb.duckdb")
+
+
+def test_round_trip_keeps_everything(db_path):
+    sessions = [rich_session("a"), rich_session("b", n_steps=5)]
+    with Store(db_path) as store:
+        report = store.import_sessions(sessions)
+        assert (report.sessions, report.duplicates) == (2, 0)
+        assert report.messages == sum(len(s.messages) for s in sessions)
+        assert report.calls == sum(s.calls for s in sessions)
+        assert set(report.session_ids) == {s.id for s in sessions}
+        for original in sessions:
+            loaded = store.load_session(original.id)
+            assert loaded == original
+            assert loaded.messages == original.messages
+            assert loaded.probes == original.probes
+            assert loaded.tools == original.tools
+            assert loaded.metadata == original.metadata
+            assert isinstance(loaded.messages[1].content, tuple)  # parts kept as parts
+            assert loaded.messages[5].content is None and loaded.messages[5].tool_calls
+            assert loaded.messages[-1].text == original.messages[-1].text
+        by_id = lambda s: s.id  # noqa: E731
+        assert sorted(store.load_sessions(dataset="unit"), key=by_id) == sorted(sessions, key=by_id)
+        assert store.load_sessions(dataset="nope") == []
+
+
+def test_content_is_stored_as_json_and_text(db_path):
+    session = rich_session()
+    with Store(db_path) as store:
+        store.import_sessions([session])
+        rows = store.connection.execute(
+            "SELECT idx, content::VARCHAR, text, tool_calls::VARCHAR FROM messages ORDER BY idx").fetchall()
+    assert json.loads(rows[0][1]) == "You are agent a."
+    assert rows[0][2] == "You are agent a."
+    assert json.loads(rows[1][1])[1]["type"] == "image_url"
+    assert rows[1][2] == "look at this a"
+    assert json.loads(rows[2][3])[0]["function"]["name"] == "read_file"
+    assert rows[5][1] is None and rows[5][2] == ""  # no content
+
+
+def test_sessions_frame_datasets_and_counts(db_path):
+    sessions = [rich_session("a"), rich_session("b", n_steps=5)]
+    with Store(db_path) as store:
+        store.import_sessions(sessions[:1])
+        store.import_sessions(sessions[1:], dataset="other")
+        frame = store.sessions()
+        assert {"id", "dataset", "format", "messages", "calls", "source", "imported_at"} <= set(frame.columns)
+        assert sorted(frame.dataset) == ["other", "unit"]
+        assert frame.set_index("id").loc[sessions[0].id, "source"] == "a.jsonl"
+        assert list(store.sessions(dataset="other").id) == [sessions[1].id]
+        datasets = store.datasets().set_index("name")
+        assert datasets.loc["unit", "sessions"] == 1 and datasets.loc["other", "calls"] == sessions[1].calls
+        assert store.count() == 2 and store.count(dataset="other") == 1
+        assert store.count("messages") == sum(len(s.messages) for s in sessions)
+        assert store.count("calls", dataset="unit") == sessions[0].calls
+        assert store.count("probes") == 4
+        assert [s.id for s in store.load_sessions(where="calls > 5")] == [sessions[1].id]
+        assert store.load_sessions(dataset="unit", where="call_count > 5") == []
+        with pytest.raises(StoreError, match="count"):
+            store.count("tokens")
+        with pytest.raises(StoreError):
+            store.load_sessions(where="no_such_column = 1")
+        with pytest.raises(StoreError, match="no session"):
+            store.load_session("missing")
+
+
+def test_duplicates_are_skipped_and_counted(db_path):
+    sessions = [rich_session("a"), rich_session("b")]
+    with Store(db_path) as store:
+        first = store.import_sessions(sessions)
+        again = store.import_sessions([*sessions, rich_session("c"), rich_session("c")])
+        assert first.sessions == 2
+        assert (again.sessions, again.duplicates) == (1, 3)
+        assert "skipped 3 duplicates" in again.summary()
+        assert store.count() == 3
+        assert store.count("messages") == sum(len(s.messages) for s in [*sessions, rich_session("c")])
+
+
+def test_many_batches_and_memory_friendly_streaming(db_path):
+    sessions = [rich_session(f"s{i}", n_steps=i % 4 + 1) for i in range(40)]
+    with Store(db_path, batch_messages=25) as store:
+        report = store.import_sessions(iter(sessions))
+        assert report.sessions == 40
+        assert sorted(s.id for s in store.load_sessions()) == sorted(s.id for s in sessions)
+
+
+def test_a_failing_batch_leaves_nothing_half_written(db_path, monkeypatch):
+    good = [rich_session(f"g{i}") for i in range(3)]
+    bad = rich_session("bad")
+    bad = Session(messages=bad.messages, dataset="unit", probes=(Probe("BOOM?", "x"),))
+    # The probe insert fails for the "BOOM" probe, after that batch's sessions and messages went in.
+    monkeypatch.setattr(store_module, "_PROBE_INSERT", store_module._PROBE_INSERT.replace(
+        "from_call FROM _wb_probes",
+        "CASE WHEN question LIKE 'BOOM%' THEN error('boom') ELSE from_call END FROM _wb_probes"))
+    with Store(db_path, batch_messages=len(good[0].messages)) as store:  # one session per batch
+        with pytest.raises(StoreError, match="rolled back"):
+            store.import_sessions([*good, bad, rich_session("after")])
+        assert sorted(r[0] for r in store.connection.execute("SELECT id FROM sessions").fetchall()) == \
+            sorted(s.id for s in good)
+        for table in ("messages", "probes"):
+            ids = {r[0] for r in store.connection.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()}
+            assert ids == {s.id for s in good}, table
+        assert store.count("messages") == sum(len(s.messages) for s in good)
+
+
+def test_lone_surrogates_do_not_break_an_import(db_path):
+    session = Session.from_messages([{"role": "user", "content": "bad \ud800 text"},
+                                     {"role": "assistant", "content": "ok"}], id="surrogate")
+    with Store(db_path) as store:
+        assert store.import_sessions([session]).sessions == 1
+        assert store.load_session(session.id).messages[0].text.startswith("bad ")
+
+
+def test_token_counts_round_trip_primes_the_cache(db_path):
+    session = rich_session()
+    with Store(db_path) as store:
+        store.import_sessions([session])
+        total = store.save_token_counts(session, "heuristic")
+        fresh = rich_session()  # uncounted messages
+        expected = [message_tokens(m, "heuristic") for m in fresh.messages]
+        assert total == sum(expected)
+        assert store.token_counts(session.id) == {"heuristic": expected}
+        store.save_token_counts(session, "heuristic")  # replaces, does not duplicate
+        assert store.token_counts(session.id, "heuristic") == {"heuristic": expected}
+        loaded = store.load_session(session.id)
+        assert [m._token_cache.get("heuristic") for m in loaded.messages] == expected
+        assert all("cl100k_base" not in m._token_cache for m in loaded.messages)
+
+
+def test_migrations_are_recorded(db_path):
+    with Store(db_path) as store:
+        names = [r[0] for r in store.connection.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
+    assert names == sorted(name for name, _ in db.MIGRATIONS)
+
+
+def test_read_only_store_and_missing_file(db_path, tmp_path):
+    with Store(db_path) as store:
+        store.import_sessions([rich_session()])
+    with Store(db_path, read_only=True) as reader:
+        assert reader.count() == 1
+        with pytest.raises(StoreError):
+            reader.import_sessions([rich_session("z")])
+    with pytest.raises(StoreError, match="does not exist"):
+        Store(tmp_path / "absent.duckdb", read_only=True)
+
+
+def test_delete_sessions(db_path):
+    sessions = [rich_session("a"), rich_session("b")]
+    with Store(db_path) as store:
+        store.import_sessions(sessions)
+        store.save_token_counts(sessions[0])
+        assert store.delete_sessions([sessions[0].id, "unknown"]) == 1
+        assert store.count() == 1
+        assert store.connection.execute("SELECT count(*) FROM token_counts").fetchall()[0][0] == 0
+        assert store.connection.execute(
+            "SELECT count(DISTINCT session_id) FROM messages").fetchall()[0][0] == 1
+
+
+def test_import_paths_good_files_survive_bad_ones(tmp_path, db_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    lines = [json.dumps({"messages": [{"role": "user", "content": f"question {i}"},
+                                      {"role": "assistant", "content": f"answer {i}"}]}) for i in range(6)]
+    (folder / "good.jsonl").write_text("\n".join(lines[:3]) + "\n")
+    # valid sessions first, then a broken line: the whole file must contribute nothing
+    (folder / "broken.jsonl").write_text("\n".join(lines[3:]) + "\n{not json\n")
+    (folder / "notes.json").write_text('{"hello": "world"}')  # matches no session format
+    seen = []
+    with Store(db_path, batch_messages=2) as store:
+        report = store.import_paths([folder, tmp_path / "missing.json"], progress=seen.append)
+        assert report.sessions == 3 and report.messages == 6
+        failed = {f.path.rsplit("/", 1)[-1]: f.error for f in report.errors}
+        assert set(failed) == {"broken.jsonl", "missing.json"}
+        assert "broken.jsonl" in failed["broken.jsonl"] and ":4" in failed["broken.jsonl"]
+        assert [f.path.rsplit("/", 1)[-1] for f in report.skipped_files] == ["notes.json"]
+        assert store.count() == 3
+        texts = {s.messages[0].text for s in store.load_sessions()}
+        assert texts == {"question 0", "question 1", "question 2"}
+        assert {r["source"] for r in store.session_rows()} == {"good.jsonl"}
+        assert len(seen) == 4
+        good = next(f for f in report.files if f.path.endswith("good.jsonl"))
+        assert (good.sessions, good.messages, good.error) == (3, 6, None)
+        again = store.import_paths([folder / "good.jsonl"])
+        assert (again.sessions, again.duplicates, again.files[0].duplicates) == (0, 3, 3)
+
+
+def test_a_second_process_gets_a_clear_store_error(db_path):
+    with Store(db_path):
+        pass
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from workbench.store import Store
+        store = Store({db_path!r})
+        print("ready", flush=True)
+        sys.stdin.readline()
+    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "ready"
+        with pytest.raises(StoreError, match=r"database .* is in use by another process"):
+            Store(db_path)
+    finally:
+        holder.communicate("\n", timeout=30)
+    with Store(db_path) as store:  # released with the process
+        assert store.count() == 0
+
+
+def test_closed_store_raises(db_path):
+    store = Store(db_path)
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.count()
+    assert isinstance(duckdb.__version__, str)
