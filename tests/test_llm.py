@@ -589,3 +589,19 @@ def test_default_gateway_is_shared_and_replaceable():
         assert previous is first and llm.default_gateway() is mine
     finally:
         llm.set_default_gateway(previous)
+
+
+def test_duckdb_concurrent_lookups_share_queries_and_stay_correct(tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    cache = DuckDBCache(tmp_path / "reads.duckdb", write_behind=False)
+    for i in range(100):
+        cache.put(f"k{i}", "m", {"i": i}, CacheEntry(f"text {i}", i, i + 1))
+    with ThreadPoolExecutor(16) as pool:
+        found = list(pool.map(cache.get, [f"k{i % 120}" for i in range(480)]))
+    for i, entry in enumerate(found):
+        if i % 120 < 100:
+            assert entry is not None and entry.text == f"text {i % 120}" and entry.output_tokens == i % 120 + 1
+        else:
+            assert entry is None
+    cache.close()

@@ -263,3 +263,56 @@ def test_replay_invariants_on_random_sizes(n_steps, window, size):
     assert all(c.cached_prefix_tokens <= c.context_tokens for c in result.calls)
     if result.termination == "completed":
         assert len(result.calls) == session.calls
+
+
+# -- through the LLM gateway, over HTTP against the local OpenAI-compatible server ----------------
+
+def http_config(server, **extra):
+    return config({"kind": "pressure", "turns": 6}, SPLIT, summarizer="openai/test-model",
+                  summarizer_options={"api_base": server.api_base, "api_key": "sk-test-local"}, **extra)
+
+
+@pytest.fixture
+def gateway(tmp_path):
+    from workbench.llm import DuckDBCache, Gateway
+
+    with Gateway(DuckDBCache(str(tmp_path / "cache.duckdb")), backoff_base=0.01, timeout=2) as gw:
+        yield gw
+
+
+def test_a_replay_run_twice_makes_its_model_calls_once(gateway):
+    from workbench.testing import FakeOpenAI
+
+    session = session_of(20)
+    with FakeOpenAI(responder=lambda request: "summary: edited src/app.py, tests pass") as server:
+        first = replay(session, http_config(server), gateway=gateway)
+        calls_made = server.request_count
+        second = replay(session, http_config(server), gateway=gateway)
+        assert server.request_count == calls_made > 0
+    assert first.metrics == second.metrics | {"termination": first.termination}
+    assert [e.summary for e in first.compactions] == [e.summary for e in second.compactions]
+    assert all(e.summarizer_usage["cache_hits"] == e.summarizer_usage["calls"] for e in second.compactions)
+
+
+def test_a_persistent_server_error_is_fatal_or_falls_back(gateway):
+    from workbench.testing import FakeOpenAI, Fault
+
+    session = session_of(20)
+    with FakeOpenAI(responder=lambda request: Fault.error(500)) as server:
+        fatal = replay(session, http_config(server), gateway=gateway)
+        fallback = replay(session, http_config(server, on_failure="fallback"), gateway=gateway)
+    assert fatal.termination == "compaction_failed" and len(fatal.calls) == 6
+    assert "500" in fatal.error or "ProviderError" in fatal.error or "internal" in fatal.error
+    assert fallback.termination == "completed"
+    assert all(e.fell_back for e in fallback.compactions)
+    assert fallback.compactions[-1].breaker_open
+
+
+def test_a_rate_limit_is_retried_and_the_replay_completes(gateway):
+    from workbench.testing import FakeOpenAI, Fault
+
+    with FakeOpenAI() as server:
+        server.script(Fault.rate_limit(0.2), "summary after a wait")
+        result = replay(session_of(8), http_config(server), gateway=gateway)
+    assert result.termination == "completed"
+    assert "summary after a wait" in result.compactions[0].summary

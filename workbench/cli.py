@@ -303,10 +303,13 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, db_path: str
     from workbench.replay import replay  # noqa: PLC0415
     from workbench.store import Store  # noqa: PLC0415
 
+    from workbench.llm import DuckDBCache, Gateway  # noqa: PLC0415 - litellm itself loads only if a model is called
+
     config = parse_config(config_spec)
-    with Store(resolve_db(db_path), read_only=True) as store:
+    with Store(resolve_db(db_path)) as store:
         session = store.load_session(find_session_id(store, session_id))
-    result = replay(session, config)
+        with Gateway(DuckDBCache(store.connection)) as gateway:  # summaries cached in the database
+            result = replay(session, config, gateway=gateway)
     calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
               "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
               "compacted": "yes" if c.compacted_before else ""} for c in result.calls]

@@ -20,10 +20,10 @@ Options (a config's `summarizer_options`, merged over the gateway's defaults):
   `api_key` and any option whose name says key/secret/token/password/credentials;
   `api_key_env` names an environment variable holding the key (so configs never hold keys);
   without either, LiteLLM reads the provider's usual variable (`OPENAI_API_KEY`, ...);
-- the gateway's own, never sent: `concurrency` (in-flight calls per model and endpoint, shared
-  by threads and event loops), `repeat` (sample
-  number: repeats of the same request are cached separately), `num_retries` (retries after the
-  first attempt), `cache` (False bypasses the cache), `input_cost_per_token` and
+- the gateway's own, never sent: `concurrency` (in-flight calls per model and endpoint, one
+  bound shared by threads and event loops), `repeat` (sample number: repeats of the same request
+  are cached separately), `num_retries` (retries after the first attempt; `max_retries` is an
+  alias), `cache` (False bypasses the cache), `input_cost_per_token` and
   `output_cost_per_token` (your own prices, e.g. for a self-hosted model).
 Defaults come from the Gateway's arguments, which default to the environment variables
 `WORKBENCH_LLM_TIMEOUT`, `WORKBENCH_LLM_CONCURRENCY` and `WORKBENCH_LLM_NUM_RETRIES`.
@@ -63,7 +63,7 @@ import re
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from email.utils import parsedate_to_datetime
 from typing import Any, Protocol, runtime_checkable
 
@@ -299,6 +299,16 @@ class MemoryCache:
         pass
 
 
+class _ReadBatch:
+    __slots__ = ("keys", "done", "found", "error")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.done = threading.Event()
+        self.found: dict[str, CacheEntry] = {}
+        self.error: BaseException | None = None
+
+
 class DuckDBCache:
     """The `llm_cache` table of the workbench database (`workbench.db`).
 
@@ -333,6 +343,9 @@ class DuckDBCache:
         self._db_lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: dict[str, tuple[list[Any], CacheEntry]] = {}
+        self._read_lock = threading.Lock()
+        self._open_read: _ReadBatch | None = None
+        self._reading = False
         self.write_behind = write_behind
         self.flush_interval = float(flush_interval)
         self.batch_size = int(batch_size)
@@ -354,13 +367,53 @@ class DuckDBCache:
                           duration_s=float(duration or 0.0))
 
     def get(self, key: str) -> CacheEntry | None:
+        """One key. Lookups made at the same time from several threads share one query (a DuckDB
+        query costs ~0.5 ms whatever its size): the first caller reads, the others join the next batch."""
         with self._pending_lock:
             pending = self._pending.get(key)
         if pending is not None:
             return pending[1]
+        with self._read_lock:
+            batch = self._open_read
+            if batch is None:
+                batch = self._open_read = _ReadBatch()
+            batch.keys.append(key)
+            leader = not self._reading
+            if leader:
+                self._reading = True
+                self._open_read = None
+        if not leader:
+            batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+            return batch.found.get(key)
+        mine = batch  # the leader's key is in the first batch; it then reads the batches that formed meanwhile
+        while True:
+            try:
+                batch.found = self._select(batch.keys)
+            except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+                batch.error = exc
+            batch.done.set()
+            with self._read_lock:
+                batch = self._open_read
+                self._open_read = None
+                if batch is None:
+                    self._reading = False
+                    break
+        if mine.error is not None:
+            raise mine.error
+        return mine.found.get(key)
+
+    def _select(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         with self._db_lock:
-            rows = self._cursor.execute(f"SELECT {self._COLUMNS} FROM llm_cache WHERE key = ?", [key]).fetchall()
-        return self._entry(rows[0]) if rows else None
+            if len(keys) == 1:
+                rows = self._cursor.execute(f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key = ?",
+                                            [keys[0]]).fetchall()
+            else:
+                rows = self._cursor.execute(
+                    f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))",
+                    [list(dict.fromkeys(keys))]).fetchall()
+        return {row[0]: self._entry(row[1:]) for row in rows}
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         unique = list(dict.fromkeys(keys))
@@ -370,13 +423,8 @@ class DuckDBCache:
                 if key in self._pending:
                     found[key] = self._pending[key][1]
         missing = [key for key in unique if key not in found]
-        with self._db_lock:
-            for start in range(0, len(missing), 1000):
-                chunk = missing[start:start + 1000]
-                rows = self._cursor.execute(
-                    f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))",
-                    [chunk]).fetchall()
-                found.update((row[0], self._entry(row[1:])) for row in rows)
+        for start in range(0, len(missing), 1000):
+            found.update(self._select(missing[start:start + 1000]))
         return found
 
     def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None:
@@ -635,6 +683,8 @@ def load_litellm() -> Any:
                 extractive.register(litellm)
             except (ImportError, AttributeError) as exc:
                 log.debug("offline provider workbench/extractive not registered: %s", exc)
+            except Exception as exc:  # noqa: BLE001 - never make every model unusable for its sake
+                log.warning("offline provider workbench/extractive could not be registered: %s", exc)
             _litellm = litellm
     return _litellm
 
