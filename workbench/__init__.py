@@ -12,11 +12,11 @@ install_import_hook()  # `workbench/extractive` becomes a LiteLLM provider whene
 
 # ruff: noqa: E402
 from workbench.compaction import CompactionEnv, Completion, Context, Summarizer, Trigger, TriggerView
-from workbench.importers import load
+from workbench.config import ReplayConfig, parse_config
 from workbench.errors import (CompactionError, ConfigError, FormatError, InvariantError, StoreError,
                               SummarizerError, WorkbenchError)
+from workbench.importers import load
 from workbench.registry import build_strategy, build_trigger, register_strategy, register_trigger, spec_of
-from workbench.config import ReplayConfig, parse_config
 from workbench.replay import CallRecord, CompactionEvent, ReplayResult, compact, replay
 from workbench.session import Message, Probe, Session, Step, ToolCall, group_steps
 from workbench.tokens import count_tokens, get_tokenizer
@@ -24,9 +24,9 @@ from workbench.tokens import count_tokens, get_tokenizer
 __version__ = "0.1.0"
 
 __all__ = [
-    "CallRecord", "CompactionEnv", "CompactionError", "CompactionEvent", "ReplayConfig", "ReplayResult",
-    "compact", "parse_config", "replay", "Completion", "ConfigError", "Context", "FormatError",
-    "InvariantError", "Message", "Probe", "Session", "Step", "StoreError", "Summarizer", "SummarizerError",
-    "ToolCall", "Trigger", "TriggerView", "WorkbenchError", "build_strategy", "build_trigger", "count_tokens",
-    "get_tokenizer", "group_steps", "load", "register_strategy", "register_trigger", "spec_of",
+    "CallRecord", "CompactionEnv", "CompactionError", "CompactionEvent", "Completion", "ConfigError", "Context",
+    "FormatError", "InvariantError", "Message", "Probe", "ReplayConfig", "ReplayResult", "Session", "Step",
+    "StoreError", "Summarizer", "SummarizerError", "ToolCall", "Trigger", "TriggerView", "WorkbenchError",
+    "build_strategy", "build_trigger", "compact", "count_tokens", "get_tokenizer", "group_steps", "load",
+    "parse_config", "register_strategy", "register_trigger", "replay", "spec_of",
 ]
