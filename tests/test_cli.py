@@ -114,7 +114,7 @@ def test_db_from_environment_and_group_option(runner, files, tmp_path, monkeypat
     with Store(env_db) as store:
         assert store.count() == 3
     group_db = tmp_path / "group.duckdb"
-    assert invoke(runner, "--db", group_db, "init-samples").exit_code == 0  # the Makefile's spelling
+    assert invoke(runner, "--db", group_db, "init").exit_code == 0
     with Store(group_db) as store:
         assert store.count() == samples.DEFAULT_N
 

@@ -265,15 +265,6 @@ def init_cmd(db_path: str | None, as_json: bool) -> None:
         click.echo(f"{result['db']} is ready: {result['sessions']} sessions (nothing to import)")
 
 
-@main.command("init-samples", hidden=True)
-@db_option
-@json_option
-@click.pass_context
-def init_samples_cmd(ctx: click.Context, db_path: str | None, as_json: bool) -> None:
-    """Alias of `init` (older Makefiles call it)."""
-    ctx.invoke(init_cmd, db_path=db_path, as_json=as_json)
-
-
 # --------------------------------------------------------------------------------------------
 # replay
 # --------------------------------------------------------------------------------------------
@@ -300,32 +291,31 @@ def find_session_id(store: Any, prefix: str) -> str:
 def replay_cmd(session_id: str, config_spec: str, show_calls: bool, db_path: str | None, as_json: bool) -> None:
     """Replay one stored session under one config; print per-call tokens and the compactions."""
     from workbench.config import parse_config  # noqa: PLC0415
+    from workbench.llm import DuckDBCache, Gateway  # noqa: PLC0415 - litellm itself loads only if a model is called
     from workbench.replay import replay  # noqa: PLC0415
     from workbench.store import Store  # noqa: PLC0415
-
-    from workbench.llm import DuckDBCache, Gateway  # noqa: PLC0415 - litellm itself loads only if a model is called
 
     config = parse_config(config_spec)
     with Store(resolve_db(db_path)) as store:
         session = store.load_session(find_session_id(store, session_id))
         with Gateway(DuckDBCache(store.connection)) as gateway:  # summaries cached in the database
             result = replay(session, config, gateway=gateway)
-    calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
-              "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
-              "compacted": "yes" if c.compacted_before else ""} for c in result.calls]
-    events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",
-               "tokens": f"{e.tokens_before}->{e.tokens_after}", "seconds": round(e.duration_s, 3),
-               "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
-               "summary": (e.summary or "")[:60].replace("\n", " ")} for e in result.compactions]
     if as_json:
         print_json({"session_id": result.session_id, "config": result.config.to_dict(),
                     "termination": result.termination, "error": result.error, "metrics": result.metrics,
                     "calls": _records(result.calls),
                     "compactions": _records(result.compactions)})
         return
+    events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",
+               "tokens": f"{e.tokens_before}->{e.tokens_after}", "seconds": round(e.duration_s, 3),
+               "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
+               "summary": (e.summary or "")[:60].replace("\n", " ")} for e in result.compactions]
     click.echo(f"session {result.session_id} ({session.format}, {session.calls} calls) under "
                f"{result.config.name!r}: {result.termination}")
     if show_calls:
+        calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
+                  "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
+                  "compacted": "yes" if c.compacted_before else ""} for c in result.calls]
         print_table(calls, ["call", "messages", "tokens", "cached", "output", "compacted"])
     click.echo(f"\n{len(events)} compaction(s)")
     print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "summary"])

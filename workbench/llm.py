@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import copy
+import functools
 import hashlib
 import json
 import logging
@@ -309,6 +310,12 @@ class _ReadBatch:
         self.error: BaseException | None = None
 
 
+def _close_if_alive(reference: Any) -> None:
+    cache = reference()
+    if cache is not None:
+        cache.close()
+
+
 class DuckDBCache:
     """The `llm_cache` table of the workbench database (`workbench.db`).
 
@@ -355,8 +362,7 @@ class DuckDBCache:
         import atexit  # noqa: PLC0415
         import weakref  # noqa: PLC0415
 
-        reference = weakref.ref(self)
-        self._atexit = lambda: (lambda cache: cache.close() if cache is not None else None)(reference())
+        self._atexit = functools.partial(_close_if_alive, weakref.ref(self))  # one registration per cache
         atexit.register(self._atexit)
 
     @staticmethod

@@ -20,7 +20,7 @@ from itertools import accumulate
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Completion, Context, Summarizer, TriggerView, trigger_severity
-from workbench.config import ReplayConfig, parse_config
+from workbench.config import DEFAULT_SUMMARIZER, ReplayConfig, parse_config
 from workbench.errors import CompactionError, InvariantError, SummarizerError
 from workbench.session import Message, MessageLike, Session, as_messages, split_leading_system, tool_pairing_problems
 from workbench.strategies.common import keep_last_fraction
@@ -123,9 +123,9 @@ def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
 class _LazySummarizer:
     """Creates the gateway model on first use, so replays that never summarize never import litellm."""
 
-    def __init__(self, config: ReplayConfig, gateway: Any = None):
-        self.model = config.summarizer
-        self._config = config
+    def __init__(self, model: str, options: Mapping[str, Any], gateway: Any = None):
+        self.model = model
+        self._options = dict(options)
         self._gateway = gateway
         self._bound: Summarizer | None = None
 
@@ -134,7 +134,7 @@ class _LazySummarizer:
             from workbench import llm  # noqa: PLC0415 - imports litellm lazily
 
             gateway = self._gateway or llm.default_gateway()
-            self._bound = gateway.model(self._config.summarizer, dict(self._config.summarizer_options))
+            self._bound = gateway.model(self.model, self._options)
         return self._bound.complete(messages, purpose=purpose, max_tokens=max_tokens)
 
 
@@ -176,7 +176,8 @@ class _Replay:
         self.tokenizer = get_tokenizer(config.tokenizer)
         self.trigger = config.build_trigger()
         self.strategy = config.build_strategy()
-        self.summarizer = summarizer if summarizer is not None else _LazySummarizer(config, gateway)
+        self.summarizer = summarizer if summarizer is not None else _LazySummarizer(
+            config.summarizer, config.summarizer_options, gateway)
         self.calls: list[CallRecord] = []
         self.events: list[CompactionEvent] = []
         self.context: list[Message] = []
@@ -407,10 +408,7 @@ def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summa
     model = summarizer if isinstance(summarizer, str) or summarizer is None else None
     bound: Summarizer | None = None if model is not None else summarizer  # type: ignore[assignment]
     if bound is None:
-        config = ReplayConfig(trigger={"kind": "pressure"}, strategy={"kind": "sliding_window", "window": 1},
-                              summarizer=model or "workbench/extractive",
-                              summarizer_options=dict(summarizer_options or {}))
-        bound = _LazySummarizer(config, gateway)
+        bound = _LazySummarizer(model or DEFAULT_SUMMARIZER, summarizer_options or {}, gateway)
     env = CompactionEnv(tokenizer=tokenizer, context_limit=context_limit, max_output=max_output,
                         summarizer=bound, severity=severity)
     before = as_messages(messages)

@@ -128,7 +128,23 @@ def _tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
 
-class FakeOpenAI:
+class _Endpoint:
+    """The addresses of a fake server listening on `host`:`port`."""
+
+    host: str
+    port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def api_base(self) -> str:
+        """What to pass as litellm's `api_base` (the `/v1` root)."""
+        return f"{self.base_url}/v1"
+
+
+class FakeOpenAI(_Endpoint):
     """An OpenAI-compatible `/v1/chat/completions` server on 127.0.0.1, as a context manager.
 
     latency: seconds each request waits before answering (asyncio sleep: requests overlap).
@@ -188,15 +204,6 @@ class FakeOpenAI:
             self.headers.clear()
 
     # -- lifecycle -------------------------------------------------------------------------------
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def api_base(self) -> str:
-        """What to pass as litellm's `api_base` (the `/v1` root)."""
-        return f"{self.base_url}/v1"
 
     def start(self) -> FakeOpenAI:
         if self._thread is not None:
@@ -413,7 +420,7 @@ class FakeOpenAI:
         }
 
 
-class FakeOpenAIProcess:
+class FakeOpenAIProcess(_Endpoint):
     """The same server in a child process (`python -m workbench.testing`), for benchmarks.
 
     In a thread, the server's own work competes with the client for the GIL, which slows the
@@ -426,14 +433,6 @@ class FakeOpenAIProcess:
         self.host = host
         self.port = port
         self._process: Any = None
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
-
-    @property
-    def api_base(self) -> str:
-        return f"{self.base_url}/v1"
 
     def start(self) -> FakeOpenAIProcess:
         import subprocess  # noqa: PLC0415
