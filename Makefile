@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DB ?= $(or $(WORKBENCH_DB),data/workbench.duckdb)
 PORT ?= 8501
 
-.PHONY: run test bench install db clean
+.PHONY: run test lint bench install db clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,11 @@ run: $(STAMP) db
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check workbench tests benchmarks
+	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)

@@ -25,8 +25,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: make `workbench` importable from the repo
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench import samples  # noqa: E402
-from workbench.store import Store  # noqa: E402
+from workbench import samples
+from workbench.store import Store
 
 TARGET_MB = 100
 GOAL_RATIO = 0.5
@@ -157,6 +157,7 @@ def run(target_mb: float = TARGET_MB, repeat: int = 2) -> None:
             while handle.read(1 << 24):
                 pass
         import pyarrow  # noqa: F401
+
         import workbench.importers  # noqa: F401
 
         wb_times, db_times = [], []
@@ -177,7 +178,7 @@ def run(target_mb: float = TARGET_MB, repeat: int = 2) -> None:
         capped_s, _, _, capped_growth, _ = workbench_import(source, folder / "wb.duckdb", memory_limit=CAPPED)
         wb_rate, db_rate = size_mb / wb_s, size_mb / db_s
         ratio = wb_rate / db_rate
-        runs = lambda times: ", ".join(f"{t:.2f}" for t in times)  # noqa: E731
+        runs = lambda times: ", ".join(f"{t:.2f}" for t in times)
         print(f"workbench import:      {wb_s:6.2f} s  {wb_rate:6.1f} MB/s  ({sessions} sessions, {messages} messages;"
               f" runs {runs(wb_times)} s; database {wb_size:.0f} MB)")
         print(f"duckdb read_json_auto: {db_s:6.2f} s  {db_rate:6.1f} MB/s  ({rows} rows; runs {runs(db_times)} s;"

@@ -24,8 +24,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # standalone: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.llm import DuckDBCache, Gateway, load_litellm  # noqa: E402
-from workbench.testing import FakeOpenAIProcess  # noqa: E402
+from workbench.llm import DuckDBCache, Gateway, load_litellm
+from workbench.testing import FakeOpenAIProcess
 
 CALLS = 400
 LATENCY = 0.2

@@ -6,9 +6,8 @@ import os
 from pathlib import Path
 
 import pytest
-from hypothesis import settings
-
 from builders import ScriptedSummarizer, conversation
+from hypothesis import settings
 
 # CI replays the same examples every run (a failure there is reproducible); locally they vary.
 settings.register_profile("ci", derandomize=True)

@@ -16,11 +16,18 @@ from typing import Any
 import pytest
 
 import workbench
-from workbench.extractive import (DEFAULT_BUDGET_TOKENS, LiteLLMImportHook, extractive_summary, install_import_hook,
-                                  read_input, register, request_tokens)
+from workbench.extractive import (
+    DEFAULT_BUDGET_TOKENS,
+    LiteLLMImportHook,
+    extractive_summary,
+    install_import_hook,
+    read_input,
+    register,
+    request_tokens,
+)
+from workbench.session import Message
 from workbench.strategies import prompts
 from workbench.strategies.common import render_transcript
-from workbench.session import Message
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -16,7 +16,14 @@ from hypothesis import strategies as st
 
 from workbench.errors import FormatError
 from workbench.importers import (
-    FORMATS, FileResult, UnknownFormatError, candidates, detect, iter_load, iter_sessions, load,
+    FORMATS,
+    FileResult,
+    UnknownFormatError,
+    candidates,
+    detect,
+    iter_load,
+    iter_sessions,
+    load,
 )
 from workbench.session import NO_RESULT_TEXT, ROLES, Session, tool_pairing_problems
 

@@ -12,10 +12,10 @@ twice on counters that did not grow.
 from __future__ import annotations
 
 import pytest
+from builders import ScriptedSummarizer, conversations
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builders import ScriptedSummarizer, conversations
 from workbench.compaction import SEVERITIES, CompactionEnv, Context, TriggerView, trigger_severity
 from workbench.registry import build_strategy, build_trigger, kinds, spec_of
 from workbench.session import ROLES, Message, split_leading_system, tool_pairing_problems

@@ -18,9 +18,25 @@ import pytest
 
 from workbench.compaction import CompactionEnv, Summarizer
 from workbench.errors import CompactionError, SummarizerError
-from workbench.llm import (BadResponse, CacheEntry, DuckDBCache, Gateway, Limiter, LLMError, MemoryCache,
-                           ProviderError, RateLimited, Timeout, cache_key, classify, key_material, load_litellm,
-                           redact, retry_after_seconds, split_options)
+from workbench.llm import (
+    BadResponse,
+    CacheEntry,
+    DuckDBCache,
+    Gateway,
+    Limiter,
+    LLMError,
+    MemoryCache,
+    ProviderError,
+    RateLimited,
+    Timeout,
+    cache_key,
+    classify,
+    key_material,
+    load_litellm,
+    redact,
+    retry_after_seconds,
+    split_options,
+)
 from workbench.testing import FakeOpenAI, Fault
 from workbench.tokens import count_tokens
 
@@ -157,7 +173,7 @@ def test_duckdb_cache_serves_a_rerun_from_a_new_gateway(tmp_path, server):
         batch = bound.complete_many([ask(f"question {i}") for i in range(3)])
         abatch = asyncio.run(bound.acomplete_many([ask(f"question {i}") for i in range(3)]))
     assert server.request_count == requests  # zero new model calls
-    for old, new in zip(first, again):
+    for old, new in zip(first, again, strict=False):
         assert new.cache_hit
         assert (new.text, new.input_tokens, new.output_tokens, new.finish_reason) == \
             (old.text, old.input_tokens, old.output_tokens, old.finish_reason)

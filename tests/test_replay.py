@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pytest
-from builders import ScriptedSummarizer, agent_turns, assistant, conversation, system, tool, user
+from builders import ScriptedSummarizer, agent_turns, assistant, conversation, system, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

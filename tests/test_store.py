@@ -10,7 +10,8 @@ import textwrap
 import duckdb
 import pytest
 
-from workbench import db, store as store_module
+from workbench import db
+from workbench import store as store_module
 from workbench.errors import StoreError
 from workbench.session import Message, Probe, Session, ToolCall
 from workbench.store import Store
@@ -67,7 +68,7 @@ def test_round_trip_keeps_everything(db_path):
             assert isinstance(loaded.messages[1].content, tuple)  # parts kept as parts
             assert loaded.messages[5].content is None and loaded.messages[5].tool_calls
             assert loaded.messages[-1].text == original.messages[-1].text
-        by_id = lambda s: s.id  # noqa: E731
+        by_id = lambda s: s.id
         assert sorted(store.load_sessions(dataset="unit"), key=by_id) == sorted(sessions, key=by_id)
         assert store.load_sessions(dataset="nope") == []
 

@@ -10,16 +10,22 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
+from builders import ScriptedSummarizer, agent_turns, assistant, conversations, system, tool, user
 from hypothesis import HealthCheck, given, settings
 
-from builders import ScriptedSummarizer, agent_turns, assistant, conversations, system, tool, user
 from workbench.compaction import CompactionEnv, Completion, Context
 from workbench.errors import ConfigError, SummarizerError
 from workbench.registry import build_strategy, spec_of
 from workbench.session import Message, group_steps, tool_pairing_problems
 from workbench.strategies import prompts
-from workbench.strategies.summaries import (AFTER_TOOLS_TEXT, TOOL_NO_RESPONSE, clean_history,
-                                            is_acknowledgement, last_user_request, split_index)
+from workbench.strategies.summaries import (
+    AFTER_TOOLS_TEXT,
+    TOOL_NO_RESPONSE,
+    clean_history,
+    is_acknowledgement,
+    last_user_request,
+    split_index,
+)
 
 # ------------------------------------------------------------------------------------------------
 # helpers
@@ -50,7 +56,7 @@ def check_invariants(before: list[Message], after: list[Message]) -> None:
     ids = {id(m) for m in before}
     system_prefix = Context(tuple(before)).system
     assert after[:len(system_prefix)] == system_prefix
-    assert all(a is b for a, b in zip(after, system_prefix))
+    assert all(a is b for a, b in zip(after, system_prefix, strict=False))
     after_ids = {id(m) for m in after}
     for message in before:
         if message.pinned:
@@ -150,7 +156,7 @@ def test_summarize_progressive(case: ProgressiveCase) -> None:
     result, env = run(spec, messages, summarizer)
     check_invariants(messages, result)
     if case.unchanged:
-        assert result == messages and all(a is b for a, b in zip(result, messages))
+        assert result == messages and all(a is b for a, b in zip(result, messages, strict=False))
     body_steps = group_steps(result[1:])
     if case.steps is not None:
         assert len(body_steps) == case.steps
@@ -183,7 +189,7 @@ def test_progressive_keeps_recent_steps_as_same_objects() -> None:
     messages = [system(), user("Refactor the parser"), *_iterations(6)]
     result, _ = run({"kind": "summarize_progressive", "keep_recent": 2}, messages)
     assert result[0] is messages[0]
-    assert all(a is b for a, b in zip(result[2:], messages[-4:]))
+    assert all(a is b for a, b in zip(result[2:], messages[-4:], strict=False))
     assert len(result) == 2 + 4
 
 
@@ -317,7 +323,7 @@ def test_goat_fourteen_message_example() -> None:
     assert result[0].role == "user" and result[0].text == (
         "[COMPACT SUMMARY]\nEarlier, I refactored code, fixed a bug, and added tests.")
     assert result[1].role == "assistant" and is_acknowledgement(result[1])
-    assert all(a is b for a, b in zip(result[2:], messages[9:]))
+    assert all(a is b for a, b in zip(result[2:], messages[9:], strict=False))
     transcript = transcript_of(summarizer.prompts[0])
     assert "Also add tests" in transcript and "Run the tests" not in transcript
     assert env.summaries == [result[0].text]
@@ -399,7 +405,7 @@ def test_split_fallback_names_how_many_messages_were_dropped() -> None:
     assert (placeholder.role, placeholder.origin) == ("user", "compacted_synthetic")
     assert placeholder.text.startswith("[Context truncated: 9 earlier messages were dropped")
     assert '"Help me refactor"' in placeholder.text and placeholder.metadata["dropped_messages"] == 9
-    assert all(a is b for a, b in zip(result[3:], messages[10:]))
+    assert all(a is b for a, b in zip(result[3:], messages[10:], strict=False))
     assert len(env.completions) == 0  # the fallback never calls the summarizer
 
 
@@ -589,9 +595,9 @@ class LiteLLMSummarizer:
     model: str = "workbench/extractive"
 
     def complete(self, messages, *, purpose="summary", max_tokens=None) -> Completion:
-        import litellm  # noqa: PLC0415
+        import litellm
 
-        from workbench.extractive import register  # noqa: PLC0415
+        from workbench.extractive import register
 
         register(litellm)
         try:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
-
 from builders import assistant, system, tool, user
+
 from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
 from workbench.registry import build_strategy, spec_of

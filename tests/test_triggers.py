@@ -5,10 +5,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
+from builders import assistant, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from builders import assistant, user
 from workbench.compaction import TriggerView, trigger_severity
 from workbench.errors import ConfigError
 from workbench.registry import build_trigger, kinds, spec_of

@@ -13,8 +13,15 @@ install_import_hook()  # `workbench/extractive` becomes a LiteLLM provider whene
 # ruff: noqa: E402
 from workbench.compaction import CompactionEnv, Completion, Context, Summarizer, Trigger, TriggerView
 from workbench.config import ReplayConfig, parse_config
-from workbench.errors import (CompactionError, ConfigError, FormatError, InvariantError, StoreError,
-                              SummarizerError, WorkbenchError)
+from workbench.errors import (
+                              CompactionError,
+                              ConfigError,
+                              FormatError,
+                              InvariantError,
+                              StoreError,
+                              SummarizerError,
+                              WorkbenchError,
+)
 from workbench.importers import load
 from workbench.registry import build_strategy, build_trigger, register_strategy, register_trigger, spec_of
 from workbench.replay import CallRecord, CompactionEvent, ReplayResult, compact, replay

@@ -72,7 +72,7 @@ def resolve_db(db_path: str | None) -> str:
         if ctx.obj and ctx.obj.get("db"):
             return str(ctx.obj["db"])
         ctx = ctx.parent
-    from workbench.db import default_path  # noqa: PLC0415
+    from workbench.db import default_path
 
     return default_path()
 
@@ -96,7 +96,7 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
     numeric = [all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns]
 
     def line(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric)).rstrip()
+        return "  ".join(v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=False)).rstrip()
 
     click.echo(line(columns))
     for row in cells:
@@ -127,8 +127,8 @@ def _count_candidates(paths: tuple[str, ...]) -> int:
     """How many files the import will read (folders walked with the importers' rules)."""
     if not any(os.path.isdir(p) for p in paths):
         return len(paths)
-    from workbench import importers  # noqa: PLC0415
-    from workbench.store import _candidate_files  # noqa: PLC0415
+    from workbench import importers
+    from workbench.store import _candidate_files
 
     return sum(1 for _ in _candidate_files(importers, list(paths)))
 
@@ -151,14 +151,14 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
     database) and one line per file that failed. Good files are imported even when others fail;
     the exit status is 1 if any file failed.
     """
-    from workbench.store import Store  # noqa: PLC0415
+    from workbench.store import Store
 
     path = resolve_db(db_path)
     total = _count_candidates(paths)
     show = progress if progress is not None else total >= PROGRESS_MIN_FILES
     bar = None
     if show:
-        from tqdm import tqdm  # noqa: PLC0415
+        from tqdm import tqdm
 
         bar = tqdm(total=total, unit="file", file=sys.stderr, desc="importing", leave=False)
     try:
@@ -199,7 +199,7 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
 @json_option
 def sessions_cmd(dataset: str | None, where: str | None, db_path: str | None, as_json: bool) -> None:
     """List the imported sessions (id, dataset, format, messages, calls, probes, source)."""
-    from workbench.store import Store  # noqa: PLC0415
+    from workbench.store import Store
 
     with Store(resolve_db(db_path)) as store:
         rows = store.session_rows(dataset=dataset, where=where)
@@ -217,7 +217,7 @@ def sessions_cmd(dataset: str | None, where: str | None, db_path: str | None, as
 @json_option
 def datasets_cmd(db_path: str | None, as_json: bool) -> None:
     """List the datasets with their session, message and call counts."""
-    from workbench.store import Store  # noqa: PLC0415
+    from workbench.store import Store
 
     with Store(resolve_db(db_path)) as store:
         rows = store.dataset_rows()
@@ -235,8 +235,8 @@ def datasets_cmd(db_path: str | None, as_json: bool) -> None:
 
 def init_database(path: str) -> dict[str, Any]:
     """Create the database; when it holds no session, load the bundled samples as `samples`."""
-    from workbench import samples  # noqa: PLC0415
-    from workbench.store import Store  # noqa: PLC0415
+    from workbench import samples
+    from workbench.store import Store
 
     existed = os.path.exists(path)
     with Store(path) as store:
@@ -290,10 +290,10 @@ def find_session_id(store: Any, prefix: str) -> str:
 @json_option
 def replay_cmd(session_id: str, config_spec: str, show_calls: bool, db_path: str | None, as_json: bool) -> None:
     """Replay one stored session under one config; print per-call tokens and the compactions."""
-    from workbench.config import parse_config  # noqa: PLC0415
-    from workbench.llm import DuckDBCache, Gateway  # noqa: PLC0415 - litellm itself loads only if a model is called
-    from workbench.replay import replay  # noqa: PLC0415
-    from workbench.store import Store  # noqa: PLC0415
+    from workbench.config import parse_config
+    from workbench.llm import DuckDBCache, Gateway
+    from workbench.replay import replay
+    from workbench.store import Store
 
     config = parse_config(config_spec)
     with Store(resolve_db(db_path)) as store:
@@ -327,7 +327,7 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, db_path: str
 
 
 def _records(items: list[Any]) -> list[dict[str, Any]]:
-    from dataclasses import asdict  # noqa: PLC0415
+    from dataclasses import asdict
 
     return [asdict(item) for item in items]
 

@@ -178,7 +178,7 @@ class CompactionEnv:
 
 
 def _with_duration(completion: Completion, duration_s: float) -> Completion:
-    from dataclasses import replace  # noqa: PLC0415
+    from dataclasses import replace
 
     return replace(completion, duration_s=duration_s)
 

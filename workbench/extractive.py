@@ -503,7 +503,7 @@ def handler_class(litellm_module: Any = None) -> type:
         def _respond(self, model: str, messages: list, optional_params: Mapping[str, Any] | None) -> Any:
             name = model.split("/", 1)[1] if model.startswith(f"{PROVIDER}/") else model
             if name != MODEL:
-                from litellm.llms.custom_llm import CustomLLMError  # noqa: PLC0415
+                from litellm.llms.custom_llm import CustomLLMError
 
                 raise CustomLLMError(status_code=404, message=(
                     f"unknown model {PROVIDER}/{name}; the workbench provider serves only {MODEL_STRING}"))
@@ -546,9 +546,9 @@ def handler_class(litellm_module: Any = None) -> type:
 
 
 def _import_litellm() -> Any:
-    from workbench import _offline  # noqa: F401, PLC0415 - offline defaults before litellm loads
+    import litellm
 
-    import litellm  # noqa: PLC0415
+    from workbench import _offline  # noqa: F401 - offline defaults before litellm loads
 
     return litellm
 

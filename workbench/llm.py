@@ -337,7 +337,7 @@ class DuckDBCache:
 
     def __init__(self, connection_or_path: Any = None, *, write_behind: bool = True, flush_interval: float = 0.25,
                  batch_size: int = 256):
-        from workbench import db  # noqa: PLC0415
+        from workbench import db
 
         if connection_or_path is None or isinstance(connection_or_path, (str, os.PathLike)):
             self._connection = db.connect(connection_or_path)
@@ -359,8 +359,8 @@ class DuckDBCache:
         self._wake = threading.Event()
         self._closed = False
         self._flusher: threading.Thread | None = None
-        import atexit  # noqa: PLC0415
-        import weakref  # noqa: PLC0415
+        import atexit
+        import weakref
 
         self._atexit = functools.partial(_close_if_alive, weakref.ref(self))  # one registration per cache
         atexit.register(self._atexit)
@@ -397,7 +397,7 @@ class DuckDBCache:
         while True:
             try:
                 batch.found = self._select(batch.keys)
-            except BaseException as exc:  # noqa: BLE001 - handed to every waiter
+            except BaseException as exc:
                 batch.error = exc
             batch.done.set()
             with self._read_lock:
@@ -479,7 +479,7 @@ class DuckDBCache:
             return 0
         try:
             self._insert([row for _, (row, _) in batch])
-        except Exception as exc:  # noqa: BLE001 - keep serving them from memory, say so
+        except Exception as exc:
             log.warning("could not store %d cached responses in DuckDB: %s", len(batch), redact(str(exc)))
             return 0
         with self._pending_lock:
@@ -502,13 +502,13 @@ class DuckDBCache:
         try:
             self.flush()
         finally:
-            import atexit  # noqa: PLC0415
+            import atexit
 
             atexit.unregister(self._atexit)
             with self._db_lock:
                 try:
                     self._cursor.close()
-                except Exception:  # noqa: BLE001 - the shared connection may be closed already
+                except Exception:
                     pass
                 finally:
                     if self._owned:
@@ -677,19 +677,20 @@ def load_litellm() -> Any:
         return _litellm
     with _litellm_lock:
         if _litellm is None:
-            import workbench._offline  # noqa: F401, PLC0415 - offline price map and tokenizers
-            import litellm  # noqa: PLC0415
+            import litellm
+
+            import workbench._offline  # noqa: F401 - offline price map and tokenizers
 
             litellm.suppress_debug_info = True
             if hasattr(litellm, "telemetry"):
                 litellm.telemetry = False
             try:
-                from workbench import extractive  # noqa: PLC0415
+                from workbench import extractive
 
                 extractive.register(litellm)
             except (ImportError, AttributeError) as exc:
                 log.debug("offline provider workbench/extractive not registered: %s", exc)
-            except Exception as exc:  # noqa: BLE001 - never make every model unusable for its sake
+            except Exception as exc:
                 log.warning("offline provider workbench/extractive could not be registered: %s", exc)
             _litellm = litellm
     return _litellm
@@ -717,7 +718,7 @@ def _headers(exc: BaseException) -> dict[str, str]:
         if source:
             try:
                 found.update({str(k).lower(): str(v) for k, v in dict(source).items()})
-            except Exception:  # noqa: BLE001 - headers of an odd type: ignore
+            except Exception:
                 pass
     return found
 
@@ -961,7 +962,7 @@ class BoundModel:
         self.options = dict(options)
         reserved = sorted(RESERVED_OPTIONS & set(self.options))
         if reserved:
-            from workbench.errors import ConfigError  # noqa: PLC0415
+            from workbench.errors import ConfigError
 
             raise ConfigError(f"model {model!r}: option(s) {', '.join(reserved)} cannot be set "
                               f"(the gateway sets the model and messages, and does not stream)")
@@ -970,7 +971,7 @@ class BoundModel:
             variable = str(own["api_key_env"])
             value = os.environ.get(variable)
             if value is None:
-                from workbench.errors import ConfigError  # noqa: PLC0415
+                from workbench.errors import ConfigError
 
                 raise ConfigError(f"model {model!r}: environment variable {variable} (api_key_env) is not set")
             transport["api_key"] = value
@@ -1038,7 +1039,7 @@ class BoundModel:
         output_tokens = int(getattr(usage, "completion_tokens", 0) or 0)
         estimated = not input_tokens and not output_tokens
         if estimated:
-            from workbench.tokens import count_tokens  # noqa: PLC0415
+            from workbench.tokens import count_tokens
 
             input_tokens = count_tokens(messages, "heuristic")
             output_tokens = count_tokens(content, "heuristic")
@@ -1061,15 +1062,15 @@ class BoundModel:
                 cost = float(prompt_cost) + float(completion_cost)
             else:
                 cost = float(litellm.completion_cost(completion_response=response, model=self.model))
-        except Exception:  # noqa: BLE001 - not in the price map (ModelNotMappedError) or unpriceable
+        except Exception:
             cost = None
         if cost is None:
-            self.gateway._unknown_cost(self.model)  # noqa: SLF001
+            self.gateway._unknown_cost(self.model)
         return cost
 
     def _store(self, request: _Request, completion: Completion) -> None:
         cost = completion.cost_usd or 0.0
-        self.gateway._count(calls=1, cost_usd=cost)  # noqa: SLF001
+        self.gateway._count(calls=1, cost_usd=cost)
         if not request.use_cache:
             return
         entry = CacheEntry(text=completion.text, input_tokens=completion.input_tokens,
@@ -1077,7 +1078,7 @@ class BoundModel:
                            finish_reason=completion.finish_reason, duration_s=completion.duration_s)
         try:
             self.gateway.cache.put(request.key, self.model, request.material, entry)
-        except Exception as exc:  # noqa: BLE001 - a cache write failure must not lose a paid answer
+        except Exception as exc:
             log.warning("could not store a response of %s in the cache: %s", self.model, redact(str(exc)))
 
     def _give_up(self, error: LLMError, attempt: int) -> bool:
@@ -1090,7 +1091,7 @@ class BoundModel:
     def _failed(self, error: LLMError, attempt: int) -> LLMError:
         error.attempts = attempt
         error.model = self.model
-        self.gateway._count(failures=1)  # noqa: SLF001
+        self.gateway._count(failures=1)
         text = error.args[0] if error.args else str(error)
         if attempt > 1 and "attempt" not in text:
             error.args = (f"{text} (after {attempt} attempts)",)
@@ -1113,7 +1114,7 @@ class BoundModel:
         entry = self.gateway.cache.get(request.key)
         if entry is None:
             return None
-        self.gateway._count(cache_hits=1)  # noqa: SLF001
+        self.gateway._count(cache_hits=1)
         return self._hit(entry)
 
     def _complete(self, request: _Request, *, looked_up: bool) -> Completion:
@@ -1124,7 +1125,7 @@ class BoundModel:
         flight: _Flight | None = None
         if request.use_cache:
             while True:
-                flight, leader = self.gateway._flight(request.key)  # noqa: SLF001
+                flight, leader = self.gateway._flight(request.key)
                 if leader:
                     break
                 flight.wait()
@@ -1143,13 +1144,13 @@ class BoundModel:
     def _finish(self, request: _Request, flight: _Flight | None, *, result: Completion | None = None,
                 error: BaseException | None = None) -> None:
         if flight is not None:
-            self.gateway._land(request.key, flight)  # noqa: SLF001
+            self.gateway._land(request.key, flight)
             flight.finish(result=result, error=error)
 
     def _shared(self, flight: _Flight) -> Completion | None:
         """The result of an identical call that was in flight (a hit), its error (raised), or None (retry)."""
         if flight.result is not None:
-            self.gateway._count(cache_hits=1)  # noqa: SLF001
+            self.gateway._count(cache_hits=1)
             return replace(flight.result, cache_hit=True, attempts=0)
         if isinstance(flight.error, LLMError):
             raise copy.copy(flight.error)
@@ -1166,17 +1167,17 @@ class BoundModel:
             attempt += 1
             try:
                 with self.limiter:
-                    self.gateway._count(requests=1)  # noqa: SLF001
+                    self.gateway._count(requests=1)
                     started = time.perf_counter()
                     response = litellm.completion(**request.kwargs)
                     duration = time.perf_counter() - started
                 return self._parse(response, request.kwargs["messages"], duration, attempt)
-            except Exception as exc:  # noqa: BLE001 - classified below
+            except Exception as exc:
                 error = classify(exc, model=self.model, attempts=attempt, secrets=self._secrets)
             if self._give_up(error, attempt):
                 raise self._failed(error, attempt) from None
-            self.gateway._count(retries=1)  # noqa: SLF001
-            delay = self.gateway._delay(attempt, error)  # noqa: SLF001
+            self.gateway._count(retries=1)
+            delay = self.gateway._delay(attempt, error)
             log.info("%s: %s; retry %d in %.2fs", self.model, type(error).__name__, attempt, delay)
             time.sleep(delay)
 
@@ -1195,7 +1196,7 @@ class BoundModel:
         flight: _Flight | None = None
         if request.use_cache:
             while True:
-                flight, leader = self.gateway._flight(request.key)  # noqa: SLF001
+                flight, leader = self.gateway._flight(request.key)
                 if leader:
                     break
                 await flight.wait_async()
@@ -1219,17 +1220,17 @@ class BoundModel:
             attempt += 1
             try:
                 async with self.limiter:
-                    self.gateway._count(requests=1)  # noqa: SLF001
+                    self.gateway._count(requests=1)
                     started = time.perf_counter()
                     response = await asyncio.wait_for(litellm.acompletion(**request.kwargs), guard)
                     duration = time.perf_counter() - started
                 return self._parse(response, request.kwargs["messages"], duration, attempt)
-            except Exception as exc:  # noqa: BLE001 - classified below (CancelledError is not an Exception)
+            except Exception as exc:
                 error = classify(exc, model=self.model, attempts=attempt, secrets=self._secrets)
             if self._give_up(error, attempt):
                 raise self._failed(error, attempt) from None
-            self.gateway._count(retries=1)  # noqa: SLF001
-            delay = self.gateway._delay(attempt, error)  # noqa: SLF001
+            self.gateway._count(retries=1)
+            delay = self.gateway._delay(attempt, error)
             log.info("%s: %s; retry %d in %.2fs", self.model, type(error).__name__, attempt, delay)
             await asyncio.sleep(delay)
 
@@ -1249,7 +1250,7 @@ class BoundModel:
                     hits[index] = self._hit(entry)
             count = sum(hit is not None for hit in hits)
             if count:
-                self.gateway._count(cache_hits=count)  # noqa: SLF001
+                self.gateway._count(cache_hits=count)
         return requests, hits
 
     async def acomplete_many(self, batch: Sequence[Sequence[Any]], *, purpose: str = "summary",
@@ -1275,11 +1276,11 @@ class BoundModel:
         requests, hits = self._prefetch(batch, max_tokens, repeat)
         misses = [i for i, hit in enumerate(hits) if hit is None]
         if misses:
-            from concurrent.futures import ThreadPoolExecutor  # noqa: PLC0415
+            from concurrent.futures import ThreadPoolExecutor
 
             workers = max_workers or max(1, min(len(misses), self.limiter.limit))
             with ThreadPoolExecutor(workers, thread_name_prefix="llm") as pool:
                 answers = pool.map(lambda i: self._complete(requests[i], looked_up=True), misses)
-                for index, completion in zip(misses, answers):
+                for index, completion in zip(misses, answers, strict=False):
                     hits[index] = completion
         return [hit for hit in hits if hit is not None]

@@ -33,8 +33,8 @@ def _load_builtins() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        import workbench.strategies  # noqa: F401, PLC0415 - registers the built-in kinds
-        import workbench.triggers  # noqa: F401, PLC0415
+        import workbench.strategies
+        import workbench.triggers  # noqa: F401
 
 
 def _register(family: str, name: str) -> Callable[[type[T]], type[T]]:

@@ -82,7 +82,7 @@ class ReplayResult:
 
     def to_frame(self):  # -> pandas.DataFrame
         """One row per call, with the compaction that preceded it (if any) merged in."""
-        import pandas as pd  # noqa: PLC0415 - pandas is heavy; only for frames
+        import pandas as pd
 
         rows = [asdict(c) for c in self.calls]
         by_call = {e.call_index: e for e in self.compactions}
@@ -98,7 +98,7 @@ class ReplayResult:
         return frame
 
     def compactions_frame(self):  # -> pandas.DataFrame
-        import pandas as pd  # noqa: PLC0415
+        import pandas as pd
 
         rows = []
         for event in self.compactions:
@@ -131,7 +131,7 @@ class _LazySummarizer:
 
     def complete(self, messages, *, purpose="summary", max_tokens=None) -> Completion:
         if self._bound is None:
-            from workbench import llm  # noqa: PLC0415 - imports litellm lazily
+            from workbench import llm
 
             gateway = self._gateway or llm.default_gateway()
             self._bound = gateway.model(self.model, self._options)
@@ -402,7 +402,7 @@ def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summa
 
     `summarizer` is a model string (default `workbench/extractive`) or a Summarizer object.
     """
-    from workbench.registry import build_strategy  # noqa: PLC0415
+    from workbench.registry import build_strategy
 
     built = build_strategy(strategy)
     model = summarizer if isinstance(summarizer, str) or summarizer is None else None

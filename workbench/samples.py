@@ -178,12 +178,12 @@ def _module_source(rng: random.Random, package: str, module: str, nouns: Sequenc
             [f"    result: list[{cls}] = []", f"    for item in {arg}s:",
              f"        if item.{attr} is None:", "            if strict:",
              f'                raise {_camel(module, "error")}(f"{fn}: {{item!r}} has no {attr}")',
-             "            continue", f"        result.append(item)",
+             "            continue", "        result.append(item)",
              f'    log.debug("{fn}: kept %d of %d", len(result), len({arg}s))', "    return result"],
-            ["    seen = set()", f"    out = []", f"    for item in sorted({arg}s, key=lambda i: i.{attr}):",
+            ["    seen = set()", "    out = []", f"    for item in sorted({arg}s, key=lambda i: i.{attr}):",
              f"        key = (item.{attr}, item.{attrs[0]})", "        if key in seen:", "            continue",
              "        seen.add(key)", "        out.append(item)", "    return out"],
-            [f"    groups = defaultdict(list)", f"    for item in {arg}s:",
+            ["    groups = defaultdict(list)", f"    for item in {arg}s:",
              f"        groups[item.{attr}].append(item)", "    merged = []", "    for key, items in groups.items():",
              "        if strict and len(items) > 1:",
              f'            raise {_camel(module, "error")}(f"duplicate {attr} {{key!r}}")',
@@ -193,8 +193,8 @@ def _module_source(rng: random.Random, package: str, module: str, nouns: Sequenc
              f'        raise {_camel(module, "error")}("{fn}: invalid {arg}s")',
              f'    log.info("{fn} took %.3fs", time.monotonic() - started)', "    return valid"],
             [f"    if not {arg}s:", "        return []", f"    first, *rest = {arg}s",
-             f"    for item in rest:", f"        if item.{attr} != first.{attr} and strict:",
-             f'            raise {_camel(module, "error")}("mixed {attr}")', f"    return [first, *rest]"],
+             "    for item in rest:", f"        if item.{attr} != first.{attr} and strict:",
+             f'            raise {_camel(module, "error")}("mixed {attr}")', "    return [first, *rest]"],
         ))
         lines += body
         if rng.random() < 0.35:
@@ -213,7 +213,7 @@ def _test_source(rng: random.Random, package: str, module: str, functions: Seque
             if case == "strict":
                 lines += ["    with pytest.raises(Exception):", f"        {fn}(items, strict=True)"]
             else:
-                lines += [f"    result = {fn}(items)", f"    assert len(result) <= len(items)"]
+                lines += [f"    result = {fn}(items)", "    assert len(result) <= len(items)"]
     return lines
 
 
@@ -429,7 +429,7 @@ class _Builder:
                     SEPARATOR, "",
                     f"    def {fn}(items, *, strict=False):",
                     "        result = []", "        for item in items:",
-                    f">           key = normalize(item)", "",
+                    ">           key = normalize(item)", "",
                     f"{module_path}:{lineno}: ", SEPARATOR,
                     "", f"E   {error}", "",
                     f"{module_path}:{lineno + self.rng.randint(3, 30)}: {error.split(':')[0]}",
@@ -502,7 +502,7 @@ def _explore(b: _Builder, n: int, module: str) -> None:
             ids = b.assistant(rng.choice((f"Reading {paths[0]} and {paths[1]} together.",
                                           f"I want to compare {paths[0]} with how {paths[1]} uses it.")),
                               [("read_file", {"path": p}) for p in paths])
-            for cid, p in zip(ids, paths):
+            for cid, p in zip(ids, paths, strict=False):
                 b.result(cid, "read_file", _numbered(b.file(p)))
         elif roll < 0.55:
             fn = rng.choice(b.module_functions(rng.choice(related)))

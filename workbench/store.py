@@ -194,9 +194,9 @@ class _Batch:
         contents = [msg.content for msg in msgs]
         is_str = [type(c) is str for c in contents]
         texts = [c if flag else ("" if c is None else msg.text)
-                 for c, flag, msg in zip(contents, is_str, msgs)]
+                 for c, flag, msg in zip(contents, is_str, msgs, strict=False)]
         m["parts"].extend(None if flag or c is None else _dumps([dict(p) for p in c])
-                          for c, flag in zip(contents, is_str))
+                          for c, flag in zip(contents, is_str, strict=False))
         m["is_str"].extend(is_str)
         m["text"].extend(texts)
         m["session_id"].extend([sid] * n)
@@ -236,7 +236,7 @@ class _Batch:
     def tables(self, clean: bool = False) -> dict[str, dict[str, Any]]:
         """The batch as {table name: {column: numpy array}}, which DuckDB scans directly (no copy
         through pandas or Arrow). `clean` replaces lone surrogates, which DuckDB rejects."""
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
         dtypes = {"idx": np.int32, "message_count": np.int32, "call_count": np.int32, "from_call": np.int32,
                   "importance": np.float64, "is_str": np.bool_}
@@ -338,7 +338,7 @@ class Store:
         so it contributes nothing; the other files are imported. `progress` is called with each
         file's `FileOutcome` when the file is done.
         """
-        from workbench import importers  # noqa: PLC0415 - the importers load on first use
+        from workbench import importers
 
         started = time.perf_counter()
         report = ImportReport()
@@ -396,12 +396,12 @@ class Store:
 
         Counts are computed (and cached on the messages) when not yet known; returns the total.
         """
-        from workbench import tokens  # noqa: PLC0415
+        from workbench import tokens
 
         tokenizer = tokens.resolve(tokenizer_name)
         tokens.prime(session.messages, tokenizer)
         counts = [int(m._token_cache[tokenizer.name]) for m in session.messages]
-        import numpy as np  # noqa: PLC0415
+        import numpy as np
 
         table = {"idx": np.arange(len(counts), dtype=np.int32), "tokens": np.asarray(counts, dtype=np.int32)}
         con = self.connection
@@ -444,12 +444,12 @@ class Store:
                  ON p.session_id = s.id
             ORDER BY s.dataset, s.imported_at, s.id""", params)
         keys = ("id", "dataset", "format", "messages", "calls", "probes", "source", "imported_at")
-        return [dict(zip(keys, row)) for row in rows]
+        return [dict(zip(keys, row, strict=False)) for row in rows]
 
     def sessions(self, dataset: str | None = None, where: str | None = None) -> pd.DataFrame:
         """A DataFrame with one row per session: id, dataset, format, messages, calls, probes,
         source, imported_at."""
-        import pandas as pd  # noqa: PLC0415
+        import pandas as pd
 
         columns = ["id", "dataset", "format", "messages", "calls", "probes", "source", "imported_at"]
         return pd.DataFrame(self.session_rows(dataset, where), columns=columns)
@@ -463,11 +463,11 @@ class Store:
             FROM datasets d LEFT JOIN sessions s ON s.dataset = d.name
             GROUP BY d.name, d.description, d.created_at ORDER BY d.name""")
         keys = ("name", "description", "sessions", "messages", "calls", "created_at")
-        return [dict(zip(keys, row)) for row in rows]
+        return [dict(zip(keys, row, strict=False)) for row in rows]
 
     def datasets(self) -> pd.DataFrame:
         """One row per dataset: name, description, sessions, messages, calls, created_at."""
-        import pandas as pd  # noqa: PLC0415
+        import pandas as pd
 
         return pd.DataFrame(self.dataset_rows(),
                             columns=["name", "description", "sessions", "messages", "calls", "created_at"])
@@ -637,7 +637,7 @@ class _Writer:
                 if kind == "batch":
                     written = set(_write_batch(self.store, payload))
                     for sid, messages, calls in zip(payload.sessions["id"], payload.sessions["message_count"],
-                                                    payload.sessions["call_count"]):
+                                                    payload.sessions["call_count"], strict=False):
                         if sid in written:
                             self.written[sid] = (messages, calls)
                         else:

@@ -241,7 +241,7 @@ class FakeOpenAI(_Endpoint):
         asyncio.set_event_loop(loop)
         try:
             loop.run_until_complete(self._startup())
-        except BaseException as exc:  # noqa: BLE001 - reported to start()
+        except BaseException as exc:
             self._start_error = exc
             self._started.set()
             loop.close()
@@ -258,7 +258,7 @@ class FakeOpenAI(_Endpoint):
             loop.close()
 
     async def _startup(self) -> None:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         self._stopping = asyncio.Event()
         app = web.Application(client_max_size=64 * 1024 * 1024)
@@ -274,7 +274,7 @@ class FakeOpenAI(_Endpoint):
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, backlog=1024, reuse_address=True)
         await site.start()
-        sockets = site._server.sockets if site._server is not None else []  # noqa: SLF001
+        sockets = site._server.sockets if site._server is not None else []
         self.port = sockets[0].getsockname()[1]
         self._runner = runner
 
@@ -287,7 +287,7 @@ class FakeOpenAI(_Endpoint):
     # -- handlers --------------------------------------------------------------------------------
 
     async def _health(self, request: Any) -> Any:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         return web.json_response({"ok": True})
 
@@ -298,32 +298,32 @@ class FakeOpenAI(_Endpoint):
                     "max_in_flight": self.max_in_flight, "pending": len(self._script)}
 
     async def _stats(self, request: Any) -> Any:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         return web.json_response(self.stats())
 
     async def _requests(self, request: Any) -> Any:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         with self._lock:
             return web.json_response({"requests": list(self.requests), "headers": list(self.headers)})
 
     async def _script_items(self, request: Any) -> Any:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         items = [_item_from_json(item) for item in await request.json()]
         self.script(*items)
         return web.json_response({"pending": self.pending})
 
     async def _reset(self, request: Any) -> Any:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         self.clear_script()
         self.reset_counts()
         return web.json_response({"ok": True})
 
     async def _models(self, request: Any) -> Any:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         return web.json_response({"object": "list", "data": [{"id": self.model_name or "fake", "object": "model"}]})
 
@@ -337,7 +337,6 @@ class FakeOpenAI(_Endpoint):
         return item
 
     async def _handle(self, request: Any) -> Any:
-        from aiohttp import web  # noqa: PLC0415
 
         raw = await request.read()
         try:
@@ -361,7 +360,7 @@ class FakeOpenAI(_Endpoint):
                 self.in_flight -= 1
 
     async def _answer(self, body: dict[str, Any], item: str | Fault) -> Any:
-        from aiohttp import web  # noqa: PLC0415
+        from aiohttp import web
 
         if isinstance(item, str):
             return web.json_response(self._completion(body, item))
@@ -381,7 +380,7 @@ class FakeOpenAI(_Endpoint):
             assert self._stopping is not None
             try:
                 await asyncio.wait_for(self._stopping.wait(), item.seconds)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
             return web.json_response(self._completion(body, "answer after a hang"))
         if kind == "malformed":
@@ -435,8 +434,8 @@ class FakeOpenAIProcess(_Endpoint):
         self._process: Any = None
 
     def start(self) -> FakeOpenAIProcess:
-        import subprocess  # noqa: PLC0415
-        import sys  # noqa: PLC0415
+        import subprocess
+        import sys
 
         if self._process is not None:
             return self
@@ -457,7 +456,7 @@ class FakeOpenAIProcess(_Endpoint):
         try:
             process.stdin.close()
             process.wait(5)
-        except Exception:  # noqa: BLE001 - make sure it is gone
+        except Exception:
             process.kill()
             process.wait(5)
 
@@ -468,7 +467,7 @@ class FakeOpenAIProcess(_Endpoint):
         self.stop()
 
     def _call(self, method: str, path: str, payload: Any = None) -> Any:
-        import urllib.request  # noqa: PLC0415
+        import urllib.request
 
         data = None if payload is None else json.dumps(payload).encode()
         request = urllib.request.Request(self.base_url + path, data=data, method=method,
@@ -501,8 +500,8 @@ class FakeOpenAIProcess(_Endpoint):
 
 def main(argv: list[str] | None = None) -> None:
     """Serve until stdin closes: `python -m workbench.testing --latency 0.2` prints `PORT <n>`."""
-    import argparse  # noqa: PLC0415
-    import sys  # noqa: PLC0415
+    import argparse
+    import sys
 
     parser = argparse.ArgumentParser(prog="python -m workbench.testing", description=main.__doc__)
     parser.add_argument("--latency", type=float, default=0.0)

@@ -54,7 +54,7 @@ class TiktokenTokenizer:
     """A tiktoken encoding; batches use two threads (more is slower on small machines)."""
 
     def __init__(self, encoding_name: str):
-        import tiktoken  # noqa: PLC0415 - loaded on first use only
+        import tiktoken
 
         self.name = encoding_name
         try:
@@ -87,7 +87,7 @@ class LiteLLMTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        import litellm  # noqa: PLC0415 - slow import, deferred
+        import litellm
 
         return int(litellm.token_counter(model=self.model, text=text))
 
@@ -165,6 +165,6 @@ def count_tokens(text_or_message: str | Message | dict | Iterable, tokenizer: st
         return message_tokens(text_or_message, tok)
     if isinstance(text_or_message, dict):
         return message_tokens(Message.from_openai(text_or_message), tok)
-    from workbench.session import as_messages  # noqa: PLC0415
+    from workbench.session import as_messages
 
     return messages_tokens(as_messages(text_or_message), tok)

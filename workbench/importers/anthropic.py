@@ -21,9 +21,24 @@ from typing import Any
 from ..errors import FormatError
 from ..session import Message, Session, ToolCall
 from ._common import (
-    TurnBuilder, anthropic_image, as_dict, as_list, as_str, build_session, clean_usage, dumps_args,
-    finish_reason, has_key, has_value, head_text, iter_jsonl, json_layout, openai_content, read_json,
-    simplify_parts, text_part,
+    TurnBuilder,
+    anthropic_image,
+    as_dict,
+    as_list,
+    as_str,
+    build_session,
+    clean_usage,
+    dumps_args,
+    finish_reason,
+    has_key,
+    has_value,
+    head_text,
+    iter_jsonl,
+    json_layout,
+    openai_content,
+    read_json,
+    simplify_parts,
+    text_part,
 )
 
 FORMAT = "anthropic"

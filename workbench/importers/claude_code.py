@@ -27,7 +27,14 @@ from typing import Any
 from ..errors import FormatError
 from ..session import Message, Session
 from ._common import (
-    TurnBuilder, as_str, build_session, content_text, first_record, has_key, head_text, iter_jsonl,
+    TurnBuilder,
+    as_str,
+    build_session,
+    content_text,
+    first_record,
+    has_key,
+    head_text,
+    iter_jsonl,
 )
 from .anthropic import add_assistant, add_message, response_metadata
 

@@ -23,8 +23,22 @@ from typing import Any
 from ..errors import FormatError
 from ..session import Message, Session, ToolCall
 from ._common import (
-    TurnBuilder, as_dict, as_list, as_str, build_session, clean_usage, content_text, dumps_args,
-    first_record, has_key, has_value, head_text, image_part, iter_jsonl, simplify_parts, text_part,
+    TurnBuilder,
+    as_dict,
+    as_list,
+    as_str,
+    build_session,
+    clean_usage,
+    content_text,
+    dumps_args,
+    first_record,
+    has_key,
+    has_value,
+    head_text,
+    image_part,
+    iter_jsonl,
+    simplify_parts,
+    text_part,
 )
 
 FORMAT = "codex"

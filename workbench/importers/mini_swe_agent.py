@@ -20,8 +20,20 @@ from typing import Any
 from ..errors import FormatError
 from ..session import Session, ToolCall
 from ._common import (
-    TurnBuilder, as_dict, as_list, as_str, build_session, clean_usage, dumps_args, finish_reason,
-    has_key, has_value, head_text, new_message, openai_content, read_json,
+    TurnBuilder,
+    as_dict,
+    as_list,
+    as_str,
+    build_session,
+    clean_usage,
+    dumps_args,
+    finish_reason,
+    has_key,
+    has_value,
+    head_text,
+    new_message,
+    openai_content,
+    read_json,
 )
 
 FORMAT = "mini-swe-agent"

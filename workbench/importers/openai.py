@@ -22,8 +22,20 @@ from typing import Any
 from ..errors import FormatError
 from ..session import Message, Session, ToolCall
 from ._common import (
-    as_dict, as_list, build_session, clean_usage, dumps_args, finish_reason, has_key, head_text,
-    iter_jsonl, json_layout, openai_content, pairing_ok, read_json, repair_pairing,
+    as_dict,
+    as_list,
+    build_session,
+    clean_usage,
+    dumps_args,
+    finish_reason,
+    has_key,
+    head_text,
+    iter_jsonl,
+    json_layout,
+    openai_content,
+    pairing_ok,
+    read_json,
+    repair_pairing,
 )
 
 FORMAT = "openai"

@@ -30,9 +30,26 @@ from typing import Any
 from ..errors import FormatError
 from ..session import Message, Session, ToolCall
 from ._common import (
-    TurnBuilder, as_dict, hashable, as_list, as_str, build_session, clean_usage, content_text, dumps_args,
-    finish_reason, first_record, has_key, has_value, head_text, image_part, iter_jsonl, json_layout,
-    openai_content, read_json, text_part,
+    TurnBuilder,
+    as_dict,
+    as_list,
+    as_str,
+    build_session,
+    clean_usage,
+    content_text,
+    dumps_args,
+    finish_reason,
+    first_record,
+    has_key,
+    has_value,
+    hashable,
+    head_text,
+    image_part,
+    iter_jsonl,
+    json_layout,
+    openai_content,
+    read_json,
+    text_part,
 )
 
 FORMAT = "openhands"

@@ -19,8 +19,17 @@ from typing import Any
 from ..errors import FormatError
 from ..session import Session, ToolCall
 from ._common import (
-    TurnBuilder, as_dict, as_list, as_str, build_session, dumps_args, has_key, head_text,
-    new_message, openai_content, read_json,
+    TurnBuilder,
+    as_dict,
+    as_list,
+    as_str,
+    build_session,
+    dumps_args,
+    has_key,
+    head_text,
+    new_message,
+    openai_content,
+    read_json,
 )
 
 FORMAT = "swe-agent"

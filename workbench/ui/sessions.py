@@ -41,7 +41,7 @@ def _stamp(path: str) -> float:
 @st.cache_data(show_spinner=False, max_entries=8)
 def load_overview(path: str, stamp: float) -> dict[str, list[dict[str, Any]]]:
     """Datasets and sessions of the database (read-only, closed right after)."""
-    from workbench.store import Store  # noqa: PLC0415
+    from workbench.store import Store
 
     with Store(path, read_only=True) as store:
         return {"datasets": store.dataset_rows(), "sessions": store.session_rows()}
@@ -50,7 +50,7 @@ def load_overview(path: str, stamp: float) -> dict[str, list[dict[str, Any]]]:
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_detail(path: str, stamp: float, session_id: str) -> dict[str, Any]:
     """One session as plain data: messages (role, text, tool calls...), probes, tools, metadata."""
-    from workbench.store import Store  # noqa: PLC0415
+    from workbench.store import Store
 
     with Store(path, read_only=True) as store:
         session = store.load_session(session_id)
