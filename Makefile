@@ -35,5 +35,7 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks $(BENCH_ARGS)
 
+# Removes only what `make` can rebuild (the venv, caches): never a database, which holds imported data.
 clean:
-	rm -rf $(VENV) data/workbench.duckdb .pytest_cache
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis build dist *.egg-info
+	find workbench tests benchmarks -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -11,7 +11,7 @@ import pytest
 from click.testing import CliRunner
 
 from workbench import samples
-from workbench.cli import FORMAT_CHOICES, main
+from workbench.cli import FORMAT_CHOICES, format_names, main
 from workbench.store import Store
 
 
@@ -123,6 +123,7 @@ def test_format_choices_match_the_importers():
     from workbench import importers
 
     assert FORMAT_CHOICES == ("auto", *importers.FORMATS)
+    assert format_names()[:len(FORMAT_CHOICES)] == FORMAT_CHOICES
 
 
 def test_a_locked_database_is_a_one_line_error(tmp_path):
@@ -194,7 +195,8 @@ def test_replay_prints_calls_and_compactions_from_a_toml_file(runner, sample_db,
     result = runner.invoke(main, ["replay", row["id"][:8], "--config", str(spec), "--db", db])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith(f"session {row['id']} (openai, {row['calls']} calls) under 'utilization+summarize_split'")
+    assert lines[0].startswith(f"session {row['id']} (openai, {row['calls']} calls) "
+                               f"under 'utilization+summarize_split'")
     assert sum(1 for line in lines if line.split()[:1] and line.split()[0].isdigit()) > row["calls"]
     assert "[COMPACT SUMMARY]" in result.output and "billed input" in result.output
 
@@ -221,3 +223,314 @@ def test_replay_errors_are_one_line(runner, sample_db):
                                 "--db", db])
     assert typo.exit_code == 2 and "unknown parameter 'preserv'" in typo.output
     assert "Traceback" not in typo.output
+
+
+# --------------------------------------------------------------------------------------------
+# --db safety, read-only commands, exit statuses, JSON errors
+# --------------------------------------------------------------------------------------------
+
+NOT_DATABASES = [
+    ("sessions.csv", b"id,role,content\n1,user,hi\n"),
+    ("sessions.json", b'[{"role": "user", "content": "hi"}]'),
+    ("sessions.jsonl", (openai_line(7) + "\n").encode()),
+    ("sessions.parquet", b"PAR1\x15\x00\x15\x1c\x15\x1c,\x15\x02\x15\x00PAR1"),
+    ("notes.txt", b"some notes, not a database\n"),
+]
+
+
+@pytest.mark.parametrize("name, data", NOT_DATABASES)
+@pytest.mark.parametrize("command", [["import"], ["sessions"], ["datasets"], ["init"]])
+def test_a_db_that_is_not_a_duckdb_file_is_refused_untouched(runner, files, tmp_path, name, data, command):
+    folder = tmp_path / "target"
+    folder.mkdir()
+    target = folder / name
+    target.write_bytes(data)
+    args = [*command, files[0]] if command == ["import"] else command
+    result = runner.invoke(main, [*map(str, args), "--db", str(target)])
+    assert result.exit_code == 2, result.output
+    assert "not a DuckDB database" in result.stderr and "Traceback" not in result.output
+    assert target.read_bytes() == data
+    assert [p.name for p in folder.iterdir()] == [name]  # no .wal or other file beside it
+    as_json = runner.invoke(main, [*map(str, args), "--db", str(target), "--json"])
+    assert as_json.exit_code == 2
+    assert json.loads(as_json.stdout)["error"]["type"] == "NotADatabaseError"
+    assert target.read_bytes() == data
+
+
+@pytest.mark.parametrize("command", [["sessions"], ["datasets"], ["replay", "abc", "--config", "x = 1"]])
+def test_read_only_commands_on_a_missing_db_create_nothing(runner, tmp_path, command):
+    missing = tmp_path / "sub" / "wb.duckdb"
+    result = runner.invoke(main, [*command, "--db", str(missing)])
+    assert result.exit_code == 2, result.output
+    assert "does not exist" in result.stderr and "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == []
+    result = runner.invoke(main, ["--json", *command], env={"WORKBENCH_DB": str(missing)})
+    assert result.exit_code == 2
+    assert json.loads(result.stdout)["error"]["type"] == "MissingDatabaseError"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_kinds_needs_no_database(runner, tmp_path):
+    missing = tmp_path / "sub" / "wb.duckdb"
+    text = runner.invoke(main, ["kinds", "--db", str(missing)])
+    assert text.exit_code == 0, text.output
+    assert "summarize_split" in text.stdout and "preserve" in text.stdout
+    listing = json.loads(runner.invoke(main, ["kinds", "strategy", "--json"]).stdout)
+    assert list(listing) == ["strategy"]
+    split = next(k for k in listing["strategy"] if k["name"] == "summarize_split")
+    assert "preserve" in [p["name"] for p in split["params"]]
+    everything = json.loads(runner.invoke(main, ["--json", "kinds"]).stdout)
+    assert {"trigger", "strategy", "importer", "metric"} <= set(everything)
+    assert list(tmp_path.iterdir()) == []
+    bad = runner.invoke(main, ["kinds", "strategies", "--json"])
+    assert bad.exit_code == 2 and json.loads(bad.stdout)["error"]["type"] == "BadParameter"
+
+
+def test_usage_errors_are_json_under_json(runner, tmp_path):
+    missing_option = runner.invoke(main, ["replay", "abc", "--json"])
+    assert missing_option.exit_code == 2
+    error = json.loads(missing_option.stdout)["error"]
+    assert error["type"] == "MissingParameter" and "--config" in error["message"]
+    unknown_command = runner.invoke(main, ["--json", "replays"])
+    assert unknown_command.exit_code == 2 and "replays" in json.loads(unknown_command.stdout)["error"]["message"]
+    text = runner.invoke(main, ["replay", "abc"])
+    assert text.exit_code == 2 and "--config" in text.stderr and not text.stdout
+    bad_format = runner.invoke(main, ["import", str(tmp_path), "--format", "nope", "--json",
+                                      "--db", str(tmp_path / "wb.duckdb")])
+    assert bad_format.exit_code == 2 and "unknown format 'nope'" in json.loads(bad_format.stdout)["error"]["message"]
+    assert not (tmp_path / "wb.duckdb").exists()
+    alias = runner.invoke(main, ["import", str(tmp_path), "--format", "openai-chat",
+                                 "--db", str(tmp_path / "a.duckdb")])
+    assert alias.exit_code == 0, alias.output
+
+
+def test_the_last_shared_option_wins_and_quiet_is_accepted_anywhere(runner, files, tmp_path):
+    first, second = tmp_path / "a.duckdb", tmp_path / "b.duckdb"
+    result = runner.invoke(main, ["--db", str(first), "-q", "import", str(files[0]), "--db", str(second)])
+    assert result.exit_code == 0, result.output
+    assert not first.exists()
+    with Store(second) as store:
+        assert store.count() == 3
+
+
+NO_LLM_TOML = """
+context_limit = 32000
+max_output = 1000
+trigger = { kind = "utilization", ratio = 0.6 }
+strategy = { kind = "observation_masking", keep_recent = 2 }
+"""
+OVERFLOW_TOML = """
+context_limit = 3000
+max_output = 1000
+trigger = { kind = "token_threshold", threshold = 0 }
+strategy = { kind = "hard_clear" }
+"""
+
+
+def _compaction_count(text: str) -> int:
+    line = next(line for line in text.splitlines() if "compaction(s)" in line)
+    return int(line.split()[0])
+
+
+@pytest.mark.parametrize("spec, status, termination", [(NO_LLM_TOML, 0, "completed"),
+                                                       (OVERFLOW_TOML, 1, "context_overflow")])
+def test_replay_exit_status_and_compaction_counts_agree(runner, sample_db, spec, status, termination):
+    db, row = sample_db
+    text = runner.invoke(main, ["replay", row["id"], "--config", spec, "--db", db])
+    data = runner.invoke(main, ["replay", row["id"], "--config", spec, "--db", db, "--json"])
+    assert (text.exit_code, data.exit_code) == (status, status), text.output
+    result = json.loads(data.stdout)
+    assert result["termination"] == termination
+    assert text.stdout.splitlines()[0].endswith(termination)
+    done = [e for e in result["compactions"] if not e.get("error")]
+    assert _compaction_count(text.stdout) == result["compaction_count"] == len(done) == \
+        result["metrics"]["compactions"]
+    if termination == "completed":
+        assert result["compaction_count"] > 0
+    else:
+        assert "stopped:" in text.stderr and "Traceback" not in text.output
+
+
+def test_no_calls_omits_the_calls(runner, sample_db):
+    db, row = sample_db
+    with_calls = json.loads(runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db,
+                                                 "--json"]).stdout)
+    without = json.loads(runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db,
+                                              "--json", "--no-calls"]).stdout)
+    assert len(with_calls["calls"]) == row["calls"]
+    assert "calls" not in without and without["metrics"] == with_calls["metrics"]
+    text = runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db, "--no-calls"]).stdout
+    assert "cached" not in text.splitlines()[1]
+
+
+# --------------------------------------------------------------------------------------------
+# What import reports: ignored files, live sessions
+# --------------------------------------------------------------------------------------------
+
+def test_import_names_every_file_it_ignored_and_why(runner, tmp_path):
+    folder = tmp_path / "in"
+    (folder / ".git").mkdir(parents=True)
+    (folder / ".git" / "config.json").write_text("{}")
+    (folder / "package.json").write_text('{"name": "x"}')
+    (folder / "README.md").write_text("# notes")
+    (folder / "notes.json").write_text('{"hello": "world"}')
+    (folder / "good.jsonl").write_text(openai_line(1) + "\n")
+    result = runner.invoke(main, ["import", str(folder), "--db", str(tmp_path / "wb.duckdb")])
+    assert result.exit_code == 0, result.output
+    assert "imported 1 session " in result.stdout
+    lines = {line.strip().split(": ", 1)[0]: line for line in result.stderr.splitlines() if ": " in line}
+    assert "folder skipped" in lines[str(folder / ".git")]
+    assert "configuration file" in lines[str(folder / "package.json")]
+    assert "not a session file type" in lines[str(folder / "README.md")]
+    assert "matches no known session format" in lines[str(folder / "notes.json")]
+    report = json.loads(runner.invoke(main, ["import", str(folder), "--json", "--db",
+                                             str(tmp_path / "wb.duckdb")]).stdout)
+    assert {s["path"].rsplit("/", 1)[-1] for s in report["skipped"]} == {".git", "package.json", "README.md",
+                                                                           "notes.json"}
+    quiet = runner.invoke(main, ["import", str(folder), "--quiet", "--db", str(tmp_path / "wb.duckdb")])
+    assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+def test_a_live_session_imports_its_complete_lines_with_a_warning(runner, tmp_path):
+    live = tmp_path / "live.jsonl"
+    partial = openai_line(3)[:57]
+    live.write_text(openai_line(1) + "\n" + openai_line(2) + "\n" + partial)  # the recorder is mid-line
+    db = tmp_path / "wb.duckdb"
+    result = runner.invoke(main, ["import", str(live), "--db", str(db)])
+    assert result.exit_code == 0, result.output
+    assert "imported 2 sessions" in result.stdout
+    warning = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warning) == 1 and "live.jsonl:3" in warning[0] and "incomplete" in warning[0]
+    report = json.loads(runner.invoke(main, ["import", str(live), "--json", "--db", str(db)]).stdout)
+    assert report["duplicates"] == 2 and len(report["warnings"]) == 1
+    broken_middle = tmp_path / "broken.jsonl"
+    broken_middle.write_text(openai_line(4) + "\n" + partial + "\n" + openai_line(5) + "\n")
+    failed = runner.invoke(main, ["import", str(broken_middle), "--db", str(db)])
+    assert failed.exit_code == 1 and "broken.jsonl:2" in failed.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Ctrl-C
+# --------------------------------------------------------------------------------------------
+
+SLOW_IMPORT = textwrap.dedent("""
+    import sys, time, pathlib
+    from workbench import store
+    marker = pathlib.Path(sys.argv[1])
+    original = store._Writer.add
+    added = [0]
+
+    def add(self, session, source=None):  # small batches, then slow: Ctrl-C lands mid-import
+        original(self, session, source)
+        added[0] += 1
+        if added[0] % 10 == 0:
+            self.flush()
+        if added[0] == 30:
+            marker.write_text("go")
+        if added[0] >= 30:
+            time.sleep(0.2)
+
+    store._Writer.add = add
+    from workbench.cli import main
+    main(sys.argv[2:])
+""")
+
+SLOW_REPLAY = textwrap.dedent("""
+    import sys, time, pathlib
+    from dataclasses import dataclass
+    import workbench as wb
+    marker = pathlib.Path(sys.argv[1])
+
+    @wb.register_strategy("slow_test_strategy")
+    @dataclass(frozen=True)
+    class Slow:
+        def compact(self, context, env):
+            marker.write_text("go")
+            time.sleep(0.2)
+            return list(context)
+
+    from workbench.cli import main
+    main(sys.argv[2:])
+""")
+
+
+def _interrupt(script: str, marker, args: list[str]) -> subprocess.CompletedProcess:
+    import signal
+    import time
+
+    process = subprocess.Popen([sys.executable, "-c", script, str(marker), *args], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert process.poll() is None, process.communicate()
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=60)
+    return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+
+def _assert_whole(db) -> int:
+    with Store(db) as store:  # opens fine afterwards
+        rows = store.connection.execute("""
+            SELECT s.id, s.message_count, count(m.idx), coalesce(max(m.idx), -1)
+            FROM sessions s LEFT JOIN messages m ON m.session_id = s.id GROUP BY ALL""").fetchall()
+        orphans = store.connection.execute(
+            "SELECT count(*) FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)").fetchall()[0][0]
+    assert orphans == 0
+    assert all(n == stored == last + 1 for _, n, stored, last in rows)
+    return len(rows)
+
+
+def test_ctrl_c_during_import_keeps_whole_sessions_only(tmp_path):
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for i in range(20):
+        (folder / f"s{i:02d}.jsonl").write_text("".join(openai_line(i * 10 + k) + "\n" for k in range(5)))
+    db = tmp_path / "wb.duckdb"
+    result = _interrupt(SLOW_IMPORT, tmp_path / "marker", ["import", str(folder), "--db", str(db), "--no-progress"])
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip().splitlines() == ["error: interrupted; nothing partial was written"]
+    assert "Traceback" not in result.stderr
+    stored = _assert_whole(db)
+    assert 30 <= stored < 100
+    again = subprocess.run([sys.executable, "-m", "workbench", "import", str(folder), "--db", str(db), "--json"],
+                           capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["sessions"] == 100 - stored
+    assert _assert_whole(db) == 100
+
+
+def test_ctrl_c_during_replay_exits_130(tmp_path, sample_db):
+    db, row = sample_db
+    config = 'trigger = { kind = "token_threshold", threshold = 1 }\nstrategy = { kind = "slow_test_strategy" }'
+    result = _interrupt(SLOW_REPLAY, tmp_path / "marker", ["replay", row["id"], "--config", config, "--db", db])
+    assert result.returncode == 130, result.stderr
+    assert result.stderr.strip().splitlines() == ["error: interrupted; nothing partial was written"]
+    assert result.stdout == ""
+    assert _assert_whole(db) == samples.DEFAULT_N
+
+
+def test_repr_of_a_stored_session_is_one_short_line(tmp_path):
+    long_line = json.dumps({"messages": [{"role": "user", "content": "x" * 200_000},
+                                         {"role": "assistant", "content": "ok"}]})
+    (tmp_path / "big.jsonl").write_text(long_line + "\n")
+    with Store(tmp_path / "wb.duckdb") as store:
+        store.import_paths([tmp_path / "big.jsonl"])
+        session = store.load_session(store.session_ids()[0])
+    for value in (session, session.messages[0]):
+        text = repr(value)
+        assert "\n" not in text and len(text) < 200, text
+    assert "messages=2" in repr(session) and "200,000 chars" in repr(session.messages[0])
+
+
+def test_make_clean_never_deletes_a_database():
+    import shutil
+    from pathlib import Path
+
+    if shutil.which("make") is None:
+        pytest.skip("make is not installed")
+    root = Path(__file__).resolve().parents[1]
+    recipe = subprocess.run(["make", "-n", "clean"], cwd=root, capture_output=True, text=True, timeout=60)
+    assert recipe.returncode == 0, recipe.stderr
+    assert "rm -rf .venv" in recipe.stdout
+    assert "duckdb" not in recipe.stdout and "data" not in recipe.stdout.replace("__pycache__", "")

@@ -41,13 +41,17 @@ def test_the_design_example_parses_from_inline_toml_and_from_a_file(tmp_path):
     from_file = parse_config(path)
     assert inline == from_file
     assert inline.name == "split-summary-80" and inline.tokenizer == "cl100k_base"
-    assert inline.strategy == {"kind": "summarize_split", "preserve": 0.4, **{
-        k: v for k, v in spec_of(wb.build_strategy({"kind": "summarize_split"})).items() if k not in ("kind", "preserve")}}
+    defaults = spec_of(wb.build_strategy({"kind": "summarize_split"}))
+    assert inline.strategy == {**defaults, "kind": "summarize_split", "preserve": 0.4}
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"on_failure": "ignore"}, "on_failure must be one of fatal, fallback"),
-    ({"context_limit": 0}, "context_limit must be a positive integer"),
+    ({"on_failure": "ignore"}, "on_failure must be one of 'fatal', 'fallback', not 'ignore'"),
+    ({"context_limit": 0}, "context_limit must be an integer >= 1, not 0"),
+    ({"calibration": "fitted"}, "calibration must be one of 'none', 'recorded'"),
+    ({"overflow_retry": "yes"}, "overflow_retry must be true or false, or none"),
+    ({"evaluator": 3}, "evaluator must be a string, or none"),
+    ({"evaluator_options": "fast"}, "evaluator_options must be a table"),
     ({"max_output": 200_000}, "must be below context_limit"),
     ({"tokenizer": "bert"}, "unknown tokenizer 'bert'"),
     ({"colour": "blue"}, "unknown config key 'colour'; valid: name, tokenizer"),

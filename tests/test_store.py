@@ -73,18 +73,81 @@ def test_round_trip_keeps_everything(db_path):
         assert store.load_sessions(dataset="nope") == []
 
 
-def test_content_is_stored_as_json_and_text(db_path):
+def test_content_is_stored_once(db_path):
     session = rich_session()
     with Store(db_path) as store:
         store.import_sessions([session])
         rows = store.connection.execute(
-            "SELECT idx, content::VARCHAR, text, tool_calls::VARCHAR FROM messages ORDER BY idx").fetchall()
-    assert json.loads(rows[0][1]) == "You are agent a."
-    assert rows[0][2] == "You are agent a."
-    assert json.loads(rows[1][1])[1]["type"] == "image_url"
-    assert rows[1][2] == "look at this a"
+            "SELECT idx, content, parts::VARCHAR, tool_calls::VARCHAR FROM messages ORDER BY idx").fetchall()
+        texts = [r[0] for r in store.connection.execute(
+            "SELECT text FROM message_texts WHERE session_id = ? ORDER BY idx", [session.id]).fetchall()]
+        columns = {r[0] for r in store.connection.execute(
+            "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'").fetchall()}
+    assert "text" not in columns
+    assert rows[0][1:3] == ("You are agent a.", None)          # a string: only in `content`
+    assert rows[1][1] is None and json.loads(rows[1][2])[1]["type"] == "image_url"  # parts: only in `parts`
     assert json.loads(rows[2][3])[0]["function"]["name"] == "read_file"
-    assert rows[5][1] is None and rows[5][2] == ""  # no content
+    assert rows[5][1:3] == (None, None)                          # no content
+    assert texts == [m.text for m in session.messages]
+
+
+def test_migration_0003_keeps_the_content_of_an_old_database(tmp_path):
+    """A database written by the 0001 schema (content as JSON plus `text`) reads back the same."""
+    path = str(tmp_path / "old.duckdb")
+    session = rich_session()
+    con = duckdb.connect(path)
+    con.execute("CREATE TABLE schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP "
+                "DEFAULT current_timestamp)")
+    for name, sql in db.MIGRATIONS[:2]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [name])
+    con.execute("INSERT INTO sessions (id, dataset, format, message_count, call_count) VALUES (?, 'unit', "
+                "'openai', ?, ?)", [session.id, len(session.messages), session.calls])
+    for idx, m in enumerate(session.messages):
+        content = None if m.content is None else json.dumps(
+            m.content if isinstance(m.content, str) else [dict(p) for p in m.content])
+        calls = json.dumps([c.to_openai() for c in m.tool_calls]) if m.tool_calls else None
+        con.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    [session.id, idx, m.role, content, m.text, calls, m.tool_call_id, m.name, m.origin,
+                     m.importance, json.dumps(dict(m.metadata)) if m.metadata else None])
+    con.close()
+    with pytest.raises(StoreError, match="older schema .*0003_content_once"):
+        Store(path, read_only=True)  # a reader cannot upgrade it
+    with Store(path) as store:
+        assert db.schema_version(store.connection) == db.MIGRATIONS[-1][0]
+        loaded = store.load_session(session.id)
+        texts = [r[0] for r in store.connection.execute("SELECT text FROM message_texts ORDER BY idx").fetchall()]
+    assert loaded.messages == session.messages
+    assert texts == [m.text for m in session.messages]
+
+
+@pytest.mark.parametrize("name, data", [
+    ("sessions.csv", b"id,role\n1,user\n"),
+    ("sessions.json", b'[{"role": "user", "content": "hi"}]'),
+    ("sessions.jsonl", b'{"messages": []}\n'),
+    ("sessions.parquet", b"PAR1\x00\x00\x00\x00PAR1"),
+    ("notes.txt", b"just some notes"),
+])
+def test_a_file_that_is_not_a_duckdb_database_is_refused_untouched(tmp_path, name, data):
+    path = tmp_path / name
+    path.write_bytes(data)
+    with pytest.raises(db.NotADatabaseError, match="not a DuckDB database"):
+        Store(path)
+    with pytest.raises(db.NotADatabaseError):
+        Store(path, read_only=True)
+    assert path.read_bytes() == data
+    assert sorted(p.name for p in tmp_path.iterdir()) == [name]
+
+
+def test_create_false_refuses_a_missing_database_and_creates_nothing(tmp_path):
+    path = tmp_path / "sub" / "wb.duckdb"
+    with pytest.raises(db.MissingDatabaseError, match="does not exist"):
+        Store(path, create=False)
+    assert list(tmp_path.iterdir()) == []
+    with Store(path):
+        pass
+    with Store(path, create=False) as store:
+        assert store.count() == 0
 
 
 def test_sessions_frame_datasets_and_counts(db_path):

@@ -5,12 +5,7 @@
     result = wb.replay(sessions[0], {"trigger": {"kind": "utilization"}, "strategy": {"kind": "summarize_split"}})
 """
 
-from workbench import _offline  # noqa: F401  - first: offline defaults for tiktoken/litellm
-from workbench.extractive import install_import_hook
-
-install_import_hook()  # `workbench/extractive` becomes a LiteLLM provider whenever litellm is imported
-
-# ruff: noqa: E402
+from workbench.access import session, sessions
 from workbench.compaction import CompactionEnv, Completion, Context, Summarizer, Trigger, TriggerView
 from workbench.config import ReplayConfig, parse_config
 from workbench.errors import (
@@ -23,9 +18,31 @@ from workbench.errors import (
                               WorkbenchError,
 )
 from workbench.importers import load
-from workbench.registry import build_strategy, build_trigger, register_strategy, register_trigger, spec_of
+from workbench.registry import (
+    StrategySpec,
+    TriggerSpec,
+    build_strategy,
+    build_trigger,
+    describe,
+    kinds,
+    param,
+    register_importer,
+    register_metric,
+    register_strategy,
+    register_trigger,
+    spec_of,
+)
 from workbench.replay import CallRecord, CompactionEvent, ReplayResult, compact, replay
-from workbench.session import Message, Probe, Session, Step, ToolCall, group_steps
+from workbench.session import (
+                               Message,
+                               Probe,
+                               RecordedCompaction,
+                               Session,
+                               Step,
+                               ToolCall,
+                               group_steps,
+                               recorded_input_tokens,
+)
 from workbench.tokens import count_tokens, get_tokenizer
 
 __version__ = "0.1.0"
@@ -36,4 +53,23 @@ __all__ = [
     "StoreError", "Summarizer", "SummarizerError", "ToolCall", "Trigger", "TriggerView", "WorkbenchError",
     "build_strategy", "build_trigger", "compact", "count_tokens", "get_tokenizer", "group_steps", "load",
     "parse_config", "register_strategy", "register_trigger", "replay", "spec_of",
+    "RecordedCompaction", "recorded_input_tokens", "session", "sessions",
+    "StrategySpec", "TriggerSpec", "describe", "kinds", "param", "register_importer", "register_metric",
 ]
+
+# Experiments load on first use (they bring pandas and numpy): `wb.run_experiment`, `wb.results`, ...
+_LAZY = {
+    "run_experiment": "workbench.experiments", "results": "workbench.experiments", "runs": "workbench.experiments",
+    "compare": "workbench.experiments", "export": "workbench.experiments", "regress": "workbench.experiments",
+    "load_experiment": "workbench.experiments",
+}
+__all__ += list(_LAZY)
+
+
+def __getattr__(name: str) -> object:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'workbench' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -7,23 +7,29 @@
     summarizer = "workbench/extractive"
     summarizer_options = { temperature = 0 }
     on_failure = "fatal"            # or "fallback"
+    calibration = "none"            # or "recorded"
+    evaluator = "openai/gpt-4o-mini"  # the model answering probes / judging (model metrics)
     trigger = { kind = "utilization", ratio = 0.8 }
     strategy = { kind = "summarize_split", preserve = 0.4 }
 
-Validation happens here, once: unknown keys, unknown kinds and bad parameters raise
-`ConfigError` naming the offender and what is valid.
+A config is parsed once, at the edge, into a frozen `ReplayConfig` that holds its built trigger and
+strategy. Every field is declared like a kind's parameter and validated by the registry in one
+pass: unknown keys, unknown kinds and bad values raise `ConfigError` naming the offender and what is
+valid. The trigger and strategy specs kept on the config (`trigger`, `strategy`, and `to_dict()`)
+are those of the built objects, defaults included, for storage.
 """
 
 from __future__ import annotations
 
 import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from workbench.calibration import CALIBRATIONS
 from workbench.errors import ConfigError
-from workbench.registry import build_strategy, build_trigger, spec_of
+from workbench.registry import StrategySpec, TriggerSpec, fresh, param, spec_of, validate
 from workbench.tokens import get_tokenizer
 
 ON_FAILURE = ("fatal", "fallback")
@@ -33,66 +39,97 @@ SECRET_OPTION_KEYS = ("api_key", "aws_secret_access_key", "azure_ad_token", "ver
 
 @dataclass(frozen=True)
 class ReplayConfig:
-    """A validated replay configuration; `trigger` and `strategy` are specs (dicts with `kind`)."""
+    """A validated replay configuration.
 
-    trigger: Mapping[str, Any]
-    strategy: Mapping[str, Any]
-    name: str = ""
-    tokenizer: str = "heuristic"
-    context_limit: int = 128_000
-    max_output: int = 4096
-    summarizer: str = DEFAULT_SUMMARIZER
-    summarizer_options: Mapping[str, Any] = field(default_factory=dict)
-    on_failure: str = "fatal"
-    max_consecutive_failures: int = 3
-    cache_read_ratio: float = 0.1
+    `trigger` and `strategy` may be given as specs (tables with a `kind`), kind names or built
+    objects; the config keeps the built objects (`built_trigger`, `built_strategy`) and their full
+    specs (`trigger`, `strategy`). Triggers keep per-replay state: `build_trigger()` returns a fresh
+    one for every replay.
+    """
+
+    trigger: TriggerSpec = param(doc="when to compact: a trigger spec")
+    strategy: StrategySpec = param(doc="how to compact: a strategy spec")
+    name: str = param("", doc="label of the config (default: trigger+strategy)")
+    tokenizer: str = param("heuristic", doc="heuristic, a tiktoken encoding, or litellm:<model>")
+    context_limit: int = param(128_000, doc="the simulated context window, in tokens", min=1)
+    max_output: int = param(4096, doc="tokens kept free for the reply", min=0)
+    summarizer: str = param(DEFAULT_SUMMARIZER, doc="the model strategies summarize with (a LiteLLM model)")
+    summarizer_options: Mapping[str, Any] = param({}, doc="LiteLLM options for the summarizer")
+    on_failure: str = param("fatal", doc="what a failed compaction does", choices=ON_FAILURE)
+    max_consecutive_failures: int = param(3, doc="summarizer failures in a row that open the breaker", min=1)
+    cache_read_ratio: float = param(0.1, doc="price of a cached input token relative to an uncached one",
+                                    min=0, max=1)
+    calibration: str = param("none", doc="recorded: fit token counts to the recording's usage per session",
+                             choices=CALIBRATIONS)
+    overflow_retry: bool | None = param(None, doc="compact and retry a call that overflows (none: the trigger's "
+                                                  "design decides)")
+    evaluator: str | None = param(None, doc="the model answering probes and judging (model metrics); none: off")
+    evaluator_options: Mapping[str, Any] = param({}, doc="LiteLLM options for the evaluator")
+    built_trigger: Any = field(init=False, repr=False, compare=False)
+    built_strategy: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        if self.on_failure not in ON_FAILURE:
-            raise ConfigError(f"on_failure must be one of {', '.join(ON_FAILURE)}, not {self.on_failure!r}")
-        for key in ("context_limit", "max_output", "max_consecutive_failures"):
-            value = getattr(self, key)
-            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if key == "max_output" else 1):
-                raise ConfigError(f"{key} must be a positive integer, not {value!r}")
-        if not isinstance(self.cache_read_ratio, (int, float)) or not 0 <= self.cache_read_ratio <= 1:
-            raise ConfigError(f"cache_read_ratio must be within [0, 1], not {self.cache_read_ratio!r}")
-        if self.max_output >= self.context_limit:
-            raise ConfigError(f"max_output ({self.max_output}) must be below context_limit ({self.context_limit})")
-        if not isinstance(self.summarizer, str) or not self.summarizer:
-            raise ConfigError("summarizer must be a model string such as 'workbench/extractive'")
-        if not isinstance(self.summarizer_options, Mapping):
-            raise ConfigError("summarizer_options must be a table")
-        get_tokenizer(self.tokenizer)
-        # Normalise both specs through the registry: validates them and fills defaults.
-        object.__setattr__(self, "trigger", spec_of(build_trigger(self.trigger)))
-        object.__setattr__(self, "strategy", spec_of(build_strategy(self.strategy)))
-        if not self.name:
-            object.__setattr__(self, "name", f"{self.trigger['kind']}+{self.strategy['kind']}")
+        given = {f.name: getattr(self, f.name) for f in fields(self) if f.init}
+        try:
+            values = validate(ReplayConfig, kwargs=given)
+        except ConfigError as exc:
+            label = f"config {given['name']!r}: " if isinstance(given.get("name"), str) and given["name"] else ""
+            raise ConfigError(f"{label}{exc}") from exc
+        if values["max_output"] >= values["context_limit"]:
+            raise ConfigError(f"max_output ({values['max_output']}) must be below context_limit "
+                              f"({values['context_limit']})")
+        for key in ("summarizer", "evaluator"):
+            if values[key] is not None and not values[key].strip():
+                raise ConfigError(f"{key} must be a model string such as 'workbench/extractive'")
+        get_tokenizer(values["tokenizer"])
+        trigger, strategy = values.pop("trigger"), values.pop("strategy")
+        values.update(trigger=spec_of(trigger), strategy=spec_of(strategy),
+                      built_trigger=trigger, built_strategy=strategy)
+        if not values["name"]:
+            values["name"] = f"{trigger.kind}+{strategy.kind}"
+        for key, value in values.items():
+            object.__setattr__(self, key, value)
 
     def build_trigger(self) -> Any:
-        """A fresh trigger instance (triggers keep per-replay state)."""
-        return build_trigger(self.trigger)
+        """A fresh trigger (triggers keep per-replay state), made from the built one, not re-parsed."""
+        return fresh(self.built_trigger)
+
+    new_trigger = build_trigger
 
     def build_strategy(self) -> Any:
-        return build_strategy(self.strategy)
+        """The strategy (stateless, shared by every replay of this config)."""
+        return self.built_strategy
 
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
-        """The full spec; secrets in `summarizer_options` are left out unless `redact=False`."""
-        options = {k: v for k, v in self.summarizer_options.items() if not (redact and k in SECRET_OPTION_KEYS)}
-        return {
+        """The full spec; secrets in the model options are left out unless `redact=False`.
+
+        `overflow_retry` and `evaluator` appear only when set, so configs written before they
+        existed keep the same stored spec.
+        """
+        def options(table: Mapping[str, Any]) -> dict[str, Any]:
+            return {k: v for k, v in table.items() if not (redact and k in SECRET_OPTION_KEYS)}
+
+        out = {
             "name": self.name, "tokenizer": self.tokenizer, "context_limit": self.context_limit,
-            "max_output": self.max_output, "summarizer": self.summarizer, "summarizer_options": options,
-            "on_failure": self.on_failure, "max_consecutive_failures": self.max_consecutive_failures,
-            "cache_read_ratio": self.cache_read_ratio, "trigger": dict(self.trigger), "strategy": dict(self.strategy),
+            "max_output": self.max_output, "summarizer": self.summarizer,
+            "summarizer_options": options(self.summarizer_options), "on_failure": self.on_failure,
+            "max_consecutive_failures": self.max_consecutive_failures, "cache_read_ratio": self.cache_read_ratio,
+            "trigger": dict(self.trigger), "strategy": dict(self.strategy), "calibration": self.calibration,
         }
+        if self.overflow_retry is not None:
+            out["overflow_retry"] = self.overflow_retry
+        if self.evaluator is not None:
+            out["evaluator"] = self.evaluator
+            out["evaluator_options"] = options(self.evaluator_options)
+        return out
 
 
-_FIELDS = ("name", "tokenizer", "context_limit", "max_output", "summarizer", "summarizer_options",
-           "on_failure", "max_consecutive_failures", "cache_read_ratio", "trigger", "strategy")
+_FIELDS = (*(f.name for f in fields(ReplayConfig) if f.init and f.name not in ("trigger", "strategy")),
+           "trigger", "strategy")
 
 
 def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayConfig:
-    """A `ReplayConfig` from a config object, a dict, a TOML file path or inline TOML text."""
+    """A `ReplayConfig` from a config object (returned as it is), a dict, a TOML file path or inline TOML."""
     if isinstance(spec, ReplayConfig):
         return spec
     if isinstance(spec, (str, Path)):

@@ -2,7 +2,9 @@
 
 Every table of the workbench is created here by append-only, named migrations recorded in
 `schema_migrations`; a migration is never edited once released, only followed by a new one.
-Higher layers (`store`, `llm`, `experiments`) read and write through `connect()`.
+Higher layers (`store`, `llm`, `experiments`) read and write through `connect()`, which refuses
+a path naming a file that is not a DuckDB database (a CSV or JSON file passed as `--db` by mistake
+is never opened, so never changed) and, with `create=False`, a path that does not exist.
 """
 
 from __future__ import annotations
@@ -77,6 +79,129 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             created_at TIMESTAMP DEFAULT current_timestamp
         );
     """),
+    # Each message's content once: a string in `content`, a list of parts in `parts` (0001 kept the
+    # string twice, as JSON and as `text`), zstd-compressed (DuckDB leaves long strings uncompressed
+    # otherwise). `message_texts` gives the text of every message.
+    ("0003_content_once", """
+        CREATE TABLE messages_0003 (
+            session_id VARCHAR NOT NULL,
+            idx INTEGER NOT NULL,
+            role VARCHAR NOT NULL,
+            content VARCHAR USING COMPRESSION zstd,
+            parts JSON USING COMPRESSION zstd,
+            tool_calls JSON USING COMPRESSION zstd,
+            tool_call_id VARCHAR,
+            name VARCHAR,
+            origin VARCHAR NOT NULL,
+            importance DOUBLE NOT NULL,
+            metadata JSON USING COMPRESSION zstd
+        );
+        INSERT INTO messages_0003
+        SELECT session_id, idx, role,
+               CASE WHEN json_type(content) = 'VARCHAR' THEN text END,
+               CASE WHEN json_type(content) <> 'VARCHAR' THEN content END,
+               tool_calls, tool_call_id, name, origin, importance, metadata
+        FROM messages ORDER BY session_id, idx;
+        DROP TABLE messages;
+        ALTER TABLE messages_0003 RENAME TO messages;
+        CREATE VIEW message_texts AS
+        SELECT session_id, idx, role,
+               coalesce(content, array_to_string(list_transform(
+                   list_filter(CAST(parts AS JSON[]), lambda p: p ->> 'type' = 'text'),
+                   lambda p: p ->> 'text'), chr(10)), '') AS text
+        FROM messages;
+    """),
+    # Experiment results at four levels (run, cell, call, compaction); see workbench.experiments.results.
+    ("0004_experiment_results", """
+    CREATE TABLE runs (
+        id VARCHAR PRIMARY KEY,
+        name VARCHAR NOT NULL,
+        kind VARCHAR NOT NULL,
+        spec JSON NOT NULL,
+        code_version VARCHAR,
+        dataset_version VARCHAR,
+        datasets VARCHAR[],
+        cells_total INTEGER,
+        status VARCHAR NOT NULL,
+        started_at TIMESTAMP NOT NULL,
+        finished_at TIMESTAMP
+    );
+    CREATE TABLE run_configs (
+        run_id VARCHAR NOT NULL,
+        config VARCHAR NOT NULL,
+        position INTEGER NOT NULL,
+        spec JSON NOT NULL,
+        PRIMARY KEY (run_id, config)
+    );
+    CREATE TABLE cells (
+        run_id VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        dataset VARCHAR,
+        config VARCHAR NOT NULL,
+        repeat INTEGER NOT NULL,
+        termination VARCHAR NOT NULL,
+        error VARCHAR,
+        duration_s DOUBLE,
+        summarizer VARCHAR,
+        metrics JSON NOT NULL,
+        finished_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (run_id, session_id, config, repeat)
+    );
+    CREATE TABLE cell_metrics (
+        run_id VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        config VARCHAR NOT NULL,
+        repeat INTEGER NOT NULL,
+        metric VARCHAR NOT NULL,
+        value DOUBLE,
+        text VARCHAR
+    );
+    CREATE TABLE cell_calls (
+        run_id VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        config VARCHAR NOT NULL,
+        repeat INTEGER NOT NULL,
+        call_index INTEGER NOT NULL,
+        message_index INTEGER,
+        context_messages INTEGER,
+        context_tokens BIGINT,
+        completion_tokens BIGINT,
+        cached_prefix_tokens BIGINT,
+        compacted_before BOOLEAN,
+        recorded_input_tokens BIGINT,
+        recorded_compaction BOOLEAN
+    );
+    CREATE TABLE cell_compactions (
+        run_id VARCHAR NOT NULL,
+        session_id VARCHAR NOT NULL,
+        config VARCHAR NOT NULL,
+        repeat INTEGER NOT NULL,
+        event_index INTEGER NOT NULL,
+        call_index INTEGER NOT NULL,
+        messages_before INTEGER,
+        messages_after INTEGER,
+        tokens_before BIGINT,
+        tokens_after BIGINT,
+        summary VARCHAR,
+        duration_s DOUBLE,
+        fell_back BOOLEAN,
+        no_progress BOOLEAN,
+        breaker_open BOOLEAN,
+        error VARCHAR,
+        summarizer_calls INTEGER,
+        summarizer_input_tokens BIGINT,
+        summarizer_output_tokens BIGINT,
+        summarizer_cost_usd DOUBLE,
+        details JSON
+    );
+    CREATE VIEW results_long AS
+        SELECT c.run_id, c.session_id, c.dataset, c.config, c.repeat, c.termination, m.metric, m.value, m.text
+        FROM cells c JOIN cell_metrics m USING (run_id, session_id, config, repeat);
+    CREATE VIEW config_metrics AS
+        SELECT run_id, config, metric, avg(value) AS mean, min(value) AS min, max(value) AS max,
+               count(value) AS n
+        FROM cell_metrics WHERE value IS NOT NULL GROUP BY ALL;
+"""),
 )
 
 
@@ -86,16 +211,52 @@ def default_path() -> str:
 
 
 _LOCK_PID = re.compile(r"PID (\d+)")
+_MAGIC = b"DUCK"
+_MAGIC_OFFSET = 8
+
+
+class NotADatabaseError(StoreError):
+    """The path names an existing file that is not a DuckDB database (it is left untouched)."""
+
+
+class MissingDatabaseError(StoreError):
+    """The database file does not exist and the caller asked not to create it."""
+
+
+def check_database_path(path: str, *, create: bool = True) -> None:
+    """Refuse a path that is a folder or a file other than a DuckDB database, and (unless
+    `create`) a path that does not exist. An empty file counts as a new database."""
+    if path == ":memory:":
+        return
+    if not os.path.exists(path):
+        if not create:
+            raise MissingDatabaseError(f"database {path} does not exist; create it with "
+                                       f"`workbench init --db {path}` or `workbench import ... --db {path}`")
+        return
+    if os.path.isdir(path):
+        raise NotADatabaseError(f"--db {path} is a folder, not a DuckDB database file")
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_MAGIC_OFFSET + len(_MAGIC))
+    except OSError as exc:
+        raise StoreError(f"cannot read database {path}: {exc.strerror or exc}") from exc
+    if head and head[_MAGIC_OFFSET:] != _MAGIC:
+        raise NotADatabaseError(f"{path} is not a DuckDB database (left untouched); pass a .duckdb file "
+                                f"to --db, or import this file with `workbench import {path}`")
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
-            migrate: bool = True) -> duckdb.DuckDBPyConnection:
-    """Open the database file (creating it and its folder) and bring its schema up to date.
+            migrate: bool = True, create: bool = True) -> duckdb.DuckDBPyConnection:
+    """Open the database file (creating it and its folder unless `create` is False or `read_only`)
+    and bring its schema up to date.
 
     `":memory:"` opens a private in-memory database. A file held by another process raises
-    `StoreError` saying so, rather than DuckDB's lock message.
+    `StoreError` saying so, rather than DuckDB's lock message; a file that is not a DuckDB
+    database raises `NotADatabaseError`; a missing file with `create=False` or `read_only`
+    raises `MissingDatabaseError`.
     """
     target = str(path) if path is not None else default_path()
+    check_database_path(target, create=create and not read_only)
     if target != ":memory:" and not read_only:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
     try:
@@ -140,6 +301,12 @@ def apply_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
             raise
         applied.append(name)
     return applied
+
+
+def pending_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
+    """The names of the migrations not yet applied to this database."""
+    done = set(applied_migrations(connection))
+    return [name for name, _ in MIGRATIONS if name not in done]
 
 
 def schema_version(connection: duckdb.DuckDBPyConnection) -> str | None:

@@ -1,47 +1,189 @@
-"""The metrics a run reports, each with the direction that counts as better.
+"""The cost metrics every replay reports (DESIGN §7), as kinds of the registry's `metric` family.
 
-Replay computes the cost-side metrics; quality metrics (fact retention, probes, judges) are
-declared here too so tables, regressions and charts know how to read every column.
+Each metric reads a finished `ReplayResult` (its calls, compaction events and config) and declares
+which way is better, its unit and its level; `registry.evaluate_metrics` computes them for
+`ReplayResult.metrics`, next to the quality metrics of `workbench.quality` and any plugin's.
+A "compaction" here is an event that did not fail (a failed one under `on_failure = "fatal"`
+ends the replay).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Literal
+from typing import TYPE_CHECKING, Any, ClassVar
 
-Better = Literal["higher", "lower", "none"]
+from workbench.registry import kinds, register_metric
+
+if TYPE_CHECKING:
+    from workbench.replay import CompactionEvent, ReplayResult
+
+
+def _done(result: ReplayResult) -> list[CompactionEvent]:
+    return [e for e in result.compactions if not e.failed]
+
+
+def _usage_total(result: ReplayResult, key: str) -> int:
+    return sum(int(e.summarizer_usage.get(key) or 0) for e in result.compactions)
+
+
+def _sum_or_none(values: Iterable[float | None]) -> float | None:
+    """The sum, or None when any value is unknown (never a silent 0)."""
+    total = 0.0
+    for value in values:
+        if value is None:
+            return None
+        total += value
+    return total
 
 
 @dataclass(frozen=True)
-class Metric:
-    name: str
-    better: Better
-    description: str
+class _CostMetric:
+    requires_model: ClassVar[bool] = False
+
+    def compute(self, result: ReplayResult) -> Any:
+        raise NotImplementedError
 
 
-METRICS: dict[str, Metric] = {m.name: m for m in (
-    Metric("calls", "none", "recorded LLM calls replayed"),
-    Metric("compactions", "none", "compaction events (strategy runs)"),
-    Metric("peak_context_tokens", "lower", "largest context sent at any call"),
-    Metric("billed_input_tokens", "lower", "sum of context tokens over all calls: what the agent pays for input"),
-    Metric("cached_input_tokens", "higher", "input tokens a prompt cache could reuse (unchanged prefix of the previous call)"),
-    Metric("cache_aware_input_tokens", "lower", "uncached input + cached input weighted by cache_read_ratio"),
-    Metric("summarizer_input_tokens", "lower", "tokens sent to the summarizer"),
-    Metric("summarizer_output_tokens", "lower", "tokens the summarizer wrote"),
-    Metric("summarizer_calls", "lower", "summarizer calls made (cache hits included)"),
-    Metric("cost_usd", "lower", "summarizer cost from LiteLLM prices (0 for offline models; empty when unknown)"),
-    Metric("compression_ratio", "higher", "tokens before / after, mean over compactions"),
-    Metric("fact_retention", "higher", "share of facts removed by compaction still present in context"),
-    Metric("needed_fact_retention", "higher", "share of removed facts the recording uses later still present"),
-    Metric("probe_answerable", "higher", "share of probes whose answer is in the final context (offline)"),
-    Metric("probe_accuracy", "higher", "share of probes a model answers correctly from the final context"),
-    Metric("judge_score", "higher", "LLM judge score of the summaries"),
-    Metric("continuation_match", "higher", "agreement of the next action with the recording"),
-    Metric("termination", "none", "completed, compaction_failed or context_overflow"),
-)}
+@register_metric("calls", direction="none", unit="calls", level="run")
+@dataclass(frozen=True)
+class Calls(_CostMetric):
+    """Recorded LLM calls replayed (fewer than recorded when the replay stopped early)."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return len(result.calls)
 
 
-def better(name: str) -> Better:
-    """Which direction is better for a metric (`none` for counts and unknown names)."""
-    metric = METRICS.get(name)
-    return metric.better if metric else "none"
+@register_metric("compactions", direction="none", unit="compactions", level="run")
+@dataclass(frozen=True)
+class Compactions(_CostMetric):
+    """Compactions performed (strategy runs that did not fail)."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return len(_done(result))
+
+
+@register_metric("peak_context_tokens", direction="lower", unit="tokens", level="run")
+@dataclass(frozen=True)
+class PeakContextTokens(_CostMetric):
+    """Largest context sent at any call."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return max((c.context_tokens for c in result.calls), default=0)
+
+
+@register_metric("billed_input_tokens", direction="lower", unit="tokens", level="run")
+@dataclass(frozen=True)
+class BilledInputTokens(_CostMetric):
+    """Context tokens summed over all calls: the input the agent would have paid for."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return sum(c.context_tokens for c in result.calls)
+
+
+@register_metric("cached_input_tokens", direction="higher", unit="tokens", level="run")
+@dataclass(frozen=True)
+class CachedInputTokens(_CostMetric):
+    """Input tokens a prompt cache could reuse (each call's unchanged prefix of the previous context)."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return sum(c.cached_prefix_tokens for c in result.calls)
+
+
+@register_metric("cache_aware_input_tokens", direction="lower", unit="tokens", level="run")
+@dataclass(frozen=True)
+class CacheAwareInputTokens(_CostMetric):
+    """Uncached input tokens plus cached ones weighted by the config's `cache_read_ratio`."""
+
+    def compute(self, result: ReplayResult) -> float:
+        billed = sum(c.context_tokens for c in result.calls)
+        cached = sum(c.cached_prefix_tokens for c in result.calls)
+        return round(billed - cached + cached * result.config.cache_read_ratio, 1)
+
+
+@register_metric("summarizer_calls", direction="lower", unit="calls", level="run")
+@dataclass(frozen=True)
+class SummarizerCalls(_CostMetric):
+    """Summarizer calls made by the strategies (cache hits included)."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return _usage_total(result, "calls")
+
+
+@register_metric("summarizer_input_tokens", direction="lower", unit="tokens", level="run")
+@dataclass(frozen=True)
+class SummarizerInputTokens(_CostMetric):
+    """Tokens sent to the summarizer."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return _usage_total(result, "input_tokens")
+
+
+@register_metric("summarizer_output_tokens", direction="lower", unit="tokens", level="run")
+@dataclass(frozen=True)
+class SummarizerOutputTokens(_CostMetric):
+    """Tokens the summarizer wrote."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return _usage_total(result, "output_tokens")
+
+
+@register_metric("cost_usd", direction="lower", unit="usd", level="run")
+@dataclass(frozen=True)
+class CostUsd(_CostMetric):
+    """Summarizer cost from LiteLLM prices (0 for offline models; empty when a price is unknown)."""
+
+    def compute(self, result: ReplayResult) -> float | None:
+        return _sum_or_none(e.summarizer_usage.get("cost_usd") for e in result.compactions)
+
+
+@register_metric("compression_ratio", direction="higher", unit="ratio", level="compaction")
+@dataclass(frozen=True)
+class CompressionRatio(_CostMetric):
+    """Tokens before / tokens after a compaction, mean over compactions (empty without any)."""
+
+    def compute(self, result: ReplayResult) -> float | None:
+        ratios = [e.tokens_before / e.tokens_after for e in _done(result) if e.tokens_after > 0]
+        return sum(ratios) / len(ratios) if ratios else None
+
+    def per_compaction(self, result: ReplayResult) -> list[dict[str, Any]]:
+        return [{"compression_ratio": e.tokens_before / e.tokens_after if not e.failed and e.tokens_after > 0
+                 else None} for e in result.compactions]
+
+
+@register_metric("no_progress_compactions", direction="lower", unit="compactions", level="run")
+@dataclass(frozen=True)
+class NoProgressCompactions(_CostMetric):
+    """Compactions that freed less than 10 % of the context's tokens."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return sum(1 for e in _done(result) if e.no_progress)
+
+
+@register_metric("fallbacks", direction="lower", unit="compactions", level="run")
+@dataclass(frozen=True)
+class Fallbacks(_CostMetric):
+    """Compactions whose strategy failed and whose fallback replaced the result."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return sum(1 for e in result.compactions if e.fell_back)
+
+
+@register_metric("termination", direction="none", unit="", level="run")
+@dataclass(frozen=True)
+class Termination(_CostMetric):
+    """How the replay ended: completed, compaction_failed or context_overflow."""
+
+    def compute(self, result: ReplayResult) -> str:
+        return result.termination
+
+
+def direction(name: str) -> str:
+    """Which way is better for a registered metric (`higher`, `lower`; `none` for counts and unknown names)."""
+    cls = kinds("metric").get(name)
+    return str(getattr(cls, "direction", "none")) if cls is not None else "none"
+
+
+__all__ = ["BilledInputTokens", "CacheAwareInputTokens", "CachedInputTokens", "Calls", "Compactions",
+           "CompressionRatio", "CostUsd", "Fallbacks", "NoProgressCompactions", "PeakContextTokens",
+           "SummarizerCalls", "SummarizerInputTokens", "SummarizerOutputTokens", "Termination", "direction"]

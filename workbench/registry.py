@@ -1,124 +1,666 @@
-"""Name registries for trigger and strategy kinds.
+"""The registry: the one way kinds come into the workbench.
 
-A kind is a (usually frozen dataclass) class registered under a name; a spec is a mapping
-`{"kind": name, **params}` as written in TOML. The registry validates specs against the class's
-init parameters, so a typo names the offender and lists what is valid, and `spec_of` turns any
-built object back into the spec that rebuilds it (stored with every result).
+Four families of kinds: `trigger` (when to compact), `strategy` (how), `importer` (a recorded
+session format) and `metric` (a number a replay reports). A kind is a class, usually a frozen
+dataclass, registered under a name with a decorator; a spec is a mapping `{"kind": name, **params}`
+as written in TOML.
 
     @wb.register_strategy("keep_last_user")
     @dataclass(frozen=True)
     class KeepLastUser:
+        '''Keep the system prompt and the last user message.'''
+
+        keep: int = wb.param(1, doc="user messages kept", min=1)
+
         def compact(self, context, env): ...
 
-A class that needs to convert nested specs (e.g. `any`, `pipeline`) defines
-`from_params(cls, **params)`; otherwise the class is called with the params.
+Built-in kinds register through the same decorators, in ordinary modules that this registry
+imports by name (`BUILTIN_MODULES`), never statically, so no module of the library has to import
+the registry's clients. Installed packages add kinds through the entry-point group
+`workbench.plugins`: each entry point names a module whose import registers kinds. Both are
+loaded lazily, the first time a kind is looked up or listed; a plugin that fails to import is a
+`PluginWarning` naming it, never a crash.
+
+A kind's parameters are its init fields: type from the annotation, default, and (through
+`param`) a one-line doc, bounds and choices. Registration wraps the class's `__init__` so every
+construction, from a spec or in Python, is validated here and only here: unknown and missing
+parameters, types (int, float, bool, str, lists, tables, optional values, nested trigger or
+strategy specs), bounds and choices, with errors naming the kind, the parameter, the value and
+what is valid. Checks that relate several parameters stay in the kind's `__post_init__`.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import functools
+import importlib
+import importlib.metadata
 import inspect
-from collections.abc import Callable, Mapping
-from typing import Any, TypeVar
+import math
+import sys
+import types
+import typing
+import warnings
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from workbench.errors import ConfigError
 
 T = TypeVar("T")
 
-_REGISTRIES: dict[str, dict[str, type]] = {"trigger": {}, "strategy": {}}
-_BUILTINS_LOADED = False
+FAMILIES: tuple[str, ...] = ("trigger", "strategy", "importer", "metric")
+#: Modules holding the built-in kinds, imported by name on first use (a missing one is skipped).
+BUILTIN_MODULES: tuple[str, ...] = ("workbench.triggers", "workbench.strategies", "workbench.recorded",
+                                    "workbench.importers", "workbench.metrics", "workbench.quality")
+#: The entry-point group through which installed packages contribute kinds.
+PLUGIN_GROUP = "workbench.plugins"
+DIRECTIONS: tuple[str, ...] = ("higher", "lower", "none")
+LEVELS: tuple[str, ...] = ("call", "compaction", "run")
+
+_META_KEY = "workbench"
 
 
-def _load_builtins() -> None:
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        import workbench.strategies
-        import workbench.triggers  # noqa: F401
+class PluginWarning(UserWarning):
+    """A plugin (or a built-in kinds module) could not be loaded; its kinds are missing."""
 
 
-def _register(family: str, name: str) -> Callable[[type[T]], type[T]]:
-    if not name or not isinstance(name, str):
-        raise ConfigError(f"a {family} kind needs a non-empty name")
+@dataclasses.dataclass(frozen=True)
+class Nested:
+    """Annotation marker: the parameter is a spec of another kind of `family`, built on validation."""
+
+    family: str
+
+
+#: Annotation of a parameter holding a trigger (given as a spec, a kind name or a built trigger).
+TriggerSpec = Annotated[Any, Nested("trigger")]
+#: Annotation of a parameter holding a strategy (given as a spec, a kind name or a built strategy).
+StrategySpec = Annotated[Any, Nested("strategy")]
+
+
+# --------------------------------------------------------------------------------------------
+# declaring parameters
+
+
+def param(default: Any = dataclasses.MISSING, *, doc: str = "", min: float | None = None,
+          max: float | None = None, choices: Iterable[Any] | None = None, min_exclusive: bool = False) -> Any:
+    """A dataclass field declaring a kind's parameter: default (none: required), one-line doc,
+    inclusive bounds (`min_exclusive` makes the lower one strict) and the allowed values.
+
+    A list or table default is copied for every instance.
+    """
+    meta = {_META_KEY: {"doc": doc, "min": min, "max": max, "min_exclusive": min_exclusive,
+                        "choices": tuple(choices) if choices is not None else None}}
+    if default is dataclasses.MISSING:
+        return dataclasses.field(metadata=meta)
+    if isinstance(default, (list, dict, set)):
+        return dataclasses.field(default_factory=functools.partial(copy.deepcopy, default), metadata=meta)
+    return dataclasses.field(default=default, metadata=meta)
+
+
+@dataclasses.dataclass(frozen=True)
+class Param:
+    """One parameter of a kind, as the registry validates and lists it."""
+
+    name: str
+    type: Any
+    default: Any = dataclasses.MISSING
+    doc: str = ""
+    min: float | None = None
+    max: float | None = None
+    min_exclusive: bool = False
+    choices: tuple[Any, ...] | None = None
+
+    @property
+    def required(self) -> bool:
+        return self.default is dataclasses.MISSING
+
+    def expected(self) -> str:
+        """What a valid value is, in words (`an integer >= 1`, `one of 'topic', 'count'`)."""
+        optional = _optional(self.type)
+        if self.choices is not None:
+            text = "one of " + ", ".join(map(repr, self.choices))
+        else:
+            base = self.type
+            if optional:
+                rest = tuple(a for a in get_args(self.type) if a is not _NONE)
+                base = rest[0] if len(rest) == 1 else Union[rest]  # noqa: UP007 - built from a tuple
+            text = _type_words(base)
+            low = "(" if self.min_exclusive else "["
+            if self.min is not None and self.max is not None:
+                text += f" within {low}{_num(self.min)}, {_num(self.max)}]"
+            elif self.min is not None:
+                text += f" {'>' if self.min_exclusive else '>='} {_num(self.min)}"
+            elif self.max is not None:
+                text += f" <= {_num(self.max)}"
+        return text + (", or none" if optional else "")
+
+    def validate(self, value: Any) -> Any:
+        """The value converted to its declared type (TOML's 3.0 for an int is 3), or ConfigError."""
+        if value is None and _optional(self.type):
+            return None
+        try:
+            value = _convert(self.type, value, self.name)
+        except _Mismatch as problem:
+            if problem.path == self.name:
+                raise ConfigError(f"{self.name} must be {self.expected()}, not {_show(problem.value)}") from None
+            raise ConfigError(f"{problem.path} must be {problem.expected}, not {_show(problem.value)}") from None
+        if value is None:
+            return None
+        if self.choices is not None and value not in self.choices:
+            raise ConfigError(f"{self.name} must be {self.expected()}, not {_show(value)}")
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            too_low = self.min is not None and (value <= self.min if self.min_exclusive else value < self.min)
+            too_high = self.max is not None and value > self.max
+            if too_low or too_high:
+                raise ConfigError(f"{self.name} must be {self.expected()}, not {_show(value)}")
+        return value
+
+    def describe(self) -> dict[str, Any]:
+        """The JSON-able listing of this parameter (`workbench kinds --json`)."""
+        out = {"name": self.name, "type": type_name(self.type),
+               "default": None if self.required else _plain(self.default), "required": self.required,
+               "doc": self.doc, "min": self.min, "max": self.max,
+               "choices": list(self.choices) if self.choices is not None else None}
+        if self.min_exclusive:
+            out["min_exclusive"] = True
+        return out
+
+
+def _num(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# --------------------------------------------------------------------------------------------
+# types: conversion and names
+
+
+class _Mismatch(Exception):
+    def __init__(self, path: str, expected: str, value: Any):
+        super().__init__(path)
+        self.path, self.expected, self.value = path, expected, value
+
+
+_SEQUENCES = (list, tuple, Sequence)
+_MAPPINGS = (dict, Mapping)
+_NONE = type(None)
+
+
+def _optional(tp: Any) -> bool:
+    return get_origin(tp) in (Union, types.UnionType) and _NONE in get_args(tp)
+
+
+def _nested_family(tp: Any) -> str | None:
+    if get_origin(tp) is Annotated:
+        return next((m.family for m in tp.__metadata__ if isinstance(m, Nested)), None)
+    return None
+
+
+def _type_words(tp: Any) -> str:
+    family = _nested_family(tp)
+    if family is not None:
+        return f"a {family} spec (a table with a 'kind')"
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return _type_words(args[0])
+    if origin in (Union, types.UnionType):
+        return " or ".join("none" if a is _NONE else _type_words(a) for a in args)
+    if origin is Literal:
+        return "one of " + ", ".join(map(repr, args))
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    if origin in _SEQUENCES or tp in (list, tuple):
+        item = args[0] if args else Any
+        return "a list" + (f" of {type_name(item)}" if item is not Any else "")
+    if origin in _MAPPINGS or tp is dict:
+        return "a table" + (f" of {type_name(args[1])}" if len(args) == 2 and args[1] is not Any else "")
+    return f"a {type_name(tp)}"
+
+
+def type_name(tp: Any) -> str:
+    """A short name for a parameter type, as listed by `describe` (`int`, `list[str]`, `strategy`)."""
+    family = _nested_family(tp)
+    if family is not None:
+        return family
+    origin, args = get_origin(tp), get_args(tp)
+    if origin is Annotated:
+        return type_name(args[0])
+    if tp is Any:
+        return "any"
+    if tp is _NONE:
+        return "None"
+    if origin in (Union, types.UnionType):
+        return " | ".join(type_name(a) for a in args)
+    if origin is Literal:
+        return " | ".join(map(repr, args))
+    if origin in _SEQUENCES:
+        return f"list[{type_name(args[0]) if args else 'any'}]"
+    if origin in _MAPPINGS:
+        return f"dict[{', '.join(type_name(a) for a in args)}]" if args else "dict"
+    if tp in (list, tuple):
+        return "list"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    family = _nested_family(tp)
+    if family is not None:
+        return _nested(family, value, path)
+    origin, args = get_origin(tp), get_args(tp)
+    if tp is Any or tp is object:
+        return value
+    if origin is Annotated:
+        return _convert(args[0], value, path)
+    if origin in (Union, types.UnionType):
+        if value is None and _NONE in args:
+            return None
+        for option in (a for a in args if a is not _NONE):
+            try:
+                return _convert(option, value, path)
+            except _Mismatch:
+                continue
+        raise _Mismatch(path, _type_words(tp), value)
+    if origin is Literal:
+        if value not in args:
+            raise _Mismatch(path, _type_words(tp), value)
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise _Mismatch(path, "true or false", value)
+        return value
+    if tp is int:
+        if isinstance(value, float) and value.is_integer():
+            return int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise _Mismatch(path, "an integer", value)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise _Mismatch(path, "a finite number", value)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise _Mismatch(path, "a string", value)
+        return value
+    if origin in _SEQUENCES or tp in (list, tuple):
+        if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, (list, tuple)):
+            raise _Mismatch(path, _type_words(tp), value)
+        item = args[0] if args and (origin is not tuple or (len(args) == 2 and args[1] is Ellipsis)) else Any
+        items = [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return items if origin is list or tp is list else tuple(items)
+    if origin in _MAPPINGS or tp is dict:
+        if not isinstance(value, Mapping):
+            raise _Mismatch(path, _type_words(tp), value)
+        key_type, value_type = args if len(args) == 2 else (Any, Any)
+        out = {}
+        for key, item in value.items():
+            out[_convert(key_type, key, f"{path} key")] = _convert(value_type, item, f"{path}[{key!r}]")
+        return out
+    if isinstance(tp, type) and not isinstance(value, tp):
+        raise _Mismatch(path, _type_words(tp), value)
+    return value
+
+
+def _nested(family: str, value: Any, path: str) -> Any:
+    try:
+        return build(family, value)
+    except ConfigError as exc:
+        if path == family:  # a config's `trigger` / `strategy`: the error names the kind already
+            raise
+        raise ConfigError(f"{path}: {exc}") from exc
+
+
+# --------------------------------------------------------------------------------------------
+# a kind's parameters
+
+_PARAMS: dict[type, dict[str, Param]] = {}
+_BUILTIN_TYPES = {"int": int, "float": float, "bool": bool, "str": str, "Any": Any}
+
+
+def _hints(cls: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # e.g. a class defined in a function naming a local type: resolve field by field
+        hints: dict[str, Any] = {}
+        module = vars(sys.modules.get(cls.__module__, types.ModuleType("_")))
+        for klass in reversed(cls.__mro__):
+            for name, annotation in getattr(klass, "__annotations__", {}).items():
+                if isinstance(annotation, str):
+                    try:
+                        annotation = eval(annotation, dict(module), dict(vars(klass)))
+                    except Exception:
+                        annotation = _BUILTIN_TYPES.get(annotation, Any)
+                hints[name] = annotation
+        return hints
+
+
+def params_of(cls: type) -> dict[str, Param]:
+    """A kind's parameters (its public init fields, or its `__init__` parameters), by name."""
+    cached = _PARAMS.get(cls)
+    if cached is not None:
+        return cached
+    out: dict[str, Param] = {}
+    if dataclasses.is_dataclass(cls):
+        hints = _hints(cls)
+        for f in dataclasses.fields(cls):
+            if not f.init or f.name.startswith("_"):
+                continue
+            meta = dict(f.metadata.get(_META_KEY, {}))
+            default = f.default
+            if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
+                default = f.default_factory()
+            out[f.name] = Param(name=f.name, type=hints.get(f.name, Any), default=default,
+                                doc=meta.get("doc", ""), min=meta.get("min"), max=meta.get("max"),
+                                min_exclusive=meta.get("min_exclusive", False), choices=meta.get("choices"))
+    else:
+        for name, p in inspect.signature(cls).parameters.items():
+            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or name.startswith("_"):
+                continue
+            annotation = p.annotation if p.annotation is not p.empty else Any
+            if isinstance(annotation, str):
+                annotation = _BUILTIN_TYPES.get(annotation, Any)
+            out[name] = Param(name=name, type=annotation,
+                              default=dataclasses.MISSING if p.default is p.empty else p.default)
+    _PARAMS[cls] = out
+    return out
+
+
+def parameters(cls: type) -> dict[str, Any]:
+    """A kind's parameters and their defaults (`inspect.Parameter.empty` when required)."""
+    return {name: inspect.Parameter.empty if p.required else p.default for name, p in params_of(cls).items()}
+
+
+def validate(cls: type, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The keyword arguments that construct `cls`, checked and converted (ConfigError otherwise)."""
+    table = params_of(cls)
+    names = list(table)
+    if len(args) > len(names):
+        raise ConfigError(f"takes at most {len(names)} positional parameters ({', '.join(names)})")
+    given = dict(zip(names, args, strict=False))
+    for name, value in (kwargs or {}).items():
+        if name in given:
+            raise ConfigError(f"parameter {name!r} given twice")
+        given[name] = value
+    private = {k: v for k, v in given.items() if k.startswith("_") and k not in table}
+    unknown = sorted(k for k in given if k not in table and k not in private)
+    if unknown:
+        plural = "s" if len(unknown) > 1 else ""
+        raise ConfigError(f"unknown parameter{plural} {', '.join(map(repr, unknown))}; "
+                          f"valid: {', '.join(names) or '(none)'}")
+    missing = [p for p in table.values() if p.required and p.name not in given]
+    if missing:
+        plural = "s" if len(missing) > 1 else ""
+        detail = "; ".join(f"{p.name!r}: {p.expected()}" + (f" ({p.doc})" if p.doc else "") for p in missing)
+        raise ConfigError(f"missing required parameter{plural} {detail}")
+    out = {name: table[name].validate(value) for name, value in given.items() if name in table}
+    for p in table.values():
+        if p.name not in out:
+            try:  # defaults go through the same conversion: nested specs are built, tables copied
+                out[p.name] = p.validate(p.default)
+            except ConfigError:
+                out[p.name] = p.default  # a default outside its declared type is the author's choice
+    return out | private
+
+
+# --------------------------------------------------------------------------------------------
+# registration
+
+_REGISTRIES: dict[str, dict[str, type]] = {family: {} for family in FAMILIES}
+_ALIASES: dict[str, dict[str, str]] = {family: {} for family in FAMILIES}
+_LOADED = False
+
+
+def _label(cls: type) -> str:
+    family = getattr(cls, "family", "kind")
+    return f"{family} {getattr(cls, 'kind', cls.__name__)!r}"
+
+
+def _prefixed(label: str, exc: ConfigError) -> ConfigError:
+    message = str(exc)
+    return ConfigError(message if message.startswith(label) else f"{label}: {message}")
+
+
+def _install_validation(cls: type) -> None:
+    original: Callable[..., None] = getattr(cls, "__init__")  # noqa: B009 - mypy rejects cls.__init__
+
+    @functools.wraps(original)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        owner = type(self)
+        try:
+            values = validate(owner, args, kwargs)
+            original(self, **values)
+        except ConfigError as exc:
+            raise _prefixed(_label(owner), exc) from exc
+
+    __init__.__wrapped_init__ = getattr(original, "__wrapped_init__", original)  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]  # registration makes construction validate
+
+
+def _register(family: str, name: str, **attributes: Any) -> Callable[[type[T]], type[T]]:
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"a {family} kind needs a non-empty name, not {name!r}")
 
     def decorate(cls: type[T]) -> type[T]:
-        cls.kind = name  # type: ignore[attr-defined]
-        _REGISTRIES[family][name] = cls
+        if not isinstance(cls, type):
+            raise ConfigError(f"{family} kind {name!r}: register a class, not {type(cls).__name__}")
+        registry = _REGISTRIES[family]
+        taken = registry.get(name)
+        if taken is not None and taken is not cls and (taken.__module__, taken.__qualname__) != (
+                cls.__module__, cls.__qualname__):
+            raise ConfigError(f"{family} kind {name!r} is already registered by "
+                              f"{taken.__module__}.{taken.__qualname__}")
+        type.__setattr__(cls, "kind", name)
+        type.__setattr__(cls, "family", family)
+        for key, value in attributes.items():
+            type.__setattr__(cls, key, value)
+        if not hasattr(cls.__dict__.get("__init__", cls.__init__), "__wrapped_init__"):
+            _install_validation(cls)
+        _PARAMS.pop(cls, None)
+        registry[name] = cls
+        for alias in attributes.get("aliases", ()):
+            _ALIASES[family][alias] = name
         return cls
 
     return decorate
 
 
 def register_trigger(name: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator: make a trigger kind usable from configs as `trigger = { kind = name, ... }`."""
+    """Class decorator: a trigger kind, usable from configs as `trigger = { kind = name, ... }`.
+
+    The class answers `should_compact(view) -> bool` and `notify_compacted(view)`.
+    """
     return _register("trigger", name)
 
 
 def register_strategy(name: str) -> Callable[[type[T]], type[T]]:
-    """Class decorator: make a strategy kind usable from configs as `strategy = { kind = name, ... }`."""
+    """Class decorator: a strategy kind, usable from configs as `strategy = { kind = name, ... }`.
+
+    The class answers `compact(context, env) -> list[Message]` and may define `fallback`.
+    """
     return _register("strategy", name)
 
 
+def register_importer(name: str, *, aliases: Iterable[str] = (), priority: int = 0) -> Callable[[type[T]], type[T]]:
+    """Class decorator: a recorded-session format, usable as `workbench import --format name`.
+
+    The class (built without parameters) answers `detect(path, head: bytes) -> bool` (sniffing the
+    file's first bytes) and `iter_sessions(path) -> Iterable[Session]`. Auto-detection asks the
+    formats by descending `priority`, then registration order; the catch-all chat formats use
+    negative priorities, so a plugin's format (priority 0) is asked before them.
+    """
+    names = tuple(a.strip().lower() for a in aliases)
+    return _register("importer", name, aliases=names, priority=int(priority))
+
+
+def register_metric(name: str, *, direction: str, unit: str = "", level: str = "run") -> Callable[[type[T]], type[T]]:
+    """Class decorator: a metric every replay reports (DESIGN §7).
+
+    `direction`: which way is better (`higher`, `lower`, `none`); `unit` (e.g. `tokens`, `usd`);
+    `level`: what one value describes (`call`, `compaction`, `run`). The class (built without
+    parameters) answers `compute(result) -> int | float | str | None` and optionally
+    `per_compaction(result) -> list[Mapping]` (one row of columns per compaction event). A class
+    attribute `requires_model = True` makes it run only when asked for by name.
+    """
+    if direction not in DIRECTIONS:
+        raise ConfigError(f"metric {name!r}: direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
+    if level not in LEVELS:
+        raise ConfigError(f"metric {name!r}: level must be one of {', '.join(LEVELS)}, not {level!r}")
+    return _register("metric", name, direction=direction, unit=unit, level=level)
+
+
+def unregister(family: str, name: str) -> None:
+    """Forget a kind (a test's or a notebook's that redefines it under another class); unknown names are ignored."""
+    _family(family)
+    _REGISTRIES[family].pop(name, None)
+    for alias, target in list(_ALIASES[family].items()):
+        if target == name:
+            del _ALIASES[family][alias]
+
+
+# --------------------------------------------------------------------------------------------
+# loading built-ins and plugins
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, PluginWarning, stacklevel=4)
+
+
+def _import_builtin(module: str) -> None:
+    try:
+        importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and module.startswith(exc.name):
+            return  # this built-in module does not exist (yet): nothing to register
+        _warn(f"built-in kinds module {module} could not be imported: {type(exc).__name__}: {exc}")
+    except Exception as exc:
+        _warn(f"built-in kinds module {module} could not be imported: {type(exc).__name__}: {exc}")
+
+
+def _plugin_entry_points() -> list[importlib.metadata.EntryPoint]:
+    seen: set[tuple[str, str]] = set()
+    out = []
+    for entry in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        if (entry.name, entry.value) not in seen:
+            seen.add((entry.name, entry.value))
+            out.append(entry)
+    return out
+
+
+def load_kinds() -> None:
+    """Import the built-in kinds modules and every `workbench.plugins` entry point (once)."""
+    global _LOADED
+    if _LOADED:
+        return
+    _LOADED = True
+    for module in BUILTIN_MODULES:
+        _import_builtin(module)
+    try:
+        entries = _plugin_entry_points()
+    except Exception as exc:
+        _warn(f"workbench plugins could not be listed: {type(exc).__name__}: {exc}")
+        return
+    for entry in entries:
+        try:
+            entry.load()
+        except Exception as exc:
+            _warn(f"workbench plugin {entry.name!r} ({entry.value}) failed to load and is ignored: "
+                  f"{type(exc).__name__}: {exc}")
+
+
+def _family(family: str) -> dict[str, type]:
+    """The kinds of a family: built-in ones first, then the others, each in registration order."""
+    if family not in _REGISTRIES:
+        raise ConfigError(f"unknown kind family {family!r}; valid: {', '.join(FAMILIES)}")
+    load_kinds()
+    registry = _REGISTRIES[family]
+    return dict(sorted(registry.items(), key=lambda item: not item[1].__module__.startswith("workbench.")))
+
+
 def kinds(family: str) -> dict[str, type]:
-    """Registered kinds of a family (`trigger` or `strategy`), by name."""
-    _load_builtins()
-    return dict(_REGISTRIES[family])
+    """The registered kinds of a family (`trigger`, `strategy`, `importer`, `metric`), by name."""
+    return _family(family)
 
 
-def parameters(cls: type) -> dict[str, Any]:
-    """A kind's parameters and their defaults (`inspect.Parameter.empty` when required)."""
-    if dataclasses.is_dataclass(cls):
-        out: dict[str, Any] = {}
-        for f in dataclasses.fields(cls):
-            if not f.init or f.name.startswith("_"):
-                continue
-            if f.default is not dataclasses.MISSING:
-                out[f.name] = f.default
-            elif f.default_factory is not dataclasses.MISSING:
-                out[f.name] = f.default_factory()
-            else:
-                out[f.name] = inspect.Parameter.empty
-        return out
-    signature = inspect.signature(cls)
-    return {n: p.default for n, p in signature.parameters.items()
-            if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)}
+def lookup(family: str, name: str) -> type:
+    """The class registered as `name` (or an alias of it) in `family`; ConfigError listing the valid ones."""
+    registry = _family(family)
+    if isinstance(name, str):
+        cls = registry.get(name) or registry.get(_ALIASES[family].get(name.strip().lower(), ""))
+        if cls is not None:
+            return cls
+    raise ConfigError(f"unknown {family} kind {name!r}; valid kinds: {', '.join(sorted(registry)) or '(none)'}")
+
+
+def _doc_line(cls: type) -> str:
+    doc = cls.__dict__.get("__doc__") or ""
+    if dataclasses.is_dataclass(cls) and doc.startswith(cls.__name__ + "("):
+        return ""  # the signature dataclasses writes when the class has no docstring
+    return inspect.cleandoc(doc).split("\n", 1)[0].strip() if doc.strip() else ""
+
+
+def describe(family: str | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Every kind of every family (or of one) with its one-line doc and parameters, JSON-able.
+
+    `{"strategy": [{"name", "doc", "params": [{"name", "type", "default", "doc", "min", "max",
+    "choices", ...}]}], ...}`; metrics add `direction`, `unit`, `level` and `requires_model`,
+    importers `aliases` and `priority`. The listing of `workbench kinds --json`, the app and README.
+    """
+    families = FAMILIES if family is None else (family,)
+    out: dict[str, list[dict[str, Any]]] = {}
+    for name in families:
+        entries = []
+        for kind, cls in _family(name).items():
+            entry: dict[str, Any] = {"name": kind, "doc": _doc_line(cls),
+                                     "params": [p.describe() for p in params_of(cls).values()]}
+            if name == "metric":
+                entry.update(direction=cls.direction, unit=cls.unit, level=cls.level,  # type: ignore[attr-defined]
+                             requires_model=bool(getattr(cls, "requires_model", False)))
+            if name == "importer":
+                entry.update(aliases=list(cls.aliases), priority=cls.priority)  # type: ignore[attr-defined]
+            entries.append(entry)
+        out[name] = entries
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# building kinds and reading them back
+
+
+def _is_kind(obj: Any, family: str) -> bool:
+    return not isinstance(obj, (type, Mapping, str)) and getattr(obj, "kind", None) is not None and \
+        getattr(obj, "family", family) == family
 
 
 def build(family: str, spec: Any) -> Any:
-    """Build a kind from its spec; an already-built object is returned as it is."""
-    _load_builtins()
+    """A kind built from its spec (a table with a `kind`, or a kind name); a built one is returned as it is."""
     if isinstance(spec, str):
         spec = {"kind": spec}
     if not isinstance(spec, Mapping):
-        if hasattr(spec, "kind"):
+        if _is_kind(spec, family):
             return spec
-        raise ConfigError(f"a {family} must be a table with a 'kind', not {type(spec).__name__}")
-    registry = _REGISTRIES[family]
+        raise ConfigError(f"a {family} must be a table with a 'kind', not {_show(spec)}")
     name = spec.get("kind")
     if name is None:
-        raise ConfigError(f"{family} spec {dict(spec)!r} has no 'kind'; valid kinds: {', '.join(sorted(registry))}")
-    cls = registry.get(name)
-    if cls is None:
-        raise ConfigError(f"unknown {family} kind {name!r}; valid kinds: {', '.join(sorted(registry))}")
+        valid = ", ".join(sorted(_family(family)))
+        raise ConfigError(f"{family} spec {_show(dict(spec))} has no 'kind'; valid kinds: {valid}")
+    cls = lookup(family, name)
     params = {k: v for k, v in spec.items() if k != "kind"}
-    allowed = parameters(cls)
-    unknown = sorted(set(params) - set(allowed))
-    if unknown:
-        raise ConfigError(f"{family} {name!r}: unknown parameter{'s' if len(unknown) > 1 else ''} "
-                          f"{', '.join(map(repr, unknown))}; valid: {', '.join(allowed) or '(none)'}")
-    missing = [p for p, d in allowed.items() if d is inspect.Parameter.empty and p not in params]
-    if missing:
-        raise ConfigError(f"{family} {name!r}: missing required parameter{'s' if len(missing) > 1 else ''} "
-                          f"{', '.join(map(repr, missing))}")
     factory = getattr(cls, "from_params", cls)
     try:
         return factory(**params)
     except ConfigError as exc:
-        message = str(exc)
-        raise ConfigError(message if message.startswith(f"{family} {name!r}") else
-                          f"{family} {name!r}: {message}") from exc
-    except (TypeError, ValueError) as exc:
-        raise ConfigError(f"{family} {name!r}: {exc}") from exc
+        raise _prefixed(_label(cls), exc) from exc
 
 
 def build_trigger(spec: Any) -> Any:
@@ -130,7 +672,7 @@ def build_strategy(spec: Any) -> Any:
 
 
 def _plain(value: Any) -> Any:
-    if hasattr(value, "kind") and not isinstance(value, type) and not isinstance(value, Mapping):
+    if not isinstance(value, (type, Mapping, str)) and getattr(value, "kind", None) is not None:
         return spec_of(value)
     if isinstance(value, Mapping):
         return {k: _plain(v) for k, v in value.items()}
@@ -145,6 +687,68 @@ def spec_of(obj: Any) -> dict[str, Any]:
     if kind is None:
         raise ConfigError(f"{type(obj).__name__} is not a registered kind")
     out: dict[str, Any] = {"kind": kind}
-    for name in parameters(type(obj)):
+    for name in params_of(type(obj)):
         out[name] = _plain(getattr(obj, name))
     return out
+
+
+def _fresh_value(value: Any) -> Any:
+    if not isinstance(value, (type, Mapping, str)) and getattr(value, "kind", None) is not None:
+        return fresh(value)
+    if isinstance(value, tuple):
+        return tuple(_fresh_value(v) for v in value)
+    if isinstance(value, list):
+        return [_fresh_value(v) for v in value]
+    return value
+
+
+def fresh(obj: T) -> T:
+    """A new instance of a built kind with the same parameters and none of its state (nested kinds too).
+
+    Triggers keep per-replay state; every replay starts from a fresh one.
+    """
+    cls = type(obj)
+    return cls(**{name: _fresh_value(getattr(obj, name)) for name in params_of(cls)})
+
+
+# --------------------------------------------------------------------------------------------
+# metrics
+
+
+MetricValues = tuple[dict[str, Any], dict[str, list[Mapping[str, Any]]]]
+
+
+def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricValues:
+    """Compute the metrics of a replay result: every registered metric without `requires_model`,
+    plus those named in `names`.
+
+    Returns (run-level values by metric name, per-compaction rows by metric name for the metrics
+    that define `per_compaction`). A metric that fails is a warning naming it and a None value.
+    """
+    registry = _family("metric")
+    wanted = list(dict.fromkeys(names or ()))
+    for name in wanted:
+        lookup("metric", name)
+    values: dict[str, Any] = {}
+    columns: dict[str, list[Mapping[str, Any]]] = {}
+    for name, cls in registry.items():
+        if getattr(cls, "requires_model", False) and name not in wanted:
+            continue
+        try:
+            metric = cls()
+            values[name] = metric.compute(result)
+            per_compaction = getattr(metric, "per_compaction", None)
+            if callable(per_compaction):
+                columns[name] = [dict(row) for row in per_compaction(result)]
+        except Exception as exc:
+            warnings.warn(f"metric {name!r} failed and is reported as None: {type(exc).__name__}: {exc}",
+                          RuntimeWarning, stacklevel=2)
+            values[name] = None
+    return values, columns
+
+
+__all__ = ["BUILTIN_MODULES", "DIRECTIONS", "FAMILIES", "LEVELS", "PLUGIN_GROUP", "Nested", "Param", "PluginWarning",
+           "StrategySpec", "TriggerSpec", "build", "build_strategy", "build_trigger", "describe", "evaluate_metrics",
+           "fresh", "kinds", "load_kinds", "lookup", "param", "parameters", "params_of", "register_importer",
+           "register_metric", "register_strategy", "register_trigger", "spec_of", "type_name", "unregister",
+           "validate"]

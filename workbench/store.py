@@ -13,8 +13,9 @@ skipped and counted as a duplicate. `import_paths` streams each file through
 `workbench.importers` and keeps the importers' rule that a file which fails to read contributes
 no session: what a failing file had already written is deleted again.
 
-Message content is stored as JSON: a string as a JSON string (made by DuckDB from the `text`
-column), a list of parts as the JSON array. `text` holds the message's text (`Message.text`).
+Each message's content is stored once: a string in `content` (VARCHAR), a list of parts in
+`parts` (the JSON array); the view `message_texts` gives every message's text (`Message.text`)
+for SQL readers.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import os
 import queue
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -42,11 +44,10 @@ DEFAULT_BATCH_BYTES = 24_000_000
 COUNTABLE = ("sessions", "messages", "calls", "probes")
 
 _MESSAGE_INSERT = """
-    INSERT INTO messages (session_id, idx, role, content, text, tool_calls, tool_call_id, name, origin,
+    INSERT INTO messages (session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
                           importance, metadata)
-    SELECT session_id, idx, role,
-           CASE WHEN parts IS NOT NULL THEN parts::JSON WHEN is_str THEN to_json(text) END,
-           text, tool_calls::JSON, tool_call_id, name, origin, importance, metadata::JSON
+    SELECT session_id, idx, role, content, parts::JSON, tool_calls::JSON, tool_call_id, name, origin,
+           importance, metadata::JSON
     FROM _wb_messages
 """
 _SESSION_INSERT = """
@@ -77,7 +78,8 @@ class FileOutcome:
     duplicates: int = 0
     bytes: int = 0
     error: str | None = None
-    skipped: str | None = None  # a file met in a folder walk that matches no session format
+    skipped: str | None = None  # why a file met in a folder walk was not imported (not an error)
+    warnings: list[str] = field(default_factory=list)  # e.g. a live session's incomplete last line
 
     @property
     def ok(self) -> bool:
@@ -94,6 +96,7 @@ class ImportReport:
     duplicates: int = 0
     session_ids: list[str] = field(default_factory=list)
     files: list[FileOutcome] = field(default_factory=list)
+    ignored: list[FileOutcome] = field(default_factory=list)  # walked past without reading (with why)
     seconds: float = 0.0
 
     @property
@@ -107,8 +110,14 @@ class ImportReport:
 
     @property
     def skipped_files(self) -> list[FileOutcome]:
-        """Files met in folder walks that match no session format (not errors)."""
-        return [f for f in self.files if f.skipped is not None]
+        """Files and folders met in folder walks and not imported, each with why (not errors):
+        the ones the walk ignored (skipped folders, config files, other file types), then the
+        ones read that match no session format."""
+        return [*self.ignored, *(f for f in self.files if f.skipped is not None)]
+
+    @property
+    def warnings(self) -> list[str]:
+        return [w for f in self.files for w in f.warnings]
 
     @property
     def bytes(self) -> int:
@@ -119,6 +128,8 @@ class ImportReport:
         return {"sessions": self.sessions, "messages": self.messages, "calls": self.calls,
                 "duplicates": self.duplicates, "files": len(self.files), "failed_files": len(self.errors),
                 "skipped_files": len(self.skipped_files),
+                "skipped": [{"path": f.path, "reason": f.skipped} for f in self.skipped_files],
+                "warnings": self.warnings,
                 "errors": [{"path": f.path, "error": f.error} for f in self.errors],
                 "session_ids": list(self.session_ids), "seconds": round(self.seconds, 3),
                 "file_outcomes": [asdict(f) for f in self.files]}
@@ -133,7 +144,7 @@ class ImportReport:
         if self.errors:
             text += f", {len(self.errors)} failed"
         if self.skipped_files:
-            text += f", {len(self.skipped_files)} skipped (no session format)"
+            text += f", {len(self.skipped_files)} skipped (not session files)"
         return text
 
 
@@ -167,6 +178,10 @@ def _clean_text(value: str | None) -> str | None:
         return value.encode("utf-8", "replace").decode("utf-8")
 
 
+def _chars(values: Iterable[str | None]) -> int:
+    return sum(len(v) for v in values if v is not None)
+
+
 class _Batch:
     """Column lists of the sessions, messages and probes about to be written together."""
 
@@ -174,7 +189,7 @@ class _Batch:
         self.sessions: dict[str, list[Any]] = {k: [] for k in (
             "id", "dataset", "format", "source", "message_count", "call_count", "tools", "metadata")}
         self.messages: dict[str, list[Any]] = {k: [] for k in (
-            "session_id", "idx", "role", "parts", "is_str", "text", "tool_calls", "tool_call_id", "name",
+            "session_id", "idx", "role", "content", "parts", "tool_calls", "tool_call_id", "name",
             "origin", "importance", "metadata")}
         self.probes: dict[str, list[Any]] = {k: [] for k in (
             "session_id", "idx", "question", "expected", "kind", "from_call")}
@@ -192,13 +207,10 @@ class _Batch:
         n = len(msgs)
         m = self.messages
         contents = [msg.content for msg in msgs]
-        is_str = [type(c) is str for c in contents]
-        texts = [c if flag else ("" if c is None else msg.text)
-                 for c, flag, msg in zip(contents, is_str, msgs, strict=False)]
-        m["parts"].extend(None if flag or c is None else _dumps([dict(p) for p in c])
-                          for c, flag in zip(contents, is_str, strict=False))
-        m["is_str"].extend(is_str)
-        m["text"].extend(texts)
+        strings = [c if isinstance(c, str) else None for c in contents]
+        parts = [None if c is None or isinstance(c, str) else _dumps([dict(p) for p in c]) for c in contents]
+        m["content"].extend(strings)
+        m["parts"].extend(parts)
         m["session_id"].extend([sid] * n)
         m["idx"].extend(range(n))
         roles = [msg.role for msg in msgs]
@@ -210,7 +222,7 @@ class _Batch:
         m["importance"].extend([float(msg.importance) for msg in msgs])
         m["metadata"].extend(_dumps(dict(msg.metadata)) if msg.metadata else None for msg in msgs)
         calls = roles.count("assistant")
-        chars = sum(map(len, texts))
+        chars = _chars(strings) + _chars(parts)
         s = self.sessions
         s["id"].append(sid)
         s["dataset"].append(dataset)
@@ -239,7 +251,7 @@ class _Batch:
         import numpy as np
 
         dtypes = {"idx": np.int32, "message_count": np.int32, "call_count": np.int32, "from_call": np.int32,
-                  "importance": np.float64, "is_str": np.bool_}
+                  "importance": np.float64}
 
         def column(name: str, values: list[Any]) -> Any:
             dtype = dtypes.get(name, object)
@@ -264,21 +276,27 @@ class Store:
     `Store(path)` opens (creating and migrating) the DuckDB file; `path` defaults to
     `$WORKBENCH_DB`, else `data/workbench.duckdb`. A file held by another process raises
     `StoreError`. With `read_only=True` nothing is created or migrated and other readers may
-    open the file at the same time. `batch_messages`/`batch_bytes` size the write batches;
+    open the file at the same time; with `create=False` a missing file raises
+    `db.MissingDatabaseError` instead of being created, and a file that is not a DuckDB database
+    always raises `db.NotADatabaseError` (and is left untouched). `batch_messages`/`batch_bytes` size the write batches;
     `memory_limit` (e.g. "512MB") caps DuckDB's buffer cache, which otherwise keeps written
     blocks up to DuckDB's default (80 % of RAM). Use it as a context manager, or call `close()`.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
                  batch_messages: int = DEFAULT_BATCH_MESSAGES, batch_bytes: int = DEFAULT_BATCH_BYTES,
-                 memory_limit: str | None = None):
+                 memory_limit: str | None = None, create: bool = True):
         self.path = os.fspath(path) if path is not None else db.default_path()
         self.read_only = read_only
         self.batch_messages = max(1, int(batch_messages))
         self.batch_bytes = max(1, int(batch_bytes))
-        if read_only and self.path != ":memory:" and not os.path.exists(self.path):
-            raise StoreError(f"database {self.path} does not exist; create it with `workbench init --db {self.path}`")
-        self._con: duckdb.DuckDBPyConnection | None = db.connect(self.path, read_only=read_only)
+        self._con: duckdb.DuckDBPyConnection | None = db.connect(self.path, read_only=read_only, create=create)
+        if read_only and self.path != ":memory:":
+            pending = db.pending_migrations(self._con)
+            if pending:
+                self.close()
+                raise StoreError(f"database {self.path} has an older schema (missing {', '.join(pending)}); open "
+                                 f"it once for writing to upgrade it, e.g. `workbench datasets --db {self.path}`")
         if memory_limit:
             try:
                 self._con.execute(f"SET memory_limit = '{str(memory_limit).replace(chr(39), '')}'")
@@ -339,13 +357,16 @@ class Store:
         file's `FileOutcome` when the file is done.
         """
         from workbench import importers
+        from workbench.importers._common import IncompleteLastLine
 
         started = time.perf_counter()
         report = ImportReport()
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
+        given = [os.fspath(p) for p in paths]
+        report.ignored = [FileOutcome(path=path, skipped=why) for path, why in _ignored_files(importers, given)]
         with _Writer(self, report, dataset) as writer:
-            for path, root in _candidate_files(importers, [os.fspath(p) for p in paths]):
+            for path, root in _candidate_files(importers, given):
                 outcome = FileOutcome(path=path)
                 try:
                     outcome.bytes = os.path.getsize(path)
@@ -353,8 +374,14 @@ class Store:
                     pass
                 writer.begin_file(outcome)
                 try:
-                    for session in importers.iter_sessions(path, format, dataset, source=_display(path, root)):
-                        writer.add(session)
+                    with warnings.catch_warnings(record=True) as caught:
+                        warnings.simplefilter("always", IncompleteLastLine)
+                        for session in importers.iter_sessions(path, format, dataset, source=_display(path, root)):
+                            writer.add(session)
+                    outcome.warnings = [str(w.message) for w in caught if issubclass(w.category, IncompleteLastLine)]
+                    for other in caught:
+                        if not issubclass(other.category, IncompleteLastLine):
+                            warnings.warn_explicit(other.message, other.category, other.filename, other.lineno)
                 except FormatError as exc:
                     writer.fail_file(str(exc))
                     if root is not None and isinstance(exc, getattr(importers, "UnknownFormatError", ())):
@@ -529,14 +556,12 @@ class Store:
             [list(ids)])}
         messages: dict[str, list[Message]] = {i: [] for i in heads}
         for row in self._query("""
-                SELECT session_id, idx, role,
-                       CASE WHEN content IS NULL THEN 0 WHEN json_type(content) = 'VARCHAR' THEN 1 ELSE 2 END,
-                       CASE WHEN json_type(content) = 'VARCHAR' THEN NULL ELSE content END,
-                       text, tool_calls, tool_call_id, name, origin, importance, metadata
+                SELECT session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
+                       importance, metadata
                 FROM messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))
                 ORDER BY session_id, idx""", [list(heads)]):
-            sid, _idx, role, kind, parts, text, calls, call_id, name, origin, importance, meta = row
-            content: Any = None if kind == 0 else text if kind == 1 else json.loads(parts)
+            sid, _idx, role, text, parts, calls, call_id, name, origin, importance, meta = row
+            content: Any = text if parts is None else json.loads(parts)
             tool_calls = tuple(ToolCall.from_openai(c) for c in json.loads(calls)) if calls else ()
             messages[sid].append(Message(role=role, content=content, tool_calls=tool_calls, tool_call_id=call_id,
                                          name=name, origin=origin, importance=importance,
@@ -743,7 +768,7 @@ def _rebuild_without(batch: _Batch, drop: set[str]) -> _Batch:
     fresh.ids = [sid for sid in batch.ids if sid not in drop]
     fresh.message_count = sum(fresh.sessions["message_count"])
     fresh.calls = sum(fresh.sessions["call_count"])
-    fresh.chars = sum(len(t or "") for t in fresh.messages["text"])
+    fresh.chars = _chars(fresh.messages["content"]) + _chars(fresh.messages["parts"])
     return fresh
 
 
@@ -815,6 +840,32 @@ def _display(path: str, root: str | None) -> str:
         except ValueError:
             pass
     return os.path.basename(path)
+
+
+_IGNORED_FOLDER = "folder skipped (version control, virtualenv or cache)"
+_IGNORED_CONFIG = "a well-known configuration file, not a session"
+
+
+def _ignored_files(importers: Any, paths: Sequence[str]) -> Iterator[tuple[str, str]]:
+    """(path, why) for every folder and file a folder walk of `paths` passes over without reading:
+    skipped folders (named once, not walked), well-known config files, other file types."""
+    skip_dirs = set(getattr(importers, "_SKIP_DIRS", ()))
+    skip_files = set(getattr(importers, "_SKIP_FILES", ()))
+    for given in paths:
+        if not os.path.isdir(given):
+            continue
+        wanted = {path for path, _root in importers.candidates(given)}
+        for folder, dirs, files in os.walk(given):
+            dirs.sort()
+            for name in [d for d in dirs if d in skip_dirs]:
+                yield os.path.join(folder, name), _IGNORED_FOLDER
+            dirs[:] = [d for d in dirs if d not in skip_dirs]
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                if path in wanted:
+                    continue
+                yield path, (_IGNORED_CONFIG if name in skip_files else
+                             "not a session file type (*.json, *.jsonl, *.traj, .aider.chat.history.md...)")
 
 
 def _candidate_files(importers: Any, paths: Sequence[str]) -> Iterator[tuple[str, str | None]]:

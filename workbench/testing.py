@@ -124,6 +124,10 @@ def _item_from_json(data: dict[str, Any]) -> str | Fault:
     return Fault(**fault)
 
 
+def _text_of(content: Any) -> str:
+    return content if isinstance(content, str) else json.dumps(content)
+
+
 def _tokens(text: str) -> int:
     return max(1, len(text) // 4) if text else 0
 
@@ -274,7 +278,8 @@ class FakeOpenAI(_Endpoint):
         await runner.setup()
         site = web.TCPSite(runner, self.host, self.port, backlog=1024, reuse_address=True)
         await site.start()
-        sockets = site._server.sockets if site._server is not None else []
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []  # asyncio.Server: the port the OS picked
         self.port = sockets[0].getsockname()[1]
         self._runner = runner
 
@@ -374,8 +379,9 @@ class FakeOpenAI(_Endpoint):
                            "code": "rate_limit_exceeded"}}, status=429, headers=headers)
         if kind == "error":
             return web.json_response(
-                {"error": {"message": item.text, "type": "server_error" if item.status >= 500 else "invalid_request_error",
-                           "code": None}}, status=item.status, headers=dict(item.headers))
+                {"error": {"message": item.text,
+                           "type": "server_error" if item.status >= 500 else "invalid_request_error", "code": None}},
+                status=item.status, headers=dict(item.headers))
         if kind == "hang":
             assert self._stopping is not None
             try:
@@ -402,8 +408,7 @@ class FakeOpenAI(_Endpoint):
         raise ValueError(f"unknown fault kind {kind!r}")
 
     def _completion(self, body: dict[str, Any], text: str, *, finish_reason: str = "stop") -> dict[str, Any]:
-        prompt = sum(_tokens(m.get("content") if isinstance(m.get("content"), str) else json.dumps(m.get("content")))
-                     + 4 for m in body.get("messages") or [] if isinstance(m, dict))
+        prompt = sum(_tokens(_text_of(m.get("content"))) + 4 for m in body.get("messages") or [] if isinstance(m, dict))
         completion = _tokens(text)
         with self._lock:
             number = self.request_count

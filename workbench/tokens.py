@@ -3,7 +3,7 @@
 Three families, chosen by name:
 - `heuristic`: len(text) // 4 with a floor of 1 for non-empty text (the reference designs' estimate);
 - a tiktoken encoding (`cl100k_base`, `o200k_base`, `p50k_base`), loaded offline from the BPE
-  files litellm ships;
+  files litellm ships (`workbench.offline.tiktoken_encoding`; a user's `TIKTOKEN_CACHE_DIR` wins);
 - `litellm:<model>`: litellm's model-aware counter.
 
 A message counts its text, its tool calls (name and arguments) and `MESSAGE_OVERHEAD` tokens of
@@ -28,7 +28,8 @@ TIKTOKEN_ENCODINGS = ("cl100k_base", "o200k_base", "p50k_base")
 
 @runtime_checkable
 class Tokenizer(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...
 
     def count(self, text: str) -> int: ...
 
@@ -54,11 +55,11 @@ class TiktokenTokenizer:
     """A tiktoken encoding; batches use two threads (more is slower on small machines)."""
 
     def __init__(self, encoding_name: str):
-        import tiktoken
+        from workbench.offline import tiktoken_encoding
 
         self.name = encoding_name
         try:
-            self._encoding = tiktoken.get_encoding(encoding_name)
+            self._encoding = tiktoken_encoding(encoding_name)
         except Exception as exc:  # tiktoken raises bare ValueErrors and network errors
             raise ConfigError(
                 f"tokenizer {encoding_name!r} cannot be loaded offline ({exc}); "
@@ -87,9 +88,9 @@ class LiteLLMTokenizer:
     def count(self, text: str) -> int:
         if not text:
             return 0
-        import litellm
+        from workbench.offline import import_litellm
 
-        return int(litellm.token_counter(model=self.model, text=text))
+        return int(import_litellm(hub_offline=True).token_counter(model=self.model, text=text))
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         return [self.count(t) for t in texts]
@@ -167,4 +168,4 @@ def count_tokens(text_or_message: str | Message | dict | Iterable, tokenizer: st
         return message_tokens(Message.from_openai(text_or_message), tok)
     from workbench.session import as_messages
 
-    return messages_tokens(as_messages(text_or_message), tok)
+    return messages_tokens(as_messages(text_or_message), tok)  # type: ignore[arg-type]  # str handled above

@@ -1,8 +1,11 @@
 """Import recorded agent sessions from the formats agents write.
 
 Public API:
-- `FORMATS`: the format names (`openai`, `anthropic`, `claude-code`, `codex`, `swe-agent`,
-  `mini-swe-agent`, `openhands`, `aider`);
+- `FORMATS`: the format names, i.e. the registry's `importer` kinds: the built-in ones
+  (registered below with `register_importer`, like a plugin's) and any plugin's. Built-in:
+  (`openai`, `anthropic`, `claude-code`, `codex`, `swe-agent`,
+  `mini-swe-agent`, `openhands`, `aider`, `workbench` — the workbench's own session exports,
+  plain or gzip'd JSONL, e.g. the bundled samples);
 - `detect(path)`: the format of one file (FormatError naming the file when unknown);
 - `load(path, format="auto", dataset=None)`: every session of a file or a folder (walked
   recursively); raises FormatError on the first bad file;
@@ -19,8 +22,8 @@ records (model, usage totals, recorded compactions...). Every message role is on
 system/user/assistant/tool and every tool call is paired with exactly one result (see
 `_common` for the stray-result and missing-result rules).
 
-Folder walks consider only `*.json`, `*.jsonl`, `*.ndjson`, `*.traj` (incl. `*.traj.json`) and
-`.aider.chat.history.md` files, skip VCS/virtualenv/cache folders and well-known config files,
+Folder walks consider only `*.json`, `*.jsonl`, `*.jsonl.gz`, `*.ndjson`, `*.traj` (incl.
+`*.traj.json`) and `.aider.chat.history.md` files, skip VCS/virtualenv/cache folders and well-known config files,
 visit each real file once, and import a session (by content id) only once per call. A walked
 file that matches no format is reported by `iter_load` with an `UnknownFormatError` and skipped
 by `load`; a file that matches a format but does not parse fails `load`.
@@ -34,29 +37,32 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from types import ModuleType
+from typing import Any, ClassVar
 
-from ..errors import FormatError
+from ..errors import ConfigError, FormatError
+from ..registry import kinds, lookup, register_importer
 from ..session import Session
-from . import aider, anthropic, claude_code, codex, mini_swe_agent, openai, openhands, swe_agent
+from . import aider, anthropic, claude_code, codex, mini_swe_agent, openai, openhands, swe_agent, workbench_export
 from ._common import display_path, read_head
 
-__all__ = ["FORMATS", "FileResult", "UnknownFormatError", "candidates", "detect", "iter_load", "iter_sessions",
-           "load"]
+__all__ = ["BUILTIN_FORMATS", "FORMATS", "FileResult", "UnknownFormatError", "candidates", "detect", "formats",
+           "iter_load", "iter_sessions", "load"]
 
-FORMATS: tuple[str, ...] = ("openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
-                            "openhands", "aider")
+BUILTIN_FORMATS: tuple[str, ...] = ("openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
+                            "openhands", "aider", "workbench")
 
 _MODULES: dict[str, ModuleType] = {
     "openai": openai, "anthropic": anthropic, "claude-code": claude_code, "codex": codex,
     "swe-agent": swe_agent, "mini-swe-agent": mini_swe_agent, "openhands": openhands, "aider": aider,
+    "workbench": workbench_export,
 }
 # Most specific first: openai accepts almost any message list, so it comes last.
-_DETECT_ORDER: tuple[str, ...] = ("aider", "claude-code", "codex", "openhands", "mini-swe-agent", "swe-agent",
-                                  "anthropic", "openai")
+_DETECT_ORDER: tuple[str, ...] = ("aider", "workbench", "claude-code", "codex", "openhands", "mini-swe-agent",
+                                  "swe-agent", "anthropic", "openai")
 _ALIASES = {"openai-chat": "openai", "chat": "openai", "claude": "claude-code", "claude_code": "claude-code",
             "swe_agent": "swe-agent", "sweagent": "swe-agent", "mini_swe_agent": "mini-swe-agent",
             "mini-swe": "mini-swe-agent", "open-hands": "openhands", "codex-cli": "codex"}
-_SESSION_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj")
+_SESSION_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".jsonl.gz")
 _AIDER_NAME = ".aider.chat.history.md"
 _SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache",
               ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}
@@ -81,6 +87,53 @@ class FileResult:
     error: FormatError | None
 
 
+class _FormatModule:
+    """An importer kind backed by one of this package's format modules (`detect`, `iter_sessions` or `load`)."""
+
+    module: ClassVar[ModuleType]
+
+    def detect(self, path: str, head: bytes) -> bool:
+        return bool(self.module.detect(path, head))
+
+    def iter_sessions(self, path: str) -> Iterable[Session]:
+        reader: Callable[[str], Iterable[Session]] = getattr(self.module, "iter_sessions", self.module.load)
+        return reader(path)
+
+
+# The catch-all chat formats are sniffed after every other one (a plugin's format included).
+_GENERIC = ("anthropic", "openai")
+
+
+def _register_builtin(name: str) -> None:
+    module = _MODULES[name]
+    doc = (module.__doc__ or name).strip().splitlines()[0]
+    priority = -1 - _GENERIC.index(name) if name in _GENERIC else len(_DETECT_ORDER) - _DETECT_ORDER.index(name)
+    cls = type(f"{module.__name__.rsplit('.', 1)[-1]}_format", (_FormatModule,),
+               {"module": module, "__doc__": doc, "__module__": __name__})
+    register_importer(name, aliases=[a for a, target in _ALIASES.items() if target == name], priority=priority)(cls)
+
+
+for _name in BUILTIN_FORMATS:
+    _register_builtin(_name)
+
+
+def formats() -> tuple[str, ...]:
+    """Every importer's format name: the built-in ones, then the plugins'."""
+    return tuple(kinds("importer"))
+
+
+def __getattr__(name: str) -> Any:
+    if name == "FORMATS":  # computed: plugins add formats
+        return formats()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def _sniff_order() -> list[tuple[str, Any]]:
+    found = kinds("importer")
+    ranked = sorted(enumerate(found.items()), key=lambda item: (-getattr(item[1][1], "priority", 0), item[0]))
+    return [pair for _index, pair in ranked]
+
+
 def detect(path: str | os.PathLike[str]) -> str:
     """The format name of one file, from its name and first bytes."""
     path = os.fspath(path)
@@ -90,14 +143,14 @@ def detect(path: str | os.PathLike[str]) -> str:
     head = read_head(path)
     if not head.strip():
         raise FormatError(path, "the file is empty", expected="a recorded session")
-    for name in _DETECT_ORDER:
+    for name, importer in _sniff_order():
         try:
-            if _MODULES[name].detect(path, head):
+            if importer().detect(path, head):
                 return name
         except Exception:  # a sniffer must never decide by crashing
             continue
     raise UnknownFormatError(path, "the content matches no known session format",
-                             expected="one of: " + ", ".join(FORMATS))
+                             expected="one of: " + ", ".join(formats()))
 
 
 def load(path: str | os.PathLike[str], format: str = "auto", dataset: str | None = None) -> list[Session]:
@@ -157,11 +210,11 @@ def iter_sessions(path: str | os.PathLike[str], format: str = "auto", dataset: s
     name = _format_name(format, path)
     if name == "auto":
         name = detect(path)
-    module = _MODULES[name]
-    reader: Callable[[str], Iterable[Session]] = getattr(module, "iter_sessions", module.load)
+    reader: Callable[[str], Iterable[Session]] = lookup("importer", name)().iter_sessions
     label = source or os.path.basename(path)
     for session in _guarded(path, name, reader):
-        yield replace(session, format=name, dataset=dataset or name,
+        own_dataset = session.dataset if name == "workbench" else None  # exports keep their datasets
+        yield replace(session, format=name, dataset=dataset or own_dataset or name,
                       metadata={**session.metadata, "source": label})
 
 
@@ -201,12 +254,16 @@ def _format_name(format: str, path: str) -> str:
     """The canonical format name for `format` (aliases such as `openai-chat` accepted)."""
     if not isinstance(format, str):
         raise FormatError(path or "<format>", f"format must be a name, not {type(format).__name__}",
-                          expected="auto or one of: " + ", ".join(FORMATS))
-    name = _ALIASES.get(format.strip().lower(), format.strip().lower())
-    if name != "auto" and name not in _MODULES:
-        raise FormatError(path or "<format>", f"unknown format {format!r}",
-                          expected="auto or one of: " + ", ".join(FORMATS))
-    return name
+                          expected="auto or one of: " + ", ".join(formats()))
+    if format.strip().lower() == "auto":
+        return "auto"
+    for candidate in (format.strip(), format.strip().lower()):
+        try:
+            return str(lookup("importer", candidate).kind)  # type: ignore[attr-defined]
+        except ConfigError:
+            continue
+    raise FormatError(path or "<format>", f"unknown format {format!r}",
+                      expected="auto or one of: " + ", ".join(formats()))
 
 
 def candidates(given: str | os.PathLike[str]) -> Iterator[tuple[str, str | None]]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,11 +95,22 @@ def read_json(path: str, expected: str) -> Any:
     return loads(path, read_text(path), expected)
 
 
+class IncompleteLastLine(UserWarning):
+    """A JSONL file's last line has no newline and is not valid JSON: a live session whose
+    recorder is still writing it. The complete lines before it are read."""
+
+    def __init__(self, path: str, line: int):
+        self.path, self.line = path, line
+        super().__init__(f"{path}:{line}: the last line is incomplete (no newline; still being written?); "
+                         f"imported the {line - 1} line(s) before it")
+
+
 def iter_jsonl(path: str, expected: str) -> Iterator[tuple[int, Any]]:
     """Yield `(line_number, value)` for each non-blank line, streaming the file.
 
     Raises FormatError (with the line number) on a line that is not JSON, and when the file
-    holds no JSON line at all.
+    holds no JSON line at all. A last line without a newline that is not valid JSON (a live
+    recording mid-write) ends the file with an `IncompleteLastLine` warning instead.
     """
     try:
         handle = open(path, "rb")
@@ -109,6 +121,14 @@ def iter_jsonl(path: str, expected: str) -> Iterator[tuple[int, Any]]:
         for number, raw in enumerate(handle, 1):
             if not raw.strip():
                 continue
+            if not raw.endswith(b"\n") and seen:  # the last line, maybe still being written
+                try:
+                    value = json.loads(_decode(path, raw, number))
+                except (ValueError, RecursionError):
+                    warnings.warn(IncompleteLastLine(path, number), stacklevel=2)
+                    return
+                yield number, value
+                return
             text = _decode(path, raw, number)
             seen = True
             yield number, loads(path, text, expected, line=number)
@@ -244,6 +264,11 @@ def openai_content(value: Any) -> str | list[JsonObj] | None:
     return as_str(value)
 
 
+def frozen(content: str | Sequence[JsonObj] | None) -> str | tuple[JsonObj, ...] | None:
+    """Content as `Message` stores it (a list of parts becomes a tuple)."""
+    return content if content is None or isinstance(content, str) else tuple(content)
+
+
 def content_text(value: Any) -> str:
     """The text of any content value (parts' texts joined by newlines)."""
     if value is None:
@@ -303,6 +328,61 @@ def clean_usage(value: Any) -> dict[str, int] | None:
         if isinstance(count, int) and not isinstance(count, bool) and inner not in usage:
             usage[inner] = count
     return usage or None
+
+
+def _count(value: Any) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return None
+
+
+def call_usage(value: Any) -> dict[str, int] | None:
+    """One call's recorded usage normalised to the session model's four keys (None when the
+    record holds no token count): `input_tokens` (input not read from or written to the prompt
+    cache), `cache_read_input_tokens`, `cache_creation_input_tokens`, `output_tokens`.
+
+    The vocabularies read: Anthropic (`input_tokens` excludes the cache kinds); OpenAI / LiteLLM /
+    OpenHands (`prompt_tokens` is the whole input; cached reads in `prompt_tokens_details.
+    cached_tokens`, `cache_read_input_tokens` or `cache_read_tokens`, cache writes in
+    `cache_creation_input_tokens` or `cache_write_tokens`); Codex and the Responses API
+    (`input_tokens` includes `cached_input_tokens` / `input_tokens_details.cached_tokens`).
+    So the three input kinds always add up to the whole input the provider billed.
+    """
+    if not isinstance(value, Mapping):
+        return None
+
+    def first(*keys: str) -> int | None:
+        for key in keys:
+            count = _count(value.get(key))
+            if count is not None:
+                return count
+        return None
+
+    details = as_dict(value.get("prompt_tokens_details")) or as_dict(value.get("input_tokens_details"))
+    output = first("output_tokens", "completion_tokens")
+    prompt = first("prompt_tokens")
+    read = first("cache_read_input_tokens", "cache_read_tokens", "cached_input_tokens")
+    if read is None:
+        read = _count(details.get("cached_tokens"))
+    write = first("cache_creation_input_tokens", "cache_write_tokens")
+    if prompt is not None:
+        total_input: int | None = prompt
+        includes_cache = True
+    else:
+        total_input = first("input_tokens")
+        includes_cache = "cached_input_tokens" in value or "cached_tokens" in details
+    if total_input is None and output is None:
+        return None
+    read, write = read or 0, write or 0
+    uncached = total_input or 0
+    if includes_cache:
+        uncached = max(0, uncached - read - (write if prompt is not None else 0))
+    return {"input_tokens": uncached, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
+            "output_tokens": output or 0}
 
 
 def sum_usage(messages: Iterable[Message]) -> dict[str, int] | None:
@@ -449,7 +529,7 @@ class TurnBuilder:
             if isinstance(item, Message):
                 out.append(item)
                 continue
-            out.append(Message(role="assistant", content=item.content(), tool_calls=tuple(item.calls),
+            out.append(Message(role="assistant", content=frozen(item.content()), tool_calls=tuple(item.calls),
                                metadata=item.metadata))
             for call in item.calls:
                 result = item.results.get(call.id)
@@ -504,6 +584,53 @@ def pairing_ok(messages: Sequence[Message]) -> bool:
 # --------------------------------------------------------------------------- sessions
 
 
+_COMPACTION_MARK = "_recorded_compaction"
+
+
+def compaction_marker(*, trigger: str | None = None, tokens_before: int | None = None, summary: str = "",
+                      **extra: Any) -> Message:
+    """A placeholder put in a message stream where the recorded agent compacted its context.
+
+    `build_session` removes every marker and turns it into an entry of
+    `metadata["recorded_compactions"]` at its position (see `take_compactions`), so importers
+    record the agent's compactions as annotations and never as messages. The marker's fields
+    can still be completed after it was added (`marker_fields`), e.g. when the summary arrives
+    on a later line.
+    """
+    fields: dict[str, Any] = {"trigger": trigger if trigger in ("manual", "auto") else None,
+                              "tokens_before": _count(tokens_before), "summary": summary or ""}
+    fields.update({k: v for k, v in extra.items() if v is not None})
+    return Message(role="user", content="", metadata={_COMPACTION_MARK: fields})
+
+
+def marker_fields(message: Message) -> dict[str, Any] | None:
+    """The (mutable) fields of a compaction marker, or None for any other message."""
+    fields = message.metadata.get(_COMPACTION_MARK) if message.metadata else None
+    return fields if isinstance(fields, dict) else None
+
+
+def take_compactions(messages: Sequence[Message]) -> tuple[list[Message], list[dict[str, Any]]]:
+    """(the messages without compaction markers, one `recorded_compactions` entry per marker).
+
+    Each entry holds `call_index` (assistant messages before it), `message_index` (the index of
+    the first message after it in the returned list), `trigger`, `tokens_before`, `summary`, and
+    whatever extra the importer recorded (timestamp...).
+    """
+    kept: list[Message] = []
+    entries: list[dict[str, Any]] = []
+    calls = 0
+    for message in messages:
+        fields = marker_fields(message)
+        if fields is not None:
+            entries.append({"call_index": calls, "message_index": len(kept), **fields})
+            continue
+        if message.role == "assistant":
+            calls += 1
+        kept.append(message)
+    return kept, entries
+
+
+
 def most_common(values: Iterable[Any]) -> Any:
     """The most frequent non-empty value (first seen wins ties), or None."""
     counts: dict[Any, int] = {}
@@ -515,8 +642,15 @@ def most_common(values: Iterable[Any]) -> Any:
 
 def build_session(messages: Sequence[Message], fmt: str, *, tools: Sequence[Mapping[str, Any]] = (),
                   metadata: Mapping[str, Any] | None = None) -> Session:
-    """A Session with the common metadata filled in (model, usage totals) when not given."""
-    meta = {k: v for k, v in (metadata or {}).items() if v is not None}
+    """A Session with the common metadata filled in (model, usage totals) when not given.
+
+    Compaction markers (`compaction_marker`) are removed from `messages` and recorded in
+    `metadata["recorded_compactions"]`.
+    """
+    messages, compactions = take_compactions(messages)
+    meta = {k: v for k, v in (metadata or {}).items() if v is not None and k != "recorded_compactions"}
+    if compactions:
+        meta["recorded_compactions"] = compactions
     if "model" not in meta:
         model = most_common(m.metadata.get("model") for m in messages if m.role == "assistant")
         if model:

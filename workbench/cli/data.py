@@ -1,0 +1,179 @@
+"""Commands over the stored data: `import`, `sessions`, `datasets`, `init`."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import click
+
+from workbench.cli.common import CommandFailed, note, open_store, options, print_json, print_table, shared_options
+
+SAMPLES_DATASET = "samples"
+PROGRESS_MIN_FILES = 20
+# The built-in format names, for --help only (the importers, plugins included, are the authority).
+FORMAT_CHOICES = ("auto", "openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
+                  "openhands", "aider", "workbench")
+
+
+def format_names() -> tuple[str, ...]:
+    """`auto` and every importer's format name (built-in and registered)."""
+    from workbench import importers
+
+    names = ["auto", *importers.FORMATS]
+    try:
+        from workbench import registry
+
+        names += [n for n in registry.kinds("importer") if n not in names]
+    except Exception:  # a registry without an importer family: the built-ins only
+        pass
+    return tuple(names)
+
+
+def _check_format(_ctx: click.Context, _param: click.Parameter, value: str) -> str:
+    if value == "auto":
+        return value
+    from workbench import importers
+    from workbench.errors import FormatError
+
+    if value in format_names():
+        return value
+    try:
+        return str(importers._format_name(value, ""))  # aliases such as openai-chat
+    except FormatError:
+        raise click.BadParameter(f"unknown format {value!r}; choose one of: {', '.join(format_names())}") from None
+
+
+def _count_candidates(paths: tuple[str, ...]) -> int:
+    """How many files the import will read (folders walked with the importers' rules)."""
+    if not any(os.path.isdir(p) for p in paths):
+        return len(paths)
+    from workbench import importers
+    from workbench.store import _candidate_files
+
+    return sum(1 for _ in _candidate_files(importers, list(paths)))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' * (n != 1)}"
+
+
+@click.command("import")
+@click.argument("paths", nargs=-1, required=True, metavar="PATH...")
+@click.option("--format", "fmt", default="auto", show_default=True, callback=_check_format,
+              help=f"Format of the files, auto-detected per file by default ({', '.join(FORMAT_CHOICES[1:])}, "
+                   f"or a plugin's).")
+@click.option("--dataset", default=None, metavar="NAME",
+              help="Dataset to file the sessions under [default: the format name].")
+@click.option("--progress/--no-progress", default=None,
+              help=f"Progress bar on stderr [default: on for {PROGRESS_MIN_FILES}+ files, off with --quiet].")
+@shared_options
+def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: bool | None) -> None:
+    """Import session files or folders (walked recursively).
+
+    Prints the sessions and messages imported, the duplicates skipped (sessions already in the
+    database), every file or folder passed over and why, and one line per file that failed. Good
+    files are imported even when others fail; the exit status is 1 if any file failed. Ctrl-C
+    keeps every session already written whole and nothing partial (exit 130).
+    """
+    opts = options()
+    path = opts.db_path
+    with open_store(must_exist=False) as store:  # checks --db before any walk
+        total = _count_candidates(paths)
+        show = progress if progress is not None else (total >= PROGRESS_MIN_FILES and not opts.quiet)
+        bar = None
+        if show:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, unit="file", file=sys.stderr, desc="importing", leave=False)
+        try:
+            report = store.import_paths(list(paths), format=fmt, dataset=dataset,
+                                        progress=(lambda _outcome: bar.update(1)) if bar is not None else None)
+        finally:
+            if bar is not None:
+                bar.close()
+    if opts.as_json:
+        print_json({"db": path, **report.to_dict()})
+    else:
+        click.echo(f"imported {_plural(report.sessions, 'session')} ({report.messages} messages, "
+                   f"{report.calls} calls) into {path}")
+        click.echo(f"skipped {_plural(report.duplicates, 'duplicate session')} (already imported)")
+        for warning in report.warnings:
+            note(f"warning: {warning}")
+        skipped = report.skipped_files
+        if skipped:
+            note(f"ignored {len(skipped)} file(s) or folder(s), not imported:")
+            for outcome in skipped:
+                note(f"  {outcome.path}: {outcome.skipped}")
+        for outcome in report.errors:
+            click.echo(f"error: {outcome.error}", err=True)
+        if report.errors:
+            click.echo(f"{len(report.errors)} of {_plural(len(report.files), 'file')} failed", err=True)
+    if report.errors:
+        raise CommandFailed("")
+
+
+@click.command("sessions")
+@click.option("--dataset", default=None, metavar="NAME", help="Only this dataset.")
+@click.option("--where", default=None, metavar="SQL",
+              help="SQL condition over the sessions (columns: id, dataset, format, source, messages, calls, ...).")
+@shared_options
+def sessions_cmd(dataset: str | None, where: str | None) -> None:
+    """List the imported sessions (id, dataset, format, messages, calls, probes, source)."""
+    with open_store(must_exist=True) as store:
+        rows = store.session_rows(dataset=dataset, where=where)
+    if options().as_json:
+        print_json(rows)
+    elif not rows:
+        click.echo("no sessions" + (f" in dataset {dataset!r}" if dataset else ""))
+    else:
+        print_table(rows, ["id", "dataset", "format", "messages", "calls", "probes", "source"])
+
+
+@click.command("datasets")
+@shared_options
+def datasets_cmd() -> None:
+    """List the datasets with their session, message and call counts."""
+    with open_store(must_exist=True) as store:
+        rows = store.dataset_rows()
+    if options().as_json:
+        print_json(rows)
+    elif rows:
+        print_table(rows, ["name", "sessions", "messages", "calls", "description"])
+    else:
+        click.echo("no datasets")
+
+
+def init_database(path: str) -> dict[str, Any]:
+    """Create the database; when it holds no session, load the bundled samples as `samples`."""
+    from workbench import samples
+    from workbench.store import Store
+
+    existed = os.path.exists(path)
+    with Store(path) as store:
+        imported = 0
+        if store.count() == 0:
+            report = store.import_sessions(samples.bundled_samples(), dataset=SAMPLES_DATASET,
+                                           source="datasets/samples/samples.jsonl.gz")
+            store.describe_dataset(SAMPLES_DATASET, "Generated coding-agent sessions with planted facts and "
+                                                    "probes (python -m workbench.samples)")
+            imported = report.sessions
+        return {"db": path, "created": not existed, "imported": imported, "sessions": store.count()}
+
+
+@click.command("init")
+@shared_options
+def init_cmd() -> None:
+    """Create the database and, if it has no sessions, load the bundled sample sessions (idempotent)."""
+    result = init_database(options().db_path)
+    if options().as_json:
+        print_json(result)
+    elif result["imported"]:
+        click.echo(f"initialised {result['db']}: imported {result['imported']} sample sessions "
+                   f"(dataset {SAMPLES_DATASET!r})")
+    else:
+        click.echo(f"{result['db']} is ready: {result['sessions']} sessions (nothing to import)")
+
+
+COMMANDS = (import_cmd, sessions_cmd, datasets_cmd, init_cmd)

@@ -1,0 +1,204 @@
+"""`workbench run | export | regress | compare | runs`: experiments from the command line (DESIGN §9).
+
+`run` shows a progress bar (cells, model calls, cache hits, spend) on stderr and prints the run id
+and the leaderboard; running it again resumes the same run. `regress` exits 1 on a regression with
+a readable report. `compare` prints per-metric paired deltas with a confidence interval.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from typing import Any
+
+import click
+
+from workbench.cli.common import CommandFailed, note, options, print_json, print_table, shared_options
+
+
+def _db_must_exist() -> str:
+    from workbench.db import check_database_path
+
+    path = options().db_path
+    check_database_path(path, create=False)
+    return path
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, float):
+        if math.isnan(value):
+            return None
+        if value.is_integer():
+            return int(value)
+        return round(value, 4) if abs(value) < 1000 else round(value)
+    return value
+
+
+class _ProgressBar:
+    """A tqdm bar on stderr fed by `RunProgress` updates (cells, model calls, cache hits, spend)."""
+
+    def __init__(self) -> None:
+        from tqdm import tqdm
+
+        self._bar = tqdm(unit="cell", file=sys.stderr, desc="cells", leave=False, disable=None)  # off without a tty
+
+    def __call__(self, progress: Any) -> None:
+        self._bar.total = progress.cells_total
+        self._bar.n = progress.cells_done
+        self._bar.set_postfix_str(f"{progress.model_calls} calls, {progress.cache_hits} cached, "
+                                  f"${progress.cost_usd:.4f}", refresh=False)
+        self._bar.refresh()
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _progress_bar() -> _ProgressBar | None:
+    """A progress bar, or None under --quiet or --json."""
+    opts = options()
+    return None if opts.quiet or opts.as_json else _ProgressBar()
+
+
+def _leaderboard_rows(frame: Any, metrics: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+    from workbench.experiments.charts import leaderboard
+
+    board = leaderboard(frame)
+    wanted = ["cells", "completed", *[m for m in metrics if m in board.columns]]
+    rows = [{"config": str(config), **{str(c): _cell(row[c]) for c in wanted}} for config, row in board.iterrows()]
+    return rows, ["config", *wanted]
+
+
+DEFAULT_COLUMNS = ["compactions", "billed_input_tokens", "peak_context_tokens", "cost_usd", "compression_ratio",
+                   "fact_retention", "needed_fact_retention", "probe_answerable"]
+
+
+@click.command("run")
+@click.argument("experiment", metavar="EXPERIMENT.toml")
+@click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Cells in flight [default: the spec's].")
+@click.option("--dry-run", is_flag=True, help="Print the expanded cells and the models they call; run nothing.")
+@click.option("--fresh", is_flag=True, help="Recompute every cell of the run (model calls still come from the cache).")
+@shared_options
+def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool) -> None:
+    """Run an experiment grid (resumable) and print the run id and a results table."""
+    from workbench.experiments import run as runner
+
+    if dry_run:
+        plan = runner.dry_run(experiment, db=_db_must_exist())
+        if options().as_json:
+            print_json(plan)
+            return
+        click.echo(f"run {plan['run_id']}: {plan['sessions']} sessions × {len(plan['configs'])} configs × "
+                   f"{plan['repeats']} repeat(s) = {plan['cells']} cells, {plan['cells_done']} already done, "
+                   f"{plan['cells_to_run']} to run")
+        print_table([{"config": c["config"], "trigger": c["trigger"]["kind"], "strategy": c["strategy"]["kind"],
+                      "models": ", ".join(c["models"]), "cells": c["cells"]} for c in plan["configs"]],
+                    ["config", "trigger", "strategy", "models", "cells"])
+        return
+    bar = _progress_bar()
+    try:
+        run = runner.run_experiment(experiment, db=_db_must_exist(), concurrency=concurrency, fresh=fresh,
+                                    progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    frame = run.results
+    if options().as_json:
+        print_json({"run_id": run.id, "status": run.status, "cells": run.progress.cells_total,
+                    "cells_reused": run.progress.cells_reused, "model_calls": run.progress.model_calls,
+                    "cache_hits": run.progress.cache_hits, "cost_usd": run.progress.cost_usd,
+                    "failed_cells": run.progress.failed_cells,
+                    "results": [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]})
+    else:
+        click.echo(f"run {run.id}: {run.status}, {run.progress.line()}")
+        rows, columns = _leaderboard_rows(frame, [*run.spec.metrics, *DEFAULT_COLUMNS])
+        print_table(rows, columns)
+    if run.progress.failed_cells:
+        raise CommandFailed(f"{run.progress.failed_cells} cell(s) failed; run again to retry them")
+
+
+@click.command("runs")
+@shared_options
+def runs_cmd() -> None:
+    """List stored runs, newest first."""
+    from workbench.experiments import runs
+
+    frame = runs(_db_must_exist())
+    records = [{str(k): _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+    if options().as_json:
+        print_json(records)
+        return
+    print_table([{**r, "started_at": str(r["started_at"])[:19]} for r in records],
+                ["id", "name", "kind", "status", "cells_done", "cells_total", "started_at"])
+
+
+@click.command("export")
+@click.argument("run_id", metavar="RUN_ID")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "json", "html"]), required=True)
+@click.option("--out", "out", required=True, metavar="PATH", help="The file to write.")
+@click.option("--level", type=click.Choice(["cells", "calls", "compactions"]), default="cells", show_default=True,
+              help="Which table csv/parquet export.")
+@shared_options
+def export_cmd(run_id: str, fmt: str, out: str, level: str) -> None:
+    """Export a run's results; html is a self-contained report with the charts."""
+    from workbench.experiments import export
+
+    path = export(run_id, fmt, out, db=_db_must_exist(), level=level)
+    if options().as_json:
+        print_json({"run_id": run_id, "format": fmt, "path": str(path), "bytes": path.stat().st_size})
+    else:
+        click.echo(f"wrote {path} ({path.stat().st_size:,} bytes)")
+
+
+@click.command("regress")
+@click.argument("experiment", metavar="EXPERIMENT.toml")
+@click.option("--baseline", default=None, metavar="PATH", help="[default: baselines/NAME.json beside the spec]")
+@click.option("--update", is_flag=True, help="Rewrite the baseline from a fresh run.")
+@click.option("--verbose", "-v", is_flag=True, help="List every check, not only the failing ones.")
+@shared_options
+def regress_cmd(experiment: str, baseline: str | None, update: bool, verbose: bool) -> None:
+    """Compare a fresh run with the stored baseline; exit 1 on regression, with a readable diff."""
+    from workbench.experiments import regress
+
+    bar = _progress_bar()
+    try:
+        report = regress(experiment, baseline=baseline, db=_db_must_exist(), update=update, progress=bar)
+    finally:
+        if bar is not None:
+            bar.close()
+    if options().as_json:
+        print_json(report.to_dict())
+    else:
+        click.echo(report.text(verbose=verbose))
+    if not report.ok:
+        raise CommandFailed("")
+
+
+@click.command("compare")
+@click.argument("run_a", metavar="RUN_A")
+@click.argument("run_b", metavar="[RUN_B]", required=False)
+@click.option("--configs", nargs=2, default=None, metavar="A B", help="Compare these two configs.")
+@click.option("--metric", "metrics", multiple=True, help="Only these metrics (repeatable).")
+@click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
+@shared_options
+def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, metrics: tuple[str, ...],
+                confidence: float) -> None:
+    """Paired comparison per metric (B − A, in each metric's direction) with a confidence interval."""
+    from workbench.experiments import compare
+
+    result = compare(run_a, run_b, configs=configs or None, db=_db_must_exist(), metrics=list(metrics) or None,
+                     confidence=confidence)
+    if options().as_json:
+        print_json(result.to_dict())
+        return
+    click.echo(f"A = {result.a}, B = {result.b}: {result.sessions} paired session(s), "
+               f"{int(confidence * 100)} % bootstrap intervals")
+    rows = [{"metric": m.metric, "better": m.direction, "A": _cell(m.mean_a), "B": _cell(m.mean_b),
+             "B-A": _cell(m.mean_delta), "interval": f"[{_cell(m.ci_low)}, {_cell(m.ci_high)}]",
+             "p": _cell(m.p_value), "B better/worse/same": f"{m.improved}/{m.regressed}/{m.unchanged}",
+             "verdict": m.verdict} for m in result.metrics]
+    print_table(rows, ["metric", "better", "A", "B", "B-A", "interval", "p", "B better/worse/same", "verdict"])
+    if any(result.unmatched.values()):
+        note(f"unpaired cells left out: {result.unmatched}")
+
+
+COMMANDS = (run_cmd, runs_cmd, export_cmd, regress_cmd, compare_cmd)

@@ -1,0 +1,112 @@
+"""`workbench replay`: one stored session under one config.
+
+Exit 1 when the replay ends in `compaction_failed` or `context_overflow` (the result is printed
+first); text and JSON report the same compactions: those that changed the context, plus the
+failed ones, counted apart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from workbench.cli.common import CommandFailed, open_store, options, print_json, print_table, shared_options
+from workbench.errors import ConfigError
+
+FAILED_TERMINATIONS = ("compaction_failed", "context_overflow")
+
+
+def find_session_id(store: Any, prefix: str) -> str:
+    """The stored session id that `prefix` names (a unique prefix is enough)."""
+    if store.has_session(prefix):
+        return prefix
+    matches = [i for i in store.session_ids() if i.startswith(prefix)]
+    if len(matches) == 1:
+        return matches[0]
+    if not matches:
+        raise ConfigError(f"no session {prefix!r} in {store.path}; `workbench sessions` lists them")
+    raise ConfigError(f"session prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}...")
+
+
+def _records(items: list[Any]) -> list[dict[str, Any]]:
+    return [asdict(item) for item in items]
+
+
+def _failed(event: Any) -> bool:
+    return bool(getattr(event, "failed", event.error is not None and event.messages_after == event.messages_before))
+
+
+@click.command("replay")
+@click.argument("session_id", metavar="SESSION_ID")
+@click.option("--config", "config_spec", required=True, metavar="SPEC",
+              help="A TOML file, or inline TOML (e.g. 'trigger = {kind=\"pressure\"}\\nstrategy = {...}').")
+@click.option("--calls/--no-calls", "show_calls", default=True,
+              help="Include the per-call table (text) or the `calls` list (JSON).")
+@click.option("--save", is_flag=True, help="Store the result as a one-cell run (see `workbench runs`).")
+@shared_options
+def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool) -> None:
+    """Replay one stored session under one config; print per-call tokens and the compactions.
+
+    Exits 1 when the replay ends in compaction_failed or context_overflow.
+    """
+    from workbench.config import parse_config
+    from workbench.llm import DuckDBCache, Gateway
+    from workbench.replay import replay
+
+    with open_store(must_exist=True) as store:
+        config = parse_config(config_spec)
+        session = store.load_session(find_session_id(store, session_id))
+        with Gateway(DuckDBCache(store.connection)) as gateway:  # summaries cached in the database
+            result = replay(session, config, gateway=gateway)
+    run_id = None
+    if save:
+        from workbench.experiments import save_replay
+
+        run_id = save_replay(result, options().db_path, dataset=session.dataset)
+    done = [e for e in result.compactions if not _failed(e)]
+    failed = len(result.compactions) - len(done)
+    if options().as_json:
+        data: dict[str, Any] = {"session_id": result.session_id, "config": result.config.to_dict(),
+                "termination": result.termination, "error": result.error, "metrics": result.metrics,
+                "compaction_count": len(done), "failed_compactions": failed}
+        if run_id:
+            data["run_id"] = run_id
+        if show_calls:
+            data["calls"] = _records(result.calls)
+        data["compactions"] = _records(result.compactions)
+        print_json(data)
+    else:
+        _print_text(result, session, done, failed, show_calls)
+        if run_id:
+            click.echo(f"saved as run {run_id}")
+    if result.termination in FAILED_TERMINATIONS:
+        raise CommandFailed("" if options().as_json else f"stopped: {result.error or result.termination}")
+
+
+def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_calls: bool) -> None:
+    click.echo(f"session {result.session_id} ({session.format}, {session.calls} calls) under "
+               f"{result.config.name!r}: {result.termination}")
+    if show_calls:
+        calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
+                  "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
+                  "compacted": "yes" if c.compacted_before else ""} for c in result.calls]
+        print_table(calls, ["call", "messages", "tokens", "cached", "output", "compacted"])
+    events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",
+               "tokens": f"{e.tokens_before}->{e.tokens_after}", "seconds": round(e.duration_s, 3),
+               "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
+               "summary": (e.summary or "")[:60].replace("\n", " ")} for e in result.compactions]
+    click.echo(f"\n{len(done)} compaction(s)" + (f", {failed} failed" if failed else ""))
+    print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "summary"])
+    metrics = result.metrics
+
+    def count(name: str) -> str:
+        value = metrics.get(name)
+        return f"{value:,}" if isinstance(value, int) else str(value)
+
+    click.echo(f"\nbilled input {count('billed_input_tokens')} tokens, cached {count('cached_input_tokens')}, "
+               f"peak context {count('peak_context_tokens')}, summarizer calls {count('summarizer_calls')}")
+
+
+COMMANDS = (replay_cmd,)

@@ -1,0 +1,313 @@
+"""Where model answers are kept: cache keys, the `Cache` protocol, `MemoryCache` and `DuckDBCache`.
+
+A key hashes (model, messages, parameters, repeat): never secrets, transport options (endpoint,
+timeout, headers) or the gateway's own options, so the same request made against another
+endpoint or with another key is a hit. Only successful answers are stored; the first stored
+under a key wins.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, runtime_checkable
+
+from workbench.llm.options import GATEWAY_OPTIONS, TRANSPORT_OPTIONS, is_secret_option, redact
+
+__all__ = ["KEY_VERSION", "Cache", "CacheEntry", "DuckDBCache", "MemoryCache", "cache_key", "canonical_json",
+           "key_material"]
+
+log = logging.getLogger("workbench.llm")
+
+KEY_VERSION = 1
+
+
+def key_material(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any],
+                 repeat: int = 0) -> dict[str, Any]:
+    """What the cache key hashes (and what `llm_cache.request` stores): no secrets, no transport."""
+    clean = {k: v for k, v in params.items() if v is not None and not is_secret_option(k)
+             and k not in TRANSPORT_OPTIONS and k not in GATEWAY_OPTIONS}
+    return {"v": KEY_VERSION, "model": model, "messages": list(messages), "params": clean, "repeat": int(repeat)}
+
+
+
+def canonical_json(material: Mapping[str, Any]) -> str:
+    """The JSON a key hashes and the cache stores: sorted keys, no spaces."""
+    return json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def cache_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], repeat: int = 0) -> str:
+    """The sha256 of the canonical JSON of `key_material(...)`."""
+    return hashlib.sha256(canonical_json(key_material(model, messages, params, repeat)).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class CacheEntry:
+    """A stored successful response."""
+
+    text: str
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cost_usd: float | None = None
+    finish_reason: str | None = "stop"
+    duration_s: float = 0.0
+
+
+@runtime_checkable
+class Cache(Protocol):
+    def get(self, key: str) -> CacheEntry | None: ...
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]: ...
+
+    def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None: ...
+
+
+class MemoryCache:
+    """A process-local cache (a dict behind a lock); `requests` keeps what was stored for inspection."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._entries: dict[str, CacheEntry] = {}
+        self.requests: dict[str, dict[str, Any]] = {}
+
+    def get(self, key: str) -> CacheEntry | None:
+        with self._lock:
+            return self._entries.get(key)
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
+        with self._lock:
+            return {k: self._entries[k] for k in keys if k in self._entries}
+
+    def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None:
+        with self._lock:
+            self._entries.setdefault(key, entry)
+            self.requests.setdefault(key, json.loads(canonical_json(request)))
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)
+
+    def close(self) -> None:
+        pass
+
+
+class _ReadBatch:
+    __slots__ = ("keys", "done", "found", "error")
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.done = threading.Event()
+        self.found: dict[str, CacheEntry] = {}
+        self.error: BaseException | None = None
+
+
+def _close_if_alive(reference: Any) -> None:
+    cache = reference()
+    if cache is not None:
+        cache.close()
+
+
+class DuckDBCache:
+    """The `llm_cache` table of the workbench database (`workbench.db`).
+
+    Give it an open connection (shared with the rest of the process; this cache uses its own
+    cursor behind a lock, so any thread may call it) or a path (opened with migrations applied,
+    closed by `close()`). The first response stored under a key wins.
+
+    Writes are batched (write-behind): `put` returns at once and a background thread stores the
+    pending rows every `flush_interval` seconds (or when `batch_size` are waiting) in one
+    statement — one DuckDB commit costs milliseconds, far more than the rows. Pending rows are
+    served by `get` meanwhile, and `flush()` / `close()` (also run at interpreter exit) store them.
+    `write_behind=False` stores each row before `put` returns.
+    """
+
+    _COLUMNS = "response_text, input_tokens, output_tokens, cost_usd, finish_reason, duration_s"
+    _INSERT_COLUMNS = ("key, model, request, response_text, input_tokens, output_tokens, cost_usd, finish_reason, "
+                       "duration_s")
+    _ROWS_PER_STATEMENT = 200
+
+    def __init__(self, connection_or_path: Any = None, *, write_behind: bool = True, flush_interval: float = 0.25,
+                 batch_size: int = 256):
+        from workbench import db
+
+        if connection_or_path is None or isinstance(connection_or_path, (str, os.PathLike)):
+            self._connection = db.connect(connection_or_path)
+            self._owned = True
+        else:
+            self._connection = connection_or_path
+            db.apply_migrations(self._connection)
+            self._owned = False
+        self._cursor = self._connection.cursor()
+        self._db_lock = threading.Lock()
+        self._pending_lock = threading.Lock()
+        self._pending: dict[str, tuple[list[Any], CacheEntry]] = {}
+        self._read_lock = threading.Lock()
+        self._open_read: _ReadBatch | None = None
+        self._reading = False
+        self.write_behind = write_behind
+        self.flush_interval = float(flush_interval)
+        self.batch_size = int(batch_size)
+        self._wake = threading.Event()
+        self._closed = False
+        self._flusher: threading.Thread | None = None
+        import atexit
+        import weakref
+
+        self._atexit = functools.partial(_close_if_alive, weakref.ref(self))  # one registration per cache
+        atexit.register(self._atexit)
+
+    @staticmethod
+    def _entry(row: Sequence[Any]) -> CacheEntry:
+        text, input_tokens, output_tokens, cost, finish, duration = row
+        return CacheEntry(text=text, input_tokens=int(input_tokens or 0), output_tokens=int(output_tokens or 0),
+                          cost_usd=None if cost is None else float(cost), finish_reason=finish,
+                          duration_s=float(duration or 0.0))
+
+    def get(self, key: str) -> CacheEntry | None:
+        """One key. Lookups made at the same time from several threads share one query (a DuckDB
+        query costs ~0.5 ms whatever its size): the first caller reads, the others join the next batch."""
+        with self._pending_lock:
+            pending = self._pending.get(key)
+        if pending is not None:
+            return pending[1]
+        with self._read_lock:
+            batch = self._open_read
+            if batch is None:
+                batch = self._open_read = _ReadBatch()
+            batch.keys.append(key)
+            leader = not self._reading
+            if leader:
+                self._reading = True
+                self._open_read = None
+        if not leader:
+            batch.done.wait()
+            if batch.error is not None:
+                raise batch.error
+            return batch.found.get(key)
+        mine = batch  # the leader's key is in the first batch; it then reads the batches that formed meanwhile
+        while True:
+            try:
+                batch.found = self._select(batch.keys)
+            except BaseException as exc:
+                batch.error = exc
+            batch.done.set()
+            with self._read_lock:
+                batch = self._open_read
+                self._open_read = None
+                if batch is None:
+                    self._reading = False
+                    break
+        if mine.error is not None:
+            raise mine.error
+        return mine.found.get(key)
+
+    def _select(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
+        with self._db_lock:
+            if len(keys) == 1:
+                rows = self._cursor.execute(f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key = ?",
+                                            [keys[0]]).fetchall()
+            else:
+                rows = self._cursor.execute(
+                    f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))",
+                    [list(dict.fromkeys(keys))]).fetchall()
+        return {row[0]: self._entry(row[1:]) for row in rows}
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
+        unique = list(dict.fromkeys(keys))
+        found: dict[str, CacheEntry] = {}
+        with self._pending_lock:
+            for key in unique:
+                if key in self._pending:
+                    found[key] = self._pending[key][1]
+        missing = [key for key in unique if key not in found]
+        for start in range(0, len(missing), 1000):
+            found.update(self._select(missing[start:start + 1000]))
+        return found
+
+    def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None:
+        row = [key, model, canonical_json(request), entry.text, entry.input_tokens, entry.output_tokens, entry.cost_usd,
+               entry.finish_reason, entry.duration_s]
+        if not self.write_behind or self._closed:
+            self._insert([row])
+            return
+        with self._pending_lock:
+            self._pending.setdefault(key, (row, entry))
+            full = len(self._pending) >= self.batch_size
+        if self._flusher is None:
+            self._start_flusher()
+        if full:
+            self._wake.set()
+
+    def _start_flusher(self) -> None:
+        with self._pending_lock:
+            if self._flusher is not None:
+                return
+            self._flusher = threading.Thread(target=self._flush_loop, name="llm-cache-flush", daemon=True)
+            self._flusher.start()
+
+    def _flush_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            if self._closed:
+                break
+            self.flush()
+
+    def _insert(self, rows: list[list[Any]]) -> None:
+        with self._db_lock:
+            for start in range(0, len(rows), self._ROWS_PER_STATEMENT):
+                chunk = rows[start:start + self._ROWS_PER_STATEMENT]
+                placeholders = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+                self._cursor.execute(
+                    f"INSERT INTO llm_cache ({self._INSERT_COLUMNS}) VALUES {placeholders} "
+                    "ON CONFLICT (key) DO NOTHING", [value for row in chunk for value in row])
+
+    def flush(self) -> int:
+        """Store the pending rows now; returns how many were written."""
+        with self._pending_lock:
+            batch = list(self._pending.items())
+        if not batch:
+            return 0
+        try:
+            self._insert([row for _, (row, _) in batch])
+        except Exception as exc:
+            log.warning("could not store %d cached responses in DuckDB: %s", len(batch), redact(str(exc)))
+            return 0
+        with self._pending_lock:
+            for key, _ in batch:
+                self._pending.pop(key, None)
+        return len(batch)
+
+    def __len__(self) -> int:
+        self.flush()
+        with self._db_lock:
+            return int(self._cursor.execute("SELECT count(*) FROM llm_cache").fetchall()[0][0])
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._wake.set()
+        if self._flusher is not None and self._flusher is not threading.current_thread():
+            self._flusher.join(5)
+        try:
+            self.flush()
+        finally:
+            import atexit
+
+            atexit.unregister(self._atexit)
+            with self._db_lock:
+                try:
+                    self._cursor.close()
+                except Exception:
+                    pass
+                finally:
+                    if self._owned:
+                        self._connection.close()
+
