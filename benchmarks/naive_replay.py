@@ -22,8 +22,9 @@ class NaiveReplay(_Replay):
                    for m in messages)
 
     def _recount(self) -> None:
-        self.context_tokens = self._count(self.context)
-        self.system_tokens = self._count(split_leading_system(self.context)[0])
+        self.context_tokens = self.fixed_tokens + self._count(self.context)
+        self.system_tokens = self.fixed_tokens + self._count(split_leading_system(self.context)[0])
+        self.only_system = not split_leading_system(self.context)[1]
         self.steps = sum(1 for m in self.context if m.role != "tool")
 
     def _set_context(self, messages: list[Message]) -> None:
@@ -43,7 +44,7 @@ class NaiveReplay(_Replay):
             if old is not new:
                 break
             shared.append(new)
-        return self._count(shared)
+        return self.fixed_tokens + self._count(shared)
 
 
 def naive_replay(session, config, *, summarizer=None) -> ReplayResult:

@@ -1,29 +1,32 @@
-"""The offline extractive summarizer (`workbench/extractive`): the pure function and the LiteLLM provider.
+"""The offline extractive summarizer (`workbench/extractive`): the pure function.
 
-The provider tests make real `litellm.completion` calls (no mocks); litellm is imported once per
-test process, and the import hook is checked in a fresh interpreter.
+Its LiteLLM provider is tested with the gateway (tests/test_llm_provider.py). Transcripts are
+generated here; the last test measures term retention against the summaries Claude Code recorded
+in the shared sessions (skipped when they are absent).
 """
 
 from __future__ import annotations
 
-import asyncio
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-import workbench
 from workbench.extractive import (
     DEFAULT_BUDGET_TOKENS,
-    LiteLLMImportHook,
+    OFFLINE_BASELINE_LABEL,
     extractive_summary,
-    install_import_hook,
+    is_offline_baseline,
     read_input,
-    register,
     request_tokens,
+    stated_budget,
+    summary_budget,
 )
 from workbench.session import Message
 from workbench.strategies import prompts
@@ -50,6 +53,7 @@ CONVERSATION: list[dict[str, Any]] = [
                                      "the cache_size default stays at 512 entries."},
     {"role": "user", "content": "OK. Then update CHANGELOG.md and set the timeout to 45 seconds."},
 ]
+TASK = CONVERSATION[1]["content"]
 
 
 def sections(summary: str) -> dict[str, str]:
@@ -64,73 +68,203 @@ def sections(summary: str) -> dict[str, str]:
     return out
 
 
+def generated_session(steps: int, *, seed: int = 0) -> list[dict[str, Any]]:
+    """A long agent session: a task, many tool steps (paths, identifiers, numbers, errors), a last request."""
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are an agent. SYSTEM-ONLY-TEXT"},
+        {"role": "user", "content": f"TASK-{seed}: migrate the billing module in src/billing/core.py to the "
+                                    "new ledger API; never touch migrations/0001_initial.py."}]
+    for i in range(steps):
+        messages.append({"role": "assistant", "content": f"Step {i}: checking ledger_entry_{i % 7} in "
+                                                          f"src/billing/part_{i % 11}.py",
+                         "tool_calls": [call("bash", f'{{"command": "pytest tests/test_part_{i % 11}.py -q"}}',
+                                             f"c{i}")]})
+        outcome = (f"ValueError: amount_{i} must be positive (got -{i})" if i % 5 == 0
+                   else f"{i + 3} passed in {i % 9}.{i % 10}s")
+        messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"collected {i + 3} items\n{outcome}"})
+        if i % 9 == 4:
+            messages.append({"role": "user", "content": f"Also keep LedgerClient_{i} backwards compatible."})
+    messages.append({"role": "assistant", "content": "LATEST-PROGRESS: switched BillingService.charge to "
+                                                     "LedgerClient.post and all 87 tests pass."})
+    messages.append({"role": "user", "content": f"LAST-REQUEST-{seed}: now update docs/billing.md."})
+    return messages
+
+
 # ------------------------------------------------------------------------------------------------
-# the pure function
-
-
-def test_deterministic() -> None:
-    assert extractive_summary(CONVERSATION) == extractive_summary(list(CONVERSATION))
-    assert extractive_summary(CONVERSATION, budget_tokens=80) == extractive_summary(CONVERSATION, budget_tokens=80)
+# what it keeps
 
 
 @pytest.mark.parametrize("section, needles", [
+    ("Task", ["> The import in src/workbench/replay.py fails. We must keep Python 3.11 support"]),
+    ("Latest progress", ["Decided to move ReplayState into workbench.state"]),
     ("Files", ["src/workbench/replay.py", "vendor/legacy_io.py", "tests/test_replay.py", "CHANGELOG.md"]),
     ("Identifiers", ["ReplayState", "workbench.state", "cache_size", "test_resume"]),
+    ("Commands run", ["pytest tests/test_replay.py -x"]),
     ("Errors", ["ImportError: cannot import name 'ReplayState'", "exit code 1",
                 "FAILED tests/test_replay.py::test_resume"]),
-    ("Decisions & constraints", ["We must keep Python 3.11 support", "never edit vendor/legacy_io.py",
-                                 "Decided to move ReplayState into workbench.state"]),
-    ("Facts & numbers", ["1 failed, 41 passed in 3.20s", 'line 12']),
+    ("Decisions & constraints", ["Decided to move ReplayState into workbench.state"]),
+    ("Facts & numbers", ["1 failed, 41 passed in 3.20s", "line 12"]),
     ("Last request", ["> OK. Then update CHANGELOG.md and set the timeout to 45 seconds."]),
 ])
 def test_keeps_what_matters(section: str, needles: list[str]) -> None:
-    found = sections(extractive_summary(CONVERSATION))
+    found = sections(extractive_summary(CONVERSATION, budget_tokens=600))
     assert section in found, f"no {section!r} section"
     for needle in needles:
         assert needle in found[section], f"{needle!r} missing from {section}"
 
 
 def test_ignores_system_instructions_and_deduplicates() -> None:
-    summary = extractive_summary(CONVERSATION)
+    summary = extractive_summary(CONVERSATION, budget_tokens=600)
     assert "PROMPT-SECRET" not in summary and "Always answer briefly" not in summary
     assert summary.count("\n- ImportError: cannot import name 'ReplayState'") == 1  # twice in the input
     assert summary.count("- src/workbench/replay.py") == 1
 
 
-@pytest.mark.parametrize("budget", [20, 40, 80, 150, 400, DEFAULT_BUDGET_TOKENS])
-def test_respects_budget(budget: int) -> None:
-    big = [*CONVERSATION]
-    for i in range(60):
-        big.append({"role": "tool", "tool_call_id": f"x{i}",
-                    "content": f"ValueError: row {i} of data/part_{i}.csv has 17 columns, expected 16"})
-        big.append({"role": "assistant", "content": f"We should skip row {i} in loader_{i} and always log it."})
-    big.append({"role": "user", "content": "Summarize what failed."})
-    summary = extractive_summary(big, budget_tokens=budget)
+@pytest.mark.parametrize("budget", [60, 100, 200, 400, 800, DEFAULT_BUDGET_TOKENS, 3000])
+def test_task_latest_progress_and_last_request_survive_any_budget(budget: int) -> None:
+    session = generated_session(200)
+    summary = extractive_summary(session, budget_tokens=budget)
     assert len(summary) // 4 <= budget
-    if budget >= 80:
-        assert "> Summarize what failed." in summary  # the last request survives a tight budget
-    if budget >= 400:
-        assert "ValueError: row 59 of data/part_59.csv" in summary  # the newest items win
+    assert "TASK-0: migrate the billing module" in summary
+    assert "LAST-REQUEST-0: now update" in summary  # cut with "..." only when the budget is tiny
+    if budget >= 100:
+        assert "LAST-REQUEST-0: now update docs/billing.md" in summary
+    if budget >= 100:
+        assert "LATEST-PROGRESS: switched BillingService.charge" in summary
+    assert "SYSTEM-ONLY-TEXT" not in summary
+
+
+@pytest.mark.parametrize("budget", [200, 500, 1000, 2500])
+def test_honours_the_requested_length(budget: int) -> None:
+    # with plenty of material the summary uses its budget: it neither overruns nor stops at a fixed size
+    summary = extractive_summary(generated_session(400), budget_tokens=budget)
+    assert 0.85 * budget <= len(summary) // 4 <= budget
+
+
+@settings(max_examples=25, deadline=None)
+@given(steps=st.integers(0, 60), budget=st.integers(1, 2000), seed=st.integers(0, 5))
+def test_never_exceeds_the_budget_and_keeps_the_task(steps: int, budget: int, seed: int) -> None:
+    summary = extractive_summary(generated_session(steps, seed=seed), budget_tokens=budget)
+    assert len(summary) // 4 <= budget
+    if budget >= 60:
+        assert f"TASK-{seed}" in summary and f"LAST-REQUEST-{seed}" in summary
+
+
+def test_salient_terms_win_over_one_offs() -> None:
+    session = generated_session(120)
+    summary = extractive_summary(session, budget_tokens=300)
+    found = sections(summary)
+    # ledger_entry_* recur in every seventh step; a name seen once early is dropped first
+    assert "ledger_entry_" in found["Identifiers"]
+    assert "src/billing/core.py" in summary  # the task's path, kept with the task
+
+
+def test_deterministic_within_and_across_processes() -> None:
+    session = generated_session(80)
+    assert extractive_summary(session, budget_tokens=500) == extractive_summary(list(session), budget_tokens=500)
+    script = ("import sys; sys.path.insert(0, 'tests'); from test_extractive import generated_session; "
+              "from workbench.extractive import extractive_summary; "
+              "print(extractive_summary(generated_session(80), budget_tokens=500))")
+    outputs = set()
+    for seed in ("1", "2"):  # string hashing differs between these processes
+        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
+                              env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}, timeout=120)
+        assert done.returncode == 0, done.stderr[-2000:]
+        outputs.add(done.stdout)
+    assert outputs == {extractive_summary(session, budget_tokens=500) + "\n"}
+
+
+# ------------------------------------------------------------------------------------------------
+# how long: max_tokens, else what the request states, else the default
+
+
+@pytest.mark.parametrize("text, tokens", [
+    ("Summarize in at most 300 tokens.", 300),
+    ("Keep it under 2,000 tokens", 2000),
+    ("Write no more than 150 words.", 200),
+    ("within 800 characters please", 200),
+    ("Write a 600-word summary of the work.", 800),
+    ("Summarize the conversation.", None),
+    ("There were 300 tokens in the log", None),
+])
+def test_stated_budget(text: str, tokens: int | None) -> None:
+    assert stated_budget([text]) == tokens
+
+
+def test_a_custom_prompt_stating_a_length_changes_the_length() -> None:
+    session = generated_session(200)
+    transcript = render_transcript([Message.from_openai(m) for m in session[1:]])
+    short = prompts.build_request("Condense this in at most 90 words.", transcript)
+    long = prompts.build_request(prompts.SPLIT_PROMPT, transcript)
+    assert summary_budget(short) == 120
+    assert len(extractive_summary(short)) // 4 <= 120
+    assert len(extractive_summary(long)) // 4 > 120
+    assert summary_budget(short, 400) == 400  # max_tokens wins over the prompt
+    assert len(extractive_summary(short, budget_tokens=400)) // 4 > 300
+
+
+def test_an_agent_system_prompt_is_not_the_summarizer_s_length() -> None:
+    native = [{"role": "system", "content": "Answer in at most 20 words."}, *generated_session(100)[1:]]
+    assert summary_budget(native) == DEFAULT_BUDGET_TOKENS
+    appended = [*native, {"role": "user", "content": prompts.STRUCTURED_PROMPT + " Use at most 300 tokens."}]
+    assert summary_budget(appended) == 300
+
+
+def test_default_budget_is_never_more_than_half_the_material() -> None:
+    assert summary_budget(generated_session(400)) == DEFAULT_BUDGET_TOKENS
+    small = [{"role": "user", "content": "x" * 800}]
+    assert summary_budget(small) == 100  # 200 tokens of material
+
+
+# ------------------------------------------------------------------------------------------------
+# reading requests
 
 
 def test_reads_strategy_requests_and_carries_existing_summary_forward() -> None:
-    earlier = extractive_summary(CONVERSATION)
+    earlier = extractive_summary(CONVERSATION, budget_tokens=600)
     new = [Message(role="assistant", content="Moved ReplayState; now editing docs/guide.md"),
            Message(role="user", content="Finally, bump the version to 0.9.1")]
     request = prompts.build_request(prompts.PROGRESSIVE_PROMPT, render_transcript(new), earlier)
-    summary = extractive_summary(request)
+    summary = extractive_summary(request, budget_tokens=600)
     assert "maintain a running summary" not in summary  # instructions are not material
-    for needle in ("src/workbench/replay.py", "ImportError", "We must keep Python 3.11", "docs/guide.md",
-                   "0.9.1"):
+    for needle in ("src/workbench/replay.py", "ImportError", "docs/guide.md", "0.9.1"):
         assert needle in summary
-    assert sections(summary)["Last request"].strip() == "> Finally, bump the version to 0.9.1"
+    found = sections(summary)
+    assert found["Last request"].strip() == "> Finally, bump the version to 0.9.1"
+    assert TASK[:60] in found["Task"]  # the task the earlier summary carried, not the newest message
+    assert "Moved ReplayState; now editing docs/guide.md" in found["Latest progress"]
+
+
+def test_a_model_written_existing_summary_is_carried_forward() -> None:
+    earlier = ("1. Primary Request: port the parser to Rust.\n2. Files and code:\n"
+               "   - `crates/parser/src/lexer.rs`: the tokenizer, `TokenKind::Ident` added\n"
+               "3. Errors: error[E0382]: borrow of moved value in parse_expr\n")
+    new = [Message(role="assistant", content="Now fixing parse_expr."), Message(role="user", content="go on")]
+    summary = extractive_summary(prompts.build_request(prompts.SPLIT_PROMPT, render_transcript(new), earlier),
+                                 budget_tokens=400)
+    for needle in ("crates/parser/src/lexer.rs", "TokenKind::Ident", "error[E0382]: borrow of moved value",
+                   "parse_expr"):
+        assert needle in summary
+    assert sections(summary)["Task"].strip() == "> port the parser to Rust."
 
 
 def test_last_request_falls_back_to_the_existing_summary() -> None:
-    earlier = extractive_summary(CONVERSATION)
+    earlier = extractive_summary(CONVERSATION, budget_tokens=600)
     request = prompts.build_request(prompts.SPLIT_PROMPT,
                                     render_transcript([Message(role="assistant", content="Working on it.")]), earlier)
-    assert "> OK. Then update CHANGELOG.md" in extractive_summary(request)
+    assert "> OK. Then update CHANGELOG.md" in extractive_summary(request, budget_tokens=600)
+
+
+def test_native_conversation_with_the_prompt_appended() -> None:
+    # summarize_full (001) sends the conversation itself with the instructions as a last user message
+    request = [*CONVERSATION, {"role": "user", "content": prompts.STRUCTURED_PROMPT}]
+    summary = extractive_summary(request, budget_tokens=600)
+    assert sections(summary)["Last request"].strip().startswith("> OK. Then update CHANGELOG.md")
+    assert "condense the working history" not in summary
+    # a short request to summarize something is the user's, not instructions
+    asked = [*CONVERSATION, {"role": "user", "content": "Summarize what failed."}]
+    assert sections(extractive_summary(asked, budget_tokens=600))["Last request"].strip() == \
+        "> Summarize what failed."
 
 
 def test_placeholder_prompt_and_transcript_parsing() -> None:
@@ -143,17 +277,17 @@ def test_placeholder_prompt_and_transcript_parsing() -> None:
     request = prompts.build_request("Summarize:\n{transcript}\nDone.", transcript)
     existing, blocks = read_input(request)
     assert existing == [] and [role for role, _ in blocks] == ["user", "assistant", "tool"]
-    summary = extractive_summary(request)
+    summary = extractive_summary(request, budget_tokens=200)
     assert "build/rules.mk" in summary and "Makefile" in summary and "Summarize:" not in summary
 
 
 @pytest.mark.parametrize("messages, expected", [
     ([], "No conversation content to summarize."),
-    ([{"role": "user", "content": "hello there"}], "## Last request\n> hello there"),
-    ([{"role": "assistant", "content": "just chatting"}], "## Notes\n- just chatting"),
+    ([{"role": "user", "content": "hello there"}], "## Task\n> hello there"),
+    ([{"role": "assistant", "content": "just chatting"}], "## Latest progress\n- just chatting"),
     ([{"role": "user", "content": [{"type": "text", "text": "see the chart"},
                                    {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}],
-     "## Last request\n> see the chart"),
+     "## Task\n> see the chart"),
 ])
 def test_edge_inputs(messages: list[dict[str, Any]], expected: str) -> None:
     assert extractive_summary(messages) == expected
@@ -165,74 +299,75 @@ def test_request_tokens_heuristic() -> None:
 
 
 # ------------------------------------------------------------------------------------------------
-# the LiteLLM provider: real litellm calls
+# it says what it is
 
 
-@pytest.fixture(scope="module")
-def litellm_module():
-    assert os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP") == "True"  # set by importing workbench
-    install_import_hook()
-    import litellm
-
-    register(litellm)
-    return litellm
-
-
-def test_litellm_completion(litellm_module) -> None:
-    response = litellm_module.completion(model="workbench/extractive", messages=CONVERSATION)
-    text = response.choices[0].message.content
-    assert text == extractive_summary(CONVERSATION)
-    assert response.choices[0].finish_reason == "stop"
-    assert response.usage.prompt_tokens == request_tokens(CONVERSATION)
-    assert response.usage.completion_tokens == len(text) // 4
-    assert response.usage.total_tokens == response.usage.prompt_tokens + response.usage.completion_tokens
+@pytest.mark.parametrize("model, expected", [
+    ("workbench/extractive", True),
+    ("WORKBENCH/extractive", True),
+    ("openai/gpt-4o-mini", False),
+    ("extractive", False),
+    (None, False),
+    ("", False),
+])
+def test_is_offline_baseline(model: str | None, expected: bool) -> None:
+    assert is_offline_baseline(model) is expected
 
 
-def test_litellm_max_tokens_is_the_budget(litellm_module) -> None:
-    response = litellm_module.completion(model="workbench/extractive", messages=CONVERSATION, max_tokens=60)
-    assert response.choices[0].message.content == extractive_summary(CONVERSATION, budget_tokens=60)
-    assert response.usage.completion_tokens <= 60
+def test_label_says_it_is_not_a_model() -> None:
+    assert "offline" in OFFLINE_BASELINE_LABEL and "not a model" in OFFLINE_BASELINE_LABEL
 
 
-def test_litellm_acompletion(litellm_module) -> None:
-    response = asyncio.run(litellm_module.acompletion(model="workbench/extractive", messages=CONVERSATION))
-    assert response.choices[0].message.content == extractive_summary(CONVERSATION)
-    assert response.usage.prompt_tokens > 0
+# ------------------------------------------------------------------------------------------------
+# term retention against the summaries Claude Code recorded (../shared/sessions/claude-code)
+
+_TOKEN = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./:@#-]*[A-Za-z0-9_]")
+_EXTENSION = re.compile(r"\.[A-Za-z][A-Za-z0-9]{0,5}$")
 
 
-def test_register_is_idempotent(litellm_module) -> None:
-    first = register(litellm_module)
-    install_import_hook()
-    assert register(litellm_module) is first
-    entries = [e for e in litellm_module.custom_provider_map if e["provider"] == "workbench"]
-    assert len(entries) == 1 and entries[0]["custom_handler"] is first
-    assert "workbench" in litellm_module._custom_providers
-    assert sum(isinstance(f, LiteLLMImportHook) for f in sys.meta_path) <= 1  # never installed twice
+def salient_terms(text: str) -> set[str]:
+    """Paths, identifiers and numbers of a text, by a definition independent of the summarizer's own:
+    a word with '/' that ends in an extension or has two '/'; a word with '_', a lower-to-upper
+    case change, a dotted name, a file name, or a hyphen and a digit; else a word of 2+ characters with a digit."""
+    terms = set()
+    for match in _TOKEN.finditer(text):
+        word = match.group(0)
+        if "/" in word:
+            if _EXTENSION.search(word) or word.count("/") >= 2:
+                terms.add(word)
+        elif ("_" in word or re.search(r"[a-z][A-Z]", word) or re.search(r"[A-Za-z]\.[A-Za-z]", word)
+              or ("-" in word and re.search(r"\d", word))):
+            terms.add(word)
+        elif re.search(r"\d", word) and len(word) >= 2:
+            terms.add(word)
+    return terms
 
 
-def test_unknown_workbench_model_is_an_error(litellm_module) -> None:
-    with pytest.raises(Exception, match="serves only workbench/extractive"):
-        litellm_module.completion(model="workbench/abstractive", messages=CONVERSATION)
+#: Mean retention of the summarizer this one replaced, measured with `salient_terms` on the same
+#: recordings at the recorded summaries' lengths (0.656-0.779 each; at its fixed ~1,200 tokens,
+#: which it wrote whatever the budget, 0.430). This one: 0.82-0.93, mean 0.858.
+RETENTION_BEFORE = 0.630
 
 
-def test_import_hook_registers_on_import_in_a_fresh_process() -> None:
-    hooked_by_package = "install_import_hook" in Path(workbench.__file__).read_text()
-    script = "\n".join([
-        "import sys",
-        "import workbench",
-        *([] if hooked_by_package else
-          ["from workbench.extractive import install_import_hook", "install_import_hook()"]),
-        "assert 'litellm' not in sys.modules, 'litellm was imported eagerly'",
-        "import litellm",
-        "r = litellm.completion(model='workbench/extractive', messages=["
-        "{'role': 'user', 'content': 'Please rename parse_args in cli/main.py'}])",
-        "print(r.choices[0].message.content)",
-        "print('USAGE', r.usage.prompt_tokens, r.usage.completion_tokens)",
-    ])
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=REPO,
-                          timeout=120)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert "cli/main.py" in done.stdout and "> Please rename parse_args in cli/main.py" in done.stdout
-    prompt_tokens = len("Please rename parse_args in cli/main.py") // 4 + 4
-    assert f"USAGE {prompt_tokens} " in done.stdout
+def test_term_retention_of_recorded_claude_code_summaries(shared_sessions: Path) -> None:
+    import workbench as wb
+
+    shares = []
+    for path in sorted((shared_sessions / "claude-code").rglob("*.jsonl")):
+        if "subagents" in path.parts:
+            continue
+        for session in wb.load(str(path)):
+            for compaction in session.recorded_compactions:
+                if not compaction.summary:
+                    continue
+                before = [m.to_openai() for m in session.messages[:compaction.message_index]]
+                wanted = salient_terms(compaction.summary)
+                summary = extractive_summary(before, budget_tokens=len(compaction.summary) // 4)
+                assert len(summary) // 4 <= len(compaction.summary) // 4
+                shares.append(sum(term in summary for term in wanted) / len(wanted))
+    if not shares:
+        pytest.skip("no recorded Claude Code compaction in the shared sessions")
+    mean = sum(shares) / len(shares)
+    print(f"term retention per recorded compaction: {[round(s, 3) for s in shares]}, mean {mean:.3f}")
+    assert mean >= RETENTION_BEFORE + 0.15, shares
+    assert min(shares) >= 0.75, shares

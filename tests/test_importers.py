@@ -4,6 +4,7 @@ recorded file under ../shared/sessions (skipped when that folder is absent)."""
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import conversation
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -25,7 +27,16 @@ from workbench.importers import (
     iter_sessions,
     load,
 )
-from workbench.session import NO_RESULT_TEXT, ROLES, Session, tool_pairing_problems
+from workbench.importers._common import call_usage
+from workbench.session import (
+    NO_RESULT_TEXT,
+    ROLES,
+    Probe,
+    RecordedCompaction,
+    Session,
+    recorded_input_tokens,
+    tool_pairing_problems,
+)
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "sessions"
 
@@ -58,6 +69,12 @@ def check_session(session: Session, fmt: str) -> None:
             assert follow == ids, "each call's result comes right after it, in call order"
             for call in message.tool_calls:
                 json.loads(call.arguments)
+
+
+def usage(uncached: int, cache_read: int, cache_write: int, output: int) -> dict[str, int]:
+    """A normalised per-call usage record."""
+    return {"input_tokens": uncached, "cache_read_input_tokens": cache_read,
+            "cache_creation_input_tokens": cache_write, "output_tokens": output}
 
 
 def roles(session: Session) -> list[str]:
@@ -294,6 +311,44 @@ def openhands_eval_fixture(tmp: Path) -> Path:
     return write_jsonl(tmp / "output.jsonl", [one, two])
 
 
+RESOLVER_TASK = "Please fix the following issue for the repository in /workspace.\n# Problem Statement\nAdd a license"
+
+
+def resolver_history() -> list[dict[str, Any]]:
+    """The flat events early resolver runs wrote: fields inline, no `source`, `id` or `args`."""
+    return [
+        {"content": RESOLVER_TASK, "images_urls": None, "wait_for_response": False, "action": "message",
+         "action_risk": None},
+        {"command": "touch LICENSE", "thought": "Create the file first.", "keep_prompt": True, "action": "run",
+         "is_confirmed": "confirmed", "action_risk": None},
+        {"content": "\r\nroot@box:/workspace # ", "command_id": -1, "command": "touch LICENSE", "exit_code": 0,
+         "observation": "run"},
+        {"code": "open('LICENSE', 'w').write('MIT')", "thought": "Now the text.", "action": "run_ipython",
+         "is_confirmed": "confirmed", "kernel_init_code": "from agentskills import *"},
+        {"content": "[Jupyter current working directory: /workspace]", "code": "open('LICENSE', 'w')",
+         "observation": "run_ipython"},
+        {"content": "Which year should the copyright name?", "images_urls": None, "wait_for_response": True,
+         "action": "message"},
+        {"content": "2024, please.", "images_urls": None, "wait_for_response": False, "action": "message"},
+        {"outputs": {}, "thought": "The license is added.", "action": "finish"},
+    ]
+
+
+def openhands_resolver_fixture(tmp: Path) -> Path:
+    """Resolver output (`ResolverOutput`): one run per line; the second holds modern events as
+    `[action, observation]` pairs, as older eval outputs wrote them."""
+    base = {"issue_type": "issue", "instruction": RESOLVER_TASK, "base_commit": "", "git_patch": "diff --git a b",
+            "metrics": {"accumulated_cost": 0.07, "costs": [0.01, 0.02]}, "comment_success": None,
+            "result_explanation": "Added.", "error": None}
+    one = {"issue": {"owner": "acme", "repo": "viewer", "number": 5, "title": "Add MIT license", "body": "b"},
+           **base, "history": resolver_history(), "success": True}
+    events = openhands_v0_events()
+    pairs = [[events[1], {"id": -1, "source": "agent", "observation": "null", "content": ""}], [events[4], events[7]]]
+    two = {"issue": {"owner": "acme", "repo": "viewer", "number": 6, "title": "Dark mode", "body": "b"},
+           **base, "history": pairs, "success": False}
+    return write_jsonl(tmp / "resolver" / "output.jsonl", [one, two])
+
+
 def openhands_v1_fixture(tmp: Path) -> Path:
     events = [
         {"kind": "ConversationStateUpdateEvent", "id": "e0", "source": "environment", "key": "execution_status",
@@ -376,19 +431,89 @@ def aider_fixture(tmp: Path) -> Path:
     return path
 
 
+def exported_sessions() -> list[Session]:
+    """Sessions carrying everything an export must keep: probes, importance, origins, usage,
+    tool schemas and a recorded compaction."""
+    recorded = usage(5, 90, 0, 7)
+    messages = [m.replace(metadata={"usage": recorded}) if m.role == "assistant" else m for m in conversation(3)]
+    messages[1] = messages[1].replace(importance=10.0)
+    first = Session.from_messages(
+        messages, dataset="exported", probes=[Probe("Which file fails?", "src/app.py", "recall", 1)],
+        tools=({"type": "function", "function": {"name": "read_file"}},),
+        metadata={"recorded_compactions": [RecordedCompaction(2, 4, "auto", 9000, "Summary so far.").to_dict()]})
+    second = Session.from_messages(conversation(1), dataset="exported")
+    return [first, second]
+
+
+def workbench_fixture(tmp: Path) -> Path:
+    """A gzip'd export in the layout of the bundled samples."""
+    lines = [{"id": s.id, "dataset": s.dataset, "messages": [m.to_openai(extras=True) for m in s.messages],
+              "tools": [dict(t) for t in s.tools], "probes": [p.to_dict() for p in s.probes],
+              "metadata": dict(s.metadata)} for s in exported_sessions()]
+    path = tmp / "export" / "exported.jsonl.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(gzip.compress("".join(json.dumps(line) + "\n" for line in lines).encode()))
+    return path
+
+
 FIXTURES: dict[str, Callable[[Path], Path]] = {
     "openai": openai_fixture, "anthropic": anthropic_fixture, "claude-code": claude_code_fixture,
     "codex": codex_fixture, "swe-agent": swe_agent_fixture, "mini-swe-agent": mini_swe_agent_fixture,
-    "openhands": openhands_fixture, "aider": aider_fixture,
+    "openhands": openhands_fixture, "aider": aider_fixture, "workbench": workbench_fixture,
 }
 
 
 # --------------------------------------------------------------------------- per-format tests
 
 
+_U = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens", "output_tokens")
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (usage(10, 900, 7, 5),
+     (10, 900, 7, 5)),  # Anthropic / Claude Code: input excludes the cache kinds
+    ({"prompt_tokens": 120, "completion_tokens": 30, "prompt_tokens_details": {"cached_tokens": 100}},
+     (20, 100, 0, 30)),  # OpenAI chat: prompt includes cached reads
+    ({"input_tokens": 900, "cached_input_tokens": 800, "output_tokens": 40, "reasoning_output_tokens": 9},
+     (100, 800, 0, 40)),  # Codex last_token_usage
+    ({"input_tokens": 50, "input_tokens_details": {"cached_tokens": 30}, "output_tokens": 2},
+     (20, 30, 0, 2)),  # Responses API
+    ({"model": "m", "prompt_tokens": 1000, "completion_tokens": 9, "cache_read_tokens": 600,
+      "cache_write_tokens": 300, "response_id": "r1"}, (100, 600, 300, 9)),  # OpenHands TokenUsage
+    ({"prompt_tokens": 5}, (5, 0, 0, 0)),
+    ({"model": "m"}, None), ({}, None), ("12", None), (None, None),
+])
+def test_call_usage_normalises_every_vocabulary(raw: Any, expected: tuple[int, ...] | None) -> None:
+    usage = call_usage(raw)
+    assert usage == (dict(zip(_U, expected, strict=True)) if expected else None)
+    if usage:
+        message = Session.from_messages([{"role": "assistant", "content": "x", "metadata": {"usage": usage}}])
+        assert recorded_input_tokens(message.messages[0]) == sum(expected[:3])
+
+
+_OTHER_SHAPES: dict[str, Callable[[Path], Path]] = {
+    **FIXTURES, "openhands-eval": openhands_eval_fixture, "openhands-v1": openhands_v1_fixture,
+    "openhands-resolver": openhands_resolver_fixture,
+}
+
+
+@pytest.mark.parametrize("forced", FORMATS)
+@pytest.mark.parametrize("shape", sorted(_OTHER_SHAPES))
+def test_a_forced_format_never_imports_another_formats_file(tmp_path: Path, forced: str, shape: str) -> None:
+    """`--format X` on a file written in another format fails with a FormatError naming the file
+    (and the line for line-based files) instead of importing a mangled session."""
+    if shape == forced or shape.startswith(forced + "-"):
+        pytest.skip("the file is of the forced format")
+    path = _OTHER_SHAPES[shape](tmp_path)
+    with pytest.raises(FormatError) as info:
+        load(path, format=forced)
+    assert str(path) in str(info.value)
+    assert info.value.__cause__ is None, f"{forced} crashed inside instead of rejecting: {info.value}"
+
+
 def test_formats_tuple() -> None:
     assert FORMATS == ("openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
-                       "openhands", "aider")
+                       "openhands", "aider", "workbench")
     assert set(FIXTURES) == set(FORMATS)
 
 
@@ -400,7 +525,7 @@ def test_fixture_detects_and_loads(tmp_path: Path, fmt: str) -> None:
     assert sessions
     for session in sessions:
         check_session(session, fmt)
-        assert session.dataset == fmt
+        assert session.dataset == ("exported" if fmt == "workbench" else fmt), "exports keep their datasets"
         assert session.metadata["source"] == path.name
     assert [s.id for s in load(path, format=fmt, dataset="mine")] == [s.id for s in sessions]
     assert {s.dataset for s in load(path, dataset="mine")} == {"mine"}
@@ -415,13 +540,14 @@ def test_openai_list(tmp_path: Path) -> None:
     assert [c.id for c in call_msg.tool_calls] == ["c1", "c2"]
     assert json.loads(call_msg.tool_calls[1].arguments) == {"path": "b.py"}
     assert [session.messages[3].text, session.messages[4].text] == ["A", "B"], "results follow call order"
-    assert call_msg.metadata["usage"] == {"prompt_tokens": 120, "completion_tokens": 30, "cached_tokens": 100}
+    assert call_msg.metadata["usage"] == usage(20, 100, 0, 30), "prompt_tokens include the cached reads"
+    assert recorded_input_tokens(call_msg) == 120
     stray = session.messages[5]
     assert stray.role == "user" and stray.metadata["stray_tool_result"] and stray.text == "nobody asked"
     assert session.messages[6].metadata["finish_reason"] == "length"
     stub = session.messages[-1]
     assert stub.content == NO_RESULT_TEXT and stub.metadata == {"no_result_recorded": True}
-    assert session.metadata["usage_totals"]["completion_tokens"] == 4126
+    assert session.metadata["usage_totals"]["output_tokens"] == 4126
 
 
 def test_openai_jsonl_layouts_and_litellm_log(tmp_path: Path) -> None:
@@ -443,7 +569,7 @@ def test_openai_jsonl_layouts_and_litellm_log(tmp_path: Path) -> None:
     (logged,) = load(write_json(tmp_path / "log.json", log))
     last = logged.messages[-1]
     assert last.role == "assistant" and last.text == "partial"
-    assert last.metadata["finish_reason"] == "length" and last.metadata["usage"]["completion_tokens"] == 9
+    assert last.metadata["finish_reason"] == "length" and last.metadata["usage"]["output_tokens"] == 9
     assert logged.metadata["model"] == "m1"
 
 
@@ -472,7 +598,8 @@ def test_anthropic_request(tmp_path: Path) -> None:
     assert session.messages[5].text == "Continue."
     final = session.messages[6]
     assert final.metadata["finish_reason"] == "length"
-    assert final.metadata["usage"] == {"input_tokens": 50, "output_tokens": 8, "cache_read_input_tokens": 40}
+    assert final.metadata["usage"] == usage(50, 40, 0, 8)
+    assert recorded_input_tokens(final) == 90
     assert session.tools[0]["function"]["name"] == "bash"
     assert session.metadata["model"] == "claude-sonnet-4"
 
@@ -482,21 +609,22 @@ def test_claude_code_merge_pairing_and_compaction(tmp_path: Path) -> None:
     kinds = [s.metadata["claude_code_kind"] for s in sessions]
     assert kinds == ["main", "sidechain"]
     main, side = sessions
-    assert roles(main) == ["user", "assistant", "tool", "tool", "assistant", "user", "user", "assistant", "tool",
+    assert roles(main) == ["user", "assistant", "tool", "tool", "assistant", "user", "assistant", "tool",
                            "user", "user"]
     merged = main.messages[1]
     assert merged.text == "Looking." and merged.metadata["thinking"] == "hmm"
     assert [c.id for c in merged.tool_calls] == ["t1", "t2"], "lines sharing message.id form one message"
     assert merged.metadata["usage"]["output_tokens"] == 50, "usage comes from the last line of the message"
-    assert merged.metadata["usage"]["cache_read_input_tokens"] == 900
+    assert merged.metadata["usage"] == usage(10, 900, 7, 50)
+    assert recorded_input_tokens(merged) == 917
     assert merged.metadata["model"] == "claude-opus"
     assert main.messages[3].metadata.get("is_error") is True
-    summary = main.messages[5]
-    assert summary.metadata["compact_summary"] is True and summary.role == "user"
-    assert main.metadata["recorded_compactions"] == [{
-        "message_index": 5, "trigger": "auto", "pre_tokens": 155000,
-        "summary": "This session is being continued. Summary: parser fixed.", "timestamp": "2025-01-01T00:00:02Z"}]
-    interrupted = main.messages[8]
+    assert main.messages[5].text == "now run the tests", "the recorded summary is not a message"
+    assert main.recorded_compactions == (RecordedCompaction(
+        call_index=2, message_index=5, trigger="auto", tokens_before=155000,
+        summary="This session is being continued. Summary: parser fixed."),)
+    assert main.metadata["recorded_compactions"][0]["timestamp"] == "2025-01-01T00:00:02Z"
+    interrupted = main.messages[7]
     assert interrupted.content == NO_RESULT_TEXT and interrupted.metadata["no_result_recorded"] is True
     assert main.messages[-1].metadata["stray_tool_result"] is True
     assert main.metadata["titles"] == ["Fixing the parser"]
@@ -526,20 +654,19 @@ def test_claude_code_subagent_files(tmp_path: Path) -> None:
 
 def test_codex_rollout(tmp_path: Path) -> None:
     (session,) = load(codex_fixture(tmp_path))
-    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "assistant", "user", "system",
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "assistant", "system",
                               "assistant", "tool"]
     calls = session.messages[2]
     assert [c.id for c in calls.tool_calls] == ["f1", "f2"]
     assert [session.messages[3].text, session.messages[4].text] == ["a b", "/w"]
     assert calls.metadata["thinking"] == "plan" and calls.metadata["model"] == "gpt-5-codex"
-    assert calls.metadata["usage"] == {"input_tokens": 900, "cached_input_tokens": 800, "output_tokens": 40}
+    assert calls.metadata["usage"] == usage(100, 800, 0, 40), "input_tokens include the cached ones"
     assert session.messages[5].text == "Two files."
-    assert session.messages[6].metadata["compact_summary"] is True
-    compaction = session.metadata["recorded_compactions"][0]
-    assert compaction["message_index"] == 6 and compaction["summary"] == "Summary: listed files."
-    patch = session.messages[8].tool_calls[0]
+    assert session.recorded_compactions == (RecordedCompaction(
+        call_index=2, message_index=6, trigger=None, tokens_before=940, summary="Summary: listed files."),)
+    patch = session.messages[7].tool_calls[0]
     assert patch.name == "apply_patch" and json.loads(patch.arguments) == {"input": "*** Begin Patch"}
-    assert session.messages[9].metadata["no_result_recorded"] is True
+    assert session.messages[8].metadata["no_result_recorded"] is True
     assert session.metadata["context_window"] == 272000 and session.metadata["session_id"] == "sess-1"
 
 
@@ -568,7 +695,7 @@ def test_mini_swe_agent_both_shapes(tmp_path: Path) -> None:
     (session,) = load(mini_swe_agent_fixture(tmp_path))
     assert roles(session) == ["system", "user", "assistant", "user", "user", "assistant", "tool"]
     first = session.messages[2]
-    assert first.metadata["usage"] == {"prompt_tokens": 10, "completion_tokens": 3}
+    assert first.metadata["usage"] == usage(10, 0, 0, 3)
     assert first.metadata["finish_reason"] == "stop" and first.metadata["model"] == "claude-sonnet-4"
     assert session.messages[4].metadata["interrupt_type"] == "FormatError"
     assert session.messages[5].metadata["finish_reason"] == "length"
@@ -591,7 +718,7 @@ def test_openhands_v0_events(tmp_path: Path) -> None:
     assert parallel.text == "Look around"
     assert json.loads(parallel.tool_calls[1].arguments) == {"command": "pwd"}
     assert [session.messages[3].text, session.messages[4].text] == ["game.py", "/workspace"], "paired by cause"
-    assert parallel.metadata["usage"] == {"prompt_tokens": 100, "completion_tokens": 20}
+    assert parallel.metadata["usage"] == usage(100, 0, 0, 20)
     assert parallel.metadata["finish_reason"] == "tool_calls"
     assert session.messages[6].metadata["no_result_recorded"] is True
 
@@ -613,17 +740,147 @@ def test_openhands_v1_events(tmp_path: Path) -> None:
     path = openhands_v1_fixture(tmp_path)
     assert detect(path) == "openhands"
     (session,) = load(path)
-    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "user", "user", "assistant"]
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "user", "assistant"]
     parallel = session.messages[2]
     assert [c.id for c in parallel.tool_calls] == ["c1", "c2"]
     assert parallel.text == "Two at once" and parallel.metadata["thinking"] == "deep"
     assert session.messages[3].text == "a b"
     assert session.messages[4].text == "boom" and session.messages[4].metadata["is_error"] is True
     assert session.messages[5].metadata["stray_tool_result"] is True
-    assert session.messages[6].metadata["compact_summary"] is True
-    assert session.metadata["recorded_compactions"][0]["message_index"] == 6
+    assert session.recorded_compactions == (RecordedCompaction(
+        call_index=1, message_index=6, trigger="auto", tokens_before=None, summary="So far: ls, pwd."),)
     assert session.metadata["recorded_totals"] == {"prompt_tokens": 7, "completion_tokens": 3}
     assert session.tools[0]["function"]["name"] == "terminal"
+
+
+def test_openhands_resolver_output_one_session_per_run(tmp_path: Path) -> None:
+    path = openhands_resolver_fixture(tmp_path)
+    assert detect(path) == "openhands"
+    flat, paired = load(path)
+    assert [flat.metadata["instance_id"], paired.metadata["instance_id"]] == ["acme/viewer#5", "acme/viewer#6"]
+    assert flat.metadata["openhands_kind"] == "resolver" and flat.metadata["success"] is True
+    assert flat.metadata["cost"] == 0.07
+    assert roles(flat) == ["user", "assistant", "user", "assistant", "user", "assistant", "user", "assistant"]
+    assert flat.messages[0].text == RESOLVER_TASK and "from_instruction" not in flat.messages[0].metadata
+    assert flat.messages[1].text == "Create the file first.\n\n<execute_bash>\ntouch LICENSE\n</execute_bash>"
+    assert "<execute_ipython>" in flat.messages[3].text and "write('MIT')" in flat.messages[3].text
+    assert flat.messages[2].text == "\r\nroot@box:/workspace # ", "observations reach the agent as user text"
+    assert [flat.messages[5].text, flat.messages[6].text] == ["Which year should the copyright name?",
+                                                                "2024, please."], "the agent asks, the user answers"
+    assert flat.messages[7].text == "The license is added."
+    assert roles(paired) == ["user", "assistant", "tool"], "[action, observation] pairs are unpacked"
+    assert paired.messages[2].text == "game.py"
+    for session in (flat, paired):
+        check_session(session, "openhands")
+
+
+def test_openhands_history_rejects_what_is_not_an_event(tmp_path: Path) -> None:
+    line = {"issue": {"repo": "r", "number": 1}, "instruction": "x",
+            "history": [resolver_history()[0], {"role": "user", "content": "hi"}]}
+    path = write_jsonl(tmp_path / "output.jsonl", [line, line])
+    with pytest.raises(FormatError) as info:
+        load(path, format="openhands")
+    assert info.value.line == 1 and "history[1] is not an OpenHands event" in str(info.value)
+
+
+def test_openhands_v0_condensation_is_a_recorded_compaction(tmp_path: Path) -> None:
+    events = openhands_v0_events()
+    summary = "USER_CONTEXT: make a game. DONE: listed the workspace."
+    condensed = [
+        *events[:8],
+        {"id": 10, "source": "user", "action": "condensation_request", "args": {}},
+        {"id": 11, "source": "agent", "action": "condensation",
+         "args": {"forgotten_events_start_id": 4, "forgotten_events_end_id": 7, "summary": summary,
+                  "summary_offset": 1}},
+        {"id": 12, "source": "environment", "observation": "agent_condensation", "content": summary},
+        {"id": 13, "source": "user", "action": "message", "args": {"content": "add a score"}},
+        *events[8:],
+        {"id": 14, "source": "agent", "action": "condensation", "args": {"forgotten_event_ids": [13],
+                                                                          "summary": None}},
+    ]
+    (session,) = load(write_json(tmp_path / "trajs" / "condensed.json", condensed))
+    assert roles(session) == ["system", "user", "assistant", "tool", "tool", "user", "assistant", "tool"]
+    assert all(summary not in m.text for m in session.messages), "the summary is never a message"
+    first, second = session.recorded_compactions
+    assert first == RecordedCompaction(call_index=1, message_index=5, trigger="manual", tokens_before=None,
+                                       summary=summary)
+    assert session.metadata["recorded_compactions"][0]["forgotten_events"] == 4
+    assert second == RecordedCompaction(call_index=2, message_index=8, trigger="auto", summary="")
+
+
+def test_openhands_v1_condensation_with_its_summary_event(tmp_path: Path) -> None:
+    path = openhands_v1_fixture(tmp_path)
+    events = [json.loads(line) for line in path.read_text().splitlines()]
+    at = next(i for i, e in enumerate(events) if e["kind"] == "CondensationSummaryEvent")
+    events.insert(at, {"kind": "Condensation", "id": "k1", "source": "environment",
+                       "forgotten_event_ids": ["a1", "o1"], "summary": "So far: ls, pwd.", "summary_offset": 1})
+    (session,) = load(write_jsonl(tmp_path / "v1.jsonl", events))
+    (compaction,) = session.recorded_compactions
+    assert compaction == RecordedCompaction(call_index=1, message_index=6, trigger="auto", summary="So far: ls, pwd.")
+    assert session.metadata["recorded_compactions"][0]["forgotten_events"] == 2
+    assert all("So far" not in m.text for m in session.messages)
+
+
+def test_workbench_exports_round_trip_plain_and_gzipped(tmp_path: Path) -> None:
+    expected = exported_sessions()
+    gzipped = workbench_fixture(tmp_path)
+    plain = tmp_path / "plain" / "exported.jsonl"
+    plain.parent.mkdir()
+    plain.write_bytes(gzip.decompress(gzipped.read_bytes()))
+    for path in (gzipped, plain):
+        assert detect(path) == "workbench"
+        sessions = load(path)
+        assert [s.id for s in sessions] == [s.id for s in expected]
+        assert [s.messages for s in sessions] == [s.messages for s in expected]
+        first = sessions[0]
+        assert first.probes == expected[0].probes and first.tools == expected[0].tools
+        assert first.messages[1].pinned and first.dataset == "exported"
+        assert first.recorded_compactions == expected[0].recorded_compactions
+        assert recorded_input_tokens(first.messages[2]) == 95
+    walked = load(tmp_path / "export")
+    assert [s.id for s in walked] == [s.id for s in expected], "folder walks read *.jsonl.gz"
+    assert {s.dataset for s in load(gzipped, dataset="mine")} == {"mine"}
+
+
+def test_the_bundled_samples_load_as_init_reads_them() -> None:
+    from workbench import samples
+
+    path = samples.bundled_folder() / "samples.jsonl.gz"
+    if not path.is_file():
+        pytest.skip("datasets/samples is not part of this install")
+    assert detect(path) == "workbench"
+    loaded = load(path)
+    bundled = samples.bundled_samples()
+    assert [(s.id, s.dataset, s.messages, s.probes) for s in loaded] == [
+        (s.id, s.dataset, s.messages, s.probes) for s in bundled]
+
+
+def test_a_damaged_gzip_export_is_a_format_error(tmp_path: Path) -> None:
+    data = workbench_fixture(tmp_path).read_bytes()
+    path = tmp_path / "cut.jsonl.gz"
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(FormatError) as info:
+        load(path)
+    assert str(path) in str(info.value)
+
+
+@pytest.mark.parametrize("version", ["v0", "v1"])
+def test_openhands_event_store_folder_is_one_session(tmp_path: Path, version: str) -> None:
+    if version == "v0":
+        events = openhands_v0_events()
+        reference = load(openhands_fixture(tmp_path / "ref"))[0]
+        names = [f"{i}.json" for i in range(len(events))]  # 10.json sorts before 2.json by name
+    else:
+        path = openhands_v1_fixture(tmp_path / "ref")
+        events = [json.loads(line) for line in path.read_text().splitlines()]
+        reference = load(path)[0]
+        names = [f"event-{i:05d}-{e['id']}.json" for i, e in enumerate(events)]
+    folder = tmp_path / "conversation" / "events"
+    for name, event in zip(names, events, strict=True):
+        write_json(folder / name, event)
+    (session,) = load(tmp_path / "conversation")
+    assert session.messages == reference.messages and session.metadata["event_files"] == len(events)
+    assert load(folder / names[1]) == [], "only the first event file yields the conversation"
 
 
 def test_aider_log(tmp_path: Path) -> None:
@@ -633,12 +890,12 @@ def test_aider_log(tmp_path: Path) -> None:
     assert roles(first) == ["user", "assistant", "assistant"]
     assert first.messages[0].text == "add a comment\nto the top of main.py"
     reply = first.messages[1]
-    assert reply.metadata["usage"] == {"prompt_tokens": 3200, "completion_tokens": 21}
+    assert reply.metadata["usage"] == usage(3200, 0, 0, 21)
     assert reply.metadata["cost"] == pytest.approx(0.0082)
     assert "Add file to the chat?" in reply.metadata["aider_output"]
     edit = first.messages[2]
     assert "> quoted text inside the reply" in edit.text and ">>>>>>> REPLACE" in edit.text
-    assert edit.metadata["usage"] == {"prompt_tokens": 4100, "completion_tokens": 1500}
+    assert edit.metadata["usage"] == usage(4100, 0, 0, 1500)
     assert first.metadata["model"] == "gpt-4o" and first.metadata["started_at"] == "2025-07-15 11:38:37"
     assert first.metadata["aider_version"] == "0.85.1"
     assert roles(second) == ["user", "assistant", "user", "user"], "a blank line ends a user message"
@@ -886,11 +1143,13 @@ def test_shared_recording(path: Path | None) -> None:
     calls = sum(len(m.tool_calls) for s in sessions for m in s.messages)
     if "marot__spotter" in str(path) and len(name) == 42 and "subagents" not in str(path):
         main = [s for s in sessions if s.metadata["claude_code_kind"] == "main"]
-        assert len(main) == 1 and len(main[0].metadata["recorded_compactions"]) == 1
-        compaction = main[0].metadata["recorded_compactions"][0]
-        assert compaction["trigger"] == "auto" and compaction["pre_tokens"] > 100_000
-        summary = main[0].messages[compaction["message_index"]]
-        assert summary.metadata["compact_summary"] is True
+        assert len(main) == 1 and len(main[0].recorded_compactions) == 1
+        (compaction,) = main[0].recorded_compactions
+        assert compaction.trigger == "auto" and compaction.tokens_before is not None
+        assert compaction.tokens_before > 100_000
+        assert compaction.summary.startswith("This session is being continued")
+        assert 0 < compaction.call_index < main[0].calls
+        assert main[0].messages[compaction.message_index - 1].role in ("assistant", "tool")
     if name.startswith("agent-acompact"):
         assert [s.metadata["claude_code_kind"] for s in sessions] == ["compaction_call"]
     if name.startswith("fe5e1c67"):
@@ -906,6 +1165,45 @@ def test_shared_recording(path: Path | None) -> None:
 
 
 @pytest.mark.shared
+def test_shared_recordings_keep_no_recorded_summary_in_any_message() -> None:
+    """The agents' own compactions are annotations: no imported session holds a recorded summary
+    (start, middle or end) in any message. The Claude Code compaction calls are the exception by
+    definition: their answer is the summary they wrote."""
+    if not SHARED.is_dir():
+        pytest.skip("../shared/sessions is not available")
+    sessions = load(SHARED)
+    summaries = [c.summary for s in sessions for c in s.recorded_compactions if c.summary]
+    assert len(summaries) >= 3, "every marot__spotter main session recorded one"
+    pieces = [t[k:k + 120] for t in summaries for k in (0, len(t) // 2, max(0, len(t) - 120))]
+    for session in sessions:
+        if session.metadata.get("claude_code_kind") == "compaction_call":
+            continue
+        for index, message in enumerate(session.messages):
+            text = message.text
+            assert not any(piece in text for piece in pieces), (session.metadata["source"], index)
+        for compaction in session.recorded_compactions:
+            assert 0 <= compaction.message_index <= len(session.messages)
+            assert compaction.call_index == sum(
+                1 for m in session.messages[:compaction.message_index] if m.role == "assistant")
+
+
+@pytest.mark.shared
+def test_shared_claude_code_calls_carry_their_usage() -> None:
+    if not SHARED.is_dir():
+        pytest.skip("../shared/sessions is not available")
+    sessions = [s for s in load(SHARED / "claude-code") if s.metadata["claude_code_kind"] == "main"]
+    assert sessions
+    for session in sessions:
+        calls = [m for m in session.messages if m.role == "assistant"]
+        counted = [recorded_input_tokens(m) for m in calls]
+        assert sum(c is not None for c in counted) >= 0.9 * len(calls), session.metadata["source"]
+        assert all(c is None or c > 0 for c in counted)
+        usage = next(m.metadata["usage"] for m in calls if m.metadata.get("usage"))
+        assert set(usage) == {"input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens",
+                              "output_tokens"}
+
+
+@pytest.mark.shared
 def test_shared_folder_walk() -> None:
     if not SHARED.is_dir():
         pytest.skip("../shared/sessions is not available")
@@ -913,4 +1211,4 @@ def test_shared_folder_walk() -> None:
     assert all(r.error is None for r in results), [str(r.error) for r in results if r.error]
     assert len(results) == len(_shared_files())
     formats = {s.format for r in results for s in r.sessions}
-    assert formats == set(FORMATS) - {"anthropic"}
+    assert formats == set(FORMATS) - {"anthropic", "workbench"}

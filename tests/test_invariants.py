@@ -40,6 +40,7 @@ STRATEGY_SPECS: dict[str, list[dict]] = {
     "pipeline": [{"steps": [{"kind": "tool_result_truncation", "max_chars": 200},
                             {"kind": "sliding_window", "window": 5}]}],
     "handoff": [{}, {"user_tokens": 50}],
+    "recorded": [{}],  # no session bound: the context is returned unchanged
 }
 
 # Kinds that only drop whole steps: the result is a subsequence of the input (same objects).
@@ -48,6 +49,8 @@ DROPPING = {"sliding_window", "hard_clear", "trim"}
 IN_PLACE = {"tool_result_truncation", "observation_masking", "clear_tool_uses"}
 # Kinds whose output must not hold more tokens than their input.
 NEVER_GROW = DROPPING | {"observation_masking", "clear_tool_uses"}
+# gent's kinds keep the task (the first real user message) outside what they compact (000).
+KEEPS_TASK = {"sliding_window", "summarize_progressive"}
 
 
 def _builtin_strategy_kinds() -> set[str]:
@@ -79,6 +82,10 @@ def check_strategy_invariants(kind: str, strategy, messages: list[Message], seve
     kept = {id(m) for m in result}
     lost = [m for m in messages if m.pinned and id(m) not in kept]
     assert not lost, f"{kind} lost pinned message(s): {[m.text[:40] for m in lost]}"
+
+    if kind in KEEPS_TASK:
+        task = next((m for m in _body if m.role == "user" and m.origin == "original"), None)
+        assert task is None or id(task) in kept, f"{kind} dropped the task (the first user message)"
 
     if kind in DROPPING:
         assert _is_subsequence(result, messages), "a dropping kind keeps the original objects in order"
@@ -137,6 +144,7 @@ TRIGGER_SPECS: dict[str, list[dict]] = {
     "guard": [{}, {"warn_threshold": 0.5, "hard_limit": 10_000, "min_available": 1000}],
     "any": [{"triggers": [{"kind": "pressure", "turns": 5}, {"kind": "guard", "hard_limit": 9000}]}],
     "all": [{"triggers": ["utilization", {"kind": "stat_threshold", "counters": {"iterations": 2}}]}],
+    "recorded": [{}],  # no session bound: never fires
 }
 
 TRIGGER_CASES = [(kind, params) for kind in sorted(TRIGGER_SPECS) for params in TRIGGER_SPECS[kind]]

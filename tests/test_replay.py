@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import pytest
 from builders import ScriptedSummarizer, agent_turns, assistant, conversation, system, user
@@ -37,7 +38,8 @@ def test_every_assistant_message_is_one_call_and_the_first_is_never_compacted():
 
 def test_context_is_measured_before_the_reply_is_appended():
     session = session_of(3, result_chars=40)
-    result = replay(session, config({"kind": "token_threshold", "threshold": 0}, {"kind": "sliding_window", "window": 1}))
+    result = replay(session, config({"kind": "token_threshold", "threshold": 0},
+                                    {"kind": "sliding_window", "window": 1}))
     for call in result.calls:
         sent = session.messages[:call.message_index]
         assert call.context_messages == len(sent)
@@ -86,20 +88,43 @@ def test_utilization_at_ratio_one_compacts_just_before_the_window_overflows():
     assert result.metrics["peak_context_tokens"] + LIMITS["max_output"] <= LIMITS["context_limit"]
 
 
-def test_overflow_gives_the_trigger_one_reactive_chance():
-    @wb.register_trigger("only_on_overflow_test")
-    @dataclass(frozen=True)
-    class OnlyOnOverflow:
-        def should_compact(self, view):
-            return view.overflow and view.reactive
+@wb.register_trigger("only_on_overflow_test")
+@dataclass(frozen=True)
+class OnlyOnOverflow:
+    """Fires only when asked again because the call would overflow; its design has the retry."""
 
-        def notify_compacted(self, view):
-            pass
+    overflow_retry: ClassVar[bool] = True
 
+    def should_compact(self, view):
+        return view.overflow and view.reactive
+
+    def notify_compacted(self, view):
+        pass
+
+
+def test_overflow_gives_a_trigger_whose_design_retries_one_reactive_chance():
     result = replay(session_of(45), config({"kind": "only_on_overflow_test"}, {"kind": "sliding_window", "window": 4}))
     assert result.termination == "completed"
     assert result.compactions and all(e.reactive for e in result.compactions)
     assert all(e.tokens_before + LIMITS["max_output"] > LIMITS["context_limit"] for e in result.compactions)
+
+
+def test_the_config_can_switch_the_designed_retry_off():
+    result = replay(session_of(45), config({"kind": "only_on_overflow_test"}, {"kind": "sliding_window", "window": 4},
+                                           overflow_retry=False))
+    assert result.termination == "context_overflow" and result.compactions == []
+
+
+@pytest.mark.parametrize("trigger", [{"kind": "token_threshold", "threshold": 0},
+                                     {"kind": "stat_threshold", "counters": {"iterations": 1000}}])
+def test_a_trigger_without_a_retry_ends_with_overflow_unless_the_config_asks(trigger):
+    window = {"kind": "sliding_window", "window": 4}
+    plain = replay(session_of(45), config(trigger, window))
+    assert plain.termination == "context_overflow" and plain.compactions == []
+    retried = replay(session_of(45), config(trigger, window, overflow_retry=True))
+    assert retried.termination == "completed"
+    assert retried.compactions and all(e.reactive for e in retried.compactions)
+    assert len(retried.calls) == session_of(45).calls
 
 
 def test_recorded_length_finish_reason_makes_the_next_check_reactive():
@@ -178,7 +203,12 @@ def test_cached_prefix_is_the_previous_context_until_a_compaction_breaks_it():
             assert call.cached_prefix_tokens == previous.context_tokens
     compacted = calls[6]
     assert compacted.compacted_before
-    assert compacted.cached_prefix_tokens == messages_tokens(session.messages[:1])  # only the system prompt
+    shared = []
+    for old, new in zip(result.context_at(5), result.context_at(6), strict=False):
+        if old is not new:
+            break
+        shared.append(new)
+    assert 0 < compacted.cached_prefix_tokens == messages_tokens(shared) < compacted.context_tokens
     assert result.metrics["cached_input_tokens"] == sum(c.cached_prefix_tokens for c in calls)
 
 
@@ -316,3 +346,69 @@ def test_a_rate_limit_is_retried_and_the_replay_completes(gateway):
         result = replay(session_of(8), http_config(server), gateway=gateway)
     assert result.termination == "completed"
     assert "summary after a wait" in result.compactions[0].summary
+
+
+# -- what a result tells about each call ---------------------------------------------------------
+
+def test_context_at_is_what_each_call_sent():
+    session = session_of(12)
+    result = replay(session, config({"kind": "stat_threshold", "counters": {"iterations": 4}},
+                                    {"kind": "sliding_window", "window": 2}))
+    for call in result.calls:
+        sent = result.context_at(call.index)
+        assert len(sent) == call.context_messages
+        assert messages_tokens(sent) == call.context_tokens
+        assert sent[-1] is not session.messages[call.message_index]
+    assert result.context_at(-1) == result.context_at(len(result.calls) - 1)
+    with pytest.raises(IndexError, match="out of range: the replay made 13 calls"):
+        result.context_at(13)
+
+
+def test_repr_is_short_and_says_what_ran():
+    result = replay(session_of(5), config({"kind": "pressure", "turns": 2}, {"kind": "sliding_window", "window": 2}))
+    text = repr(result)
+    assert text.startswith("<ReplayResult ") and "6 calls" in text and "completed" in text and len(text) < 200
+
+
+def test_stat_threshold_token_counters_include_the_summarizer_usage():
+    """Seed 000, summarization case 11: the summarizer's call increments the token counters."""
+    seen = []
+
+    @wb.register_trigger("input_counter_test")
+    @dataclass(frozen=True)
+    class Recorder:
+        def should_compact(self, view):
+            seen.append((view.call_index, view.counters["input_tokens"], view.counters["output_tokens"]))
+            return view.call_index == 5
+
+        def notify_compacted(self, view):
+            pass
+
+    summarizer = ScriptedSummarizer()
+    result = replay(session_of(10), config({"kind": "input_counter_test"}, SPLIT), summarizer=summarizer)
+    usage = result.compactions[0].summarizer_usage
+    assert usage["input_tokens"] > 0
+    calls_input = sum(c.context_tokens for c in result.calls[:6])
+    calls_output = sum(c.completion_tokens for c in result.calls[:6])
+    after = dict((i, (inp, out)) for i, inp, out in seen)[6]
+    assert after == (calls_input + usage["input_tokens"], calls_output + usage["output_tokens"])
+
+
+NON_LLM_KINDS = [
+    ({"kind": "utilization", "ratio": 0.6}, {"kind": "sliding_window", "window": 5}),
+    ({"kind": "utilization", "ratio": 0.6}, {"kind": "hard_clear", "keep_recent": 6}),
+    ({"kind": "pressure", "turns": 5}, {"kind": "trim", "keep_recent_turns": 3}),
+    ({"kind": "guard", "warn_threshold": 0.5, "hard_limit": 18_000},
+     {"kind": "tool_result_truncation", "max_chars": 300}),
+    ({"kind": "pressure", "turns": 3}, {"kind": "observation_masking", "keep_recent": 4}),
+    ({"kind": "stat_threshold", "counters": {"iterations": 4}}, {"kind": "clear_tool_uses", "keep": 3}),
+]
+
+
+@pytest.mark.parametrize("trigger, strategy", NON_LLM_KINDS)
+def test_non_llm_kinds_match_the_naive_recount_with_tool_schemas(trigger, strategy):
+    tools = ({"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},)
+    session = wb.Session.from_messages(conversation(25, result_chars=2000), tools=tools)
+    fast, slow = replay(session, config(trigger, strategy)), naive_replay(session, config(trigger, strategy))
+    assert fast.calls == slow.calls and fast.metrics == slow.metrics
+    assert [fast.context_at(i) for i in range(len(fast.calls))] == [slow.context_at(i) for i in range(len(slow.calls))]

@@ -8,7 +8,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 import workbench as wb
-from workbench.session import group_steps, split_leading_system, tool_pairing_problems
+from workbench.session import (
+    RecordedCompaction,
+    group_steps,
+    recorded_input_tokens,
+    split_leading_system,
+    tool_pairing_problems,
+)
 
 
 def test_message_round_trips_openai_dicts_with_extras():
@@ -65,7 +71,8 @@ def test_session_id_is_a_stable_content_hash():
 
 
 def test_probes_are_parsed_and_validated():
-    session = wb.Session.from_messages(conversation(1), probes=[{"question": "q?", "expected": "a", "kind": "decision"}])
+    session = wb.Session.from_messages(conversation(1),
+                                       probes=[{"question": "q?", "expected": "a", "kind": "decision"}])
     assert session.probes[0].kind == "decision" and session.probes[0].from_call == 0
     with pytest.raises(ValueError, match="probe kind"):
         wb.Probe("q", "a", kind="trivia")
@@ -85,3 +92,36 @@ def test_split_leading_system_partitions(roles):
     assert head + rest == messages
     assert all(m.role == "system" for m in head)
     assert not rest or rest[0].role != "system"
+
+
+# --------------------------------------------------------------------------- recorded compactions and usage
+
+
+def test_recorded_compactions_are_read_from_metadata_as_annotations():
+    messages = conversation(4)
+    entry = RecordedCompaction(call_index=2, message_index=6, trigger="auto", tokens_before=150_000,
+                               summary="the story so far")
+    session = wb.Session.from_messages(messages, metadata={"recorded_compactions": [entry.to_dict()]})
+    assert session.recorded_compactions == (entry,)
+    assert all(m.text != entry.summary for m in session.messages)
+    assert wb.Session.from_messages(messages).recorded_compactions == ()
+
+
+def test_recorded_compaction_from_older_entries_computes_the_call_index():
+    messages = conversation(4)  # system, user, then (assistant, tool) pairs
+    old = {"message_index": 6, "trigger": "manual", "pre_tokens": 1234, "summary": None, "timestamp": "t"}
+    (compaction,) = wb.Session.from_messages(messages, metadata={"recorded_compactions": [old]}).recorded_compactions
+    assert compaction == RecordedCompaction(call_index=2, message_index=6, trigger="manual", tokens_before=1234,
+                                            summary="")
+
+
+@pytest.mark.parametrize(("usage", "expected"), [
+    ({"input_tokens": 3, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 40, "output_tokens": 7}, 943),
+    ({"input_tokens": 12, "output_tokens": 7}, 12),
+    ({"output_tokens": 7}, None),
+    ("not a mapping", None),
+    (None, None),
+])
+def test_recorded_input_tokens_sums_the_three_input_kinds(usage, expected):
+    metadata = {} if usage is None else {"usage": usage}
+    assert recorded_input_tokens(assistant("done", metadata=metadata)) == expected

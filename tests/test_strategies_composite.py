@@ -135,7 +135,7 @@ def test_guard_select_fallback_delegates() -> None:
     with pytest.raises(SummarizerError):
         strategy.compact(context, warn_env)
     fallen = strategy.fallback(context, warn_env)
-    assert fallen[1].text.startswith("[Context truncated:")  # summarize_split's own fallback
+    assert fallen[1].text.startswith("[COMPACT SUMMARY]\n[Context truncated:")  # summarize_split's own fallback
     assert fallen == strategy.warn.fallback(context, warn_env)
     # hard_clear has no fallback of its own: the default one (keep the last 40 %)
     assert strategy.fallback(context, CompactionEnv(severity="critical")) == keep_last_fraction(context)
@@ -175,9 +175,37 @@ def test_pipeline_accumulates_summaries_and_completions() -> None:
         {"kind": "summarize_split", "preserve": 0.5}, {"kind": "summarize_progressive", "keep_recent": 2}]})
     env = CompactionEnv(summarizer=summarizer)
     result = pipeline.compact(Context(tuple(messages)), env)
-    assert len(env.completions) == 2 and len(env.summaries) == 2
+    assert len(env.completions) == 2
     assert "S1" in summarizer.prompts[1][1]["content"]  # the split summary was folded into the progressive one
     assert result[1].text.endswith("S2")
+    assert env.summaries == [result[1].text]  # S1 is no longer in the result: not reported
+
+
+def test_pipeline_reports_only_summaries_left_in_the_result() -> None:
+    """A later step that drops a summary (here a window of one step) leaves no summary to report."""
+    messages = session(10)
+    pipeline = build_strategy({"kind": "pipeline", "steps": [
+        {"kind": "summarize_split", "preserve": 0.5}, {"kind": "sliding_window", "window": 1}]})
+    env = CompactionEnv(summarizer=ScriptedSummarizer(responses=["S1"]))
+    result = pipeline.compact(Context(tuple(messages)), env)
+    assert not any(m.text.endswith("S1") for m in result)
+    assert env.summaries == [] and len(env.completions) == 1
+
+
+def test_pipeline_fallback_forgets_what_the_failed_attempt_recorded() -> None:
+    """Regression: a partly successful run (first step summarized, second failed) must not report
+    the first step's summary beside the fallback's result unless the fallback put it there."""
+    messages = session(10)
+    pipeline = build_strategy({"kind": "pipeline", "steps": [
+        {"kind": "summarize_split", "preserve": 0.5}, {"kind": "_test_failing"}]})
+    env = CompactionEnv(summarizer=ScriptedSummarizer(responses=["S1", RuntimeError("down")]))
+    context = Context(tuple(messages))
+    with pytest.raises(SummarizerError):
+        pipeline.compact(context, env)
+    assert len(env.summaries) == 1  # recorded by the first step before the second failed
+    result = pipeline.fallback(context, env)  # the rerun of the split step fails too: truncation
+    assert any("[Context truncated:" in m.text for m in result)
+    assert env.summaries == []
 
 
 def test_empty_pipeline_changes_nothing() -> None:

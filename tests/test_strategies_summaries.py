@@ -129,8 +129,8 @@ PROGRESSIVE_CASES = [
                           *_iterations(2, 2)],
                     steps=2, synthetic=1, kept_originals=0, pinned=1,
                     prompt_contains=["iteration 0", "iteration 3"], prompt_excludes=["PINNED-SECRET"]),
-    ProgressiveCase("7 multi-modal parts dropped", body=[IMAGE_USER, *_iterations(2)],
-                    steps=1, synthetic=1, prompt_contains=["look at this latency chart"],
+    ProgressiveCase("7 multi-modal parts dropped", body=[user("TASK: speed up the API"), IMAGE_USER, *_iterations(2)],
+                    steps=2, synthetic=1, prompt_contains=["look at this latency chart"],
                     prompt_excludes=["img.example", "image_url"]),
     ProgressiveCase("8 text-only iterations fully extracted", body=_iterations(3),
                     steps=1, synthetic=1,
@@ -158,19 +158,20 @@ def test_summarize_progressive(case: ProgressiveCase) -> None:
     if case.unchanged:
         assert result == messages and all(a is b for a, b in zip(result, messages, strict=False))
     body_steps = group_steps(result[1:])
+    summary_at = 2 if any(m.role == "user" and m.origin == "original" for m in case.body) else 1
     if case.steps is not None:
         assert len(body_steps) == case.steps
     if case.synthetic is not None:
         assert len(synthetic(result)) == case.synthetic
-        if case.synthetic:
-            assert result[1].origin == "compacted_synthetic" and result[1].role == "user"
+        if case.synthetic:  # after the task when there is one (gent keeps it outside the scratchpad)
+            assert result[summary_at].origin == "compacted_synthetic" and result[summary_at].role == "user"
     if case.kept_originals is not None:
         assert sum(1 for s in body_steps if not s.pinned and s.head.origin == "original") == case.kept_originals
     if case.pinned is not None:
         assert sum(1 for s in body_steps if s.pinned) == case.pinned
     if case.summary_contains:
-        assert case.summary_contains in result[1].text
-        assert env.summaries == [result[1].text]
+        assert case.summary_contains in result[summary_at].text
+        assert env.summaries == [result[summary_at].text]
     sent = prompt_text(summarizer.prompts[0]) if summarizer.prompts else ""
     for needle in case.prompt_contains:
         assert needle in sent
@@ -188,9 +189,40 @@ def test_summarize_progressive(case: ProgressiveCase) -> None:
 def test_progressive_keeps_recent_steps_as_same_objects() -> None:
     messages = [system(), user("Refactor the parser"), *_iterations(6)]
     result, _ = run({"kind": "summarize_progressive", "keep_recent": 2}, messages)
-    assert result[0] is messages[0]
-    assert all(a is b for a, b in zip(result[2:], messages[-4:], strict=False))
-    assert len(result) == 2 + 4
+    assert result[0] is messages[0] and result[1] is messages[1]  # the task stays, first
+    assert result[2].origin == "compacted_synthetic"
+    assert all(a is b for a, b in zip(result[3:], messages[-4:], strict=True))
+    assert len(result) == 3 + 4
+
+
+def test_progressive_never_summarizes_the_task() -> None:
+    """gent keeps the task outside the scratchpad: the first user message stays, first, unsummarized."""
+    task = user("TASK: make the importer stream large files")
+    later = user("also keep memory under 200 MB")
+    messages = [system(), *_iterations(1), task, *_iterations(2, 1), later, *_iterations(2, 3)]
+    summarizer = ScriptedSummarizer(responses=["first", "second"])
+    result, env = run({"kind": "summarize_progressive"}, messages, summarizer)
+    assert result[1] is task and result[2].origin == "compacted_synthetic" and len(result) == 3
+    sent = prompt_text(summarizer.prompts[0])
+    assert "TASK: make the importer" not in sent and "also keep memory" in sent and "iteration 0" in sent
+    again = build_strategy({"kind": "summarize_progressive"}).compact(
+        Context(tuple([*result, *_iterations(2, 10)])), env)
+    assert again[1] is task and again[2].text.endswith("second")
+    assert "first" in prompt_text(summarizer.prompts[1])  # the running summary is fed back
+
+
+def test_progressive_keeps_gents_order_summary_pinned_recent() -> None:
+    """000 rebuilds the scratchpad as [summary, pinned..., recent...]: a pinned step in the recent
+    window moves ahead of the recent steps."""
+    old_pinned, new_pinned = iteration(1, pinned=True), iteration(5, pinned=True)
+    messages = [system(), user("the task"), *iteration(0), *old_pinned, *_iterations(3, 2), *new_pinned,
+                *iteration(6)]
+    result, _ = run({"kind": "summarize_progressive", "keep_recent": 2}, messages)
+    check_invariants(messages, result)
+    recent = [*iteration(4), *iteration(6)]
+    assert result[:2] == messages[:2] and result[2].origin == "compacted_synthetic"
+    assert result[3:5] == old_pinned and result[5:7] == new_pinned
+    assert [m.text for m in result[7:]] == [m.text for m in recent]
 
 
 def test_progressive_custom_prompt_with_placeholders() -> None:
@@ -244,10 +276,17 @@ def test_summarize_full_replaces_history_and_quotes_last_request() -> None:
     assert (summary.role, summary.origin) == ("user", "compacted_synthetic")
     assert summary.text.startswith("1. Goals: caching ...")
     assert f"{prompts.LAST_REQUEST_LEAD}\n> Also make the TTL 300 seconds\n> and log misses" in summary.text
+    # 001: the native conversation, cleaned, with the prompt appended as the last user message
     request = summarizer.prompts[0]
-    assert request[0] == {"role": "system", "content": prompts.STRUCTURED_PROMPT}
-    transcript = transcript_of(request)
-    assert TOOL_NO_RESPONSE in transcript and AFTER_TOOLS_TEXT in transcript  # cleaned before summarizing
+    assert request[-1] == {"role": "user", "content": prompts.STRUCTURED_PROMPT}
+    native = request[:-1]
+    assert native[:5] == [m.to_openai() for m in messages[:5]]
+    assert [m["role"] for m in native] == ["system", "user", "assistant", "tool", "user", "assistant", "tool",
+                                           "assistant"]
+    assert native[6] == {"role": "tool", "content": TOOL_NO_RESPONSE, "tool_call_id": "c2", "name": "edit"}
+    assert native[7] == {"role": "assistant", "content": AFTER_TOOLS_TEXT}
+    assert tool_pairing_problems([Message.from_openai(m) for m in native]) == []
+    assert not any("<transcript>" in str(m["content"]) for m in request)  # nothing flattened
     assert env.summaries == [summary.text]
     assert len(env.completions) == 1
 
@@ -259,6 +298,14 @@ def test_summarize_full_replaces_history_and_quotes_last_request() -> None:
      [Message(role="user", content="summary", origin="compacted_synthetic",
               metadata={"last_user_request": "ship it"}), assistant("working")], "ship it"),
     ("no user message at all", [assistant("hello")], ""),
+    ("a recorded agent summary is not a request",
+     [user("the real request"), assistant("ok"),
+      user("This session is being continued from a previous conversation...", metadata={"compact_summary": True}),
+      assistant("resuming")], "the real request"),
+    ("a truncation placeholder is not a request",
+     [user("ship the fix"), Message(role="user", content="[Context truncated: 3 earlier messages were dropped]",
+                                    origin="compacted_synthetic", metadata={"compaction": "truncation"})],
+     "ship the fix"),
 ])
 def test_last_user_request(name: str, body: list[Message], expected: str) -> None:
     assert last_user_request(body) == expected
@@ -272,13 +319,52 @@ def test_summarize_full_keeps_pinned_after_summary_and_carries_request() -> None
     check_invariants(messages, first)
     assert [m.origin for m in first] == ["original", "compacted_synthetic", "original"]
     assert first[2] is pinned
-    assert "Never change" not in transcript_of(summarizer.prompts[0])  # pinned: kept, not summarized
+    assert "Never change" not in prompt_text(summarizer.prompts[0])  # pinned: kept, not summarized
     assert "> Now write the docs" in first[1].text
-    # compacting again: the earlier summary is the existing summary, and its request is carried over
+    # compacting again: the earlier summary is part of the native conversation, and its request is
+    # carried over
     second = build_strategy({"kind": "summarize_full"}).compact(Context(tuple(first + agent_turns(1, start=9))), env)
     assert "> Now write the docs" in second[1].text
-    assert "<existing_summary>" in prompt_text(summarizer.prompts[1])
+    assert summarizer.prompts[1][1] == {"role": "user", "content": first[1].text}
     assert len(env.completions) == 2
+
+
+def test_summarize_full_quotes_the_real_request_not_a_recorded_summary() -> None:
+    """A summary the recorded agent wrote (Claude Code's isCompactSummary) is never the last request."""
+    recorded = user("This session is being continued from a previous conversation. Summary: ...",
+                    metadata={"compact_summary": True})
+    messages = [system(), user("Migrate the store to duckdb 2.0"), *agent_turns(2), recorded, *agent_turns(2, start=5)]
+    result, _ = run({"kind": "summarize_full"}, messages)
+    assert result[1].text.endswith("> Migrate the store to duckdb 2.0")
+    assert result[1].metadata["last_user_request"] == "Migrate the store to duckdb 2.0"
+
+
+def test_summarize_full_custom_prompt_is_the_appended_request() -> None:
+    messages = [system(), user("go"), *agent_turns(2)]
+    summarizer = ScriptedSummarizer()
+    run({"kind": "summarize_full", "prompt": "Summarize in five bullet points."}, messages, summarizer)
+    (request,) = summarizer.prompts
+    assert request[-1] == {"role": "user", "content": "Summarize in five bullet points."}
+    assert request[0] == messages[0].to_openai()
+
+
+def test_fillers_are_never_sent_as_the_existing_summary() -> None:
+    """Regression: 001's cleaning fillers are synthetic but are not summaries."""
+    cleaned = clean_history([user("go"), assistant("", calls=(("a", "grep"),))])
+    assert [m.text for m in cleaned[2:]] == [TOOL_NO_RESPONSE, AFTER_TOOLS_TEXT]
+    for spec in ({"kind": "summarize_progressive"}, {"kind": "summarize_split", "preserve": 0.2},
+                 {"kind": "adaptive_chunking", "keep_recent": 0}):
+        summarizer = ScriptedSummarizer()
+        run(spec, [system(), *cleaned, *agent_turns(3, start=5)], summarizer)
+        for request in summarizer.prompts:
+            sent = prompt_text(request)
+            if "<existing_summary>" in sent:
+                existing = sent[sent.index("<existing_summary>"):sent.index("</existing_summary>")]
+                assert TOOL_NO_RESPONSE not in existing and AFTER_TOOLS_TEXT not in existing, spec
+    # summarize_full sends them as tool results in the native conversation, never as a summary
+    summarizer = ScriptedSummarizer()
+    run({"kind": "summarize_full"}, [system(), user("go"), assistant("", calls=(("a", "grep"),))], summarizer)
+    assert "<existing_summary>" not in prompt_text(summarizer.prompts[0])
 
 
 def test_summarize_full_nothing_to_summarize() -> None:
@@ -403,10 +489,35 @@ def test_split_fallback_names_how_many_messages_were_dropped() -> None:
     assert result[0] is messages[0]
     placeholder = result[1]
     assert (placeholder.role, placeholder.origin) == ("user", "compacted_synthetic")
-    assert placeholder.text.startswith("[Context truncated: 9 earlier messages were dropped")
+    # goat: the same "[COMPACT SUMMARY]" header as a summary, then the truncation placeholder
+    assert placeholder.text.startswith("[COMPACT SUMMARY]\n[Context truncated: 9 earlier messages were dropped")
+    assert is_acknowledgement(result[2])
+    assert env.summaries == []
     assert '"Help me refactor"' in placeholder.text and placeholder.metadata["dropped_messages"] == 9
     assert all(a is b for a, b in zip(result[3:], messages[10:], strict=False))
     assert len(env.completions) == 0  # the fallback never calls the summarizer
+
+
+@settings(max_examples=60, deadline=None)
+@given(messages=conversations(max_steps=20))
+def test_split_tail_never_starts_inside_a_step(messages: list[Message]) -> None:
+    """goat's adjustSplitForToolPairs: compact and fallback preserve the same whole trailing steps."""
+    strategy = build_strategy({"kind": "summarize_split", "preserve": 0.4})
+    context = Context(tuple(messages))
+    compacted = strategy.compact(context, CompactionEnv(summarizer=ScriptedSummarizer()))
+    truncated = strategy.fallback(context, CompactionEnv())
+    if compacted == list(messages):
+        return  # nothing to condense
+    body = context.body
+    step_starts = {sum(len(s.messages) for s in context.steps[:i]) for i in range(len(context.steps) + 1)}
+    kept = len(context.system) + 2  # after the summary (or placeholder) and the acknowledgement
+    assert compacted[kept:] == truncated[kept:] and all(a is b for a, b in zip(compacted[kept:], truncated[kept:],
+                                                                               strict=True))
+    tail = 0  # the longest suffix of the result that is the body's own suffix (same objects)
+    while tail < len(body) and len(compacted) - kept > tail and compacted[-1 - tail] is body[-1 - tail]:
+        tail += 1
+    assert tail > 0 and len(body) - tail in step_starts, "the preserved tail starts inside a step"
+    assert tool_pairing_problems(compacted) == [] and tool_pairing_problems(truncated) == []
 
 
 def test_split_unchanged_when_nothing_to_summarize() -> None:
@@ -597,7 +708,7 @@ class LiteLLMSummarizer:
     def complete(self, messages, *, purpose="summary", max_tokens=None) -> Completion:
         import litellm
 
-        from workbench.extractive import register
+        from workbench.llm.provider import register
 
         register(litellm)
         try:
@@ -629,3 +740,153 @@ def test_split_through_litellm_extractive() -> None:
     (completion,) = env.completions
     assert completion.model == "workbench/extractive" and completion.finish_reason == "stop"
     assert completion.input_tokens > 0 and completion.output_tokens > 0
+
+
+# ------------------------------------------------------------------------------------------------
+# adaptive_chunking: numbered headers, re-condensing to the budget, a long replay
+
+
+@dataclass
+class BudgetRecorder(ScriptedSummarizer):
+    """A ScriptedSummarizer that records each call's `max_tokens` and may ignore it (`fixed_chars`)."""
+
+    max_tokens_seen: list[int | None] = field(default_factory=list)
+    fixed_chars: int = 0
+
+    def complete(self, messages, *, purpose="summary", max_tokens=None) -> Completion:
+        self.max_tokens_seen.append(max_tokens)
+        if self.fixed_chars:
+            self.responses.append(f"summary {len(self.prompts)} " + "x" * self.fixed_chars)
+        return super().complete(messages, purpose=purpose, max_tokens=max_tokens)
+
+
+def test_adaptive_chunking_headers_are_numbered() -> None:
+    """Regression: the `{index}` / `{total}` placeholders used to reach the context unformatted."""
+    messages = [system(), *topics(3, 2)]
+    result, env = run({"kind": "adaptive_chunking", "keep_recent": 0}, messages)
+    headers = [m.text.splitlines()[0] for m in synthetic(result)]
+    assert headers == [f"[SUMMARY OF EARLIER MESSAGES {i}/3]" for i in (1, 2, 3)]
+    assert not any("{" in m.text for m in result)
+    assert env.summaries == [m.text for m in synthetic(result)]
+
+
+def test_adaptive_chunking_recondenses_when_the_summaries_exceed_the_budget() -> None:
+    """003 keeps the result within budget: a model that ignores max_tokens (1,000 tokens a chunk)
+    over 40 topics gets its chunk summaries merged again until they fit."""
+    pinned = iteration(99, pinned=True)
+    body = [*topics(20, 2), *pinned, *topics(20, 2)]
+    messages = [system(), *body, *agent_turns(2, start=900)]
+    summarizer = BudgetRecorder(fixed_chars=4000)
+    env_kw = {"context_limit": 20_000, "max_output": 2000}
+    result, env = run({"kind": "adaptive_chunking", "keep_recent": 2}, messages, summarizer, **env_kw)
+    check_invariants(messages, result)
+    summaries = synthetic(result)
+    strategy = build_strategy({"kind": "adaptive_chunking"})
+    budget = strategy.summaries_budget(env, env.tokens([messages[0], *pinned, *messages[-4:]]))
+    assert budget == int(0.25 * 18_000)  # a quarter of the usable window
+    assert sum(env.tokenizer.count(m.text) for m in summaries) <= budget + 20 * len(summaries)  # + headers
+    assert len(summarizer.prompts) > 40  # 40 chunk calls, then merges
+    merges = [p for p in summarizer.prompts if p[0]["content"] == prompts.MERGE_PROMPT]
+    assert merges and all(prompt_text(p).count("<existing_summary>") >= 2 for p in merges)
+    # the pinned step stays between the summaries of the topics before it and after it
+    at = result.index(pinned[0])
+    assert result[at + 1] is pinned[1]
+    assert any(m.origin == "compacted_synthetic" for m in result[1:at])
+    assert any(m.origin == "compacted_synthetic" for m in result[at + 2:])
+    total = len(summaries)
+    assert [m.text.splitlines()[0] for m in summaries] == [
+        f"[SUMMARY OF EARLIER MESSAGES {i}/{total}]" for i in range(1, total + 1)]
+    assert sum(m.metadata["chunk_messages"] for m in summaries) == len(body) - len(pinned)
+    assert env.summaries == [m.text for m in summaries]
+
+
+def test_adaptive_chunking_asks_each_chunk_for_its_share_of_the_budget() -> None:
+    messages = [system(), *topics(4, 30)]
+    summarizer = BudgetRecorder()
+    result, env = run({"kind": "adaptive_chunking", "keep_recent": 0, "chunk_messages": 100}, messages, summarizer,
+                      context_limit=9000, max_output=1000)
+    budget = int(0.25 * 8000)
+    assert summarizer.max_tokens_seen == [budget // 4] * 4
+
+
+def long_session(n_topics: int) -> list[Message]:
+    out = [system(), user("TASK: audit every module of the repository")]
+    for t in range(n_topics):
+        out.append(user(f"Now look at package_{t}"))
+        for i in range(6):
+            cid = f"t{t}_{i}"
+            out.append(assistant(f"reading package_{t}/mod_{i}.py", calls=((cid, "read_file"),)))
+            out.append(tool(cid, f"def f_{t}_{i}(x):\n" + "    return x  # body\n" * 60))
+        out.append(assistant(f"package_{t} audited: nothing wrong."))
+    return out
+
+
+def test_adaptive_chunking_replay_keeps_each_compacted_context_within_the_target() -> None:
+    """Regression (issue 9): chunk summaries used to pile up (55 of them filling 48k of a 63k window).
+    A long generated session, a model that writes 250 tokens whatever it is asked: after every
+    compaction the context holds at most half the usable window."""
+    from workbench.replay import replay
+
+    session = long_session(60)
+    config = {"trigger": {"kind": "utilization", "ratio": 0.8},
+              "strategy": {"kind": "adaptive_chunking", "keep_recent": 4},
+              "context_limit": 24_000, "max_output": 2000}
+    result = replay(session, config, summarizer=BudgetRecorder(fixed_chars=1000))
+    assert result.termination == "completed"
+    assert len(result.compactions) >= 3
+    target = 0.5 * (24_000 - 2000)
+    for event in result.compactions:
+        assert event.tokens_after <= target, event
+        assert not event.fell_back
+    assert max(c.context_tokens for c in result.calls) <= 24_000 - 2000
+
+
+def test_fallback_after_a_partly_successful_summarization_reports_no_missing_summary() -> None:
+    """Regression: chunk 1 summarized, chunk 2 failed, fallback used: the event used to report chunk 1's
+    summary although the fallback's context does not hold it."""
+    from workbench.replay import replay
+
+    session = long_session(12)
+    summarizer = ScriptedSummarizer(responses=["CHUNK ONE SUMMARY", RuntimeError("provider down")])
+    config = {"trigger": {"kind": "utilization", "ratio": 0.8},
+              "strategy": {"kind": "adaptive_chunking", "keep_recent": 4},
+              "context_limit": 24_000, "max_output": 2000, "on_failure": "fallback"}
+    result = replay(session, config, summarizer=summarizer)
+    first = result.compactions[0]
+    assert first.fell_back and first.summary is None
+    for event in result.compactions:
+        if event.summary:
+            assert not event.fell_back
+
+
+# ------------------------------------------------------------------------------------------------
+# summary length: every summarizing kind passes a max_tokens budget derived from its design
+
+
+@pytest.mark.parametrize("spec, share", [
+    ({"kind": "summarize_progressive"}, 0.1),
+    ({"kind": "summarize_full"}, 0.15),
+    ({"kind": "summarize_split", "preserve": 0.2}, 0.1),
+    ({"kind": "handoff"}, 0.1),
+])
+def test_summary_budget_is_a_share_of_the_replaced_tokens_capped_by_the_window(spec: dict[str, Any],
+                                                                                share: float) -> None:
+    messages = [system(), user("the task"), *agent_turns(40, result_chars=2000), user("go on"),
+                *agent_turns(2, start=50)]
+    for context_limit, capped in ((200_000, False), (12_000, True)):
+        summarizer = BudgetRecorder()
+        run(spec, messages, summarizer, context_limit=context_limit, max_output=2000)
+        (max_tokens,) = summarizer.max_tokens_seen
+        window_cap = int(share * (context_limit - 2000))
+        if capped:
+            assert max_tokens == window_cap
+        else:
+            assert 128 <= max_tokens < window_cap  # a quarter of what it replaces
+            assert max_tokens == pytest.approx(0.25 * 40 * 2000 / 4, rel=0.15)
+
+
+def test_summary_budget_never_below_the_floor() -> None:
+    summarizer = BudgetRecorder()
+    run({"kind": "summarize_split", "preserve": 0.5}, [system(), user("a"), assistant("b"), user("c"), assistant("d")],
+        summarizer)
+    assert summarizer.max_tokens_seen == [128]

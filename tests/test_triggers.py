@@ -5,14 +5,16 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import pytest
-from builders import assistant, user
+from builders import assistant, system, tool, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.compaction import TriggerView, trigger_severity
 from workbench.errors import ConfigError
 from workbench.registry import build_trigger, kinds, spec_of
+from workbench.session import Message, ToolCall
 from workbench.tokens import count_tokens
+from workbench.triggers import ptc_message_tokens
 
 
 def view(call_index: int = 1, *, counters: dict[str, float] | None = None, gauges: dict[str, float] | None = None,
@@ -41,8 +43,9 @@ class StatCase:
     name: str
     counters: dict[str, float] = field(default_factory=dict)
     gauges: dict[str, float] = field(default_factory=dict)
-    # (counters seen, gauges seen, expected, notify afterwards)
-    checks: list[tuple[dict, dict, bool, bool]] = field(default_factory=list)
+    # (counters seen, gauges seen, expected, notify afterwards: True = with the same view, or the
+    # counters the engine holds after the compaction, the summarizer's usage included)
+    checks: list[tuple[dict, dict, bool, bool | dict]] = field(default_factory=list)
     snapshots: dict[str, float] | None = None  # expected snapshots after the checks
 
 
@@ -91,6 +94,27 @@ STAT_CASES = [
         ({"iterations": 15, "input_tokens": 250_000}, {}, True, True),   # +10 iterations fire
         ({"iterations": 16, "input_tokens": 260_000}, {}, False, False),  # both restarted
     ], snapshots={"iterations": 15, "input_tokens": 250_000}),
+    # Summarization case 11: the summarizer's call increments the token counters, and gent notifies
+    # the trigger after it, so the snapshot holds the summarizer's usage: the next delta starts there.
+    StatCase("summarization 11: snapshot taken after the summarizer's tokens", {"input_tokens": 100_000}, checks=[
+        ({"input_tokens": 120_000}, {}, True,
+         {"input_tokens": 150_000, "output_tokens": 2_000, "input_tokens_for:summarizer": 30_000}),
+        ({"input_tokens": 240_000}, {}, False, False),  # +90K since the snapshot (it would be +120K before it)
+        ({"input_tokens": 250_000}, {}, True, False),
+    ], snapshots={"input_tokens": 150_000}),
+    StatCase("summarization 11: the summarizer's model key is snapshotted too", {"input_tokens_for:*": 25_000},
+             checks=[
+        ({"input_tokens_for:agent": 26_000}, {}, True,
+         {"input_tokens_for:agent": 26_000, "input_tokens_for:summarizer": 30_000}),
+        ({"input_tokens_for:agent": 40_000, "input_tokens_for:summarizer": 30_000}, {}, False, False),
+        ({"input_tokens_for:agent": 51_000, "input_tokens_for:summarizer": 30_000}, {}, True, False),
+    ], snapshots={"input_tokens_for:agent": 26_000, "input_tokens_for:summarizer": 30_000}),
+    StatCase("summarization 11: output tokens of the summarizer count once, in the snapshot", {"output_tokens": 5_000},
+             checks=[
+        ({"output_tokens": 5_000}, {}, True, {"output_tokens": 9_000}),
+        ({"output_tokens": 13_999}, {}, False, False),
+        ({"output_tokens": 14_000}, {}, True, False),
+    ], snapshots={"output_tokens": 9_000}),
 ]
 
 
@@ -100,7 +124,9 @@ def test_stat_threshold_gent_cases(case: StatCase):
     for step, (counters, gauges, expected, notify) in enumerate(case.checks):
         v = view(counters=counters, gauges=gauges)
         assert trigger.should_compact(v) is expected, f"check {step}: {counters} {gauges}"
-        if notify:
+        if isinstance(notify, dict):
+            trigger.notify_compacted(view(counters=notify, gauges=gauges))
+        elif notify:
             trigger.notify_compacted(v)
     if case.snapshots is not None:
         for key, value in case.snapshots.items():
@@ -171,10 +197,19 @@ UTILIZATION_CASES = [
                                                    "max_output": 0, "context_tokens": 8000}, False),
     ("no room left at all", {}, {"context_limit": 1000, "system_tokens": 600, "max_output": 500,
                                  "context_tokens": 601}, True),
-    ("reactive: previous call hit its output limit", {}, {**GOAT, "context_tokens": 2000,
-                                                         "last_finish_reason": "length"}, True),
-    ("reactive: the call would overflow", {}, {**GOAT, "context_tokens": 2000, "overflow": True}, True),
-    ("reactive: context + max_output beyond the window", {"ratio": 1.0},
+    # goat reacts to a max-tokens stop by recomputing the budget and running the same test:
+    # under the ratio it cannot help and exits (ExitMaxTokens), so a length stop alone never fires
+    ("reactive: length stop under the ratio does not fire", {}, {**GOAT, "context_tokens": 2000,
+                                                               "last_finish_reason": "length"}, False),
+    ("reactive: length stop over the ratio fires", {}, {**GOAT, "context_tokens": 1000 + 146_093,
+                                                      "last_finish_reason": "length"}, True),
+    ("reactive: the engine's overflow flag fires", {}, {**GOAT, "context_tokens": 2000, "overflow": True}, True),
+    # goat's overflow is a negative Available: context + max_output past the window (utilization > 1)
+    ("overflow: context + max_output beyond the window", {"ratio": 1.0},
+     {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6001}, True),
+    ("overflow: Available = 0 is not an overflow", {"ratio": 1.0},
+     {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6000}, False),
+    ("reactive off: overflow beyond the window still over the ratio", {"ratio": 1.0, "reactive": False},
      {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6001}, True),
     ("reactive off: length stop ignored", {"reactive": False},
      {**GOAT, "context_tokens": 2000, "last_finish_reason": "length"}, False),
@@ -213,46 +248,93 @@ def test_utilization_with_goat_heuristic_counts():
 # ------------------------------------------------------------------------------------------------
 # pressure (004)
 
-PRESSURE_CASES = [
-    # (params, call_index, context_tokens, expected)
-    ({}, 1, 0, False),
-    ({}, 7, 0, False),
-    ({}, 8, 0, True),     # 8 calls made: turns reached
-    ({}, 9, 0, True),     # and every call after it
-    ({}, 30, 0, True),
-    ({}, 7, 10 ** 9, False),  # no token condition by default
-    ({"turns": 8, "tokens": 12_000}, 2, 11_999, False),
-    ({"turns": 8, "tokens": 12_000}, 2, 12_000, True),
-    ({"turns": 8, "tokens": 12_000}, 8, 100, True),
-    ({"turns": 0, "tokens": 500}, 100, 499, False),  # turns = 0: the turn condition is off
-    ({"turns": 0, "tokens": 500}, 1, 500, True),
-    ({"turns": 3}, 3, 0, True),
+# ptc_runner counts turns from 1 and fires when turn > turns: before call k the turn is k + 1.
+PRESSURE_TURN_CASES = [
+    # (params, call_index, expected)
+    ({}, 1, False),
+    ({}, 7, False),   # turn 8: not > 8
+    ({}, 8, True),    # turn 9
+    ({}, 30, True),   # and every call after it
+    ({"turns": 3}, 2, False),
+    ({"turns": 3}, 3, True),
+    ({"turns": 0, "tokens": 10 ** 9}, 100, False),  # turns = 0: the turn condition is off
 ]
 
 
-@pytest.mark.parametrize(("params", "call_index", "tokens", "expected"), PRESSURE_CASES)
-def test_pressure(params, call_index, tokens, expected):
+@pytest.mark.parametrize(("params", "call_index", "expected"), PRESSURE_TURN_CASES)
+def test_pressure_turns(params, call_index, expected):
     trigger = build_trigger({"kind": "pressure", **params})
-    assert trigger.should_compact(view(call_index, context_tokens=tokens)) is expected
+    assert trigger.should_compact(view(call_index, context_tokens=0)) is expected
 
 
-def test_pressure_keeps_firing_after_compaction():
-    trigger = build_trigger("pressure")
-    assert spec_of(trigger) == {"kind": "pressure", "turns": 8, "tokens": None}
-    for call in range(8, 14):
-        v = view(call, context_tokens=10)
-        assert trigger.should_compact(v)
-        trigger.notify_compacted(v)
+def call_with_args(arguments: str) -> Message:
+    return Message(role="assistant", content="run", tool_calls=(ToolCall(id="c1", name="bash", arguments=arguments),))
 
 
-def test_pressure_with_len4_token_estimate():
-    # ptc_runner's default counter: len/4, floor 1 for non-empty text
-    assert [count_tokens(t) for t in ("hello world", "hi", "")] == [2, 1, 0]
-    messages = [user("hello world " * 100), assistant("ok")]
-    tokens = count_tokens(messages)
+# ptc_runner's estimate: len/4 (floor 1) per message over the whole history, no per-message overhead,
+# no system prompt; a tool call's name and arguments are part of what the model wrote.
+HISTORY = [system("s" * 4000), user("x" * 400), assistant("y" * 40), user("hi")]  # 0 + 100 + 10 + 1
+PRESSURE_TOKEN_CASES = [
+    # (name, history, tokens threshold, expected)
+    ("at the threshold", HISTORY, 111, True),
+    ("one below", HISTORY, 112, False),
+    ("no per-message overhead (4 x 3 messages would reach it)", HISTORY, 120, False),
+    ("the system prompt is not counted", [system("s" * 40_000), user("x" * 40)], 11, False),
+    ("floor of 1 for short text", [user("hi"), user("yo"), user("ok")], 3, True),
+    ("tool calls count", [user("x" * 40), call_with_args("a" * 200)], 10 + len("run\nbash " + "a" * 200) // 4, True),
+    ("tool results count", [user("x" * 40), tool("c1", "r" * 400)], 110, True),
+]
+
+
+@pytest.mark.parametrize(("name", "history", "tokens", "expected"), PRESSURE_TOKEN_CASES,
+                         ids=[c[0] for c in PRESSURE_TOKEN_CASES])
+def test_pressure_tokens_on_the_history(name, history, tokens, expected):
     trigger = build_trigger({"kind": "pressure", "turns": 0, "tokens": tokens})
-    assert trigger.should_compact(view(1, context_tokens=tokens))
-    assert not trigger.should_compact(view(1, context_tokens=tokens - 1))
+    # the replayed context does not matter once the history is there
+    v = TriggerView(call_index=1, counters={}, gauges={"context_tokens": 10 ** 9 if not expected else 0},
+                    context_limit=10 ** 9, max_output=0, history=tuple(history))
+    assert trigger.should_compact(v) is expected
+
+
+def test_pressure_measures_the_uncompacted_history_and_keeps_firing():
+    # ptc_runner trims a copy for each call and keeps the full history: a compaction lowers the
+    # replayed context, not the measure, so the trigger fires at every call past the threshold
+    history = [user("task " * 100)]
+    trigger = build_trigger({"kind": "pressure", "turns": 0, "tokens": 300})
+    fired = []
+    for call in range(1, 8):
+        history += [assistant("step " * 20), tool("c", "out " * 20)]
+        v = TriggerView(call_index=call, counters={}, gauges={"context_tokens": 50}, context_limit=10 ** 6,
+                        max_output=0, history=tuple(history))
+        fired.append(trigger.should_compact(v))
+        if fired[-1]:
+            trigger.notify_compacted(v)
+    assert trigger.history_tokens(v) == sum(ptc_message_tokens(m) for m in history)
+    assert fired == [False, False, False, True, True, True, True]  # 125 + 45 per call: 305 at call 4
+
+
+def test_pressure_without_history_reads_the_context_message_tokens():
+    trigger = build_trigger({"kind": "pressure", "turns": 0, "tokens": 500})
+    assert trigger.should_compact(view(1, context_tokens=600, system_tokens=100))
+    assert not trigger.should_compact(view(1, context_tokens=599, system_tokens=100))
+
+
+def test_pressure_defaults():
+    assert spec_of(build_trigger("pressure")) == {"kind": "pressure", "turns": 8, "tokens": None}
+
+
+@settings(max_examples=60, deadline=None)
+@given(sizes=st.lists(st.integers(0, 300), min_size=1, max_size=30), cuts=st.lists(st.integers(0, 30), max_size=8))
+def test_pressure_running_total_matches_a_fresh_count(sizes: list[int], cuts: list[int]):
+    messages = [user("u" * n) if i % 2 == 0 else assistant("a" * n) for i, n in enumerate(sizes)]
+    other = [user("o" * (n + 1)) for n in sizes]  # same lengths shifted: a different history
+    trigger = build_trigger({"kind": "pressure", "turns": 0, "tokens": 1})
+    for cut in [*cuts, len(messages)]:
+        for source in (messages, other, messages):
+            history = tuple(source[:cut])
+            v = TriggerView(call_index=1, counters={}, gauges={}, context_limit=1, max_output=0, history=history)
+            expected = sum(ptc_message_tokens(m) for m in history) if history else 0
+            assert trigger.history_tokens(v) == expected
 
 
 # ------------------------------------------------------------------------------------------------
@@ -288,6 +370,44 @@ def test_guard_severity(params, tokens, severity):
 def test_guard_defaults():
     assert spec_of(build_trigger("guard")) == {"kind": "guard", "warn_threshold": 0.8, "hard_limit": 128_000,
                                                "min_available": 0}
+
+
+def test_guard_fires_on_an_overflow_whatever_the_severity():
+    # aisopod compacts on a context-overflow error and retries; the strategy is still picked from the count
+    trigger = build_trigger({"kind": "guard", "hard_limit": 100_000})
+    v = view(context_tokens=1000, overflow=True)
+    assert trigger.severity(v) == "none"
+    assert trigger.should_compact(v)
+    assert not trigger.should_compact(view(context_tokens=1000))
+
+
+# ------------------------------------------------------------------------------------------------
+# overflow retry: only the designs that have one
+
+OVERFLOW_RETRY_CASES = [
+    ("token_threshold", False),
+    ({"kind": "stat_threshold", "counters": {"iterations": 5}}, False),
+    ("pressure", False),
+    ("guard", True),
+    ("utilization", True),
+    ({"kind": "utilization", "reactive": False}, False),
+    ({"kind": "any", "triggers": ["pressure", "guard"]}, True),
+    ({"kind": "all", "triggers": ["pressure", {"kind": "utilization", "reactive": False}]}, False),
+    ({"kind": "all", "triggers": ["token_threshold", {"kind": "any", "triggers": ["utilization"]}]}, True),
+]
+
+
+@pytest.mark.parametrize(("spec", "expected"), OVERFLOW_RETRY_CASES, ids=[repr(c[0]) for c in OVERFLOW_RETRY_CASES])
+def test_overflow_retry_belongs_to_the_designs_that_have_it(spec, expected):
+    trigger = build_trigger(spec)
+    assert getattr(trigger, "overflow_retry", None) is expected
+
+
+def test_overflow_retry_is_a_class_attribute_where_it_does_not_depend_on_parameters():
+    for kind, expected in (("token_threshold", False), ("stat_threshold", False), ("pressure", False),
+                           ("guard", True)):
+        assert kinds("trigger")[kind].overflow_retry is expected
+    assert "overflow_retry" not in spec_of(build_trigger("guard"))  # not a parameter
 
 
 # ------------------------------------------------------------------------------------------------

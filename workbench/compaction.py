@@ -33,6 +33,9 @@ class TriggerView:
     `reactive` is True when the engine asks again because the call would overflow the window
     (`overflow`), or because the previous recorded call stopped at its output limit
     (`last_finish_reason == "length"`).
+    `history`: the session's recorded messages before this call, uncompacted (what an agent that
+    rebuilds its input from the full history every turn measures, as `pressure` does); empty when
+    the engine does not provide it.
     """
 
     call_index: int
@@ -44,6 +47,7 @@ class TriggerView:
     last_finish_reason: str | None = None
     overflow: bool = False
     reactive: bool = False
+    history: Sequence[Message] = ()
 
     @property
     def context_tokens(self) -> int:

@@ -1,62 +1,117 @@
-"""The offline summarizer behind the model string `workbench/extractive`.
+"""The offline summarizer behind the model string `workbench/extractive`: a baseline, not a model.
 
-Three layers:
+`extractive_summary(messages, budget_tokens=None)` is a pure, deterministic function: from an
+OpenAI-dict request it copies out what an agent needs again and writes it as headed sections. It
+never paraphrases, so its quality figures are those of an extractive baseline; results and charts
+label it with `OFFLINE_BASELINE_LABEL` (test a model string with `is_offline_baseline`).
 
-1. `extractive_summary(messages, budget_tokens=1200)`: a pure, deterministic function. From an
-   OpenAI-dict transcript it keeps what an agent most often needs again (file paths, identifiers,
-   numbers with their context, error lines, decisions and constraints, the last user request),
-   drops duplicates and writes them as headed sections within a token budget (len/4 heuristic).
-   System messages are taken as instructions and ignored; when a message wraps its material in
-   `<transcript>` / `<existing_summary>` tags (as the workbench's summarizing strategies do,
-   see `workbench.strategies.prompts`) only the tagged material is read, and the items of an
-   existing summary are carried forward.
-2. A LiteLLM custom provider (`ExtractiveLLM`, built lazily so this module never imports litellm
-   itself) whose `completion` / `acompletion` answer with that summary, usage counted with the
-   heuristic, finish_reason "stop"; `max_tokens` is the budget when given.
-3. `register()` adds the provider to `litellm.custom_provider_map` (idempotent), and
-   `install_import_hook()` makes that happen as soon as litellm is imported in this process,
-   without importing it eagerly.
+What it reads. System messages are instructions, not material. When a message wraps its material
+in `<transcript>` / `<existing_summary>` tags (as the workbench's summarizing strategies do, see
+`workbench.strategies.prompts`) only the tagged material is read and the items of an existing
+summary are carried forward. A native conversation may end with the summarization instructions
+appended as a user message (long, and asking for a summary): that message is read as
+instructions, not as the user's last request.
+
+How long. `budget_tokens` (the request's `max_tokens`) when given; else a length the instructions
+state ("in at most 400 words", "under 2,000 tokens", "a 300-word summary"); else
+`DEFAULT_BUDGET_TOKENS`, but no more than half the material (and at least 64 tokens). Lengths are counted len/4, and
+the summary never exceeds its budget.
+
+What it keeps, in this order of precedence, each within a share of the budget:
+
+1. the task: the first user request (or the task an existing summary carries);
+2. the last user request, quoted;
+3. the latest progress: the last assistant actions (text and tool calls) and their results;
+4. by salience, in the rest of the budget: file paths, identifiers, other user requests,
+   commands run, errors, decisions and constraints, lines with numbers.
+
+Salience: a term (path or identifier) scores every block it appears in, weighted by the block's
+role (user 3, assistant 2, tool 1) and by recency (a block at the end counts twice one at the
+start). Path and identifier lists take the highest-scoring terms; a line (error, decision, fact,
+command, request) scores its recency and its role plus the salience of the terms it carries, and
+the chosen lines are written in the order they happened.
 """
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.machinery
+import json
 import re
-import sys
-import time
-import uuid
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 PROVIDER = "workbench"
 MODEL = "extractive"
 MODEL_STRING = f"{PROVIDER}/{MODEL}"
+#: Results and charts show this beside every figure produced with `workbench/extractive`.
+OFFLINE_BASELINE_LABEL = "offline extractive baseline (not a model)"
 DEFAULT_BUDGET_TOKENS = 1200
+DEFAULT_FLOOR_TOKENS = 64
 MESSAGE_OVERHEAD = 4
 MAX_ITEM_CHARS = 240
-MAX_REQUEST_SHARE = 0.25
+REQUEST_ITEM_CHARS = 300
 
-SECTIONS = ("files", "identifiers", "errors", "decisions", "facts")
+SECTIONS = ("files", "identifiers", "requests", "commands", "errors", "decisions", "facts")
 TITLES = {
+    "task": "Task",
+    "progress": "Latest progress",
     "files": "Files",
     "identifiers": "Identifiers",
+    "requests": "Other user requests",
+    "commands": "Commands run",
     "errors": "Errors",
     "decisions": "Decisions & constraints",
     "facts": "Facts & numbers",
     "request": "Last request",
     "notes": "Notes",
 }
-# share of the budget (after the last request) each section may use before leftovers are shared out
-WEIGHTS = {"files": 0.15, "identifiers": 0.15, "errors": 0.2, "decisions": 0.3, "facts": 0.2}
-# leftover budget goes to sections in this order
-PRIORITY = ("decisions", "errors", "files", "facts", "identifiers")
+#: Shares of the budget the always-kept parts may take at most.
+TASK_SHARE = 0.2
+REQUEST_SHARE = 0.15
+PROGRESS_SHARE = 0.15
+PROGRESS_BLOCKS = 8
+#: Shares of the rest each salient section may use before leftovers are shared out (in PRIORITY order).
+WEIGHTS = {"files": 0.14, "identifiers": 0.2, "requests": 0.1, "commands": 0.08, "errors": 0.12,
+           "decisions": 0.18, "facts": 0.18}
+PRIORITY = ("identifiers", "files", "decisions", "facts", "errors", "commands", "requests")
+ROLE_WEIGHT = {"user": 3.0, "assistant": 2.0, "tool": 1.0}
 
 
 def heuristic_tokens(text: str) -> int:
     """len/4, floor 1 for non-empty text (the workbench's `heuristic` tokenizer)."""
     return max(1, len(text) // 4) if text else 0
+
+
+def is_offline_baseline(model: str | None) -> bool:
+    """True when `model` names this summarizer (`workbench/extractive`), whose output is a baseline."""
+    if not model:
+        return False
+    name = str(model).strip().lower()
+    return name == MODEL_STRING or name.endswith(f"/{MODEL_STRING}")
+
+
+# ---------------------------------------------------------------------------------------------
+# the requested length
+
+_UNIT_TOKENS = {"token": 1.0, "word": 4 / 3, "character": 0.25, "char": 0.25}
+_STATED = re.compile(
+    r"(?:at most|up to|no more than|not more than|no longer than|under|below|within|less than|fewer than|"
+    r"maximum(?: of)?|max\.?|about|around|roughly|approximately|~|<=|≤)\s*(\d[\d,_]*)\s*"
+    r"(token|word|character|char)s?\b"
+    r"|\b(\d[\d,_]*)[- ](token|word|character|char)s? (?:summary|note|limit|budget|maximum)", re.I)
+
+
+def stated_budget(instructions: Iterable[str]) -> int | None:
+    """The length, in tokens, the first instruction stating one asks for (words x 4/3, characters / 4)."""
+    for text in instructions:
+        match = _STATED.search(text)
+        if match:
+            number = match.group(1) or match.group(3)
+            unit = (match.group(2) or match.group(4)).lower()
+            value = int(number.replace(",", "").replace("_", ""))
+            if value > 0:
+                return max(1, int(value * _UNIT_TOKENS[unit]))
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,6 +215,7 @@ _IDENT_PATTERNS = (
     re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b"),           # camelCase
     re.compile(r"\b_{0,2}[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+_{0,2}\b"),  # snake_case, SCREAMING_CASE
     re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\b"),  # dotted.names
+    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+\b"),  # Rust::paths, C++::names
     re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\("),                     # called()
 )
 _DOTTED_NOISE = {"e.g", "i.e", "etc.al", "vs.al"}
@@ -174,6 +230,7 @@ _DECISION = re.compile(
     r"we'll|let's|plan)\b", re.I)
 _NUMBER_TOKEN = re.compile(r"^[(\[\"'`]*[-+$€£]?\d[\d,._:/]*(?:%|ms|s|m|h|k|kb|mb|gb|tb|x|px|°c)?[)\]\"'`.,;:!?]*$",
                            re.I)
+_ENUMERATOR = re.compile(r"^\(?\d{1,2}[.)]$")
 _LISTING = re.compile(r"^[dlcbps-][rwxsStT-]{9}[@+.]?\s")  # `ls -l` rows: numbers without meaning
 FACT_LINE_CHARS = 160
 TOOL_FACT_LINES = 3  # number lines taken from the start and from the end of each tool result
@@ -192,7 +249,7 @@ def _clip(text: str, limit: int = MAX_ITEM_CHARS) -> str:
 
 def _lines(text: str) -> list[str]:
     """Non-empty lines; long lines further split into sentences."""
-    out = []
+    out: list[str] = []
     for line in text.splitlines():
         line = line.strip()
         if not line:
@@ -224,17 +281,19 @@ def _identifiers(text: str, files: set[str]) -> list[str]:
     for pattern in _IDENT_PATTERNS:
         for match in pattern.finditer(text):
             name = match.group(1) if match.groups() else match.group(0)
+            if match.groups() and name.isalpha() and name.islower():
+                continue  # a call of a plain word (map(, get(): too common to tell anything
             hits.append((match.start(), name))
-    out = []
+    out: list[str] = []
+    paths = "\n".join(files)  # one search instead of one per file (names hold no newline)
     for _, name in sorted(hits):
         if "." in name:
             low = name.lower()
-            if low in _DOTTED_NOISE or _FILE_EXT.search(name) or name in files \
-                    or any(len(p) < 2 for p in name.split(".")):
+            if low in _DOTTED_NOISE or _FILE_EXT.search(name) or any(len(p) < 2 for p in name.split(".")):
                 continue
-            if any(f.endswith(name) or name in f for f in files):
-                continue
-        if len(name) < 3 or name.isdigit() or any(f"{name}." in f for f in files):
+            if name in paths:
+                continue  # part of a path
+        if len(name) < 3 or name.isdigit() or f"{name}." in paths:
             continue  # too short, or only the stem of a file name
         out.append(name)
     return out
@@ -243,7 +302,8 @@ def _identifiers(text: str, files: set[str]) -> list[str]:
 def _number_facts(line: str) -> list[str]:
     """Numbers with their context: the whole line when short, else a few words around each number."""
     words = line.split()
-    if not any(_NUMBER_TOKEN.match(word) for word in words) or _LISTING.match(line):
+    counted = words[1:] if words and _ENUMERATOR.match(words[0]) else words  # "3." numbers a list item
+    if not any(_NUMBER_TOKEN.match(word) for word in counted) or _LISTING.match(line):
         return []
     if len(line) <= FACT_LINE_CHARS:
         return [line]
@@ -258,24 +318,173 @@ def _number_facts(line: str) -> list[str]:
     return [" ".join(words[lo:hi]) for lo, hi in spans]
 
 
-class _Buckets:
-    """Ordered, de-duplicated items per section."""
+_INSTRUCTION_WORDS = re.compile(r"\b(?:summar|condens|compact|hand-?over|hand-?off|recap)", re.I)
+INSTRUCTION_MIN_CHARS = 200
 
-    def __init__(self) -> None:
-        self.items: dict[str, dict[str, str]] = {name: {} for name in SECTIONS}
 
-    def add(self, section: str, item: str) -> None:
-        item = _clip(item)
-        if not item:
+def _looks_like_instructions(text: str) -> bool:
+    """An appended summarization prompt: long, and asking for a summary (a short "summarize X" is a request)."""
+    return len(text) >= INSTRUCTION_MIN_CHARS and bool(_INSTRUCTION_WORDS.search(text))
+
+
+def instructions_and_material(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str],
+                                                                              list[tuple[str, str]]]:
+    """(instruction texts, existing summaries, conversation blocks) of a request (see the module docstring).
+
+    Instructions are the system messages and any text outside the tags of a tagged request, or the
+    summarization prompt appended to a native conversation (whose own system prompt is the agent's,
+    not the summarizer's).
+    """
+    instructions: list[str] = []
+    system: list[str] = []
+    tagged = False
+    for message in messages:
+        role = str(message.get("role") or "user")
+        text = _content_text(message.get("content"))
+        if role in ("system", "developer"):
+            system.append(text)
+        elif _TAG_RE["transcript"].search(text) or _TAG_RE["existing_summary"].search(text):
+            tagged = True
+            outside = _TAG_RE["existing_summary"].sub(" ", _TAG_RE["transcript"].sub(" ", text))
+            if outside.strip():
+                instructions.append(outside)
+    existing, blocks = read_input(messages)
+    if tagged:  # the system message is the summarizer's prompt (in a native conversation, the agent's own)
+        instructions[:0] = system
+        instructions.extend(_content_text(m.get("content")) for m in messages
+                            if str(m.get("role") or "user") == "user"
+                            and not _TAG_RE["transcript"].search(_content_text(m.get("content")))
+                            and not _TAG_RE["existing_summary"].search(_content_text(m.get("content"))))
+    elif blocks and blocks[-1][0] == "user" and _looks_like_instructions(blocks[-1][1]):
+        instructions.append(blocks[-1][1])
+        blocks = blocks[:-1]
+    return instructions, existing, blocks
+
+
+# ---------------------------------------------------------------------------------------------
+# candidates and their salience
+
+
+@dataclass
+class _Line:
+    text: str
+    position: int
+    order: int
+    score: float = 0.0
+
+
+@dataclass
+class _Pool:
+    """Candidate lines per section, de-duplicated (a line seen again moves to its newest position)."""
+
+    lines: dict[str, dict[str, _Line]] = field(default_factory=lambda: {name: {} for name in SECTIONS})
+    order: int = 0
+
+    def add(self, section: str, text: str, position: int, score: float, limit: int = MAX_ITEM_CHARS) -> None:
+        text = _clip(text, limit)
+        if not text:
             return
-        key = _key(item)
-        bucket = self.items[section]
-        if key in bucket:
-            del bucket[key]  # seen again: moves to the newest position
-        bucket[key] = item
+        key = _key(text)
+        bucket = self.lines[section]
+        old = bucket.pop(key, None)
+        self.order += 1
+        bucket[key] = _Line(text, position, self.order, max(score, old.score if old else 0.0))
 
-    def __getitem__(self, section: str) -> list[str]:
-        return list(self.items[section].values())
+
+@dataclass
+class _Terms:
+    """Salience of paths and identifiers: role x recency summed over the blocks holding them."""
+
+    score: dict[str, float] = field(default_factory=dict)
+    last: dict[str, int] = field(default_factory=dict)
+    kind: dict[str, str] = field(default_factory=dict)
+
+    def add(self, term: str, kind: str, weight: float, position: int) -> None:
+        self.score[term] = self.score.get(term, 0.0) + weight
+        self.last[term] = max(position, self.last.get(term, position))
+        self.kind.setdefault(term, kind)
+
+    def ranked(self, kind: str) -> list[str]:
+        names = [t for t, k in self.kind.items() if k == kind]
+        return sorted(names, key=lambda t: (-self.score[t], -self.last[t], t))
+
+    def normalised(self) -> dict[str, float]:
+        top = max(self.score.values(), default=0.0)
+        return {t: s / top for t, s in self.score.items()} if top else {}
+
+
+_HASH = re.compile(r"\b[0-9a-f]{7,40}\b")  # kept when it mixes digits and letters (commit ids)
+_ARITY = re.compile(r"\b([a-z_][A-Za-z0-9_]*[?!]?/\d)\b")
+_DIGIT_NAME = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b"   # spotter-dov.1
+                         r"|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b")               # gpt-4o, issue-12
+
+
+def _terms_of(text: str) -> tuple[list[str], list[str]]:
+    """(paths, identifiers) of a text, in order of appearance."""
+    files = _files(text)
+    names = _identifiers(text, set(files))
+    names.extend(h for h in _HASH.findall(text) if not h.isdigit() and not h.isalpha())
+    for pattern in (_ARITY, _DIGIT_NAME):
+        names.extend(m.group(0) for m in pattern.finditer(text))
+    return files, names
+
+
+def _call_arguments(call_line: str) -> Any:
+    """The decoded arguments of a rendered tool call (`-> call name({...})`); None when not JSON."""
+    start, end = call_line.find("("), call_line.rfind(")")
+    if start < 0 or end <= start:
+        return None
+    try:
+        return json.loads(call_line[start + 1:end])
+    except ValueError:
+        return None
+
+
+def _values(data: Any) -> Iterable[str]:
+    """The string values inside decoded JSON (keys are the tool's schema, not material)."""
+    if isinstance(data, str):
+        yield data
+    elif isinstance(data, Mapping):
+        for value in data.values():
+            yield from _values(value)
+    elif isinstance(data, list):
+        for value in data:
+            yield from _values(value)
+
+
+def _call_material(call_line: str) -> str:
+    """What a tool call says: its argument values, or the raw arguments when they are not JSON."""
+    arguments = _call_arguments(call_line)
+    if arguments is None:
+        start = call_line.find("(")
+        return call_line[start + 1:] if start >= 0 else ""
+    return "\n".join(_values(arguments))
+
+
+def _command_of(call_line: str) -> str | None:
+    """The shell command of a rendered tool call (`-> call name({"command": ...})`), if it has one."""
+    arguments = _call_arguments(call_line)
+    if isinstance(arguments, Mapping):
+        for key in ("command", "cmd"):
+            value = arguments.get(key)
+            if isinstance(value, str) and value.strip():
+                return value.strip().splitlines()[0]
+            if isinstance(value, list) and value and all(isinstance(v, str) for v in value):
+                return " ".join(value)
+    return None
+
+
+def _is_synthetic(text: str) -> bool:
+    return text.lstrip().startswith("[")
+
+
+@dataclass
+class _Material:
+    task: str = ""
+    request: str = ""
+    progress: list[str] = field(default_factory=list)
+    pool: _Pool = field(default_factory=_Pool)
+    terms: _Terms = field(default_factory=_Terms)
 
 
 _HEADING = re.compile(r"^#{1,6}\s*(.+?)\s*$")
@@ -283,87 +492,190 @@ _HEADING = re.compile(r"^#{1,6}\s*(.+?)\s*$")
 
 def _section_of(title: str) -> str | None:
     low = title.lower()
-    for section, prefix in (("files", "file"), ("identifiers", "identifier"), ("errors", "error"),
-                            ("decisions", "decision"), ("facts", "fact"), ("request", "last request")):
+    for section, prefix in (("task", "task"), ("progress", "latest progress"), ("files", "file"),
+                            ("identifiers", "identifier"), ("requests", "other user request"),
+                            ("commands", "command"), ("errors", "error"), ("decisions", "decision"),
+                            ("facts", "fact"), ("request", "last request")):
         if low.startswith(prefix):
             return section
     return None
 
 
-def _absorb_existing(text: str, buckets: _Buckets) -> str:
-    """Carry an earlier summary's items forward; returns the request it quoted (or "")."""
+_TASK_LINE = re.compile(r"^[\s\d.)*#-]*(?:primary request|original request|user request|task|goal|objective)s?"
+                        r"(?: and intent)?\**\s*:\**\s*(.*)$", re.I)
+
+
+def _stated_task(lines: Sequence[str]) -> str:
+    """The task a free-text summary names ("Primary Request: ...", "Task: ..."): that line, or the next ones."""
+    for index, line in enumerate(lines):
+        match = _TASK_LINE.match(line)
+        if match:
+            rest = match.group(1).strip() or " ".join(lines[index + 1:index + 3])
+            return _clip(rest, REQUEST_ITEM_CHARS)
+    return ""
+
+
+def _absorb_existing(text: str, material: _Material) -> None:
+    """Carry an earlier summary forward: its task and request, its items (as the oldest material)."""
     section: str | None = None
-    structured = False
-    request_lines: list[str] = []
+    quoted: dict[str, list[str]] = {"task": [], "request": []}
     leftovers: list[str] = []
     for raw in text.splitlines():
         line = raw.strip()
         heading = _HEADING.match(line)
         if heading:
             section = _section_of(heading.group(1))
-            structured = structured or section is not None
             continue
         if not line:
             continue
-        if section == "request":
-            request_lines.append(line[1:].strip() if line.startswith(">") else line)
-        elif section == "identifiers" and line.startswith("- "):
-            for name in line[2:].split(","):
+        item = line[2:] if line.startswith("- ") else line
+        if section in quoted:
+            quoted[section].append(line[1:].strip() if line.startswith(">") else line)
+        elif section == "identifiers":
+            for name in item.split(","):
                 name = name.strip().strip("`")
                 if name:
-                    buckets.add("identifiers", name)
-        elif section in SECTIONS and line.startswith("- "):
-            buckets.add(section, line[2:])
+                    material.terms.add(name, "identifier", ROLE_WEIGHT["assistant"], 0)
+        elif section == "files":
+            for path in _files(item) or [item.strip("`")]:
+                material.terms.add(path, "file", ROLE_WEIGHT["assistant"], 0)
+        elif section in SECTIONS:
+            material.pool.add(section, item, 0, ROLE_WEIGHT["assistant"])
+        elif section == "progress":
+            material.pool.add("facts", item, 0, ROLE_WEIGHT["assistant"])  # earlier progress: a fact now
         else:
             leftovers.append(line)
-    if not structured or leftovers:
-        _extract_block("assistant", "\n".join(leftovers if structured else text.splitlines()), buckets)
-    return "\n".join(request_lines).strip()
+    material.task = "\n".join(quoted["task"]).strip() or material.task
+    material.request = "\n".join(quoted["request"]).strip() or material.request
+    if leftovers:  # free text (a model's summary): read as the earliest assistant material
+        material.task = material.task or _stated_task(leftovers)
+        _extract_block("assistant", "\n".join(leftovers), 0, 1, material)
 
 
-def _extract_block(role: str, text: str, buckets: _Buckets) -> None:
-    files = _files(text)
-    for path in files:
-        buckets.add("files", path)
-    for name in _identifiers(text, set(files)):
-        buckets.add("identifiers", name)
-    facts: list[list[str]] = []
+_LISTED_LINE = re.compile(r"^\s*\d+(?:→|\t|:\s|\|)")  # a numbered line of a file listing (cat -n, Read)
+
+
+def _extract_block(role: str, text: str, position: int, total: int, material: _Material) -> None:
+    recency = 1.0 + position / max(1, total)
+    weight = ROLE_WEIGHT.get(role, 1.0) * recency
+    said = "\n".join(_call_material(line) if line.startswith("-> call ") else line for line in text.splitlines())
+    files, names = _terms_of(said)
+    for path in dict.fromkeys(files):
+        material.terms.add(path, "file", weight, position)
+    for name in dict.fromkeys(names):
+        material.terms.add(name, "identifier", weight, position)
+    facts: list[str] = []
+    pool = material.pool
     for line in _lines(text):
         if line.startswith("-> call "):
+            command = _command_of(line)
+            if command:
+                pool.add("commands", command, position, weight, limit=160)
             continue
+        if role == "tool" and _LISTED_LINE.match(line):
+            continue  # file contents: their terms count, their lines are not events
         if _ERROR.search(line):
-            buckets.add("errors", line)
+            pool.add("errors", line, position, weight)
         elif role != "tool" and _DECISION.search(line):
-            buckets.add("decisions", line)
+            pool.add("decisions", line, position, weight)
         else:
-            found = _number_facts(line)
-            if found:
-                facts.append(found)
+            facts.extend(_number_facts(line))
     if role == "tool" and len(facts) > 2 * TOOL_FACT_LINES:  # long outputs: their head and their tail
         facts = facts[:TOOL_FACT_LINES] + facts[-TOOL_FACT_LINES:]
-    for found in facts:
-        for fact in found:
-            buckets.add("facts", fact)
+    for fact in facts:
+        pool.add("facts", fact, position, weight)
+
+
+def _progress(blocks: Sequence[tuple[str, str]], last_user: int | None) -> list[tuple[int, str]]:
+    """(position, line) of the latest progress: the agent's blocks after the last user request,
+    or, when the transcript ends with that request, the ones just before it."""
+    after = [i for i in range(len(blocks)) if blocks[i][0] != "user" and (last_user is None or i > last_user)]
+    if not after and last_user is not None:
+        before: list[int] = []
+        for i in range(last_user - 1, -1, -1):
+            if blocks[i][0] == "user":
+                break
+            before.append(i)
+        after = before[::-1]
+    lines: list[tuple[int, str]] = []
+    for i in after[-PROGRESS_BLOCKS:]:
+        role, text = blocks[i]
+        body = [line for line in _lines(text)]
+        if role == "tool":
+            if body:
+                shown = body[0] if len(body) == 1 else f"{_clip(body[0], 100)} ... {_clip(body[-1], 100)}"
+                lines.append((i, "result: " + _clip(shown, 200)))
+            continue
+        said = [line for line in body if not line.startswith("-> call ")]
+        if said:
+            lines.append((i, _clip(" ".join(said), 200)))
+        lines.extend((i, _clip(line, 160)) for line in body if line.startswith("-> call "))
+    return lines
+
+
+def _gather(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], _Material, list[tuple[str, str]]]:
+    instructions, existing, blocks = instructions_and_material(messages)
+    material = _Material()
+    for text in existing:
+        _absorb_existing(text, material)
+    users = [i for i, (role, text) in enumerate(blocks) if role == "user" and text.strip()]
+    real = [i for i in users if not _is_synthetic(blocks[i][1])] or users
+    first = real[0] if real else None
+    last = real[-1] if real else None
+    if not material.task and first is not None:
+        material.task = blocks[first][1].strip()
+    if last is not None and (last != first or material.request or existing):
+        material.request = blocks[last][1].strip()
+    total = len(blocks)
+    for i, (role, text) in enumerate(blocks):
+        _extract_block(role, text, i, total, material)
+        if role == "user" and i in real and i not in (first, last):
+            material.pool.add("requests", text, i, ROLE_WEIGHT["user"] * 2, limit=REQUEST_ITEM_CHARS)
+    material.progress = [line for _, line in _progress(blocks, last)]
+    _score_lines(material)
+    return instructions, material, blocks
+
+
+def _score_lines(material: _Material) -> None:
+    """A line's score: its role x recency, plus the salience of the terms it carries (capped)."""
+    salience = material.terms.normalised()
+    for section, bucket in material.pool.lines.items():
+        if section == "requests":
+            continue
+        for line in bucket.values():
+            files, names = _terms_of(line.text)
+            carried = sum(salience.get(t, 0.0) for t in dict.fromkeys(files + names))
+            line.score += 2.0 * min(3.0, carried)
 
 
 # ---------------------------------------------------------------------------------------------
 # writing within the budget
 
 
-def _render(sections: list[tuple[str, list[str]]], request: str) -> str:
-    parts = []
-    for name, items in sections:
-        if not items:
-            continue
-        if name == "identifiers":
-            lines = _wrap_names(items)
+def _quote(text: str) -> str:
+    return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
+
+
+def _quoted_within(text: str, chars: int) -> str:
+    """`text` quoted in at most `chars` characters (its head kept, '...' marking a cut); "" if nothing fits."""
+    if len(_quote(text)) <= chars:
+        return _quote(text)
+    low, high = 0, len(text)
+    while low < high:  # the longest head whose quoted form fits
+        mid = (low + high + 1) // 2
+        if len(_quote(text[:mid].rstrip() + "...")) <= chars:
+            low = mid
         else:
-            lines = [f"- {item}" for item in items]
-        parts.append(f"## {TITLES[name]}\n" + "\n".join(lines))
-    if request:
-        parts.append(f"## {TITLES['request']}\n" + "\n".join(f"> {line}" if line else ">"
-                                                           for line in request.splitlines()))
-    return "\n\n".join(parts)
+            high = mid - 1
+    return _quote(text[:low].rstrip() + "...") if low else ""
+
+
+def _section(name: str, body: str) -> str:
+    return f"## {TITLES[name]}\n{body}"
+
+
+def _header_cost(name: str) -> int:
+    return len(TITLES[name]) + 4 + 2  # "## " + title + "\n", and the blank line between sections
 
 
 def _wrap_names(names: Sequence[str], width: int = 100) -> list[str]:
@@ -381,77 +693,99 @@ def _wrap_names(names: Sequence[str], width: int = 100) -> list[str]:
     return lines
 
 
-def _item_cost(name: str, item: str) -> int:
-    return len(item) + (4 if name == "identifiers" else 3)
-
-
-def _fit(name: str, items: list[str], chars: int) -> tuple[list[str], int]:
-    """The newest items of `items` fitting in `chars` characters (kept in their original order)."""
+def _take_terms(names: Sequence[str], chars: int, *, quoted: bool) -> tuple[list[str], int]:
     chosen: list[str] = []
     used = 0
-    for item in reversed(items):
-        cost = _item_cost(name, item)
+    for name in names:
+        cost = len(name) + (5 if quoted else 3)  # quoted: "`name`, " and a share of each line's "- "
         if used + cost > chars:
-            break
-        chosen.append(item)
+            continue  # a shorter, less salient term may still fit
+        chosen.append(name)
         used += cost
-    return chosen[::-1], used
+    return chosen, used
 
 
-def _truncate_request(request: str, chars: int) -> str:
-    if len(request) <= chars:
-        return request
-    if chars <= 3:
-        return ""
-    return request[: chars - 3].rstrip() + "..."
-
-
-def extractive_summary(messages: Sequence[Mapping[str, Any]], *, budget_tokens: int = DEFAULT_BUDGET_TOKENS) -> str:
-    """A deterministic extractive summary of an OpenAI-dict conversation within `budget_tokens`.
-
-    Sections (each omitted when empty): Files, Identifiers, Errors, Decisions & constraints,
-    Facts & numbers, Last request. Within a section the newest items win when the budget is
-    tight; items appear in the order they were last seen.
-    """
-    budget_chars = max(16, int(budget_tokens) * 4)
-    existing, blocks = read_input(messages)
-    buckets = _Buckets()
-    request = ""
-    for text in existing:
-        request = _absorb_existing(text, buckets) or request
-    for role, text in blocks:
-        _extract_block(role, text, buckets)
-    for role, text in reversed(blocks):
-        if role == "user" and text.strip() and not text.lstrip().startswith("["):
-            request = text.strip()
-            break
-    else:
-        for role, text in reversed(blocks):
-            if role == "user" and text.strip():
-                request = request or text.strip()
-                break
-
-    header_chars = sum(len(TITLES[n]) + 6 for n in SECTIONS if buckets[n]) + len(TITLES["request"]) + 6
-    request = _truncate_request(request, int(budget_chars * MAX_REQUEST_SHARE))
-    available = max(0, budget_chars - header_chars - (len(request) + 2 * request.count("\n") + 2 if request else 0))
-
-    chosen: dict[str, list[str]] = {}
-    used: dict[str, int] = {}
-    for name in SECTIONS:
-        chosen[name], used[name] = _fit(name, buckets[name], int(available * WEIGHTS[name]))
-    leftover = available - sum(used.values())
-    for name in PRIORITY:
-        if leftover <= 0:
-            break
-        items = buckets[name]
-        if len(chosen[name]) == len(items):
+def _take_lines(lines: Sequence[_Line], chars: int) -> tuple[list[_Line], int]:
+    ranked = sorted(lines, key=lambda line: (-line.score, -line.position, -line.order))
+    chosen: list[_Line] = []
+    used = 0
+    for line in ranked:
+        cost = len(line.text) + 3
+        if used + cost > chars:
             continue
-        chosen[name], used_now = _fit(name, items, used[name] + leftover)
-        leftover -= used_now - used[name]
-        used[name] = used_now
+        chosen.append(line)
+        used += cost
+    return sorted(chosen, key=lambda line: (line.position, line.order)), used
 
-    text = _render([(n, chosen[n]) for n in SECTIONS], request)
-    if not any(chosen.values()) and not request:
+
+def _share(budget_chars: int, share: float, floor_chars: int, floor_divisor: int) -> int:
+    """`share` of the budget, but in a small budget up to `floor_chars` (at most 1/`floor_divisor` of it)."""
+    return max(int(budget_chars * share), min(floor_chars, budget_chars // floor_divisor))
+
+
+def _default_budget(blocks: Sequence[tuple[str, str]], existing_chars: int) -> int:
+    material = sum(len(text) for _, text in blocks) + existing_chars
+    return max(DEFAULT_FLOOR_TOKENS, min(DEFAULT_BUDGET_TOKENS, material // 8))
+
+
+def summary_budget(messages: Sequence[Mapping[str, Any]], max_tokens: int | None = None) -> int:
+    """The length a request gets: `max_tokens`, else the length its instructions state, else the default."""
+    if max_tokens is not None and max_tokens > 0:
+        return int(max_tokens)
+    instructions, existing, blocks = instructions_and_material(messages)
+    stated = stated_budget(instructions)
+    if stated is not None:
+        return stated
+    return _default_budget(blocks, sum(len(e) for e in existing))
+
+
+def extractive_summary(messages: Sequence[Mapping[str, Any]], *, budget_tokens: int | None = None) -> str:
+    """A deterministic extractive summary of an OpenAI-dict request, at most `budget_tokens` long
+    (None: the length the request states, else the default; see the module docstring)."""
+    budget = summary_budget(messages, budget_tokens)
+    budget_chars = max(1, budget) * 4
+    _, material, blocks = _gather(messages)
+
+    parts: dict[str, str] = {}
+    left = budget_chars
+    if material.task:
+        parts["task"] = _quoted_within(material.task, min(left, _share(budget_chars, TASK_SHARE, 400, 3))
+                                       - _header_cost("task"))
+        left -= len(parts["task"]) + _header_cost("task") if parts["task"] else 0
+    if material.request and material.request != material.task:
+        parts["request"] = _quoted_within(material.request, min(left, _share(budget_chars, REQUEST_SHARE, 300, 4))
+                                          - _header_cost("request"))
+        left -= len(parts["request"]) + _header_cost("request") if parts["request"] else 0
+    if material.progress and left > _header_cost("progress") + 8:
+        share = min(left, _share(budget_chars, PROGRESS_SHARE, 240, 4)) - _header_cost("progress")
+        chosen: list[str] = []
+        for line in reversed(material.progress):  # the newest first
+            room_left = share - sum(len(c) + 3 for c in chosen) - 3
+            if len(line) > room_left:
+                if not chosen and room_left >= 8:  # the newest action, cut to fit
+                    chosen.append(line[: room_left - 3].rstrip() + "...")
+                break
+            chosen.append(line)
+        if chosen:
+            parts["progress"] = "\n".join(f"- {line}" for line in reversed(chosen))
+            left -= len(parts["progress"]) + _header_cost("progress")
+
+    quoted_whole = [text for name, text in (("task", material.task), ("request", material.request))
+                    if parts.get(name) and not parts[name].endswith("...")]
+    for bucket in material.pool.lines.values():  # a line the task or the request already shows in full
+        for key in [k for k, line in bucket.items() if any(line.text in text for text in quoted_whole)]:
+            del bucket[key]
+    files = material.terms.ranked("file")
+    names = material.terms.ranked("identifier")
+    available = {name: bool(material.pool.lines[name]) for name in SECTIONS}
+    available["files"], available["identifiers"] = bool(files), bool(names)
+    room = max(0, left - sum(_header_cost(n) for n in SECTIONS if available[n]))
+    while True:  # the shares' costs are estimates: shrink the room until the whole fits
+        text = _render_all(parts, _pick_salient(material, files, names, room))
+        if len(text) <= budget_chars or room == 0:
+            break
+        room = max(0, room - (len(text) - budget_chars) - 8)
+    if not text:
         notes = [line for _, block in blocks for line in _lines(block)]
         text = _render_notes(notes, budget_chars) if notes else "No conversation content to summarize."
     while len(text) > budget_chars and "\n" in text:  # a last guard; the shares normally prevent it
@@ -459,9 +793,57 @@ def extractive_summary(messages: Sequence[Mapping[str, Any]], *, budget_tokens: 
     return text[:budget_chars]
 
 
+def _pick_salient(material: _Material, files: list[str], names: list[str], room: int) -> dict[str, Any]:
+    """The salient items fitting `room` characters: each section's share first, then leftovers by PRIORITY."""
+    picked: dict[str, Any] = {}
+    used: dict[str, int] = {}
+
+    def pick(name: str, chars: int) -> None:
+        if name == "files":
+            picked[name], used[name] = _take_terms(files, chars, quoted=False)
+        elif name == "identifiers":
+            picked[name], used[name] = _take_terms(names, chars, quoted=True)
+        else:
+            picked[name], used[name] = _take_lines(list(material.pool.lines[name].values()), chars)
+
+    for name in SECTIONS:
+        pick(name, int(room * WEIGHTS[name]))
+    for name in PRIORITY:
+        leftover = room - sum(used.values())
+        if leftover <= 0:
+            break
+        pick(name, used[name] + leftover)
+    return picked
+
+
+def _render_all(parts: Mapping[str, str], picked: Mapping[str, Any]) -> str:
+    ordered: list[str] = []
+    for name in ("task", "progress"):
+        if parts.get(name):
+            ordered.append(_section(name, parts[name]))
+    for name in SECTIONS:
+        if not picked.get(name):
+            continue
+        if name == "identifiers":
+            body = "\n".join(_wrap_names(picked[name]))
+        elif name == "files":
+            body = "\n".join(f"- {path}" for path in picked[name])
+        else:
+            body = "\n".join(f"- {line.text}" for line in picked[name])
+        ordered.append(_section(name, body))
+    if parts.get("request"):
+        ordered.append(_section("request", parts["request"]))
+    return "\n\n".join(ordered)
+
+
 def _render_notes(lines: Sequence[str], budget_chars: int) -> str:
-    items, _ = _fit("notes", [_clip(line) for line in lines], budget_chars - len(TITLES["notes"]) - 4)
-    return f"## {TITLES['notes']}\n" + "\n".join(f"- {item}" for item in items)
+    room = budget_chars - _header_cost("notes")
+    chosen: list[str] = []
+    for line in reversed([_clip(line) for line in lines]):
+        if sum(len(c) + 3 for c in chosen) + len(line) + 3 > room:
+            break
+        chosen.append(line)
+    return _section("notes", "\n".join(f"- {item}" for item in reversed(chosen)))
 
 
 def request_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
@@ -474,180 +856,6 @@ def request_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
-# ---------------------------------------------------------------------------------------------
-# the LiteLLM custom provider
-
-_HANDLER_CLASSES: dict[int, type] = {}
-_HANDLERS: dict[int, Any] = {}
-
-
-def _budget(optional_params: Mapping[str, Any] | None) -> int:
-    params = optional_params or {}
-    for name in ("max_tokens", "max_completion_tokens"):
-        value = params.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
-            return int(value)
-    return DEFAULT_BUDGET_TOKENS
-
-
-def handler_class(litellm_module: Any = None) -> type:
-    """The `litellm.CustomLLM` subclass serving `workbench/extractive` (created on first use)."""
-    litellm = litellm_module if litellm_module is not None else _import_litellm()
-    cached = _HANDLER_CLASSES.get(id(litellm))
-    if cached is not None:
-        return cached
-
-    class ExtractiveLLM(litellm.CustomLLM):  # type: ignore[misc, name-defined]
-        """`workbench/extractive`: answers every request with `extractive_summary` of its messages."""
-
-        def _respond(self, model: str, messages: list, optional_params: Mapping[str, Any] | None) -> Any:
-            name = model.split("/", 1)[1] if model.startswith(f"{PROVIDER}/") else model
-            if name != MODEL:
-                from litellm.llms.custom_llm import CustomLLMError
-
-                raise CustomLLMError(status_code=404, message=(
-                    f"unknown model {PROVIDER}/{name}; the workbench provider serves only {MODEL_STRING}"))
-            text = extractive_summary(messages, budget_tokens=_budget(optional_params))
-            prompt_tokens = request_tokens(messages)
-            completion_tokens = heuristic_tokens(text)
-            return litellm.ModelResponse(
-                id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
-                created=int(time.time()),
-                model=MODEL_STRING,
-                object="chat.completion",
-                choices=[{"index": 0, "finish_reason": "stop",
-                          "message": {"role": "assistant", "content": text}}],
-                usage=litellm.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                    total_tokens=prompt_tokens + completion_tokens),
-            )
-
-        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            return self._respond(model, messages, kwargs.get("optional_params"))
-
-        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            return self._respond(model, messages, kwargs.get("optional_params"))
-
-        def _chunk(self, model: str, messages: list, optional_params: Any) -> dict[str, Any]:
-            response = self._respond(model, messages, optional_params)
-            usage = response.usage
-            return {"text": response.choices[0].message.content, "is_finished": True, "finish_reason": "stop",
-                    "index": 0, "tool_use": None,
-                    "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                              "total_tokens": usage.total_tokens}}
-
-        def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            yield self._chunk(model, messages, kwargs.get("optional_params"))
-
-        async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
-            yield self._chunk(model, messages, kwargs.get("optional_params"))
-
-    _HANDLER_CLASSES[id(litellm)] = ExtractiveLLM
-    return ExtractiveLLM
-
-
-def _import_litellm() -> Any:
-    import litellm
-
-    from workbench import _offline  # noqa: F401 - offline defaults before litellm loads
-
-    return litellm
-
-
-def register(litellm_module: Any = None) -> Any:
-    """Make `workbench/extractive` callable through `litellm.completion`; returns the handler.
-
-    In this litellm (1.10x) a custom provider is an entry `{"provider": name, "custom_handler":
-    CustomLLM instance}` in `litellm.custom_provider_map`; litellm's `custom_llm_setup()` (run at
-    the start of every completion call) copies the names into `litellm.provider_list` and
-    `litellm._custom_providers`, and the handler is called with the model name without the
-    `workbench/` prefix. We run `custom_llm_setup()` once ourselves too, so provider lookups made
-    outside a completion call (e.g. `litellm.get_llm_provider`) see it at once. Idempotent: an
-    existing `workbench` entry is left in place.
-    """
-    litellm = litellm_module if litellm_module is not None else _import_litellm()
-    provider_map = getattr(litellm, "custom_provider_map", None)
-    if provider_map is None:
-        provider_map = []
-        litellm.custom_provider_map = provider_map
-    for item in provider_map:
-        if item.get("provider") == PROVIDER:
-            return item.get("custom_handler")
-    handler = _HANDLERS.get(id(litellm))
-    if handler is None:
-        handler = handler_class(litellm)()
-        _HANDLERS[id(litellm)] = handler
-    provider_map.append({"provider": PROVIDER, "custom_handler": handler})
-    setup = getattr(getattr(litellm, "utils", None), "custom_llm_setup", None)
-    if callable(setup):
-        setup()
-    return handler
-
-
-# ---------------------------------------------------------------------------------------------
-# registering whenever litellm is imported
-
-
-class _RegisteringLoader(importlib.abc.Loader):
-    """Runs litellm's own loader, then registers the provider in the fresh module."""
-
-    def __init__(self, loader: Any):
-        self._loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> Any:
-        return self._loader.create_module(spec)
-
-    def exec_module(self, module: Any) -> None:
-        spec = getattr(module, "__spec__", None)
-        if spec is not None:  # litellm sees its real loader (importlib.resources, reloads...)
-            spec.loader = self._loader
-        module.__loader__ = self._loader
-        self._loader.exec_module(module)
-        try:
-            register(module)
-        except Exception as exc:  # never break `import litellm`
-            warnings.warn(f"could not register the {MODEL_STRING} provider with litellm: {exc}",
-                          RuntimeWarning, stacklevel=2)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._loader, name)
-
-
-class LiteLLMImportHook(importlib.abc.MetaPathFinder):
-    """A `sys.meta_path` finder that hands out litellm's real spec with a registering loader."""
-
-    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
-        if fullname != "litellm":
-            return None
-        for finder in sys.meta_path:
-            if finder is self or isinstance(finder, LiteLLMImportHook):
-                continue
-            find = getattr(finder, "find_spec", None)
-            if find is None:
-                continue
-            spec = find(fullname, path, target)
-            if spec is not None:
-                break
-        else:
-            return None
-        if spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        spec.loader = _RegisteringLoader(spec.loader)
-        return spec
-
-
-def install_import_hook() -> None:
-    """Register `workbench/extractive` with litellm now if it is imported, else as soon as it is.
-
-    Does not import litellm (that costs seconds). Safe to call any number of times.
-    """
-    module = sys.modules.get("litellm")
-    if module is not None:
-        if hasattr(module, "CustomLLM"):  # fully imported (not mid-import in another frame)
-            register(module)
-        return
-    if not any(isinstance(finder, LiteLLMImportHook) for finder in sys.meta_path):
-        sys.meta_path.insert(0, LiteLLMImportHook())
-
-
-__all__ = ["DEFAULT_BUDGET_TOKENS", "LiteLLMImportHook", "MODEL_STRING", "extractive_summary", "handler_class",
-           "install_import_hook", "read_input", "register", "request_tokens"]
+__all__ = ["DEFAULT_BUDGET_TOKENS", "MODEL_STRING", "OFFLINE_BASELINE_LABEL", "extractive_summary",
+           "instructions_and_material", "is_offline_baseline", "read_input", "request_tokens", "stated_budget",
+           "summary_budget"]

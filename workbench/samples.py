@@ -452,7 +452,8 @@ class _Builder:
             at = len(lines) - 2
             old = "\n".join(lines[at:])
             new_lines = [*lines[at:], "", "", f"def {function}(items, *, limit=None):",
-                         f'    """{function.replace("_", " ").capitalize()}: at most `limit` items, newest first."""',
+                         f'    """{(function or "items").replace("_", " ").capitalize()}: at most `limit` items, '
+                         'newest first."""',
                          "    ordered = sorted(items, key=lambda i: i.created_at, reverse=True)",
                          "    return ordered if limit is None else ordered[:limit]"]
         else:

@@ -106,6 +106,18 @@ class Message:
     def pinned(self) -> bool:
         return self.importance >= PINNED_IMPORTANCE
 
+    def __repr__(self) -> str:
+        """One short line (a message may hold megabytes of text): role, size, a preview."""
+        text = self.text
+        preview = text[:40].replace("\n", " ")
+        extras = f", tool_calls={len(self.tool_calls)}" if self.tool_calls else ""
+        if self.tool_call_id is not None:
+            extras += f", tool_call_id={self.tool_call_id!r}"
+        if self.origin != "original":
+            extras += f", origin={self.origin!r}"
+        return (f"Message({self.role}, {len(text):,} chars{extras}: "
+                f"{preview!r}{'...' if len(text) > 40 else ''})")
+
     @property
     def text(self) -> str:
         """The text content: the string itself, or the text parts joined by newlines (other parts skipped)."""
@@ -279,6 +291,62 @@ class Probe:
                    kind=str(data.get("kind", "recall")), from_call=int(data.get("from_call", 0)))
 
 
+USAGE_INPUT_KEYS: tuple[str, ...] = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+"""The input kinds of a normalised per-call usage record (`Message.metadata["usage"]`): uncached
+input, input read from the provider's prompt cache, input written to it. Output is `output_tokens`."""
+
+
+def recorded_input_tokens(message: Message) -> int | None:
+    """The input tokens the provider billed for the call that produced `message` (an assistant
+    message): the sum of the three input kinds of its recorded usage, or None when the recording
+    has no usage for it."""
+    usage = message.metadata.get("usage") if message.metadata else None
+    if not isinstance(usage, Mapping):
+        return None
+    counts = [usage[key] for key in USAGE_INPUT_KEYS if isinstance(usage.get(key), int)]
+    return sum(counts) if counts else None
+
+
+@dataclass(frozen=True)
+class RecordedCompaction:
+    """A compaction the recorded agent made itself: an annotation of the session, never a message.
+
+    `message_index` is the index in `Session.messages` of the first message after the compaction
+    (`len(messages)` when nothing followed it); `call_index` is the 0-based recorded LLM call
+    (assistant message) it precedes, i.e. the number of assistant messages before `message_index`.
+    `trigger` is `"manual"`, `"auto"` or None when the recording does not say; `tokens_before`
+    the context size the agent reported when it compacted (None when not recorded); `summary` the
+    text the agent continued from (empty when none was recorded). The session keeps the full
+    original history: the summary is not among its messages.
+    """
+
+    call_index: int
+    message_index: int
+    trigger: str | None = None
+    tokens_before: int | None = None
+    summary: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"call_index": self.call_index, "message_index": self.message_index, "trigger": self.trigger,
+                "tokens_before": self.tokens_before, "summary": self.summary}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], messages: Sequence[Message] = ()) -> RecordedCompaction:
+        """Read a `metadata["recorded_compactions"]` entry; a missing `call_index` is computed from
+        `message_index` over `messages` (`pre_tokens` is read as `tokens_before`)."""
+        message_index = int(data.get("message_index") or 0)
+        call_index = data.get("call_index")
+        if not isinstance(call_index, int):
+            call_index = sum(1 for m in messages[:message_index] if m.role == "assistant")
+        tokens = data.get("tokens_before", data.get("pre_tokens"))
+        trigger = data.get("trigger")
+        return cls(call_index=call_index, message_index=message_index,
+                   trigger=str(trigger) if trigger is not None else None,
+                   tokens_before=int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool)
+                   else None,
+                   summary=str(data.get("summary") or ""))
+
+
 def content_hash(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()) -> str:
     """A stable id from the conversation's content (messages with importance/origin, tool schemas).
 
@@ -303,7 +371,10 @@ class Session:
     `id` is a hash of the content unless given. `format` is the source format it was imported
     from, `tools` the tool schemas offered to the model (OpenAI shape), `probes` the questions a
     replay's final context should still answer, `metadata` anything else the recording said
-    (model, recorded compactions, usage totals...).
+    (model, usage totals...). The agent's own compactions are annotations
+    (`metadata["recorded_compactions"]`, read through `recorded_compactions`), never messages:
+    `messages` is the full original history. Per-call provider usage sits in each assistant
+    message's `metadata["usage"]` (see `recorded_input_tokens`).
     """
 
     messages: tuple[Message, ...]
@@ -328,16 +399,31 @@ class Session:
     @classmethod
     def from_messages(cls, messages: Iterable[MessageLike], id: str | None = None,
                       probes: Iterable[Probe | Mapping[str, Any]] | None = None, **fields: Any) -> Session:
-        return cls(messages=tuple(as_messages(messages)), id=id or "", probes=tuple(probes or ()), **fields)
+        parsed = tuple(p if isinstance(p, Probe) else Probe.from_dict(p) for p in probes or ())
+        return cls(messages=tuple(as_messages(messages)), id=id or "", probes=parsed, **fields)
 
     @property
     def calls(self) -> int:
         """Recorded LLM calls: one per assistant message."""
         return sum(1 for m in self.messages if m.role == "assistant")
 
+    def __repr__(self) -> str:
+        """One short line (a session may hold megabytes of text): id, format, dataset, sizes."""
+        return (f"Session(id={self.id!r}, format={self.format!r}, dataset={self.dataset!r}, "
+                f"messages={len(self.messages)}, calls={self.calls}, probes={len(self.probes)})")
+
     @property
     def steps(self) -> list[Step]:
         return group_steps(self.messages)
+
+    @property
+    def recorded_compactions(self) -> tuple[RecordedCompaction, ...]:
+        """The compactions the recorded agent made itself, in order (from `metadata["recorded_compactions"]`)."""
+        entries = self.metadata.get("recorded_compactions") if self.metadata else None
+        if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)):
+            return ()
+        return tuple(e if isinstance(e, RecordedCompaction) else RecordedCompaction.from_dict(e, self.messages)
+                     for e in entries if isinstance(e, (Mapping, RecordedCompaction)))
 
     def with_dataset(self, dataset: str) -> Session:
         return replace(self, dataset=dataset)

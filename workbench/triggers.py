@@ -17,6 +17,14 @@ Every trigger answers `should_compact(view)` before a call and hears `notify_com
 a compaction. `guard` also reports `severity(view)` (`none`, `warn`, `critical`), and `any` / `all`
 pass on the severity of the first inner trigger that reports one, so `trigger_severity()` (and the
 `guard_select` strategy) see it through combinators.
+
+Overflow retry belongs to the designs that have one. Every kind says so in `overflow_retry`, read
+by the replay engine on the instance (`getattr(trigger, "overflow_retry", False)`): when a call
+would not fit the window, a trigger with `overflow_retry` is asked again and, if the compaction
+frees room, the call is retried once; without it the replay ends with `context_overflow` (unless
+the config's `overflow_retry` says otherwise). True for `guard` (aisopod compacts and retries on a
+context-overflow error) and for `utilization` with `reactive = true` (goat); false for the others;
+`any` / `all` have it when an inner trigger has it.
 """
 
 from __future__ import annotations
@@ -24,11 +32,13 @@ from __future__ import annotations
 import math
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.compaction import TriggerView, trigger_severity
 from workbench.errors import ConfigError
-from workbench.registry import build_trigger, register_trigger
+from workbench.registry import TriggerSpec, param, register_trigger
+from workbench.session import Message
+from workbench.tokens import HeuristicTokenizer, counted_text
 
 #: Counters the replay engine maintains (keys ending in `*` match by prefix, e.g. `input_tokens_for:*`).
 KNOWN_COUNTERS = ("iterations", "input_tokens", "output_tokens", "input_tokens_for:<model>", "compactions")
@@ -36,29 +46,12 @@ KNOWN_COUNTERS = ("iterations", "input_tokens", "output_tokens", "input_tokens_f
 KNOWN_GAUGES = ("context_messages", "context_steps", "context_tokens", "tokens_last_call")
 
 
-# --------------------------------------------------------------------------------------------
-# parameter checks (each message names the parameter and the value it got)
+# Parameters are declared with `registry.param` and checked by the registry (type, bounds) when a
+# trigger is built; a `__post_init__` only checks what relates several parameters.
 
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def _int_param(name: str, value: Any, *, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)
-        else:
-            raise ConfigError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    if value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return value
-
-
-def _bool_param(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, not {value!r}")
-    return value
 
 
 # --------------------------------------------------------------------------------------------
@@ -73,10 +66,9 @@ class TokenThreshold:
     Reads the gauge `tokens_last_call`. `threshold = 0` switches the trigger off.
     """
 
-    threshold: int = 200_000
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "threshold", _int_param("threshold", self.threshold, minimum=0))
+    overflow_retry: ClassVar[bool] = False
+    threshold: int = param(200_000, doc="tokens (prompt + completion) of the previous call that fire it; 0: off",
+                           min=0)
 
     def should_compact(self, view: TriggerView) -> bool:
         if self.threshold == 0:
@@ -94,25 +86,31 @@ class TokenThreshold:
 @register_trigger("utilization")
 @dataclass(frozen=True)
 class Utilization:
-    """Fire when the messages fill more than `ratio` of the room left for them.
+    """Fire when the messages fill more than `ratio` of the room left for them (goat, seed 002).
 
-    Proactive check: message tokens (the context without its leading system messages) divided by
-    `context_limit - system tokens - max_output` is above `ratio` (strictly). When that room is
-    zero or negative, any message at all counts as over.
+    One test decides every case, goat's `ShouldCompact(budget)`: message tokens (the context
+    without its leading system messages) divided by `context_limit - system tokens - max_output`
+    is above `ratio` (strictly). When that room is zero or negative, any message counts as over.
 
-    Reactive check (only with `reactive = true`): the previous call stopped because it hit its
-    output limit (`finish_reason == "length"`), or sending this context would overflow the window
-    (the engine's `overflow` flag, or context + max_output > context_limit).
+    - Proactive: the test runs before every call.
+    - Reactive (`reactive = true`): goat reacts to one stop reason only, the model hitting its
+      output limit (`finish_reason == "length"`); no provider error is handled. It then drops the
+      truncated tool blocks, recomputes the budget (the truncated reply included) and runs the same
+      test: over ratio, it compacts and the loop sends the call again; not over, compaction cannot
+      help and goat ends the run (`ExitMaxTokens`). So a length stop alone never fires this
+      trigger: in a replay the next recorded call sees the budget goat would recompute.
+    - "Overflow" in goat is its budget's `Available` going negative (context + max_output past the
+      window), i.e. utilization above 1, which the test already catches since `ratio` <= 1; the
+      engine's `overflow` flag (its own count says the call does not fit) is read as the same
+      thing when `reactive` is on.
+
+    `overflow_retry` is `reactive`: after a length stop or an overflow goat compacts and sends
+    the call again, once per stop; with `reactive = false` the trigger is proactive only.
     """
 
-    ratio: float = 0.8
-    reactive: bool = True
-
-    def __post_init__(self) -> None:
-        if not _is_number(self.ratio) or not 0 < self.ratio <= 1:
-            raise ConfigError(f"ratio must be a number in (0, 1], not {self.ratio!r}")
-        object.__setattr__(self, "ratio", float(self.ratio))
-        _bool_param("reactive", self.reactive)
+    ratio: float = param(0.8, doc="share of the room for messages above which it fires", min=0, max=1,
+                         min_exclusive=True)
+    reactive: bool = param(True, doc="also fire when the engine reports that the call overflows the window")
 
     def utilization(self, view: TriggerView) -> float:
         """message tokens / (context_limit - system tokens - max_output); inf when there is no room."""
@@ -122,14 +120,13 @@ class Utilization:
             return math.inf if used > 0 else 0.0
         return used / room
 
+    @property
+    def overflow_retry(self) -> bool:
+        """goat compacts and retries a call that stopped at its output limit or overflowed, when reactive."""
+        return self.reactive
+
     def should_compact(self, view: TriggerView) -> bool:
-        if self.reactive and (
-            view.last_finish_reason == "length"
-            or view.overflow
-            or view.context_tokens + view.max_output > view.context_limit
-        ):
-            return True
-        return self.utilization(view) > self.ratio
+        return self.utilization(view) > self.ratio or (self.reactive and view.overflow)
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -190,10 +187,19 @@ class StatThreshold:
     counters: iterations, input_tokens, output_tokens, input_tokens_for:<model>, compactions; known
     gauges: context_messages, context_steps, context_tokens, tokens_last_call. Other keys are
     accepted (a custom engine may publish more) and simply read as absent (0 for exact counters).
+
+    The summarizer's own calls count (seed 000, summarization test case 11: the summarizing model
+    call increments the input/output token counters, and `input_tokens_for:<its model>`). gent
+    notifies the trigger after the compaction, its summarizer call included, so the snapshots
+    taken then contain that usage: the next delta is measured from after the summarizer's tokens,
+    which therefore never count toward the next firing, while the counters themselves (and any
+    total read from them) include them. The engine passes those counters to `notify_compacted`.
     """
 
-    counters: Mapping[str, float] = field(default_factory=dict)
-    gauges: Mapping[str, float] = field(default_factory=dict)
+    overflow_retry: ClassVar[bool] = False
+    counters: Mapping[str, int | float] = param({}, doc="{counter = delta}: fire when a counter grew by delta "
+                                                "since the last compaction")
+    gauges: Mapping[str, int | float] = param({}, doc="{gauge = value}: fire when a gauge reached value")
     _snapshots: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -236,32 +242,83 @@ class StatThreshold:
 # pressure (004)
 
 
+_LEN4 = HeuristicTokenizer()
+
+
+def ptc_message_tokens(message: Message) -> int:
+    """ptc_runner's per-message estimate: len/4 (floor 1) of its text and tool calls; 0 for system messages."""
+    if message.role in ("system", "developer"):
+        return 0
+    return _LEN4.count(counted_text(message))
+
+
+class _HistoryTokens:
+    """A running total of `ptc_message_tokens` over a history that grows call by call.
+
+    The engine passes the recorded prefix before each call; only the new messages are counted (a
+    history that is not an extension of the last one is counted afresh).
+    """
+
+    __slots__ = ("count", "last", "total")
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.total = 0
+        self.last: Message | None = None
+
+    def measure(self, history: Sequence[Message]) -> int:
+        size = len(history)
+        if size < self.count or (self.count and history[self.count - 1] is not self.last):
+            self.count, self.total, self.last = 0, 0, None
+        for index in range(self.count, size):
+            self.total += ptc_message_tokens(history[index])
+        if size:
+            self.count, self.last = size, history[size - 1]
+        return self.total
+
+
 @register_trigger("pressure")
 @dataclass(frozen=True)
 class Pressure:
-    """Fire when the session has made at least `turns` calls, or the context holds at least
-    `tokens` tokens.
+    """Fire when the session has made at least `turns` calls, or its history holds at least
+    `tokens` estimated tokens (ptc_runner, seed 004).
 
-    Like ptc_runner, which rebuilds its trimmed input on every turn once under pressure, this fires
-    at every call past the threshold; compacting does not reset it. `turns = 0` (or none) switches
-    the turn condition off, `tokens` is off unless set; at least one must be on.
+    - Turns: ptc_runner counts turns from 1 and fires when `turn > turns`; before call k (0-based)
+      the turn is k + 1, so this fires when `call_index >= turns`.
+    - Tokens: ptc_runner never shortens its history. Every turn it estimates the tokens of the
+      whole accumulated message list (the user/assistant messages, tool feedback included; the
+      system prompt is built separately and not counted, nor are tool schemas) with its len/4
+      counter (floor 1 for non-empty text, no per-message overhead), fires when that is >= `tokens`,
+      and trims a copy for the call. So the tokens are measured on `view.history` (the recorded
+      messages before this call, system messages left out), each message's text and tool calls
+      counted with `ptc_message_tokens`, not on the replayed context. When the engine passes no
+      history, the context's message tokens stand in.
+
+    Both conditions only grow, so once past a threshold this fires at every call, as ptc_runner
+    rebuilds its trimmed input every turn; compacting does not reset it. `turns = 0` (or none)
+    switches the turn condition off, `tokens` is off unless set; at least one must be on.
     """
 
-    turns: int | None = 8
-    tokens: int | None = None
+    overflow_retry: ClassVar[bool] = False
+    turns: int | None = param(8, doc="fire from this call index on; 0 or none: off", min=0)
+    tokens: int | None = param(None, doc="fire when the history holds this many tokens; none: off", min=0)
+    _history: _HistoryTokens = field(default_factory=lambda: _HistoryTokens(), init=False, repr=False,
+                                     compare=False)
 
     def __post_init__(self) -> None:
-        turns = None if self.turns is None else _int_param("turns", self.turns, minimum=0)
-        tokens = None if self.tokens is None else _int_param("tokens", self.tokens, minimum=0)
-        if not turns and not tokens:
+        if not self.turns and not self.tokens:
             raise ConfigError("pressure needs turns >= 1 or tokens >= 1 (both are off)")
-        object.__setattr__(self, "turns", turns)
-        object.__setattr__(self, "tokens", tokens)
+
+    def history_tokens(self, view: TriggerView) -> int:
+        """ptc_runner's estimate: len/4 tokens of the recorded messages before this call, system excluded."""
+        if not view.history:
+            return view.message_tokens
+        return self._history.measure(view.history)
 
     def should_compact(self, view: TriggerView) -> bool:
         if self.turns and view.call_index >= self.turns:
             return True
-        return bool(self.tokens) and view.context_tokens >= self.tokens
+        return self.tokens is not None and self.tokens > 0 and self.history_tokens(view) >= self.tokens
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -281,23 +338,22 @@ class Guard:
     - `none`: otherwise.
 
     Fires at `warn` and `critical`; `guard_select` picks its strategy by the severity.
+
+    aisopod also compacts when the provider reports a context overflow and then retries the call
+    (`overflow_retry`): an overflow view (`view.overflow`) fires the guard whatever the severity.
+    The severity stays the token count's, as aisopod selects its strategy from the count alone.
     """
 
-    warn_threshold: float = 0.8
-    hard_limit: int = 128_000
-    min_available: int = 0
+    overflow_retry: ClassVar[bool] = True
+    warn_threshold: float = param(0.8, doc="share of hard_limit from which the severity is warn", min=0, max=1,
+                                  min_exclusive=True)
+    hard_limit: int = param(128_000, doc="context tokens from which the severity is critical", min=1)
+    min_available: int = param(0, doc="critical when fewer tokens than this are left under hard_limit", min=0)
 
     def __post_init__(self) -> None:
-        if not _is_number(self.warn_threshold) or not 0 < self.warn_threshold <= 1:
-            raise ConfigError(f"warn_threshold must be a number in (0, 1], not {self.warn_threshold!r}")
-        object.__setattr__(self, "warn_threshold", float(self.warn_threshold))
-        hard_limit = _int_param("hard_limit", self.hard_limit, minimum=1)
-        min_available = _int_param("min_available", self.min_available, minimum=0)
-        if min_available >= hard_limit:
-            raise ConfigError(f"min_available ({min_available}) must be below hard_limit ({hard_limit}), "
+        if self.min_available >= self.hard_limit:
+            raise ConfigError(f"min_available ({self.min_available}) must be below hard_limit ({self.hard_limit}), "
                               "or the guard is always critical")
-        object.__setattr__(self, "hard_limit", hard_limit)
-        object.__setattr__(self, "min_available", min_available)
 
     def severity(self, view: TriggerView) -> str:
         tokens = view.context_tokens
@@ -308,7 +364,7 @@ class Guard:
         return "none"
 
     def should_compact(self, view: TriggerView) -> bool:
-        return self.severity(view) != "none"
+        return view.overflow or self.severity(view) != "none"
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -318,30 +374,18 @@ class Guard:
 # any / all
 
 
-def _build_inner(kind: str, triggers: Any) -> tuple[Any, ...]:
-    if isinstance(triggers, (str, Mapping)) or not isinstance(triggers, Sequence):
-        raise ConfigError(f"triggers must be a list of trigger specs, not {triggers!r}")
-    if not triggers:
-        raise ConfigError(f"{kind} needs at least one trigger in triggers")
-    built = []
-    for index, spec in enumerate(triggers):
-        try:
-            built.append(build_trigger(spec))
-        except ConfigError as exc:
-            raise ConfigError(f"triggers[{index}]: {exc}") from exc
-    return tuple(built)
-
-
 @dataclass(frozen=True)
 class _Combinator:
-    triggers: tuple[Any, ...]
-
-    @classmethod
-    def from_params(cls, **params: Any) -> _Combinator:
-        return cls(**params)
+    triggers: tuple[TriggerSpec, ...] = param(doc="the inner triggers, as a list of trigger specs")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "triggers", _build_inner(self.kind, self.triggers))  # type: ignore[attr-defined]
+        if not self.triggers:
+            raise ConfigError("triggers needs at least one trigger")
+
+    @property
+    def overflow_retry(self) -> bool:
+        """True when an inner trigger's design retries a call that overflowed."""
+        return any(getattr(trigger, "overflow_retry", False) for trigger in self.triggers)
 
     def severity(self, view: TriggerView) -> str | None:
         """The severity of the first inner trigger that reports one (None when none does)."""
@@ -375,4 +419,4 @@ class AllOf(_Combinator):
 
 
 __all__ = ["AllOf", "AnyOf", "Guard", "KNOWN_COUNTERS", "KNOWN_GAUGES", "Pressure", "StatThreshold",
-           "TokenThreshold", "Utilization"]
+           "TokenThreshold", "Utilization", "ptc_message_tokens"]

@@ -6,8 +6,8 @@
 - `> ` blocks are aider's own terminal output (edits applied, shell output, prompts): no
   structured tool calls exist, so they are not messages. They are kept in the preceding
   message's metadata `aider_output` (before any message: session metadata `aider_preamble`);
-  a `Tokens: … sent, … received` report becomes that reply's `usage`
-  (`prompt_tokens`/`completion_tokens`, rounded as aider printed them) and `Cost:` its `cost`;
+  a `Tokens: … sent, … cache write, … cache hit, … received` report becomes that reply's
+  `usage` (normalised; `sent` is the whole prompt; rounded as aider printed them) and `Cost:` its `cost`;
   `Main model:` / `Model:` lines give the session's model.
 aider writes two trailing spaces on every `#### ` and `> ` line; when a file has them, lines
 without them (e.g. `> quoted` text inside a reply) stay assistant text.
@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import FormatError
 from ..session import Message, Session
-from ._common import build_session, head_text, read_text
+from ._common import build_session, call_usage, head_text, read_text
 
 FORMAT = "aider"
 EXPECTED = "an aider chat log with '# aider chat started at' headers and '#### ' user lines"
@@ -31,7 +31,7 @@ _COST = re.compile(r"Cost:\s*\$([\d.,]+)\s+message")
 _MODEL = re.compile(r"^(?:Main model|Model):\s*(\S+)")
 _VERSION = re.compile(r"^Aider v(\S+)")
 _USAGE_KEYS = {"sent": "prompt_tokens", "received": "completion_tokens", "cache write": "cache_write_tokens",
-               "cache hit": "cache_hit_tokens"}
+               "cache hit": "cache_read_tokens"}
 
 
 def detect(path: str, head: bytes | str) -> bool:
@@ -53,7 +53,12 @@ class _Chat:
 
 def load(path: str) -> list[Session]:
     """Every non-empty aider session in the log."""
-    lines = read_text(path).splitlines()
+    text = read_text(path)
+    lines = text.splitlines()
+    if text.lstrip("\ufeff \t\r\n").startswith(("{", "[")) or not any(
+            _START.match(line) or line.startswith("#### ") for line in lines):
+        raise FormatError(path, "no '# aider chat started at' header and no '#### ' user line", line=1,
+                          expected=EXPECTED)
     strict = any(line.endswith("  ") and line.startswith(("#### ", "> ")) for line in lines)
     chats: list[_Chat] = []
     chat = _Chat(started_at=None)
@@ -128,7 +133,8 @@ def _output(chat: _Chat, block: list[str]) -> None:
         if version and chat.version is None:
             chat.version = version.group(1)
         if line.startswith("Tokens:") and target is not None and target["role"] == "assistant":
-            usage = {_USAGE_KEYS[unit]: _number(value, scale) for value, scale, unit in _COUNT.findall(line)}
+            counts = {_USAGE_KEYS[unit]: _number(value, scale) for value, scale, unit in _COUNT.findall(line)}
+            usage = call_usage(counts)
             if usage:
                 target["metadata"]["usage"] = usage
             cost = _COST.search(line)

@@ -27,7 +27,7 @@ from ._common import (
     as_list,
     as_str,
     build_session,
-    clean_usage,
+    call_usage,
     dumps_args,
     finish_reason,
     has_key,
@@ -240,7 +240,7 @@ def add_assistant(builder: TurnBuilder, content: Any, *, key: Any = None,
 def response_metadata(message: Mapping[str, Any]) -> dict[str, Any]:
     """Usage, finish_reason, model and id of a recorded Anthropic response message."""
     meta: dict[str, Any] = {}
-    usage = clean_usage(message.get("usage"))
+    usage = call_usage(message.get("usage"))
     if usage:
         meta["usage"] = usage
     reason = finish_reason(message.get("stop_reason"))

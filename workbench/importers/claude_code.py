@@ -11,10 +11,11 @@ One file can yield several sessions, each tagged with metadata `claude_code_kind
 Within a session, lines keep file order: `progress`, `file-history-snapshot`,
 `queue-operation` and non-compaction `system` lines are skipped; assistant lines sharing
 `message.id` are merged into one assistant message (usage/stop_reason from the last line);
-`tool_result` blocks become tool messages; `thinking` goes to metadata. A
-`system/compact_boundary` line plus the following `isCompactSummary` user line become an entry
-of `metadata["recorded_compactions"]` (`message_index`, `trigger`, `pre_tokens`, `summary`,
-`timestamp`) and the summary message keeps metadata `{"compact_summary": True}`. Rewound
+`tool_result` blocks become tool messages; `thinking` goes to metadata; each assistant message
+keeps the usage of the last line of its response (`metadata["usage"]`, normalised). A
+`system/compact_boundary` line (`compactMetadata.trigger`, `preTokens`) plus the following
+`isCompactSummary` user line (the summary) become one entry of `metadata["recorded_compactions"]`
+(see `Session.recorded_compactions`); the summary is not a message of the session. Rewound
 branches of the conversation tree are not pruned (they stay in file order).
 """
 
@@ -25,16 +26,18 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import FormatError
-from ..session import Message, Session
+from ..session import Session
 from ._common import (
     TurnBuilder,
     as_str,
     build_session,
+    compaction_marker,
     content_text,
     first_record,
     has_key,
     head_text,
     iter_jsonl,
+    marker_fields,
 )
 from .anthropic import add_assistant, add_message, response_metadata
 
@@ -134,7 +137,6 @@ def _kind(key: Any, in_subagents: bool) -> str:
 def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: str,
                     titles: list[str]) -> Session | None:
     builder = TurnBuilder()
-    compactions: list[dict[str, Any]] = []
     boundary: dict[str, Any] | None = None
     for number, record in lines:
         kind_of_line = record.get("type")
@@ -142,10 +144,10 @@ def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: st
             if record.get("subtype") == "compact_boundary":
                 compact = record.get("compactMetadata")
                 compact = compact if isinstance(compact, dict) else {}
-                boundary = {"message_index": None, "trigger": compact.get("trigger"),
-                            "pre_tokens": compact.get("preTokens"), "summary": None,
-                            "timestamp": record.get("timestamp")}
-                compactions.append(boundary)
+                marker = compaction_marker(trigger=compact.get("trigger"), tokens_before=compact.get("preTokens"),
+                                           timestamp=record.get("timestamp"))
+                builder.add(marker)
+                boundary = marker_fields(marker)
             continue
         message = record.get("message")
         if not isinstance(message, dict):
@@ -158,21 +160,22 @@ def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: st
                 meta["api_error"] = True
             add_assistant(builder, message.get("content"), key=message.get("id") or record.get("uuid"),
                           metadata=meta)
+            boundary = None
             continue
         if record.get("isCompactSummary"):
-            meta["compact_summary"] = True
-            if boundary is None or boundary["summary"] is not None:
-                boundary = {"message_index": None, "trigger": None, "pre_tokens": None, "summary": None,
-                            "timestamp": record.get("timestamp")}
-                compactions.append(boundary)
+            if boundary is None or boundary["summary"]:
+                marker = compaction_marker(timestamp=record.get("timestamp"))
+                builder.add(marker)
+                boundary = marker_fields(marker)
+            assert boundary is not None
             boundary["summary"] = content_text(message.get("content"))
+            continue
         if record.get("isMeta"):
             meta["is_meta"] = True
         add_message(path, builder, {**message, "role": "user"}, number, f"line {number}", metadata=meta)
     messages = builder.messages()
     if not any(m.role in ("user", "assistant") for m in messages):
         return None
-    _place_compactions(messages, compactions)
     first = lines[0][1]
     metadata: dict[str, Any] = {
         "claude_code_kind": kind,
@@ -183,14 +186,5 @@ def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: st
         "git_branch": first.get("gitBranch"),
         "started_at": first.get("timestamp"),
         "titles": titles or None,
-        "recorded_compactions": compactions,
     }
     return build_session(messages, FORMAT, metadata=metadata)
-
-
-def _place_compactions(messages: list[Message], compactions: list[dict[str, Any]]) -> None:
-    """Give each recorded compaction the index of its summary message (in order)."""
-    indices = iter(i for i, m in enumerate(messages) if m.metadata.get("compact_summary"))
-    for compaction in compactions:
-        if compaction["summary"] is not None:
-            compaction["message_index"] = next(indices, None)

@@ -8,11 +8,14 @@ Lines are `{timestamp, type, payload}` (older rollouts write the items without t
   / `local_shell_call` / `web_search_call` → tool calls, `*_output` → tool results. Consecutive
   assistant-side items form one assistant message. A `web_search_call` has no recorded output,
   so it gets the no-result tool message;
-- `event_msg` `token_count` → `last_token_usage` as the usage of the latest assistant message,
-  `total_token_usage` as the session's recorded totals; other events duplicate response items
-  and are skipped;
-- `compacted` → an entry of `metadata["recorded_compactions"]` plus a user message holding the
-  summary with metadata `{"compact_summary": True}`.
+- `event_msg` `token_count` → `last_token_usage` (normalised) as the usage of the latest
+  assistant message, `total_token_usage` as the session's recorded totals; other events
+  duplicate response items and are skipped;
+- `compacted` → an entry of `metadata["recorded_compactions"]` (the summary is `message`;
+  `tokens_before` is the input plus output of the last recorded `token_count`, the context the
+  compaction replaced; the rollout does not say what triggered it). The summary is not a
+  message of the session: `replacement_history` is what Codex continued from, and the
+  session keeps the original history instead.
 """
 
 from __future__ import annotations
@@ -28,10 +31,13 @@ from ._common import (
     as_list,
     as_str,
     build_session,
+    call_usage,
     clean_usage,
+    compaction_marker,
     content_text,
     dumps_args,
     first_record,
+    frozen,
     has_key,
     has_value,
     head_text,
@@ -68,7 +74,7 @@ def load(path: str) -> list[Session]:
     """The rollout as one session."""
     builder = TurnBuilder()
     state: dict[str, Any] = {"model": None, "in_turn": False, "turn_key": 0}
-    meta: dict[str, Any] = {"recorded_compactions": []}
+    meta: dict[str, Any] = {}
     for number, record in iter_jsonl(path, EXPECTED):
         if not isinstance(record, dict):
             raise FormatError(path, "the line is not a JSON object", line=number, expected=EXPECTED)
@@ -89,17 +95,16 @@ def load(path: str) -> list[Session]:
                 state["model"] = payload["model"]
                 meta.setdefault("model", payload["model"])
         elif kind == "event_msg":
-            _event(builder, payload, meta)
+            _event(builder, payload, meta, state)
         elif kind == "compacted":
-            _compacted(builder, payload, meta, record.get("timestamp"))
+            builder.end_turn()
+            _compacted(builder, payload, state, record.get("timestamp"))
             state["in_turn"] = False
         else:
             _item(path, builder, payload, state, number, record.get("timestamp"))
     messages = builder.messages()
     if not messages:
         raise FormatError(path, "the rollout holds no messages", expected=EXPECTED)
-    if not meta["recorded_compactions"]:
-        del meta["recorded_compactions"]
     return [build_session(messages, FORMAT, metadata=meta)]
 
 
@@ -115,14 +120,16 @@ def _session_meta(builder: TurnBuilder, payload: dict[str, Any], meta: dict[str,
         builder.add(Message(role="system", content=text))
 
 
-def _event(builder: TurnBuilder, payload: dict[str, Any], meta: dict[str, Any]) -> None:
+def _event(builder: TurnBuilder, payload: dict[str, Any], meta: dict[str, Any], state: dict[str, Any]) -> None:
     if payload.get("type") != "token_count":
         return
     info = as_dict(payload.get("info"))
-    last = clean_usage(info.get("last_token_usage"))
+    last = call_usage(info.get("last_token_usage"))
     turn = builder.last_turn
     if last and turn is not None:
         turn.metadata["usage"] = last
+    if last:
+        state["context_tokens"] = sum(last.values())
     total = clean_usage(info.get("total_token_usage"))
     if total:
         meta["recorded_totals"] = total
@@ -130,16 +137,12 @@ def _event(builder: TurnBuilder, payload: dict[str, Any], meta: dict[str, Any]) 
         meta["context_window"] = info["model_context_window"]
 
 
-def _compacted(builder: TurnBuilder, payload: dict[str, Any], meta: dict[str, Any], timestamp: Any) -> None:
-    summary = as_str(payload.get("message"))
-    index = len(builder.messages())
-    meta["recorded_compactions"].append({
-        "message_index": index if summary else None, "trigger": payload.get("trigger"), "pre_tokens": None,
-        "summary": summary, "timestamp": timestamp,
-        "replacement_history_length": len(as_list(payload.get("replacement_history"))) or None,
-    })
-    if summary:
-        builder.add(Message(role="user", content=summary, metadata={"compact_summary": True}))
+def _compacted(builder: TurnBuilder, payload: dict[str, Any], state: dict[str, Any], timestamp: Any) -> None:
+    trigger = payload.get("trigger")
+    builder.add(compaction_marker(
+        trigger=trigger if isinstance(trigger, str) else None, tokens_before=state.get("context_tokens"),
+        summary=as_str(payload.get("message")), timestamp=timestamp,
+        replacement_history_length=len(as_list(payload.get("replacement_history"))) or None))
 
 
 def _item(path: str, builder: TurnBuilder, item: dict[str, Any], state: dict[str, Any], line: int,
@@ -173,7 +176,8 @@ def _item(path: str, builder: TurnBuilder, item: dict[str, Any], state: dict[str
         if mapped is None:
             raise FormatError(path, f"a message item has role {role!r}", line=line,
                               expected="role user, developer, system or assistant")
-        builder.add(Message(role=mapped, content=content, metadata={"timestamp": timestamp} if timestamp else {}))
+        builder.add(Message(role=mapped, content=frozen(content),
+                            metadata={"timestamp": timestamp} if timestamp else {}))
 
 
 def _call(item: dict[str, Any]) -> ToolCall:

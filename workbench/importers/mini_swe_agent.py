@@ -25,7 +25,7 @@ from ._common import (
     as_list,
     as_str,
     build_session,
-    clean_usage,
+    call_usage,
     dumps_args,
     finish_reason,
     has_key,
@@ -39,6 +39,7 @@ from ._common import (
 FORMAT = "mini-swe-agent"
 EXPECTED = "a mini-swe-agent trajectory: {info, messages: [{role, content}], trajectory_format} or a message list"
 _MARKERS = ("mini_version", "trajectory_format")
+_BARE_KEYS = frozenset({"role", "content", "extra", "timestamp"})
 
 
 def detect(path: str, head: bytes | str) -> bool:
@@ -59,11 +60,19 @@ def load(path: str) -> list[Session]:
     data = read_json(path, EXPECTED)
     if isinstance(data, list):
         raw_messages, info, extra_meta = data, {}, {}
-    elif isinstance(data, dict) and isinstance(data.get("messages"), list):
+        for index, raw in enumerate(data):
+            extra_keys = sorted(set(raw) - _BARE_KEYS) if isinstance(raw, dict) else []
+            if extra_keys or (isinstance(raw, dict) and not isinstance(raw.get("content"), str)):
+                problem = f"has key {extra_keys[0]!r}" if extra_keys else "has no text content"
+                raise FormatError(path, f"message {index} {problem}: not a bare mini-swe-agent trajectory",
+                                  expected="a list of {role, content} messages with text content")
+    elif isinstance(data, dict) and isinstance(data.get("messages"), list) and (
+            "info" in data or any(k in data for k in _MARKERS)):
         raw_messages, info = data["messages"], as_dict(data.get("info"))
         extra_meta = {"trajectory_format": data.get("trajectory_format"), "instance_id": data.get("instance_id")}
     else:
-        raise FormatError(path, "no 'messages' list in the trajectory", expected=EXPECTED)
+        raise FormatError(path, "no 'messages' list with 'info' or 'trajectory_format' in the trajectory",
+                          expected=EXPECTED)
     builder = TurnBuilder()
     exit_record: dict[str, Any] | None = None
     for index, raw in enumerate(raw_messages):
@@ -102,7 +111,7 @@ def _message(path: str, builder: TurnBuilder, raw: dict[str, Any], where: str) -
     meta: dict[str, Any] = {}
     if role == "assistant":
         response = as_dict(extra.get("response"))
-        usage = clean_usage(response.get("usage") or raw.get("usage"))
+        usage = call_usage(response.get("usage") or raw.get("usage"))
         if usage:
             meta["usage"] = usage
         choices = as_list(response.get("choices"))

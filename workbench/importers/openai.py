@@ -25,9 +25,10 @@ from ._common import (
     as_dict,
     as_list,
     build_session,
-    clean_usage,
+    call_usage,
     dumps_args,
     finish_reason,
+    frozen,
     has_key,
     head_text,
     iter_jsonl,
@@ -43,6 +44,8 @@ EXPECTED = "OpenAI chat messages: a list of {role, content} or an object with 'm
 _ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
           "tool": "tool", "function": "tool"}
 _WRAPPERS = ("body", "request", "params")
+_FOREIGN_PARTS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "server_tool_use",
+                            "web_search_tool_result", "document"})
 
 
 def detect(path: str, head: bytes | str) -> bool:
@@ -211,7 +214,7 @@ def _message(path: str, raw: Any, line: int | None, where: str, index: int | Non
             calls = tuple(_tool_call(c) for c in raw_calls)
         elif isinstance(raw.get("function_call"), dict):
             calls = (_tool_call({"function": raw["function_call"]}),)
-        usage = clean_usage(raw.get("usage"))
+        usage = call_usage(raw.get("usage"))
         if usage:
             metadata["usage"] = usage
         reason = finish_reason(raw.get("finish_reason"))
@@ -219,12 +222,19 @@ def _message(path: str, raw: Any, line: int | None, where: str, index: int | Non
             metadata["finish_reason"] = reason
         if isinstance(raw.get("model"), str):
             metadata["model"] = raw["model"]
+    content = raw.get("content")
+    if isinstance(content, list):
+        types = (p.get("type") for p in content if isinstance(p, dict))
+        foreign = next((t for t in types if t in _FOREIGN_PARTS), None)
+        if foreign is not None:
+            raise fail(f"has a content part of type {foreign!r} (Anthropic's blocks, not OpenAI chat parts)",
+                       "OpenAI content parts (text, image_url, input_audio, file, refusal)")
     tool_call_id = raw.get("tool_call_id") if role == "tool" else None
     name = raw.get("name")
     try:
         return Message(
             role=role,
-            content=openai_content(raw.get("content")),
+            content=frozen(openai_content(content)),
             tool_calls=calls,
             tool_call_id=str(tool_call_id) if tool_call_id is not None else None,
             name=name if isinstance(name, str) else None,

@@ -1,8 +1,18 @@
-"""OpenHands trajectories: V0 event lists, eval output JSONL, and V1 (agent SDK) events.
+"""OpenHands trajectories: V0 event lists, eval and resolver output JSONL, and V1 (agent SDK) events.
 
-Layouts: a JSON array of events (one session); an eval JSONL where each line is an instance
-`{instance_id, instruction, history, metrics, metadata}` (one session per line, streamed); a
-JSONL of V1 events (one session for the file); a single eval object with `history`.
+Layouts (each shape OpenHands' own code writes):
+- a JSON array of events (`event_to_dict` / `event_to_trajectory`, e.g. a trajectory export):
+  one session;
+- an `output.jsonl` of eval runs (`EvalOutput`: `{instance_id, instruction, instance, history,
+  metrics, metadata, test_result}`) or of resolver runs (`ResolverOutput`: `{issue, issue_type,
+  instruction, base_commit, git_patch, history, metrics, success, result_explanation, error}`):
+  one session per line, streamed. `history` holds `event_to_dict` events, the older flat events
+  of early resolver/OpenDevin runs (an action's or observation's fields inline, no `source`,
+  `id` or `args`), or `[action, observation]` pairs (`compatibility_for_eval_history_pairs`);
+- a JSONL of V1 events (one session for the file); a single eval/resolver object with `history`;
+- the one-event-per-file conversation store (`events/<n>.json`, `events/event-<n>-<id>.json`):
+  the folder's event files are one session, yielded when its first file (in event order) is
+  read; its other files yield nothing (so a folder walk imports the conversation once).
 
 V0 events (`action` / `observation`):
 - `system` action → system message; `message` actions → user/assistant text;
@@ -16,14 +26,24 @@ V0 events (`action` / `observation`):
 V1 events (`kind`): `SystemPromptEvent` → system message (+ tool schemas), `MessageEvent` →
 its `llm_message`, `ActionEvent`s sharing `llm_response_id` → one assistant message with
 several calls, `ObservationEvent` / `UserRejectObservation` / `AgentErrorEvent` → tool results,
-condensation summaries → a user message with metadata `compact_summary` and an entry of
-`recorded_compactions`; state updates give `recorded_totals`.
+state updates give `recorded_totals`.
+Flat events: an action's text is its thought plus the command it ran (`<execute_bash>` /
+`<execute_ipython>` blocks, as the text-action CodeAct agent wrote them), observations are user
+messages; a flat `message` is the user's when it is the first one or answers an agent message
+that waited for a response, else the agent's.
+Condensations (V0 `condensation` actions / `agent_condensation` observations, V1 `Condensation` /
+`CondensationSummaryEvent`) are recorded compactions (`Session.recorded_compactions`), never
+messages; the trigger is `manual` when a user asked for it (a condensation request from the
+user), else `auto`.
 When the history has no user message before the agent starts, the instance's `instruction`
 is inserted as the first user message (metadata `from_instruction`).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -35,11 +55,14 @@ from ._common import (
     as_list,
     as_str,
     build_session,
+    call_usage,
     clean_usage,
+    compaction_marker,
     content_text,
     dumps_args,
     finish_reason,
     first_record,
+    frozen,
     has_key,
     has_value,
     hashable,
@@ -47,6 +70,7 @@ from ._common import (
     image_part,
     iter_jsonl,
     json_layout,
+    marker_fields,
     openai_content,
     read_json,
     text_part,
@@ -54,8 +78,11 @@ from ._common import (
 
 FORMAT = "openhands"
 EXPECTED = ("OpenHands events (a list of action/observation events, V1 kind-tagged events, "
-            "or eval lines with 'history')")
-_SKIP_ACTIONS = ("recall", "change_agent_state", "null", "condensation_request")
+            "or eval/resolver lines with 'history')")
+_SKIP_ACTIONS = ("recall", "change_agent_state", "null")
+_FLAT_DROP = ("action", "observation", "action_risk", "is_confirmed", "security_risk", "confirmation_state")
+_RUN_TAGS = {"run": ("execute_bash", "command"), "run_ipython": ("execute_ipython", "code"),
+             "browse": ("execute_browse", "url"), "browse_interactive": ("execute_browse", "browser_actions")}
 _SKIP_OBSERVATIONS = ("null", "agent_state_changed", "recall", "agent_condensation")
 _V1_RESULTS = ("ObservationEvent", "UserRejectObservation", "AgentErrorEvent")
 _V1_EVENTS = ("ActionEvent", "ObservationEvent", "MessageEvent", "SystemPromptEvent",
@@ -69,12 +96,14 @@ def detect(path: str, head: bytes | str) -> bool:
     if not text.startswith(("{", "[")):
         return False
     record = first_record(text)
+    if record is None and text.startswith("{"):
+        record = _whole_object(text)  # one pretty-printed event, e.g. a file of the event store
     if record is not None:
         if _is_event(record):
             return True
         history = record.get("history")
-        if isinstance(history, list) and ("instance_id" in record or "instruction" in record):
-            return not history or any(isinstance(e, dict) and _is_event(e) for e in history[:5])
+        if isinstance(history, list) and ("instance_id" in record or "instruction" in record or "issue" in record):
+            return not history or any(_is_history_item(e) for e in history[:5])
         if text.startswith("[") and "role" in record:
             return False
     return (has_key(text, "tool_call_metadata", "llm_response_id")
@@ -88,6 +117,25 @@ def _is_event(record: dict[str, Any]) -> bool:
         return True
     return ("action" in record or "observation" in record) and ("source" in record or "id" in record
                                                                 or "cause" in record or "args" in record)
+
+
+def _whole_object(text: str) -> dict[str, Any] | None:
+    """The head parsed as one JSON object (None when it is not one, or is cut off)."""
+    try:
+        value = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _is_history_item(item: Any) -> bool:
+    """An event of an eval/resolver `history`: a serialized event, a flat event, or an
+    `[action, observation]` pair."""
+    if isinstance(item, list):
+        return len(item) == 2 and all(isinstance(e, dict) and _is_history_item(e) for e in item)
+    if not isinstance(item, dict):
+        return False
+    return _is_event(item) or isinstance(item.get("action"), str) or isinstance(item.get("observation"), str)
 
 
 def load(path: str) -> list[Session]:
@@ -119,16 +167,35 @@ def iter_sessions(path: str) -> Iterator[Session]:
         yield _instance_session(path, value, None)
     elif isinstance(value, dict) and isinstance(value.get("events"), list):
         yield _events_session(path, value["events"], {}, None, "events")
+    elif isinstance(value, dict) and (isinstance(value.get("kind"), str) or _is_event(value)):
+        files = _event_files(path)
+        if os.path.samefile(files[0], path):
+            events = [value] + [read_json(f, EXPECTED) for f in files[1:]]
+            yield _events_session(path, events, {"event_files": len(files)}, None, "the events folder")
     else:
         raise FormatError(path, "the JSON document is not an event list or an eval instance", expected=EXPECTED)
+
+
+def _event_files(path: str) -> list[str]:
+    """The one-event-per-file store OpenHands keeps of a conversation (`events/<n>.json` in V0,
+    `events/event-<n>-<id>.json` in V1): every `*.json` beside `path`, in event order."""
+    folder = os.path.dirname(os.path.abspath(path))
+
+    def order(name: str) -> tuple[int, str]:
+        number = re.search(r"\d+", name)
+        return (int(number.group()) if number else -1, name)
+
+    names = sorted((n for n in os.listdir(folder) if n.endswith(".json")), key=order)
+    return [os.path.join(folder, n) for n in names] or [path]
 
 
 def _instance_session(path: str, record: dict[str, Any], line: int | None) -> Session:
     metadata = as_dict(record.get("metadata"))
     llm = as_dict(metadata.get("llm_config")) or as_dict(metadata.get("llm"))
     metrics = as_dict(record.get("metrics"))
+    issue = as_dict(record.get("issue"))
     meta: dict[str, Any] = {
-        "instance_id": record.get("instance_id"),
+        "instance_id": record.get("instance_id") or _issue_id(issue),
         "source_line": line,
         "model": llm.get("model") if isinstance(llm.get("model"), str) else None,
         "agent_class": metadata.get("agent_class"),
@@ -136,6 +203,10 @@ def _instance_session(path: str, record: dict[str, Any], line: int | None) -> Se
         "cost": metrics.get("accumulated_cost") if isinstance(metrics.get("accumulated_cost"), (int, float)) else None,
         "error": record.get("error") if isinstance(record.get("error"), str) else None,
     }
+    if issue:
+        meta.update({"openhands_kind": "resolver", "issue_title": issue.get("title"),
+                     "issue_type": record.get("issue_type"),
+                     "success": record.get("success") if isinstance(record.get("success"), bool) else None})
     usages = {hashable(u.get("response_id")): u for u in as_list(metrics.get("token_usages"))
               if isinstance(u, dict) and u.get("response_id")}
     instruction = record.get("instruction")
@@ -143,14 +214,21 @@ def _instance_session(path: str, record: dict[str, Any], line: int | None) -> Se
                            instruction=instruction if isinstance(instruction, str) else None)
 
 
+def _issue_id(issue: dict[str, Any]) -> str | None:
+    """`owner/repo#number` of a resolver run's issue."""
+    if not issue.get("repo") or issue.get("number") is None:
+        return None
+    owner = f"{issue['owner']}/" if issue.get("owner") else ""
+    return f"{owner}{issue['repo']}#{issue['number']}"
+
+
 def _events_session(path: str, events: list[Any], meta: dict[str, Any], line: int | None, where: str, *,
                     usages: dict[str, Any] | None = None, instruction: str | None = None) -> Session:
     builder = TurnBuilder()
     state = _State(usages or {})
+    events = _normalised(path, events, line, where)
     needs_instruction = instruction is not None and not _user_first(events)
-    for index, event in enumerate(events):
-        if not isinstance(event, dict):
-            raise FormatError(path, f"{where}[{index}] is not an object", line=line, expected="an event object")
+    for event in events:
         if needs_instruction and not _is_system(event):
             builder.add(Message(role="user", content=instruction, metadata={"from_instruction": True}))
             needs_instruction = False
@@ -158,32 +236,118 @@ def _events_session(path: str, events: list[Any], meta: dict[str, Any], line: in
             _v1_event(builder, event, state)
         elif "action" in event:
             _v0_action(builder, event, state)
-        elif "observation" in event:
+        else:
             _v0_observation(builder, event, state)
     if needs_instruction:
         builder.add(Message(role="user", content=instruction, metadata={"from_instruction": True}))
     messages = builder.messages()
-    if not messages:
+    if not any(m.role in ("user", "assistant") for m in messages):
         raise FormatError(path, f"{where} holds no conversation events", line=line, expected=EXPECTED)
     meta = dict(meta)
-    if state.compactions:
-        meta["recorded_compactions"] = state.compactions
     if state.totals and not meta.get("recorded_totals"):
         meta["recorded_totals"] = state.totals
     return build_session(messages, FORMAT, tools=state.tools, metadata=meta)
 
 
+def _normalised(path: str, events: list[Any], line: int | None, where: str) -> list[dict[str, Any]]:
+    """The events as serialized events: `[action, observation]` pairs unpacked, flat events
+    converted; anything that is not an OpenHands event is a FormatError (never skipped)."""
+    out: list[dict[str, Any]] = []
+    flat = _FlatSources()
+    for index, item in enumerate(events):
+        for event in item if isinstance(item, list) and _is_history_item(item) else [item]:
+            if not isinstance(event, dict):
+                raise FormatError(path, f"{where}[{index}] is not an object", line=line,
+                                  expected="an OpenHands event object")
+            if isinstance(event.get("kind"), str) or _is_event(event) or "extras" in event:
+                out.append(event)
+            elif isinstance(event.get("action"), str) or isinstance(event.get("observation"), str):
+                out.append(flat.convert(event))
+            else:
+                keys = ", ".join(sorted(map(str, event))[:6]) or "no keys"
+                raise FormatError(path, f"{where}[{index}] is not an OpenHands event (keys: {keys})", line=line,
+                                  expected="an event with 'action', 'observation' or 'kind'")
+    return out
+
+
+class _FlatSources:
+    """Converts flat events (fields inline, no `source`/`args`) to serialized V0 events."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.agent_waits = False
+
+    def convert(self, event: dict[str, Any]) -> dict[str, Any]:
+        fields = {k: v for k, v in event.items() if k not in _FLAT_DROP}
+        if isinstance(event.get("observation"), str):
+            content = fields.pop("content", "")
+            return {"observation": event["observation"], "source": "environment", "content": content,
+                    "extras": fields}
+        action = event["action"]
+        source = "agent"
+        if action == "message":
+            waits = bool(event.get("wait_for_response"))
+            source = "user" if self.messages == 0 or (self.agent_waits and not waits) else "agent"
+            self.messages += 1
+            self.agent_waits = source == "agent" and waits
+            if "images_urls" in fields and "image_urls" not in fields:
+                fields["image_urls"] = fields.pop("images_urls")
+        elif action in ("system", "recall"):
+            source = "user" if action == "recall" else "agent"
+        return {"action": action, "source": source, "args": fields, "message": _flat_text(action, fields)}
+
+
+def _flat_text(action: str, args: dict[str, Any]) -> str:
+    """What a text-action agent wrote for `action` (its thought is added separately)."""
+    if action == "message":
+        return as_str(args.get("content"))
+    if action == "finish":
+        return ""
+    if action in _RUN_TAGS:
+        tag, key = _RUN_TAGS[action]
+        return f"<{tag}>\n{as_str(args.get(key))}\n</{tag}>"
+    rest = {k: v for k, v in args.items() if k != "thought" and v not in (None, "", {}, [])}
+    return f"{action} {dumps_args(rest)}" if rest else action
+
+
 class _State:
-    """Per-session bookkeeping: action id → call id, text actions, tools, compactions."""
+    """Per-session bookkeeping: action id → call id, text actions, tools, the latest compaction."""
 
     def __init__(self, usages: dict[str, Any]) -> None:
         self.usages = usages
         self.calls: dict[Any, str] = {}
         self.text_actions: set[Any] = set()
         self.tools: list[dict[str, Any]] = []
-        self.compactions: list[dict[str, Any]] = []
         self.totals: dict[str, int] | None = None
         self.count = 0
+        self.requested_by: str | None = None
+        self.marker: dict[str, Any] | None = None
+        self.marker_at = -1
+
+    def condensation(self, builder: TurnBuilder, event: dict[str, Any], summary: str, *, forgotten: int | None,
+                     summary_event: bool) -> None:
+        """Record a condensation; a summary event right after its condensation completes it."""
+        if summary_event and self.marker is not None and self.marker_at == len(builder) and (
+                not self.marker["summary"] or self.marker["summary"] == summary):
+            self.marker["summary"] = summary
+            return
+        marker = compaction_marker(trigger="manual" if self.requested_by == "user" else "auto", summary=summary,
+                                   timestamp=event.get("timestamp"), forgotten_events=forgotten)
+        builder.add(marker)
+        self.marker = marker_fields(marker)
+        self.marker_at = len(builder)
+        self.requested_by = None
+
+
+def _forgotten(values: dict[str, Any]) -> int | None:
+    """How many events a condensation forgot (an id list, or an inclusive id range)."""
+    ids = values.get("forgotten_event_ids")
+    if isinstance(ids, list):
+        return len(ids) or None
+    start, end = values.get("forgotten_events_start_id"), values.get("forgotten_events_end_id")
+    if isinstance(start, int) and isinstance(end, int) and end >= start:
+        return end - start + 1
+    return None
 
 
 def _user_first(events: list[Any]) -> bool:
@@ -217,6 +381,13 @@ def _v0_action(builder: TurnBuilder, event: dict[str, Any], state: _State) -> No
         builder.add(Message(role="system", content=as_str(args.get("content") or event.get("message")), metadata=stamp))
         tools = as_list(args.get("tools"))
         state.tools.extend(t for t in tools if isinstance(t, dict))
+        return
+    if action == "condensation":
+        state.condensation(builder, event, as_str(args.get("summary")), forgotten=_forgotten(args),
+                           summary_event=False)
+        return
+    if action == "condensation_request":
+        state.requested_by = as_str(source) or "agent"
         return
     tcm = as_dict(event.get("tool_call_metadata"))
     if tcm.get("tool_call_id"):
@@ -252,9 +423,8 @@ def _v0_call(builder: TurnBuilder, event: dict[str, Any], tcm: dict[str, Any], a
         arguments = {k: v for k, v in args.items() if k != "thought"}
     response_id = response.get("id") or f"call:{call_id}"
     meta: dict[str, Any] = {"timestamp": event.get("timestamp")}
-    usage = clean_usage(response.get("usage")) or clean_usage(state.usages.get(hashable(response_id)))
+    usage = call_usage(response.get("usage")) or call_usage(state.usages.get(hashable(response_id)))
     if usage:
-        usage.pop("response_id", None)
         meta["usage"] = usage
     reason = finish_reason(choice.get("finish_reason"))
     if reason:
@@ -274,6 +444,10 @@ def _v0_call(builder: TurnBuilder, event: dict[str, Any], tcm: dict[str, Any], a
 
 def _v0_observation(builder: TurnBuilder, event: dict[str, Any], state: _State) -> None:
     observation = event.get("observation")
+    if observation == "agent_condensation":
+        summary = as_str(event.get("content")) or as_str(event.get("message"))
+        state.condensation(builder, event, summary, forgotten=None, summary_event=True)
+        return
     if observation in _SKIP_OBSERVATIONS:
         return
     tcm = as_dict(event.get("tool_call_metadata"))
@@ -309,14 +483,10 @@ def _v1_event(builder: TurnBuilder, event: dict[str, Any], state: _State) -> Non
         meta = {**stamp, "is_error": True} if is_error else stamp
         builder.result(call_id or None, text, name=as_str(event.get("tool_name")) or None, metadata=meta)
     elif kind in ("Condensation", "CondensationSummaryEvent"):
-        summary = as_str(event.get("summary"))
-        index = len(builder.messages())
-        state.compactions.append({"message_index": index if summary else None, "trigger": None,
-                                  "pre_tokens": None, "summary": summary or None,
-                                  "forgotten_events": len(as_list(event.get("forgotten_event_ids"))) or None,
-                                  "timestamp": event.get("timestamp")})
-        if summary:
-            builder.add(Message(role="user", content=summary, metadata={**stamp, "compact_summary": True}))
+        state.condensation(builder, event, as_str(event.get("summary")), forgotten=_forgotten(event),
+                           summary_event=kind == "CondensationSummaryEvent")
+    elif kind == "CondensationRequest":
+        state.requested_by = as_str(event.get("source")) or "agent"
     elif kind == "ConversationStateUpdateEvent" and event.get("key") == "stats":
         metrics = as_dict(as_dict(event.get("value")).get("usage_to_metrics"))
         totals = clean_usage(as_dict(as_dict(metrics.get("default")).get("accumulated_token_usage")))
@@ -338,7 +508,7 @@ def _v1_message(builder: TurnBuilder, event: dict[str, Any], stamp: dict[str, An
         elif content:
             turn.parts.extend(content)
     elif role in ("user", "system"):
-        builder.add(Message(role=role, content=content if content is not None else "", metadata=stamp))
+        builder.add(Message(role=role, content=frozen(content) if content is not None else "", metadata=stamp))
     elif role == "tool":
         builder.result(as_str(message.get("tool_call_id")) or None, content, name=as_str(message.get("name")) or None)
 

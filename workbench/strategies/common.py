@@ -69,5 +69,49 @@ def is_summary(message: Message) -> bool:
     return message.origin == "compacted_synthetic"
 
 
-__all__ = ["CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "is_summary", "keep_last_fraction",
-           "last_steps_for_messages", "render_transcript"]
+def is_recorded_summary(message: Message) -> bool:
+    """A summary the recorded agent itself wrote (importers mark it `compact_summary`): not a user request."""
+    return bool(message.metadata.get("compact_summary"))
+
+
+def task_index(steps: Sequence[Step]) -> int | None:
+    """Index of the step holding the task: the first real user message (not synthetic, not a recorded summary).
+
+    gent keeps the task outside the scratchpad it compacts, so its kinds never drop or summarize
+    this step. Once gent's kinds are the only ones compacting a session, it is the session's first
+    user message (they always keep it in front).
+    """
+    for index, step in enumerate(steps):
+        head = step.head
+        if head.role == "user" and not is_summary(head) and not is_recorded_summary(head):
+            return index
+    return None
+
+
+# Summary lengths. Every summarizing kind asks the summarizer for at most
+# `summary_max_tokens(...)` tokens: a share `ratio` of what the summary replaces, capped by a share
+# of the usable window (context_limit - max_output), never below MIN_SUMMARY_TOKENS.
+SUMMARY_RATIO = 0.25
+MIN_SUMMARY_TOKENS = 128
+
+
+def usable_window(env: CompactionEnv) -> int:
+    """The tokens a context may hold: the window less the room kept for the reply."""
+    return max(1, env.context_limit - env.max_output)
+
+
+def summary_max_tokens(env: CompactionEnv, source_tokens: int, *, window_share: float,
+                       ratio: float = SUMMARY_RATIO, floor: int = MIN_SUMMARY_TOKENS) -> int:
+    """max(floor, min(ratio x source_tokens, window_share x usable window))."""
+    return max(floor, min(int(source_tokens * ratio), int(window_share * usable_window(env))))
+
+
+def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
+    """Forget recorded summaries that are not in `messages` (a later step or a fallback dropped them)."""
+    texts = {m.text for m in messages if is_summary(m)}
+    env.summaries[:] = [s for s in env.summaries if s in texts]
+
+
+__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
+           "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
+           "last_steps_for_messages", "render_transcript", "summary_max_tokens", "task_index", "usable_window"]

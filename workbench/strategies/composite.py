@@ -1,36 +1,25 @@
 """Strategy kinds made of other strategies: `guard_select` (003) and `pipeline`.
 
 Nested strategies are given as specs (`{"kind": ..., **params}`, a kind name, or an already
-built strategy) and built through `workbench.registry.build_strategy`, so this module imports no
-other strategy module and `spec_of` of a composite spells out every nested parameter.
+built strategy); their parameters are declared `StrategySpec`, so the registry builds them when the
+composite is built. This module imports no other strategy module, and `spec_of` of a composite
+spells out every nested parameter.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.compaction import SEVERITIES, CompactionEnv, Context
-from workbench.errors import CompactionError, ConfigError
-from workbench.registry import build_strategy, register_strategy
+from workbench.errors import CompactionError
+from workbench.registry import StrategySpec, param, register_strategy
 from workbench.session import Message
-from workbench.strategies.common import keep_last_fraction
+from workbench.strategies.common import keep_last_fraction, keep_summaries_in
 
 GUARD_WARN_RATIO = 0.8
 GUARD_CRITICAL_RATIO = 1.0
 SLOTS = ("critical", "warn", "oversized", "gentle")
-
-
-def _build_nested(owner: str, slot: str, spec: Any) -> Any:
-    if isinstance(spec, Mapping) or isinstance(spec, str):
-        try:
-            return build_strategy(spec)
-        except ConfigError as exc:
-            raise ConfigError(f"{slot}: {exc}") from exc
-    if hasattr(spec, "compact"):
-        return spec
-    raise ConfigError(f"{slot} must be a strategy spec (a table with a 'kind'), not {type(spec).__name__}")
 
 
 def severity_of(context: Context, env: CompactionEnv) -> str:
@@ -60,25 +49,13 @@ class GuardSelect:
     `env.context_limit` with the guard's defaults (warn at 80 %, critical at 100 %).
     """
 
-    critical: Any = field(default_factory=lambda: {"kind": "hard_clear", "keep_recent": 10})
-    warn: Any = field(default_factory=lambda: {"kind": "summarize_split", "preserve": 0.4})
-    oversized: Any = field(default_factory=lambda: {"kind": "tool_result_truncation", "max_chars": 1000})
-    gentle: Any = field(default_factory=lambda: {"kind": "adaptive_chunking"})
-    oversized_chars: int = 4000
-
-    def __post_init__(self) -> None:
-        for slot in SLOTS:
-            object.__setattr__(self, slot, _build_nested("guard_select", slot, getattr(self, slot)))
-        if isinstance(self.oversized_chars, float) and self.oversized_chars.is_integer():
-            object.__setattr__(self, "oversized_chars", int(self.oversized_chars))
-        if isinstance(self.oversized_chars, bool) or not isinstance(self.oversized_chars, int) \
-                or self.oversized_chars < 0:
-            raise ConfigError(f"oversized_chars must be a whole number >= 0, not {self.oversized_chars!r}")
-
-    @classmethod
-    def from_params(cls, **params: Any) -> GuardSelect:
-        """Build from TOML params: nested specs become strategies (in `__post_init__`)."""
-        return cls(**params)
+    critical: StrategySpec = param({"kind": "hard_clear", "keep_recent": 10},
+                                   doc="strategy at critical severity")
+    warn: StrategySpec = param({"kind": "summarize_split", "preserve": 0.4}, doc="strategy at warn severity")
+    oversized: StrategySpec = param({"kind": "tool_result_truncation", "max_chars": 1000},
+                                    doc="strategy when a tool result is longer than oversized_chars")
+    gentle: StrategySpec = param({"kind": "adaptive_chunking"}, doc="strategy otherwise")
+    oversized_chars: int = param(4000, doc="characters from which a tool result counts as oversized", min=0)
 
     def has_oversized(self, context: Context) -> bool:
         return any(m.role == "tool" and len(m.text) > self.oversized_chars for m in context.body)
@@ -100,7 +77,11 @@ class GuardSelect:
         return self.select(context, env)[1].compact(context, env)
 
     def fallback(self, context: Context, env: CompactionEnv) -> list[Message]:
-        """The chosen strategy's own fallback, else the default (keep the last 40 %)."""
+        """The chosen strategy's own fallback, else the default (keep the last 40 %).
+
+        Summaries recorded by the failed attempt are forgotten: they are not in the result.
+        """
+        env.summaries.clear()
         strategy = self.select(context, env)[1]
         own = getattr(strategy, "fallback", None)
         return own(context, env) if callable(own) else keep_last_fraction(context)
@@ -111,30 +92,24 @@ class GuardSelect:
 class Pipeline:
     """Run strategies in order, each on the previous one's result.
 
-    Summarizer calls and summaries of every step accumulate in the same `env`. An empty pipeline
-    changes nothing. `fallback` runs the steps again, replacing each failing step by its own
-    fallback (or the default one).
+    Summarizer calls and summaries of every step accumulate in the same `env`; a summary a later
+    step dropped is forgotten, so the compaction reports only summaries in the result. An empty
+    pipeline changes nothing. `fallback` starts afresh (summaries recorded by the failed attempt
+    are forgotten) and runs the steps again, replacing each failing step by its own fallback (or
+    the default one).
     """
 
-    steps: Sequence[Any] = ()
-
-    def __post_init__(self) -> None:
-        if isinstance(self.steps, (str, Mapping)) or not isinstance(self.steps, Sequence):
-            raise ConfigError("steps must be a list of strategy specs")
-        object.__setattr__(self, "steps", tuple(
-            _build_nested("pipeline", f"steps[{i}]", spec) for i, spec in enumerate(self.steps)))
-
-    @classmethod
-    def from_params(cls, **params: Any) -> Pipeline:
-        return cls(**params)
+    steps: tuple[StrategySpec, ...] = param((), doc="the strategies run in order, as a list of strategy specs")
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         messages = list(context.messages)
         for step in self.steps:
             messages = step.compact(Context(tuple(messages)), env)
+        keep_summaries_in(env, messages)
         return messages
 
     def fallback(self, context: Context, env: CompactionEnv) -> list[Message]:
+        env.summaries.clear()
         messages = list(context.messages)
         for step in self.steps:
             current = Context(tuple(messages))
@@ -143,6 +118,7 @@ class Pipeline:
             except CompactionError:
                 own = getattr(step, "fallback", None)
                 messages = own(current, env) if callable(own) else keep_last_fraction(current)
+        keep_summaries_in(env, messages)
         return messages
 
 

@@ -11,6 +11,11 @@ instructions from content:
 A custom prompt may instead place the material itself with the placeholders `{existing_summary}`
 and `{transcript}`; it is then sent as a single user message with the placeholders filled in
 (tags included), and no system message.
+
+The exception is `summarize_full` (001), whose request is the native conversation itself with
+`STRUCTURED_PROMPT` (or the custom prompt) appended as the last user message; its prompt
+therefore speaks of "the conversation above". `MERGE_PROMPT` is adaptive chunking's request to
+merge chunk summaries again (`build_merge_request`).
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ TRANSCRIPT_PLACEHOLDER = "{transcript}"
 NO_EXISTING_SUMMARY = "(none: this is the first time this conversation is condensed)"
 
 STRUCTURED_PROMPT = """\
-You condense the working history of a software agent so that it can keep going after its earlier \
-messages are removed. The conversation is given inside <transcript> tags (and any earlier summary \
-inside <existing_summary> tags). Write a summary with these seven headed sections, in this order:
+Stop working on the task for a moment: the conversation above is about to be removed from your \
+context, and the summary you write now is all that will remain of it, so that you can keep going \
+afterwards. Earlier summaries in the conversation are part of the history: carry their facts \
+forward. Write a summary with these seven headed sections, in this order:
 
 1. Goals and constraints: every objective the user stated, with their priorities, limits and \
 explicit do's and don'ts, worded as precisely as the user worded them.
@@ -36,7 +42,7 @@ failed and why.
 design choices that were made and the reason for each.
 4. Files and code: every file path touched or inspected, what it is for, what was changed in it, \
 with short code excerpts where the exact text matters.
-5. Active work: the task in progress at the end of the transcript, the last action completed, and \
+5. Active work: the task in progress at the end of the conversation, the last action completed, and \
 any half-finished change.
 6. Open issues: errors not yet fixed, requests not yet started, questions waiting for the user.
 7. Next step: the single concrete action to take next, following from the latest request and the \
@@ -85,6 +91,12 @@ Write the note so the new model can resume without asking anything:
 Address the new model directly. Be concrete and exact with names, paths and values. Output only \
 the note."""
 
+MERGE_PROMPT = """\
+Each <existing_summary> block below condenses one stretch of a longer agent conversation, in \
+order. Together they are too long: merge them into one summary of the whole span, in \
+chronological order. Keep every request, decision, file path, identifier, number and unresolved \
+error; drop repetition and whatever later stretches made obsolete. Output only the merged summary."""
+
 HANDOFF_HEADER = ("[HANDOFF NOTE]\nAn earlier agent worked on this task and was stopped; its notes "
                   "for you follow. The user's messages above are the original requests.\n\n")
 COMPACT_SUMMARY_HEADER = "[COMPACT SUMMARY]\n"
@@ -113,10 +125,16 @@ def build_request(prompt: str, transcript: str, existing: str | None = None) -> 
     return [{"role": "system", "content": prompt}, {"role": "user", "content": material}]
 
 
+def build_merge_request(summaries: list[str]) -> list[dict[str, Any]]:
+    """The request merging consecutive chunk summaries again: each one in its own existing-summary block."""
+    material = "\n\n".join(wrap(EXISTING_TAG, text) for text in summaries)
+    return [{"role": "system", "content": MERGE_PROMPT}, {"role": "user", "content": material}]
+
+
 def quote(text: str) -> str:
     """`text` as a quoted block (every line prefixed with '> ')."""
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines() or [""])
 
 
-__all__ = ["CHUNK_PROMPT", "COMPACT_SUMMARY_HEADER", "HANDOFF_PROMPT", "PROGRESSIVE_PROMPT", "SPLIT_PROMPT",
-           "STRUCTURED_PROMPT", "build_request", "quote", "wrap"]
+__all__ = ["CHUNK_PROMPT", "COMPACT_SUMMARY_HEADER", "HANDOFF_PROMPT", "MERGE_PROMPT", "PROGRESSIVE_PROMPT",
+           "SPLIT_PROMPT", "STRUCTURED_PROMPT", "build_merge_request", "build_request", "quote", "wrap"]

@@ -15,7 +15,14 @@ All five share these rules:
 - an earlier synthetic summary found in the part being condensed is not re-read as conversation
   but handed to the summarizer as the existing summary, so its facts carry forward;
 - each summarizer call goes through `env.summarize(...)` (which records usage and raises
-  `SummarizerError`), and each summary put into the context is passed to `env.record_summary`;
+  `SummarizerError`) with a `max_tokens` budget the kind derives from its design (see each
+  kind, and `common.summary_max_tokens`), so that a model, or the offline extractive
+  summarizer, writes to the strategy's budget;
+- each summary put into the context is passed to `env.record_summary`, only once the resulting
+  list is built: a strategy that fails part-way leaves no recorded summary behind;
+- the fillers of 001's cleaning ("no response", "(tool results received)") and the
+  acknowledgement after a split summary are synthetic but carry no information: they are never
+  sent as an existing summary;
 - when there is nothing to condense the context is returned unchanged;
 - `prompt` (every kind) replaces the built-in instructions (`workbench.strategies.prompts`); the
   default "" means the built-in prompt. A prompt containing `{transcript}` / `{existing_summary}`
@@ -24,20 +31,41 @@ All five share these rules:
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
-from workbench.errors import ConfigError
-from workbench.registry import register_strategy
+from workbench.registry import param, register_strategy
 from workbench.session import Message, Step, flatten
 from workbench.strategies import prompts
-from workbench.strategies.common import is_summary, render_transcript
+from workbench.strategies.common import (
+    MIN_SUMMARY_TOKENS,
+    SUMMARY_RATIO,
+    is_recorded_summary,
+    is_summary,
+    render_transcript,
+    summary_max_tokens,
+    task_index,
+    usable_window,
+)
 
 TOOL_NO_RESPONSE = "no response (this tool call never returned a result)"
 AFTER_TOOLS_TEXT = "(tool results received)"
 ACKNOWLEDGEMENT = "acknowledgement"
+FILLER = "filler"
+
+# Shares of the usable window (context_limit - max_output) a kind's summary may take at most
+# (`common.summary_max_tokens`); each kind's docstring says why.
+PROGRESSIVE_WINDOW_SHARE = 0.1
+FULL_WINDOW_SHARE = 0.15
+SPLIT_WINDOW_SHARE = 0.1
+HANDOFF_WINDOW_SHARE = 0.1
+CHUNKS_WINDOW_SHARE = 0.25
+CHUNKS_CONTEXT_TARGET = 0.5
+MIN_CHUNK_SUMMARY_TOKENS = 64
+NOT_SUMMARIES = (ACKNOWLEDGEMENT, FILLER)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -49,9 +77,19 @@ def is_acknowledgement(message: Message) -> bool:
     return message.origin == "compacted_synthetic" and message.metadata.get("compaction") == ACKNOWLEDGEMENT
 
 
+def is_filler(message: Message) -> bool:
+    """A message `clean_history` inserted (a missing tool result, an assistant note after tools)."""
+    return message.origin == "compacted_synthetic" and (
+        message.metadata.get("compaction") == FILLER or message.text in (TOOL_NO_RESPONSE, AFTER_TOOLS_TEXT))
+
+
 def is_prior_summary(message: Message) -> bool:
-    """A summary an earlier compaction wrote (fed back to the summarizer as the existing summary)."""
-    return is_summary(message) and not is_acknowledgement(message)
+    """A summary an earlier compaction wrote (fed back to the summarizer as the existing summary).
+
+    Acknowledgements and cleaning fillers are synthetic too, but they are not summaries.
+    """
+    return is_summary(message) and message.metadata.get("compaction") not in NOT_SUMMARIES \
+        and not is_filler(message)
 
 
 def summary_message(text: str, strategy: str, **metadata: Any) -> Message:
@@ -81,8 +119,10 @@ def has_new_material(messages: Sequence[Message]) -> bool:
 def last_user_request(messages: Sequence[Message]) -> str:
     """The user's latest request, for `summarize_full` to quote.
 
-    Walking back from the end: the first real (not synthetic) unpinned user message, unless an
-    earlier `summarize_full` summary comes first, whose quoted request is then carried over.
+    Walking back from the end: the first real unpinned user message, unless an earlier
+    `summarize_full` summary comes first, whose quoted request is then carried over. Synthetic
+    messages (summaries, placeholders) and summaries the recorded agent wrote itself
+    (`compact_summary` metadata) are never the request.
     Pinned user messages (usually standing instructions, and moved after the summary by
     `summarize_full`) count only when nothing else is found.
     """
@@ -94,6 +134,8 @@ def last_user_request(messages: Sequence[Message]) -> str:
             carried = message.metadata.get("last_user_request")
             if carried:
                 return str(carried)
+        elif is_recorded_summary(message):
+            continue
         elif message.text.strip():
             if not message.pinned:
                 return message.text
@@ -106,7 +148,8 @@ def clean_history(messages: Sequence[Message]) -> list[Message]:
 
     Every tool call gets a result (a "no response" filler where the recording has none) and the
     history does not end with a tool message (an assistant note is appended). The original
-    messages are reused; fillers are new `compacted_synthetic` messages.
+    messages are reused; fillers are new `compacted_synthetic` messages marked `compaction =
+    "filler"`, never taken for a summary.
     """
     out: list[Message] = []
     pending: dict[str, str] = {}
@@ -114,7 +157,7 @@ def clean_history(messages: Sequence[Message]) -> list[Message]:
     def flush() -> None:
         for call_id, name in pending.items():
             out.append(Message(role="tool", content=TOOL_NO_RESPONSE, tool_call_id=call_id, name=name,
-                               origin="compacted_synthetic"))
+                               origin="compacted_synthetic", metadata={"compaction": FILLER}))
         pending.clear()
 
     for message in messages:
@@ -127,7 +170,8 @@ def clean_history(messages: Sequence[Message]) -> list[Message]:
             pending.update((call.id, call.name) for call in message.tool_calls)
     flush()
     if out and out[-1].role == "tool":
-        out.append(Message(role="assistant", content=AFTER_TOOLS_TEXT, origin="compacted_synthetic"))
+        out.append(Message(role="assistant", content=AFTER_TOOLS_TEXT, origin="compacted_synthetic",
+                           metadata={"compaction": FILLER}))
     return out
 
 
@@ -135,19 +179,14 @@ def unchanged(context: Context) -> list[Message]:
     return list(context.messages)
 
 
-def _check_prompt(prompt: Any) -> None:
-    if not isinstance(prompt, str):
-        raise ConfigError(f"prompt must be a string (empty for the built-in prompt), not {type(prompt).__name__}")
+#: The `prompt` parameter every summarizing kind has.
+PROMPT_DOC = ("instructions replacing the kind's built-in summarizer prompt (\"\": the built-in one); "
+              "{transcript} and {existing_summary} in it are filled in")
 
 
-def _whole(owner: Any, name: str, minimum: int = 0) -> None:
-    """Check that parameter `name` is a whole number >= minimum (TOML's 3.0 becomes 3)."""
-    value = getattr(owner, name)
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-        object.__setattr__(owner, name, value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be a whole number >= {minimum}, not {value!r}")
+def prompt_param() -> Any:
+    """The declaration of the `prompt` parameter shared by the summarizing kinds."""
+    return param("", doc=PROMPT_DOC)
 
 
 class _Summarizing:
@@ -162,8 +201,9 @@ class _Summarizing:
         return self.prompt if self.prompt.strip() else self.default_prompt
 
     def _summarize(self, env: CompactionEnv, messages: Sequence[Message], *, purpose: str,
-                   always_existing: bool = False) -> str:
-        """Summarize `messages`; earlier summaries among them are sent as the existing summary.
+                   max_tokens: int, always_existing: bool = False) -> str:
+        """Summarize `messages` in at most `max_tokens`; earlier summaries among them are sent as the
+        existing summary.
 
         With `always_existing`, the existing-summary section is sent even when there is none
         (saying so), as progressive summarization does.
@@ -172,7 +212,7 @@ class _Summarizing:
         if existing is None and always_existing:
             existing = ""
         request = prompts.build_request(self._prompt(), render_transcript(rest), existing)
-        return env.summarize(request, purpose=purpose).strip()
+        return env.summarize(request, purpose=purpose, max_tokens=max_tokens).strip()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,35 +226,46 @@ class SummarizeProgressive(_Summarizing):
 
     The existing synthetic summary (if any) is handed to the summarizer as the summary so far and
     replaced by the new one. `keep_recent = 0` is pure progressive summarization (every unpinned
-    step is folded in); `keep_recent = N` keeps the last N unpinned steps verbatim. Result:
-    [system..., summary, pinned and recent steps in their original order]. (Pinned steps normally
-    precede the recent ones, which gives 000's [summary, pinned, recent]; a pinned step inside
-    the recent window stays in place rather than being moved ahead of older steps.)
+    step is folded in); `keep_recent = N` keeps the last N unpinned steps verbatim.
+
+    Decisions taken from gent (000):
+
+    - the task stays outside the scratchpad: the first real user message (`common.task_index`)
+      is never summarized nor dropped, and stays first after the system messages;
+    - gent's order: result = [system..., task, summary, pinned steps (in their relative order),
+      the last keep_recent unpinned steps]. A pinned step among the recent ones therefore moves
+      ahead of them, as gent rebuilds its scratchpad (steps move whole: no tool pair is split);
+    - only text reaches the summarizer; non-text parts of summarized steps are dropped.
+
+    Budget: the summary may take a quarter of what it replaces (existing summary + folded steps),
+    at most a tenth of the usable window (`PROGRESSIVE_WINDOW_SHARE`), so the running summary stays
+    bounded however long the session runs.
     """
 
-    keep_recent: int = 0
-    prompt: str = ""
+    keep_recent: int = param(0, doc="most recent unpinned steps kept verbatim (0: fold in every step)", min=0)
+    prompt: str = prompt_param()
     default_prompt = prompts.PROGRESSIVE_PROMPT
-
-    def __post_init__(self) -> None:
-        _whole(self, "keep_recent")
-        _check_prompt(self.prompt)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = context.steps
-        summaries = [s for s in steps if not s.pinned and is_summary(s.head)]
-        candidates = [s for s in steps if not s.pinned and not is_summary(s.head)]
+        task = task_index(steps)
+        scratchpad = [s for i, s in enumerate(steps) if i != task]
+        summaries = [s for s in scratchpad if not s.pinned and is_summary(s.head)]
+        candidates = [s for s in scratchpad if not s.pinned and not is_summary(s.head)]
         if not candidates or (self.keep_recent and len(candidates) <= self.keep_recent):
             return unchanged(context)
         cut = len(candidates) - self.keep_recent
-        to_summarize = candidates[:cut]
-        summarized = {id(s) for s in to_summarize} | {id(s) for s in summaries}
-        text = self._summarize(env, flatten(summaries + to_summarize), purpose="summary",
-                               always_existing=True)
+        to_summarize, recent = candidates[:cut], candidates[cut:]
+        pinned = [s for s in scratchpad if s.pinned]
+        material = flatten(summaries + to_summarize)
+        budget = summary_max_tokens(env, env.tokens(material), window_share=PROGRESSIVE_WINDOW_SHARE)
+        text = self._summarize(env, material, purpose="summary", max_tokens=budget, always_existing=True)
         content = prompts.PROGRESSIVE_HEADER + text
+        head = list(steps[task].messages) if task is not None else []
+        result = [*context.system, *head, summary_message(content, self.kind), *flatten(pinned),
+                  *flatten(recent)]
         env.record_summary(content)
-        kept = [s for s in steps if id(s) not in summarized]
-        return [*context.system, summary_message(content, self.kind), *flatten(kept)]
+        return result
 
 
 # ---------------------------------------------------------------------------------------------
@@ -226,31 +277,53 @@ class SummarizeProgressive(_Summarizing):
 class SummarizeFull(_Summarizing):
     """Replace the whole history by one structured summary that ends with the last user request.
 
-    The history is cleaned first (`clean_history`), then everything after the system messages is
-    summarized with the structured prompt. Result: [system..., user: summary + the latest user
-    request quoted verbatim]. Pinned steps are not summarized but kept verbatim after the summary.
+    Decisions taken from the 001 agent:
+
+    - the request is the native conversation, as the agent itself would send it: the system
+      messages, then the history cleaned by `clean_history` (every tool call has a result, no
+      trailing tool message), as OpenAI messages, with the summarization prompt appended as the
+      final user message. There is no transcript flattening and no system message of ours; an
+      earlier summary is simply part of the conversation, as it is in the agent's own history.
+      (A custom `prompt` with `{transcript}` / `{existing_summary}` placeholders is the exception:
+      it is sent as one user message with the material filled in.)
+    - the "last request from user" appended to the summary is the last real user request
+      (`last_user_request`): never a synthetic message nor a summary the recorded agent wrote.
+    - pinned steps are workbench additions: they are left out of the request and kept verbatim
+      after the summary. Result: [system..., user: summary + the request quoted, pinned...].
+
+    Budget: the summary becomes the whole history, so it may take a quarter of what it replaces,
+    at most 15 % of the usable window (`FULL_WINDOW_SHARE`), more than the other kinds' share.
     """
 
-    prompt: str = ""
+    prompt: str = prompt_param()
     default_prompt = prompts.STRUCTURED_PROMPT
-
-    def __post_init__(self) -> None:
-        _check_prompt(self.prompt)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         pinned = [s for s in context.steps if s.pinned]
         material = flatten(s for s in context.steps if not s.pinned)
         if not has_new_material(material):
             return unchanged(context)
-        text = self._summarize(env, clean_history(material), purpose="summary")
+        budget = summary_max_tokens(env, env.tokens(material), window_share=FULL_WINDOW_SHARE)
+        summary_request = self.build_request(context.system, material)
+        text = env.summarize(summary_request, purpose="summary", max_tokens=budget).strip()
         request = last_user_request(context.body)
         content = text
         if request:
             content = f"{text}\n\n{prompts.LAST_REQUEST_LEAD}\n{prompts.quote(request)}"
-        env.record_summary(content)
         message = summary_message(content, self.kind, last_user_request=request) if request else \
             summary_message(content, self.kind)
-        return [*context.system, message, *flatten(pinned)]
+        result = [*context.system, message, *flatten(pinned)]
+        env.record_summary(content)
+        return result
+
+    def build_request(self, system: Sequence[Message], material: Sequence[Message]) -> list[dict[str, Any]]:
+        """The summarizer request: the cleaned native conversation plus the prompt as the last user message."""
+        prompt = self._prompt()
+        if prompts.TRANSCRIPT_PLACEHOLDER in prompt or prompts.EXISTING_PLACEHOLDER in prompt:
+            existing, rest = split_material(material)
+            return prompts.build_request(prompt, render_transcript(rest), existing)
+        conversation = [m.to_openai() for m in [*system, *clean_history(material)]]
+        return [*conversation, {"role": "user", "content": prompt}]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -290,20 +363,26 @@ def split_index(steps: Sequence[Step], preserve: float) -> int:
 class SummarizeSplit(_Summarizing):
     """Summarize the older part of the history and keep about `preserve` of the messages verbatim.
 
-    Result: [system..., user: "[COMPACT SUMMARY]" + summary, assistant: acknowledgement,
-    pinned steps of the older part (verbatim), preserved tail...]. When the summarizer fails, the
-    `fallback` keeps the same tail and puts a placeholder saying how many messages were dropped.
+    Result: [system..., user: "[COMPACT SUMMARY]\n" + summary, assistant: acknowledgement,
+    pinned steps of the older part (verbatim), preserved tail...].
+
+    Decisions taken from goat (002):
+
+    - the split walks back from the end keeping about `preserve` of the messages and moves to a
+      step boundary (`split_index`), so the preserved tail never starts inside a step: no tool
+      result is kept without its call, no call loses its results;
+    - when the summarizer fails, `fallback` is goat's truncation: the same preserved tail, and in
+      place of the summary the same "[COMPACT SUMMARY]" header followed by a "[Context
+      truncated: ...]" placeholder naming how many messages were dropped (and the user requests
+      among them), then the acknowledgement, exactly the shape of a successful compaction.
+
+    Budget: a quarter of the summarized part, at most a tenth of the usable window
+    (`SPLIT_WINDOW_SHARE`): the preserved tail keeps the detail of the recent work.
     """
 
-    preserve: float = 0.4
-    prompt: str = ""
+    preserve: float = param(0.4, doc="share of the messages kept verbatim at the end", min=0, max=1)
+    prompt: str = prompt_param()
     default_prompt = prompts.SPLIT_PROMPT
-
-    def __post_init__(self) -> None:
-        if isinstance(self.preserve, bool) or not isinstance(self.preserve, (int, float)) \
-                or not 0.0 <= float(self.preserve) <= 1.0:
-            raise ConfigError(f"preserve must be a fraction within [0, 1], not {self.preserve!r}")
-        _check_prompt(self.prompt)
 
     def _parts(self, context: Context) -> tuple[list[Step], list[Step], list[Message]] | None:
         """(pinned older steps, unpinned older steps, preserved tail), or None if nothing to condense."""
@@ -328,11 +407,14 @@ class SummarizeSplit(_Summarizing):
         if parts is None:
             return unchanged(context)
         pinned, dropped, preserved = parts
-        text = self._summarize(env, flatten(dropped), purpose="summary")
+        material = flatten(dropped)
+        budget = summary_max_tokens(env, env.tokens(material), window_share=SPLIT_WINDOW_SHARE)
+        text = self._summarize(env, material, purpose="summary", max_tokens=budget)
         content = prompts.COMPACT_SUMMARY_HEADER + text
+        result = [*context.system, summary_message(content, self.kind), acknowledgement_message(self.kind),
+                  *flatten(pinned), *preserved]
         env.record_summary(content)
-        return [*context.system, summary_message(content, self.kind), acknowledgement_message(self.kind),
-                *flatten(pinned), *preserved]
+        return result
 
     def fallback(self, context: Context, env: CompactionEnv) -> list[Message]:
         """Plain truncation: the same preserved tail, with a placeholder for what was dropped."""
@@ -342,8 +424,8 @@ class SummarizeSplit(_Summarizing):
         pinned, dropped, preserved = parts
         dropped_messages = flatten(dropped)
         topics = [m.text.strip().splitlines()[0][:80] for m in dropped_messages
-                  if m.role == "user" and not is_summary(m) and m.text.strip()]
-        text = (f"[Context truncated: {len(dropped_messages)} earlier "
+                  if m.role == "user" and not is_summary(m) and not is_recorded_summary(m) and m.text.strip()]
+        text = (f"{prompts.COMPACT_SUMMARY_HEADER}[Context truncated: {len(dropped_messages)} earlier "
                 f"message{'s were' if len(dropped_messages) != 1 else ' was'} dropped without a summary "
                 f"because the summarizer was unavailable.")
         if topics:
@@ -361,6 +443,39 @@ class SummarizeSplit(_Summarizing):
 # adaptive_chunking (003)
 
 BOUNDARIES = ("topic", "count")
+_CHUNK_HEADER_RE = re.compile(r"\A" + re.escape(prompts.CHUNK_HEADER).replace(r"\{index\}", r"\d+")
+                              .replace(r"\{total\}", r"\d+"))
+
+
+@dataclass(frozen=True)
+class _ChunkSummary:
+    """A summary in adaptive chunking's plan: its text, the messages it covers, the earlier message if any."""
+
+    text: str
+    messages: int
+    original: Message | None = None
+
+
+def _covered(message: Message) -> int:
+    value = message.metadata.get("chunk_messages", 1)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 1
+
+
+def _strip_chunk_header(text: str) -> str:
+    return _CHUNK_HEADER_RE.sub("", text, count=1)
+
+
+def _runs(items: Sequence[Step | _ChunkSummary]) -> list[Step | list[_ChunkSummary]]:
+    """`items` with consecutive summaries grouped into lists (verbatim steps separate the runs)."""
+    out: list[Step | list[_ChunkSummary]] = []
+    for item in items:
+        if isinstance(item, Step):
+            out.append(item)
+        elif out and isinstance(out[-1], list):
+            out[-1].append(item)
+        else:
+            out.append([item])
+    return out
 
 
 @register_strategy("adaptive_chunking")
@@ -372,22 +487,26 @@ class AdaptiveChunking(_Summarizing):
     boundaries: with `boundary = "topic"` each new user request opens a chunk (and a chunk that
     would grow past `chunk_messages` is closed early); with `"count"` a chunk closes before it
     would exceed `chunk_messages` messages. Pinned steps and earlier summaries stay verbatim where
-    they are and close the chunk before them, so relative order is preserved.
+    they are and close the chunk before them, so relative order is preserved. Each summary opens
+    with a header numbering it among the summaries in the result ("1/3", "2/3", ...).
+
+    Budget and re-condensing (003 keeps the result within budget): the chunk summaries together
+    may take at most a quarter of the usable window (`CHUNKS_WINDOW_SHARE`), and less when the
+    context would otherwise exceed half of it (`CHUNKS_CONTEXT_TARGET`: system messages, pinned
+    steps and the recent tail count first), never less than `MIN_SUMMARY_TOKENS`. Each chunk is
+    asked for its share of that budget (at most a quarter of the chunk, at least
+    `MIN_CHUNK_SUMMARY_TOKENS`). When the summaries (new ones and earlier ones in the condensed
+    part) still exceed the budget, consecutive ones are merged again with `prompts.MERGE_PROMPT`
+    in groups sized to fit, round after round, until they fit or every run of summaries between
+    two verbatim steps is down to one. Merging never moves a summary across a pinned step.
     """
 
-    chunk_messages: int = 20
-    boundary: str = "topic"
-    keep_recent: int = 4
-    prompt: str = ""
+    chunk_messages: int = param(20, doc="most messages in one chunk", min=1)
+    boundary: str = param("topic", doc="topic: a new user request opens a chunk; count: size only",
+                          choices=BOUNDARIES)
+    keep_recent: int = param(4, doc="most recent steps kept verbatim", min=0)
+    prompt: str = prompt_param()
     default_prompt = prompts.CHUNK_PROMPT
-
-    def __post_init__(self) -> None:
-        _whole(self, "chunk_messages", 1)
-        if self.boundary not in BOUNDARIES:
-            raise ConfigError(f"boundary must be one of {', '.join(map(repr, BOUNDARIES))}, "
-                              f"not {self.boundary!r}")
-        _whole(self, "keep_recent")
-        _check_prompt(self.prompt)
 
     def chunks(self, steps: Sequence[Step]) -> list[Step | list[Step]]:
         """The older steps as a sequence of kept steps (pinned, summaries) and chunks (lists of steps)."""
@@ -422,17 +541,76 @@ class AdaptiveChunking(_Summarizing):
         plan = self.chunks(steps[:cut])
         if not any(isinstance(item, list) for item in plan):
             return unchanged(context)
-        out: list[Message] = list(context.system)
+        recent = flatten(steps[cut:])
+        verbatim = [m for item in plan if isinstance(item, Step) and not is_prior_summary(item.head)
+                    for m in item.messages]
+        budget = self.summaries_budget(env, env.tokens([*context.system, *verbatim, *recent]))
+        n_summaries = sum(1 for item in plan if isinstance(item, list) or is_prior_summary(item.head))
+        share = budget // max(1, n_summaries)
+        items: list[Step | _ChunkSummary] = []
         for item in plan:
             if isinstance(item, Step):
-                out.extend(item.messages)
+                items.append(_ChunkSummary(item.head.text, _covered(item.head), item.head)
+                             if is_prior_summary(item.head) else item)
                 continue
-            text = self._summarize(env, flatten(item), purpose="chunk_summary")
-            content = prompts.CHUNK_HEADER + text
+            material = flatten(item)
+            max_tokens = max(MIN_CHUNK_SUMMARY_TOKENS, min(share, int(env.tokens(material) * SUMMARY_RATIO)))
+            text = self._summarize(env, material, purpose="chunk_summary", max_tokens=max_tokens)
+            items.append(_ChunkSummary(text, len(material)))
+        items = self._recondense(env, items, budget)
+        total = sum(1 for item in items if isinstance(item, _ChunkSummary))
+        out: list[Message] = list(context.system)
+        written: list[str] = []
+        index = 0
+        for entry in items:
+            if isinstance(entry, Step):
+                out.extend(entry.messages)
+                continue
+            index += 1
+            if entry.original is not None:
+                out.append(entry.original)  # an earlier summary left as it was: the very same message
+                continue
+            content = prompts.CHUNK_HEADER.format(index=index, total=total) + entry.text
+            written.append(content)
+            out.append(summary_message(content, self.kind, chunk_messages=entry.messages))
+        out.extend(recent)
+        for content in written:
             env.record_summary(content)
-            out.append(summary_message(content, self.kind, chunk_messages=sum(len(s.messages) for s in item)))
-        out.extend(flatten(steps[cut:]))
         return out
+
+    @staticmethod
+    def summaries_budget(env: CompactionEnv, fixed_tokens: int) -> int:
+        """Tokens all chunk summaries may take together (see the class docstring)."""
+        usable = usable_window(env)
+        room = int(CHUNKS_CONTEXT_TARGET * usable) - fixed_tokens
+        return max(MIN_SUMMARY_TOKENS, min(int(CHUNKS_WINDOW_SHARE * usable), room))
+
+    def _recondense(self, env: CompactionEnv, items: list[Step | _ChunkSummary],
+                    budget: int) -> list[Step | _ChunkSummary]:
+        """Merge consecutive summaries until they fit `budget` or no two summaries are adjacent."""
+        while True:
+            summaries = [item for item in items if isinstance(item, _ChunkSummary)]
+            total_tokens = sum(env.tokenizer.count(item.text) for item in summaries)
+            runs = _runs(items)
+            if total_tokens <= budget or all(len(run) < 2 for run in runs if isinstance(run, list)):
+                return items
+            group = max(2, -(-total_tokens // budget))
+            merged_count = sum(-(-len(run) // group) if isinstance(run, list) else 0 for run in runs)
+            share = max(MIN_CHUNK_SUMMARY_TOKENS, budget // max(1, merged_count))
+            rebuilt: list[Step | _ChunkSummary] = []
+            for run in runs:
+                if isinstance(run, Step):
+                    rebuilt.append(run)
+                    continue
+                for start in range(0, len(run), group):
+                    batch = run[start:start + group]
+                    rebuilt.append(batch[0] if len(batch) == 1 else self._merge(env, batch, share))
+            items = rebuilt
+
+    def _merge(self, env: CompactionEnv, batch: Sequence[_ChunkSummary], max_tokens: int) -> _ChunkSummary:
+        request = prompts.build_merge_request([_strip_chunk_header(item.text) for item in batch])
+        text = env.summarize(request, purpose="chunk_summary", max_tokens=max_tokens).strip()
+        return _ChunkSummary(text, sum(item.messages for item in batch))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -444,20 +622,20 @@ class AdaptiveChunking(_Summarizing):
 class Handoff(_Summarizing):
     """Hand the task over: the user's own messages plus a note written for another model.
 
-    All tool traffic and assistant messages are dropped. The real user messages are kept newest
+    All tool traffic and assistant messages are dropped. The real user messages (not synthetic,
+    not a summary the recorded agent wrote) are kept newest
     first while they fit in `user_tokens` (whole messages; the first one that does not fit stops
     the walk) and are put back in chronological order; pinned steps are kept too (pinning wins
     over "no tool traffic"). Result: [system..., kept user messages and pinned steps in order,
     user: handoff note].
+
+    Budget: the note may take a quarter of what it condenses, at most a tenth of the usable
+    window (`HANDOFF_WINDOW_SHARE`); the user's own messages travel beside it.
     """
 
-    user_tokens: int = 20000
-    prompt: str = ""
+    user_tokens: int = param(20000, doc="token budget for the user's own messages kept, newest first", min=0)
+    prompt: str = prompt_param()
     default_prompt = prompts.HANDOFF_PROMPT
-
-    def __post_init__(self) -> None:
-        _whole(self, "user_tokens")
-        _check_prompt(self.prompt)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = context.steps
@@ -465,7 +643,7 @@ class Handoff(_Summarizing):
         if not has_new_material(material):
             return unchanged(context)
         candidates = [m for s in steps if not s.pinned for m in s.messages
-                      if m.role == "user" and not is_summary(m)]
+                      if m.role == "user" and not is_summary(m) and not is_recorded_summary(m)]
         kept: set[int] = set()
         budget = self.user_tokens
         for message in reversed(candidates):
@@ -474,11 +652,13 @@ class Handoff(_Summarizing):
                 break
             kept.add(id(message))
             budget -= cost
-        text = self._summarize(env, material, purpose="handoff")
+        budget = summary_max_tokens(env, env.tokens(material), window_share=HANDOFF_WINDOW_SHARE)
+        text = self._summarize(env, material, purpose="handoff", max_tokens=budget)
         content = prompts.HANDOFF_HEADER + text
-        env.record_summary(content)
         body = [m for s in steps for m in s.messages if s.pinned or id(m) in kept]
-        return [*context.system, *body, summary_message(content, self.kind)]
+        result = [*context.system, *body, summary_message(content, self.kind)]
+        env.record_summary(content)
+        return result
 
 
 __all__ = ["AdaptiveChunking", "Handoff", "SummarizeFull", "SummarizeProgressive", "SummarizeSplit",

@@ -16,14 +16,13 @@ and a result is only replaced by a placeholder when the placeholder is shorter t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
-from workbench.registry import register_strategy
+from workbench.registry import param, register_strategy
 from workbench.session import Message, Step, ToolCall
-from workbench.strategies.windows import bool_param, int_param
 
 TRUNCATION_MARKER = "[truncated]"
 TRUNCATION_SEPARATOR = "\n"
@@ -33,8 +32,9 @@ PLACEHOLDER_FIELDS = ("chars", "tool")
 METADATA_KEY = "compaction"  # "truncated" | "masked" | "cleared" on messages these kinds changed
 
 
-def _placeholder_param(name: str, value: Any) -> str:
-    if not isinstance(value, str) or not value.strip():
+def _placeholder_param(name: str, value: str) -> str:
+    """Check a placeholder template (the registry has checked that it is a string)."""
+    if not value.strip():
         raise ConfigError(f"{name} must be a non-empty string, not {value!r}")
     try:
         value.format(chars=0, tool="tool")
@@ -111,10 +111,7 @@ class ToolResultTruncation:
     not cut again.
     """
 
-    max_chars: int = 1000
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "max_chars", int_param("max_chars", self.max_chars, minimum=1))
+    max_chars: int = param(1000, doc="characters a tool result keeps before it is cut", min=1)
 
     def truncated(self, text: str) -> str:
         return text[: self.max_chars] + TRUNCATION_SEPARATOR + TRUNCATION_MARKER
@@ -151,11 +148,11 @@ class ObservationMasking:
     what it saw. `placeholder` may use `{chars}` (the length of the hidden output) and `{tool}`.
     """
 
-    keep_recent: int = 10
-    placeholder: str = "[earlier {tool} output hidden to save context ({chars} chars)]"
+    keep_recent: int = param(10, doc="most recent steps whose tool results stay", min=0)
+    placeholder: str = param("[earlier {tool} output hidden to save context ({chars} chars)]",
+                             doc="text replacing a hidden result; may use {tool} and {chars}")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "keep_recent", int_param("keep_recent", self.keep_recent, minimum=0))
         _placeholder_param("placeholder", self.placeholder)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
@@ -169,15 +166,6 @@ class ObservationMasking:
         return _rewrite(context, rewrite)
 
 
-def _as_names(value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise ConfigError(f"exclude_tools must be a list of tool names, not {value!r}")
-    bad = [v for v in value if not isinstance(v, str) or not v]
-    if bad:
-        raise ConfigError(f"exclude_tools must hold tool names (strings), not {bad[0]!r}")
-    return tuple(value)
-
-
 @register_strategy("clear_tool_uses")
 @dataclass(frozen=True)
 class ClearToolUses:
@@ -189,15 +177,12 @@ class ClearToolUses:
     `{"cleared": true}` too. Uses of the tools named in `exclude_tools` are never cleared.
     """
 
-    keep: int = 3
-    clear_inputs: bool = False
-    exclude_tools: tuple[str, ...] = field(default_factory=tuple)
-    placeholder: str = "[tool result cleared]"
+    keep: int = param(3, doc="most recent tool uses left untouched", min=0)
+    clear_inputs: bool = param(False, doc="also replace the arguments of the cleared tool calls")
+    exclude_tools: tuple[str, ...] = param((), doc="names of tools whose uses are never cleared")
+    placeholder: str = param("[tool result cleared]", doc="text replacing a cleared result; may use {tool} and {chars}")
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "keep", int_param("keep", self.keep, minimum=0))
-        bool_param("clear_inputs", self.clear_inputs)
-        object.__setattr__(self, "exclude_tools", _as_names(self.exclude_tools))
         _placeholder_param("placeholder", self.placeholder)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:

@@ -1,6 +1,6 @@
 """Window strategies: keep the recent part of the context verbatim and drop the rest.
 
-- `sliding_window` (gent, 000): the last `window` unpinned steps; pinned steps ride along.
+- `sliding_window` (gent, 000): the last `window` unpinned steps; pinned steps and the task ride along.
 - `hard_clear` (aisopod, 003): the last `keep_recent` messages, the cut moved back to a step
   boundary so no tool call loses its result.
 - `trim` (ptc_runner, 004): the system messages, the first user message and the last N turns.
@@ -16,28 +16,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
-from workbench.errors import ConfigError
-from workbench.registry import register_strategy
+from workbench.registry import param, register_strategy
 from workbench.session import Message, Step
-from workbench.strategies.common import last_steps_for_messages
-
-
-def int_param(name: str, value: Any, *, minimum: int) -> int:
-    """`value` as an int >= minimum, or a ConfigError naming `name` (TOML floats like 3.0 accepted)."""
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, not {value!r}")
-    return value
-
-
-def bool_param(name: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{name} must be true or false, not {value!r}")
-    return value
+from workbench.strategies.common import last_steps_for_messages, task_index
 
 
 def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
@@ -59,24 +42,27 @@ def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
 @register_strategy("sliding_window")
 @dataclass(frozen=True)
 class SlidingWindow:
-    """Keep the last `window` unpinned steps; pinned steps are bonus slots.
+    """Keep the last `window` unpinned steps; pinned steps and the task are bonus slots.
 
     Pinned steps (any message with importance >= 10) are kept wherever they are and do not count
     toward the window, so pinning never starves the window of recent context. Kept steps stay in
-    their original relative order; leading system messages are always kept.
+    their original relative order (gent's order); leading system messages are always kept.
+
+    The task is never dropped: gent compacts its scratchpad and keeps the original task outside
+    it, so the first real user message (`common.task_index`) is kept like a pinned step and does
+    not count toward the window either.
     """
 
-    window: int
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "window", int_param("window", self.window, minimum=1))
+    window: int = param(doc="unpinned steps kept (pinned steps and the task come on top)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = context.steps
-        to_skip = sum(1 for s in steps if not s.pinned) - self.window  # oldest unpinned steps to drop
+        task = task_index(steps)
+        bonus = [s.pinned or i == task for i, s in enumerate(steps)]
+        to_skip = bonus.count(False) - self.window  # oldest steps outside the bonus slots to drop
         keep: list[bool] = []
-        for step in steps:
-            if step.pinned or to_skip <= 0:
+        for step_bonus in bonus:
+            if step_bonus or to_skip <= 0:
                 keep.append(True)
             else:
                 keep.append(False)
@@ -95,10 +81,7 @@ class HardClear:
     cut survive in place. `keep_recent` defaults to 10 (aisopod leaves it to the caller).
     """
 
-    keep_recent: int = 10
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "keep_recent", int_param("keep_recent", self.keep_recent, minimum=1))
+    keep_recent: int = param(10, doc="most recent messages kept (widened to whole steps)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = context.steps
@@ -136,13 +119,8 @@ class Trim:
     kept in place.
     """
 
-    keep_recent_turns: int = 3
-    keep_initial_user: bool = True
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "keep_recent_turns",
-                           int_param("keep_recent_turns", self.keep_recent_turns, minimum=1))
-        bool_param("keep_initial_user", self.keep_initial_user)
+    keep_recent_turns: int = param(3, doc="most recent turns kept verbatim", min=1)
+    keep_initial_user: bool = param(True, doc="also keep the first user message (the task)")
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = context.steps
@@ -158,4 +136,4 @@ class Trim:
             for i, s in enumerate(steps)))
 
 
-__all__ = ["HardClear", "SlidingWindow", "Trim", "bool_param", "int_param", "rebuild", "turn_numbers"]
+__all__ = ["HardClear", "SlidingWindow", "Trim", "rebuild", "turn_numbers"]

@@ -1,0 +1,107 @@
+"""The recorded agent's own compactions, replayed: the trigger and the strategy named `recorded`.
+
+Claude Code, Codex and OpenHands record when they compacted and the summary they continued from.
+A session keeps the full original history and lists those compactions as annotations
+(`Session.recorded_compactions`); no other kind ever sees the recorded summaries. Paired (the
+`as-recorded` preset), these two kinds make the production agent one more row in a comparison:
+
+- trigger `recorded` fires before each call the agent compacted before, once per point;
+- strategy `recorded` replaces everything before the recorded boundary (leading system messages
+  and pinned steps excepted) with the recorded summary, as one `compacted_synthetic` user message.
+
+Both need the session they replay: the engine calls `bind_session(session)` on every trigger and
+strategy that defines it (combinators and pipelines included) before the walk. Unbound, the
+trigger never fires and the strategy changes nothing; so does the strategy at a call where the
+agent did not compact (e.g. when paired with another trigger).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from workbench.compaction import CompactionEnv, Context, TriggerView
+from workbench.registry import register_strategy, register_trigger
+from workbench.session import Message, RecordedCompaction, Session, flatten, group_steps
+
+
+def recorded_compactions(session: Session) -> tuple[RecordedCompaction, ...]:
+    """The session's recorded compactions (an empty tuple for sessions that have none)."""
+    return tuple(getattr(session, "recorded_compactions", ()) or ())
+
+
+@register_trigger("recorded")
+@dataclass(frozen=True)
+class RecordedTrigger:
+    """Fire before each call at which the recorded agent compacted its context (once per call).
+
+    Never fires before the first call (the engine does not ask) and has no overflow retry of its
+    own: a recorded session whose replayed context does not fit ends with `context_overflow`.
+    """
+
+    _calls: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+    _done: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+
+    def bind_session(self, session: Session) -> None:
+        self._calls.clear()
+        self._done.clear()
+        self._calls.update(r.call_index for r in recorded_compactions(session))
+
+    def should_compact(self, view: TriggerView) -> bool:
+        return view.call_index in self._calls and view.call_index not in self._done
+
+    def notify_compacted(self, view: TriggerView) -> None:
+        self._done.add(view.call_index)
+
+
+@register_strategy("recorded")
+@dataclass(frozen=True)
+class RecordedSummary:
+    """Replace the context before the recorded boundary with the agent's recorded summary.
+
+    The boundary is the session message the agent continued with after compacting. Everything in
+    the context before it, except the leading system messages and pinned steps (kept, in order,
+    after the summary), becomes one `compacted_synthetic` user message holding the recorded
+    summary; an earlier recorded summary is replaced with the rest. A boundary inside a step (a
+    tool result whose call came before it) moves back to the step's start, so tool pairing holds.
+    A recorded compaction without summary text drops the older part and adds no message.
+    """
+
+    _by_call: dict[int, tuple[RecordedCompaction, Message | None]] = field(
+        default_factory=dict, init=False, repr=False, compare=False)
+
+    def bind_session(self, session: Session) -> None:
+        self._by_call.clear()
+        messages = session.messages
+        for record in recorded_compactions(session):
+            boundary = messages[record.message_index] if 0 <= record.message_index < len(messages) else None
+            self._by_call[record.call_index] = (record, boundary)
+
+    def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        found = self._by_call.get(env.call_index)
+        if found is None:
+            return list(context.messages)
+        record, boundary = found
+        body = context.body
+        cut = len(body)
+        if boundary is not None:
+            for index in range(len(body) - 1, -1, -1):
+                if body[index] is boundary:
+                    cut = index
+                    break
+        while 0 < cut < len(body) and body[cut].role == "tool":
+            cut -= 1
+        pinned = flatten(s for s in group_steps(body[:cut]) if s.pinned)
+        summary: list[Message] = []
+        if record.summary.strip():
+            env.record_summary(record.summary)
+            summary.append(Message(role="user", content=record.summary, origin="compacted_synthetic",
+                                   metadata=_summary_metadata(record)))
+        return [*context.system, *summary, *pinned, *body[cut:]]
+
+
+def _summary_metadata(record: RecordedCompaction) -> dict[str, Any]:
+    return {"recorded_compaction": True, "trigger": record.trigger, "tokens_before": record.tokens_before}
+
+
+__all__ = ["RecordedSummary", "RecordedTrigger", "recorded_compactions"]
