@@ -1,0 +1,101 @@
+"""Quality benchmark: the cost of the offline quality metrics as a ratio to the replay alone.
+
+On the largest shared Claude Code recording (by calls; a generated stand-in when absent), for a
+few configurations: replay time and the time of the offline quality metrics (fact retention,
+needed-fact retention, dangling references, probe answerability) on its result.
+- cold: fresh messages, so the replay counts every token and the metrics extract every fact;
+- warm: a second replay of the same messages (token counts and facts cached on them), as every
+  configuration after the first of an experiment grid runs.
+Goal: quality / replay <= 1.0 (quality at most doubles the work).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from benchmarks.bench_replay import SHARED, generate_session
+from workbench.config import parse_config
+from workbench.quality.probes import ProbeAnswerable
+from workbench.quality.retention import DanglingReferences, FactRetention, NeededFactRetention
+from workbench.replay import _Replay
+from workbench.session import Session
+from workbench.tokens import get_tokenizer
+
+TOKENIZER = "cl100k_base"
+METRICS = (FactRetention, NeededFactRetention, DanglingReferences, ProbeAnswerable)
+CONFIGS: dict[str, dict[str, Any]] = {
+    "window-20": {"trigger": {"kind": "utilization", "ratio": 0.8},
+                  "strategy": {"kind": "sliding_window", "window": 20}},
+    "split-0.4": {"trigger": {"kind": "utilization", "ratio": 0.8},
+                  "strategy": {"kind": "summarize_split", "preserve": 0.4}},
+    "masking-10": {"trigger": {"kind": "utilization", "ratio": 0.6},
+                   "strategy": {"kind": "observation_masking", "keep_recent": 10}},
+}
+
+
+def largest_session() -> tuple[str, Session]:
+    if SHARED.is_dir():
+        from workbench.importers import load
+
+        sessions = sorted(load(SHARED), key=lambda s: (s.calls, len(s.messages)), reverse=True)
+        if sessions:
+            return "claude-code", sessions[0]
+    return "generated-300", generate_session(300)
+
+
+def _fresh(session: Session) -> Session:
+    return Session.from_messages([m.replace() for m in session.messages], dataset=session.dataset,
+                                 tools=session.tools, metadata=dict(session.metadata), probes=session.probes)
+
+
+def _quality(result: Any) -> float:
+    started = time.perf_counter()
+    for metric in METRICS:
+        metric().compute(result)
+        per_compaction = getattr(metric, "per_compaction", None)
+        if per_compaction is not None:
+            per_compaction(metric(), result)
+    return time.perf_counter() - started
+
+
+class _ReplayAlone(_Replay):
+    """The engine without the registry's metrics pass (so quality is timed on its own)."""
+
+    def _measured(self, result: Any) -> Any:
+        return result
+
+
+def _timed_replay(session: Session, config: dict[str, Any]) -> tuple[Any, float]:
+    started = time.perf_counter()
+    result = _ReplayAlone(session, parse_config(config), None, None).run()
+    return result, time.perf_counter() - started
+
+
+def run() -> None:
+    label, session = largest_session()
+    get_tokenizer(TOKENIZER).count("warm up")
+    for spec in CONFIGS.values():  # load the summarizer's provider (litellm) outside the timings
+        _timed_replay(_fresh(session), {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000} | spec)
+    size_mb = sum(len(m.text) for m in session.messages) / 1e6
+    print(f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
+          f"tokenizer {TOKENIZER}; goal: quality / replay <= 1.0")
+    print(f"{'config':<11} {'compactions':>11} {'cold replay':>12} {'cold quality':>13} {'ratio':>6} "
+          f"{'warm replay':>12} {'warm quality':>13} {'ratio':>6}")
+    for name, spec in CONFIGS.items():
+        config = {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000} | spec
+        cold = _fresh(session)
+        result, cold_replay = _timed_replay(cold, config)
+        cold_quality = _quality(result)
+        warm_runs = []
+        for _ in range(3):
+            again, warm_replay = _timed_replay(cold, config)
+            warm_runs.append((warm_replay, _quality(again)))
+        warm_replay, warm_quality = min(warm_runs)
+        print(f"{name:<11} {len(result.compactions):>11} {cold_replay:>11.3f}s {cold_quality:>12.3f}s "
+              f"{cold_quality / cold_replay:>6.2f} {warm_replay:>11.3f}s {warm_quality:>12.3f}s "
+              f"{warm_quality / warm_replay:>6.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    run()

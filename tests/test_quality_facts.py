@@ -1,0 +1,108 @@
+"""Fact extraction (workbench.quality.facts): kinds, normalisation, the per-message cache."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from workbench.quality.facts import (
+    content_words,
+    extract_constraints,
+    extract_facts,
+    message_facts,
+    normalize,
+    normalize_path,
+    text_facts,
+)
+from workbench.session import Message, ToolCall
+
+
+@pytest.mark.parametrize(("text", "kind", "key"), [
+    ("see src/ledgerly/tax.py now", "path", "src/ledgerly/tax.py"),
+    ("open ./src/app.py", "path", "src/app.py"),
+    ("open /workspace/ledgerly/src/app.py", "path", "src/app.py"),
+    ("edit `tests/test_tax.py`", "path", "tests/test_tax.py"),
+    ("config in pyproject.toml.", "path", "pyproject.toml"),
+    ("call compute_tax_rate(items)", "identifier", "compute_tax_rate"),
+    ("the InvoiceLine class", "identifier", "invoiceline"),
+    ("ticket GEO-7969 please", "identifier", "geo-7969"),
+    ("MAX_RETRIES = 5 in config", "number", "max_retries = 5"),
+    ("it took 3.5s to run", "number", "3.5s"),
+    ("coverage is 99.5% now", "number", "99.5%"),
+    ("12 passed in 1.2s", "number", "12passed"),
+    ("upgrade to 1.2.3 first", "number", "1.2.3"),
+    ("docs at https://example.com/a/b?x=1).", "url", "https://example.com/a/b?x=1"),
+    ("connect to db-3.staging.internal:5432", "url", "db-3.staging.internal:5432"),
+    ("raised KeyError: 'point_code'", "error", "keyerror"),
+    ("raised KeyError: 'point_code'", "error", "keyerror: point_code"),
+    ("error: could not resolve host", "error", "error: could not resolve host"),
+    ("reverted 3f2a9bc1 yesterday", "commit", "3f2a9bc1"),
+    ("run `pytest -x tests/test_tax.py` again", "command", "pytest -x tests/test_tax.py"),
+    ("$ git log --oneline -3", "command", "git log --oneline -3"),
+])
+def test_extracts_each_kind_normalised(text, kind, key):
+    found = {(f.kind, f.key) for f in extract_facts(text)}
+    assert (kind, key) in found, found
+
+
+@pytest.mark.parametrize("text", ["and/or the plain words here", "a b c", "12 apples", "deadbeef", ""])
+def test_plain_text_gives_no_salient_facts(text):
+    assert [f for f in extract_facts(text) if f.kind in ("path", "commit", "number", "error")] == []
+
+
+@pytest.mark.parametrize(("text", "key"), [
+    ("Please use httpx instead of requests.", "please use httpx instead of requests"),
+    ("We must keep Python 3.9 compatible!", "we must keep python 3.9 compatible"),
+    ("Do not add new dependencies.", "do not add new dependencies"),
+])
+def test_user_constraints_are_sentences(text, key):
+    assert [f.key for f in extract_constraints(f"Hello there. {text} Thanks a lot")] == [key]
+
+
+def test_constraints_come_from_user_messages_only():
+    text = "You must not touch the API."
+    assert any(f.kind == "constraint" for f in message_facts(Message(role="user", content=text)).values())
+    assert not any(f.kind == "constraint" for f in message_facts(Message(role="assistant", content=text)).values())
+    assert message_facts(Message(role="system", content=text)) == {}
+
+
+def test_tool_call_arguments_give_commands_and_paths():
+    call = ToolCall("c1", "bash", json.dumps({"command": "pytest -q tests/test_x.py"}))
+    read = ToolCall("c2", "read_file", json.dumps({"path": "./src/pkg/mod.py"}))
+    facts = message_facts(Message(role="assistant", tool_calls=(call, read)))
+    assert facts["pytest -q tests/test_x.py"].kind == "command"
+    assert facts["src/pkg/mod.py"].kind == "path"
+    assert "tests/test_x.py" in facts
+
+
+def test_message_facts_are_cached_per_message_and_read_only():
+    message = Message(role="tool", content="see src/a.py", tool_call_id="c1")
+    first = message_facts(message)
+    assert message_facts(message) is first
+    with pytest.raises(TypeError):
+        first["x"] = first["src/a.py"]  # type: ignore[index]  # the mapping is read-only
+    twin = message.replace()
+    assert message_facts(twin) is not first and dict(message_facts(twin)) == dict(first)
+
+
+@pytest.mark.parametrize(("path", "key"), [
+    ("./src/a.py", "src/a.py"), ("/workspace/repo/src/a.py", "src/a.py"), ("/testbed/src/a.py", "src/a.py"),
+    ("/home/me/proj/src/a.py", "src/a.py"), ("'SRC/A.py'", "src/a.py"), ("/usr/lib/x.py", "/usr/lib/x.py"),
+])
+def test_path_normalisation(path, key):
+    assert normalize_path(path) == key
+
+
+def test_normalize_drops_case_quotes_and_spacing():
+    assert normalize("  `Foo`   Bar. ") == "foo bar"
+    assert content_words("Please use the httpx library") == {"httpx", "library"}
+
+
+@given(st.text(max_size=300))
+def test_extraction_never_fails_and_keys_are_normalised(text):
+    for fact in text_facts(text, constraints=True).values():
+        assert fact.key == fact.key.lower()
+        assert fact.kind in ("path", "identifier", "number", "url", "error", "commit", "command", "constraint")

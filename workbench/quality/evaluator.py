@@ -1,0 +1,65 @@
+"""The evaluator model: the model that answers probes, judges summaries and proposes next actions.
+
+It is named by the replay config's `evaluator` (any LiteLLM model string) with its
+`evaluator_options`, and bound on the process's default gateway (`workbench.llm`), so its calls
+are cached, concurrent and costed like the summarizer's. Its spend is kept per replay result, by
+purpose (`probe`, `judge`, `continuation`), apart from the summarizer's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from workbench.quality.trace import memo
+from workbench.session import Message
+
+MAX_TRANSCRIPT_CHARS = 240_000
+MAX_MESSAGE_CHARS = 12_000
+
+
+def evaluator_model(result: Any) -> Any:
+    """The bound evaluator model of a result's config, or None when the config names none."""
+    config = result.config
+    name = getattr(config, "evaluator", None)
+    if not name:
+        return None
+    options: Mapping[str, Any] = getattr(config, "evaluator_options", None) or {}
+
+    def bind() -> Any:
+        from workbench.llm import default_gateway
+
+        return default_gateway().model(name, dict(options))
+
+    return memo(result, "quality_evaluator", bind)
+
+
+def spend(result: Any) -> dict[str, list[Any]]:
+    """The evaluator completions made for a result, by purpose."""
+    return memo(result, "quality_spend", dict)
+
+
+def record_spend(result: Any, purpose: str, completions: Sequence[Any]) -> None:
+    spend(result).setdefault(purpose, []).extend(completions)
+
+
+def _clip(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[... {len(text) - limit} characters omitted ...]\n{text[-half:]}"
+
+
+def render(message: Message) -> str:
+    """One message as transcript text: `[role]` (or `[tool name]`), its text, its tool calls."""
+    head = f"[tool {message.name}]" if message.role == "tool" and message.name else f"[{message.role}]"
+    parts = [head]
+    if message.text:
+        parts.append(_clip(message.text, MAX_MESSAGE_CHARS))
+    parts += [f"-> {c.name}({_clip(c.arguments, 2000)})" for c in message.tool_calls]
+    return "\n".join(parts)
+
+
+def transcript(messages: Sequence[Message], limit: int = MAX_TRANSCRIPT_CHARS) -> str:
+    """The messages as one text for a model (long messages and long transcripts clipped in the middle)."""
+    return _clip("\n\n".join(render(m) for m in messages), limit)

@@ -1,0 +1,380 @@
+"""Salient facts of a message, extracted deterministically and normalised for matching.
+
+A fact is something an agent may need again after a compaction: a file path, a code identifier,
+a number with its unit, a URL or host, an error (its type, and its type with the message), a
+commit hash, a command line, or a constraint or decision the user stated ("must", "don't",
+"use X instead of Y"). Each fact has a `kind`, the `text` as first written and a `key`, the
+normalised form two mentions of the same fact share: lower case, quotes and backticks dropped,
+whitespace collapsed, trailing punctuation dropped, and for paths the `./` prefix and workspace
+roots (`/workspace/<repo>/`, `/testbed/`, `/home/<user>/...`) removed, so `./src/app.py`,
+`/workspace/app/src/app.py` and `src/app.py` are one fact.
+
+Extraction is one pass of one compiled pattern over the text plus a few cheap passes (tool-call
+arguments, user constraints), and it is done once per message: the result is cached by message
+identity (messages are immutable), like token counts, so a replay's thousands of contexts
+share the work.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+import weakref
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from workbench.session import Message
+
+KINDS = ("path", "identifier", "number", "url", "error", "commit", "command", "constraint")
+MAX_FACT_CHARS = 200
+COMMAND_ARGUMENTS = ("command", "cmd", "script")
+COMMAND_PROGRAMS = frozenset((
+    "git", "pytest", "python", "python3", "pip", "uv", "npm", "npx", "pnpm", "yarn", "node", "make", "cargo",
+    "go", "docker", "kubectl", "ls", "cd", "cat", "grep", "rg", "sed", "awk", "find", "curl", "wget", "bash",
+    "sh", "ruff", "mypy", "tox", "poetry", "bun", "deno", "gh", "mvn", "gradle", "psql", "sqlite3", "duckdb",
+))
+_EXTENSIONS = ("py|pyi|ts|tsx|js|jsx|mjs|cjs|json|jsonl|toml|yaml|yml|md|rst|txt|rs|go|java|kt|c|h|cc|cpp|hpp|"
+               "rb|sh|bash|zsh|sql|html|css|scss|lock|cfg|ini|env|xml|csv|ipynb|vue|svelte|swift|php|proto|"
+               "gradle|mk|log|conf|dockerfile|tf|lua|ex|exs|scala|cs|dart")
+_UNITS = ("ms|us|µs|ns|s|sec|secs|seconds?|minutes?|mins?|hours?|hrs?|h|days?|weeks?|"
+          "kb|mb|gb|tb|kib|mib|gib|bytes?|tokens?|px|rows?|lines?|items?|requests?|req/s|rps|qps|"
+          "usd|eur|calls?|files?|tests?|passed|failed|errors?|warnings?|workers?|retries|attempts?|"
+          "chars?|characters?|records?|users?|steps?|times|k|m")
+
+_TOKEN = re.compile(r"[\w./:@~+$%#-]+")
+_URL = re.compile(r"https?://[^\s<>\"'`)\]}]+")
+_ERROR_WITH_MESSAGE = re.compile(r"(?:Error|Exception|Interrupt|Failure|Exit):[ \t]*([^\n]{1,160})")
+_GENERIC_ERROR = re.compile(r"(?<![\w-])(?:[Ee]rror|ERROR|[Ff]atal|FATAL|panic)(?:\[[A-Za-z0-9]+\])?:"
+                            r"[ \t]*([^\n]{3,160})")
+_SPACED_NUMBER = re.compile(r"(\d[\d,]*(?:\.\d+)?)[ \t](" + _UNITS + r")\b")
+_ASSIGNMENT = re.compile(r"([A-Z][A-Z0-9_]{2,})[ \t]*[:=][ \t]*(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w.+-]{1,40})")
+_BACKTICKED = re.compile(r"`([^`\n]{2,120})`")
+_PATH_WITH_EXTENSION = re.compile(r"(?:[\w.@+-]+/)*[\w-][\w.@+-]*\.(?:" + _EXTENSIONS + r")", re.IGNORECASE)
+_HOST = re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|com|net|org|"
+                   r"io|dev|app|cloud|svc|cluster|example))(?::\d{2,5})?")
+_TICKET = re.compile(r"[A-Z][A-Z0-9]{1,9}-\d{1,6}")
+_COMMIT = re.compile(r"[0-9a-f]{7,40}")
+_NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?(?:%|(?:" + _UNITS + r"))|v?\d+\.\d+\.\d+(?:[-.][\w.]+)?",
+                     re.IGNORECASE)
+_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]|_[A-Za-z][A-Za-z0-9_]{2,}"
+                         r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
+_ERROR_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*(?:Error|Exception|Interrupt|Failure|Exit)")
+_TOKEN_EDGES = ".:-~#+$@"
+_SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|$)", re.MULTILINE)
+_CONSTRAINT_CUES = re.compile(
+    r"\b(?:must|mustn't|don't|do not|never|always|should|shouldn't|avoid|instead of|prefer|only use|"
+    r"make sure|required?|requires|we decided|decided to|from now on|stay compatible|keep (?:it|the|them|\w+) "
+    r"[\w ]*compatible|no new|not allowed|forbidden|please use|stick to|rather than)\b", re.IGNORECASE)
+_COMMAND_LINE = re.compile(r"^[ \t]*\$[ \t]+(\S[^\n]{1,200})$", re.MULTILINE)
+_SPACES = re.compile(r"\s+")
+_QUOTES = str.maketrans("", "", "`\"'“”‘’")
+_QUOTE_CHARS = ("`", '"', "'", "“", "”", "‘", "’")
+_TRAILING = ".,;:!?)]}>"
+_ROOTS = re.compile(r"^(?:/(?:workspace|workspaces|projects?)/[^/]+/"
+                    r"|/(?:testbed|repo|app|code)/|/(?:home|Users)/[^/]+/(?:[^/]+/){0,2}?(?=src/|tests?/|lib/|"
+                    r"packages?/|apps?/|docs/)|/(?:home|Users)/[^/]+/|/root/|~/)")
+_WORD = re.compile(r"[a-z0-9][a-z0-9_.+-]*")
+STOPWORDS = frozenset(
+    "a an the and or but if then so to of in on at for from by with without into onto over under as is are be "
+    "been being was were it its this that these those we you i me my our your us please also just any all "
+    "each every some no not do does did don't dont must should would could can will shall may might use "
+    "using used keep make sure only new from now on than rather instead".split())
+
+
+@dataclass(frozen=True, slots=True)
+class Fact:
+    """One salient fact: `kind` (see `KINDS`), `key` (normalised, what matching compares), `text` (as written)."""
+
+    kind: str
+    key: str
+    text: str
+
+
+def _clean(text: str) -> str:
+    text = _SPACES.sub(" ", text.translate(_QUOTES)).strip().lower()
+    return text.rstrip(_TRAILING).strip()
+
+
+def normalize_text(text: str) -> str:
+    """A whole text normalised like fact keys (lower case, no quotes, single spaces), for substring matching."""
+    text = text.lower()
+    for quote in _QUOTE_CHARS:
+        if quote in text:
+            text = text.replace(quote, "")
+    return " ".join(text.split())
+
+
+def normalize_path(text: str) -> str:
+    """`./src/a.py`, `/workspace/repo/src/a.py` and `src/a.py` all give `src/a.py`."""
+    path = text.translate(_QUOTES).strip().rstrip(_TRAILING)
+    while path.startswith("./"):
+        path = path[2:]
+    path = _ROOTS.sub("", path, count=1)
+    return path.lower()
+
+
+def normalize(text: str, kind: str = "identifier") -> str:
+    """The matching key of a fact's text (see the module docstring)."""
+    if kind == "path":
+        return normalize_path(text)
+    return _clean(text)[:MAX_FACT_CHARS]
+
+
+def content_words(text: str) -> frozenset[str]:
+    """The non-stopword words of a text (lower case): what fuzzy matching of constraints compares."""
+    return frozenset(w.rstrip(".-+") for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 1)
+
+
+def _is_commit(token: str) -> bool:
+    return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
+
+
+def _classify(token: str) -> tuple[Fact, ...]:
+    """The facts one whitespace-free token states on its own (memoised: tokens repeat a lot)."""
+    token = token.lstrip(":-#+@").rstrip(_TOKEN_EDGES)
+    if len(token) < 3 or token.startswith(("http://", "https://")):
+        return ()
+    if "/" in token:
+        key = normalize_path(token)
+        slashes = token.count("/")
+        if any(c.isalpha() for c in key) and (slashes >= 2 or token[0] in "/~." or
+                                               _PATH_WITH_EXTENSION.fullmatch(token)):
+            return (Fact("path", key, token),)
+        return ()
+    if _PATH_WITH_EXTENSION.fullmatch(token) and not token[0].isdigit():
+        return (Fact("path", normalize_path(token), token),)
+    if _HOST.fullmatch(token):
+        return (Fact("url", token.lower(), token),)
+    if _TICKET.fullmatch(token):
+        return (Fact("identifier", token.lower(), token),)
+    if _COMMIT.fullmatch(token) and _is_commit(token):
+        return (Fact("commit", token, token),)
+    if token[0].isdigit() or token[0] in "$v":
+        if _NUMBER.fullmatch(token):
+            return (Fact("number", token.lower().replace(",", ""), token),)
+        if token[0] != "v":
+            return ()
+    if _ERROR_NAME.fullmatch(token):
+        return (Fact("error", token.lower(), token),)
+    if "." in token:
+        parts = [p for p in token.split(".") if p]
+        if parts and _ERROR_NAME.fullmatch(parts[-1]):
+            return (Fact("error", parts[-1].lower(), parts[-1]), Fact("identifier", token.lower(), token))
+        found = tuple(Fact("identifier", p.lower(), p) for p in parts if len(p) >= 4 and _IDENTIFIER.fullmatch(p))
+        if found and all(p.isidentifier() for p in parts):
+            return (Fact("identifier", token.lower(), token), *found)
+        return found
+    if len(token) >= 4 and _IDENTIFIER.fullmatch(token):
+        return (Fact("identifier", token.lower(), token),)
+    return ()
+
+
+_CLASSIFIED: dict[str, tuple[Fact, ...]] = {}
+_MAX_CLASSIFIED = 500_000
+
+
+def _token_facts(tokens: Iterable[str]) -> Iterator[Fact]:
+    memo = _CLASSIFIED
+    for token in tokens:
+        found = memo.get(token)
+        if found is None:
+            found = _classify(token)
+            if len(memo) >= _MAX_CLASSIFIED:
+                memo.clear()
+            memo[token] = found
+        yield from found
+
+
+def extract_facts(text: str) -> Iterator[Fact]:
+    """Every fact of a text except constraints (which only user messages state).
+
+    Single tokens (paths, identifiers, numbers, hosts, commits, error names) are classified once
+    per distinct token; facts spanning several words (URLs, error messages, `NAME = value`,
+    numbers with a spaced unit, back-ticked snippets, `$ command` lines) have their own passes.
+    """
+    if not text:
+        return
+    yield from _token_facts(set(_TOKEN.findall(text)))
+    if "://" in text:
+        for match in _URL.finditer(text):
+            url = match.group().rstrip(_TRAILING)
+            yield Fact("url", normalize(url, "url"), url)
+    for match in _ERROR_WITH_MESSAGE.finditer(text):
+        start = match.start()
+        floor = max(0, start - 80)
+        while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_."):
+            start -= 1
+        name = text[start:match.start()] + match.group()[:match.group().index(":")]
+        if _ERROR_NAME.fullmatch(name.rsplit(".", 1)[-1]):
+            full = f"{name}: {match.group(1).strip()}"
+            yield Fact("error", normalize(full, "error"), full)
+    if "rror" in text or "ERROR" in text or "atal" in text or "FATAL" in text or "panic" in text:
+        for match in _GENERIC_ERROR.finditer(text):
+            yield Fact("error", normalize(match.group(), "error"), match.group())
+    for match in _SPACED_NUMBER.finditer(text):
+        if match.start() and (text[match.start() - 1].isalnum() or text[match.start() - 1] in "._"):
+            continue
+        number = f"{match.group(1)}{match.group(2)}"
+        yield Fact("number", number.lower().replace(",", ""), match.group())
+    for match in _ASSIGNMENT.finditer(text):
+        if match.start() and (text[match.start() - 1].isalnum() or text[match.start() - 1] == "_"):
+            continue
+        name, value = match.group(1), match.group(2)
+        kind = "number" if value[:1].isdigit() else "identifier"
+        yield Fact(kind, normalize(f"{name} = {value}"), match.group())
+    if "`" in text:
+        for match in _BACKTICKED.finditer(text):
+            inner = match.group(1).strip()
+            first = inner.split(" ", 1)[0]
+            if first in COMMAND_PROGRAMS and " " in inner:
+                yield Fact("command", normalize(inner, "command"), inner)
+            elif " " in inner and len(inner) >= 3:
+                yield Fact("identifier", normalize(inner), inner)
+    if "$ " in text:
+        for match in _COMMAND_LINE.finditer(text):
+            command = match.group(1).strip()
+            yield Fact("command", normalize(command, "command"), command)
+
+
+def extract_constraints(text: str) -> Iterator[Fact]:
+    """The sentences of a user's text that state a constraint or a decision."""
+    for match in _SENTENCES.finditer(text):
+        sentence = match.group().strip()
+        if 8 <= len(sentence) and _CONSTRAINT_CUES.search(sentence):
+            yield Fact("constraint", normalize(sentence, "constraint"), sentence)
+
+
+def _argument_strings(arguments: str) -> Iterator[tuple[str, str]]:
+    """(argument name, string value) of a tool call's JSON arguments (raw text when not JSON)."""
+    try:
+        data: Any = json.loads(arguments)
+    except (ValueError, TypeError):
+        yield "", arguments
+        return
+    stack: list[tuple[str, Any]] = [("", data)]
+    while stack:
+        name, value = stack.pop()
+        if isinstance(value, str):
+            yield name, value
+        elif isinstance(value, Mapping):
+            stack.extend((str(k), v) for k, v in value.items())
+        elif isinstance(value, list):
+            stack.extend((name, v) for v in value)
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            yield name, str(value)
+
+
+def _compute(message: Message) -> Mapping[str, Fact]:
+    facts: dict[str, Fact] = {}
+
+    def add(found: Iterable[Fact]) -> None:
+        for fact in found:
+            if fact.key and fact.key not in facts:
+                facts[fact.key] = fact
+
+    if message.role != "system":
+        text = message.text
+        add(extract_facts(text))
+        if message.role == "user":
+            add(extract_constraints(text))
+    for call in message.tool_calls:
+        for name, value in _argument_strings(call.arguments):
+            if name in COMMAND_ARGUMENTS and value.strip():
+                command = value.strip()
+                add([Fact("command", normalize(command[:MAX_FACT_CHARS], "command"), command)])
+            elif name in ("path", "file_path", "file", "filename", "notebook_path") and value.strip():
+                add([Fact("path", normalize_path(value), value)])
+            add(extract_facts(value))
+    return MappingProxyType(facts)
+
+
+_CACHE: dict[int, tuple[weakref.ref[Message], Mapping[str, Fact]]] = {}
+_CACHE_LOCK = threading.Lock()
+_BY_CONTENT: dict[tuple[str, str, tuple[str, ...]], Mapping[str, Fact]] = {}
+_MAX_BY_CONTENT = 4096
+
+
+def _forget(key: int) -> Any:
+    def callback(_: weakref.ref[Message]) -> None:
+        with _CACHE_LOCK:
+            entry = _CACHE.get(key)
+            if entry is not None and entry[0]() is None:
+                del _CACHE[key]
+
+    return callback
+
+
+def message_facts(message: Message) -> Mapping[str, Fact]:
+    """The facts of one message by key (read-only); computed once per message and cached.
+
+    System messages give none (they are never compacted away); user messages also give their
+    constraints; tool calls give their arguments' facts, with `command` arguments as commands
+    and `path`-like arguments as paths.
+    """
+    key = id(message)
+    entry = _CACHE.get(key)
+    if entry is not None and entry[0]() is message:
+        return entry[1]
+    if message.origin == "original":
+        facts = _compute(message)
+    else:  # written by a compaction: replays of a grid often write the same text again
+        content_key = (message.role, message.text, tuple(c.arguments for c in message.tool_calls))
+        found = _BY_CONTENT.get(content_key)
+        if found is None:
+            found = _compute(message)
+            if len(_BY_CONTENT) >= _MAX_BY_CONTENT:
+                _BY_CONTENT.clear()
+            _BY_CONTENT[content_key] = found
+        facts = found
+    with _CACHE_LOCK:
+        _CACHE[key] = (weakref.ref(message, _forget(key)), facts)
+    return facts
+
+
+_TEXTS: dict[int, tuple[weakref.ref[Message], str]] = {}
+
+
+def _forget_text(key: int) -> Any:
+    def callback(_: weakref.ref[Message]) -> None:
+        with _CACHE_LOCK:
+            entry = _TEXTS.get(key)
+            if entry is not None and entry[0]() is None:
+                del _TEXTS[key]
+
+    return callback
+
+
+def message_text(message: Message) -> str:
+    """The message's text and tool-call arguments, normalised (`normalize_text`); cached per message."""
+    key = id(message)
+    entry = _TEXTS.get(key)
+    if entry is not None and entry[0]() is message:
+        return entry[1]
+    text = normalize_text("\n".join([message.text, *(c.arguments for c in message.tool_calls)]))
+    with _CACHE_LOCK:
+        _TEXTS[key] = (weakref.ref(message, _forget_text(key)), text)
+    return text
+
+
+def facts_of(messages: Iterable[Message]) -> dict[str, Fact]:
+    """The union of the facts of several messages, by key (first mention wins)."""
+    out: dict[str, Fact] = {}
+    for message in messages:
+        for key, fact in message_facts(message).items():
+            if key not in out:
+                out[key] = fact
+    return out
+
+
+def text_facts(text: str, *, constraints: bool = False) -> dict[str, Fact]:
+    """The facts of a free text (e.g. a model's answer), by key."""
+    out: dict[str, Fact] = {}
+    for fact in extract_facts(text):
+        out.setdefault(fact.key, fact)
+    if constraints:
+        for fact in extract_constraints(text):
+            out.setdefault(fact.key, fact)
+    return out

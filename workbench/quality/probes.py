@@ -1,0 +1,211 @@
+"""Probes: questions whose answer a good compaction keeps within the agent's reach.
+
+Two sources, each probe asked at one call (the messages sent at that call are what it is asked
+against):
+- the session's own probes (`session.probes`, e.g. the planted facts of the sample datasets),
+  asked at the last replayed call when they apply by then (`from_call` <= that call): by the end
+  every compaction has had its chance to lose them;
+- probes generated from needed facts: for each compaction, up to `GENERATED_PER_COMPACTION` of the
+  removed facts the recording uses again, asked at the call that next uses them. The question
+  quotes the passage the fact came from with the fact blanked out (a cloze), so it can be
+  answered only by a context that kept the fact.
+
+`probe_answerable` (offline) is the share of probes whose expected answer appears in the context
+at their call (normalised like facts). `probe_accuracy` (needs the config's `evaluator` model)
+is the share the model answers correctly from that context, scored `numeric` (numbers equal
+within 1e-6 relative) when the expected answer is a number, otherwise `contains` (the normalised
+expected answer within the normalised reply; an exact reply is a special case).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from workbench.quality.evaluator import evaluator_model, record_spend, transcript
+from workbench.quality.facts import Fact, message_text, normalize_text
+from workbench.quality.retention import analyse, last_use
+from workbench.quality.trace import assistant_positions, context_at, memo, session_of
+from workbench.registry import register_metric
+from workbench.session import Message
+
+GENERATED_PER_COMPACTION = 3
+MAX_GENERATED = 60
+PASSAGE_CHARS = 90
+KIND_LABELS = {"path": "file path", "identifier": "identifier", "number": "number", "url": "URL or host",
+               "error": "error", "commit": "commit hash", "command": "command", "constraint": "instruction"}
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+
+@dataclass(frozen=True)
+class AskedProbe:
+    """A probe and the call it is asked at; `source` is `session` or `generated`; `event_index` is the
+    compaction a generated probe comes from (None for session probes)."""
+
+    question: str
+    expected: str
+    kind: str
+    call_index: int
+    source: str
+    event_index: int | None = None
+
+
+def _cloze(fact: Fact, source: Message) -> str:
+    text = source.text
+    if not text or fact.text not in text:
+        text = "\n".join([text, *(c.arguments for c in source.tool_calls)])
+    at = text.find(fact.text)
+    label = KIND_LABELS.get(fact.kind, "detail")
+    if at < 0:
+        return f"Earlier in this session a {label} was mentioned in a {source.role} message. Which {label} was it?"
+    start, end = max(0, at - PASSAGE_CHARS), min(len(text), at + len(fact.text) + PASSAGE_CHARS)
+    passage = " ".join((text[start:at] + "_____" + text[at + len(fact.text):end]).split())
+    return (f"Earlier in this session a {source.role} message contained this passage, with one {label} blanked "
+            f"out: \"...{passage}...\". What is the missing {label}? Answer with the {label} only.")
+
+
+def asked_probes(result: Any) -> list[AskedProbe]:
+    """Every probe of a replay result with the call it is asked at (memoised per result)."""
+    def compute() -> list[AskedProbe]:
+        session = session_of(result)
+        probes: list[AskedProbe] = []
+        if result.calls:
+            last = result.calls[-1].index
+            probes += [AskedProbe(p.question, p.expected, p.kind, last, "session")
+                       for p in session.probes if p.from_call <= last]
+        uses = last_use(session)
+        replayed = len(result.calls)
+        generated = 0
+        for analysis in analyse(result).compactions:
+            needed = [analysis.removed[k] for k in analysis.needed if analysis.removed[k].kind != "constraint"]
+            needed.sort(key=lambda f: (uses.get(f.key, 0), f.key))
+            for fact in needed[:GENERATED_PER_COMPACTION]:
+                call = _next_use(session, fact.key, analysis.call_index, uses)
+                if call is None or call >= replayed or generated >= MAX_GENERATED:
+                    continue
+                probes.append(AskedProbe(_cloze(fact, analysis.sources[fact.key]), fact.text,
+                                         "recall", call, "generated", analysis.event_index))
+                generated += 1
+        return probes
+
+    return memo(result, "quality_probes", compute)
+
+
+def _next_use(session: Any, key: str, from_call: int, uses: dict[str, int]) -> int | None:
+    from workbench.quality.facts import message_facts
+
+    if uses.get(key, -1) < from_call:
+        return None
+    positions = assistant_positions(session)
+    for call in range(from_call, len(positions)):
+        if key in message_facts(session.messages[positions[call]]):
+            return call
+    return None
+
+
+def _contexts_by_call(result: Any, probes: Sequence[AskedProbe]) -> dict[int, list[Message]]:
+    return {call: context_at(result, call) for call in sorted({p.call_index for p in probes})}
+
+
+def answerable(result: Any) -> list[bool]:
+    """For each asked probe: its expected answer appears in the context at its call (memoised)."""
+    def compute() -> list[bool]:
+        probes = asked_probes(result)
+        contexts = _contexts_by_call(result, probes)
+        out = []
+        for probe in probes:
+            wanted = normalize_text(probe.expected)
+            out.append(bool(wanted) and any(wanted in message_text(m) for m in contexts[probe.call_index]))
+        return out
+
+    return memo(result, "quality_answerable", compute)
+
+
+def _mean(values: Sequence[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
+def _by_event(result: Any, values: Sequence[float | None], name: str) -> list[dict[str, Any]]:
+    probes = asked_probes(result)
+    rows: list[dict[str, Any]] = []
+    for index in range(len(result.compactions)):
+        mine = [v for p, v in zip(probes, values, strict=True) if p.event_index == index and v is not None]
+        rows.append({name: _mean(mine)})
+    return rows
+
+
+@register_metric("probe_answerable", direction="higher", unit="share", level="run")
+class ProbeAnswerable:
+    """Share of the session's probes (at the last call) and of the probes generated from needed
+    facts (at their next use) whose expected answer is in the context sent at that call."""
+
+    requires_model: ClassVar[bool] = False
+
+    def compute(self, result: Any) -> float | None:
+        return _mean([1.0 if ok else 0.0 for ok in answerable(result)])
+
+    def per_compaction(self, result: Any) -> list[dict[str, Any]]:
+        return _by_event(result, [1.0 if ok else 0.0 for ok in answerable(result)], "probe_answerable")
+
+
+# -- asked to a model ---------------------------------------------------------------------------
+
+SYSTEM = ("You are being tested on what you remember of a coding-agent session. Everything you know about "
+          "the session is in the transcript you are given. Answer the question from that transcript only, "
+          "as briefly as possible: the answer itself, with no explanation. If the transcript does not hold "
+          "the answer, reply exactly: UNKNOWN")
+
+
+def scoring_mode(expected: str) -> str:
+    return "numeric" if _NUMBER.fullmatch(expected.strip().replace(",", "")) else "contains"
+
+
+def score_answer(expected: str, answer: str) -> float:
+    """1.0 when `answer` gives `expected` (numeric or contains scoring, see the module docstring), else 0.0."""
+    if scoring_mode(expected) == "numeric":
+        target = float(expected.strip().replace(",", ""))
+        for found in _NUMBER.findall(answer.replace(",", "")):
+            if abs(float(found) - target) <= 1e-6 * max(1.0, abs(target)):
+                return 1.0
+        return 0.0
+    wanted = normalize_text(expected).strip()
+    return 1.0 if wanted and wanted in normalize_text(answer) else 0.0
+
+
+def model_answers(result: Any) -> list[float] | None:
+    """For each asked probe: 1.0/0.0 as the evaluator model answered it; None without an evaluator."""
+    def compute() -> list[float] | None:
+        model = evaluator_model(result)
+        if model is None:
+            return None
+        probes = asked_probes(result)
+        contexts = _contexts_by_call(result, probes)
+        rendered = {call: transcript(messages) for call, messages in contexts.items()}
+        batch = [[{"role": "system", "content": SYSTEM},
+                  {"role": "user", "content": f"<transcript>\n{rendered[p.call_index]}\n</transcript>\n\n"
+                                              f"Question: {p.question}"}] for p in probes]
+        completions = model.complete_many(batch, purpose="probe") if batch else []
+        record_spend(result, "probe", completions)
+        return [score_answer(p.expected, c.text) for p, c in zip(probes, completions, strict=True)]
+
+    return memo(result, "quality_probe_answers", compute)
+
+
+@register_metric("probe_accuracy", direction="higher", unit="share", level="run")
+class ProbeAccuracy:
+    """Share of the probes the config's `evaluator` model answers correctly from the context at
+    their call (numeric or contains scoring); None without an evaluator."""
+
+    requires_model: ClassVar[bool] = True
+
+    def compute(self, result: Any) -> float | None:
+        scores = model_answers(result)
+        return None if scores is None else _mean(scores)
+
+    def per_compaction(self, result: Any) -> list[dict[str, Any]]:
+        scores = model_answers(result)
+        if scores is None:
+            return [{"probe_accuracy": None} for _ in result.compactions]
+        return _by_event(result, scores, "probe_accuracy")
