@@ -33,3 +33,68 @@ def shared_sessions() -> Path:
     if not SHARED_SESSIONS.is_dir():
         pytest.skip("../shared/sessions is not present")
     return SHARED_SESSIONS
+
+
+GRID_SPEC = """
+name = "tiny-grid"
+dataset = "grid"
+concurrency = 2
+
+[defaults]
+context_limit = 6000
+max_output = 500
+
+[[config]]
+name = "clear"
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "hard_clear", keep_recent = 4 }
+matrix = { "strategy.keep_recent" = [4, 12] }
+
+[[config]]
+name = "split"
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "summarize_split", preserve = 0.4 }
+
+[regress]
+billed_input_tokens = "+2%"
+compactions = "+10%"
+summaries = "exact"
+"""
+
+
+@pytest.fixture
+def grid_db(tmp_path) -> tuple[Path, Path, list[str]]:
+    """A database of three generated sessions (dataset `grid`) and a 3-config experiment spec over them."""
+    from workbench.session import Session
+    from workbench.store import Store
+
+    db = tmp_path / "wb.duckdb"
+    sessions = [Session.from_messages(conversation(24 + i, result_chars=900), dataset="grid") for i in range(3)]
+    with Store(str(db)) as store:
+        store.import_sessions(sessions, dataset="grid")
+    spec = tmp_path / "tiny-grid.toml"
+    spec.write_text(GRID_SPEC)
+    return db, spec, [s.id for s in sessions]
+
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def chromium():
+    """A headless Debian Chromium driven by Playwright; skips where Chromium (or Playwright) is absent.
+
+    Module-scoped: Playwright's sync API keeps an event loop running in this thread while it is open,
+    which would break `asyncio.run` in later test modules.
+    """
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Chromium is not installed (apt-get install chromium)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield browser
+        finally:
+            browser.close()

@@ -1,0 +1,92 @@
+"""Experiment grid benchmark: 200 cells whose summaries come from a local latency server.
+
+40 generated sessions × 5 configs; every cell compacts once with one summarizer call to a local
+OpenAI-compatible server in a child process (1 s latency), 40 cells in flight. Printed:
+(a) ideal wall time (cells × latency / concurrency) over the achieved one — goal >= 0.9;
+(b) the resumed re-run (every cell reused, no model call) over the first run's time — goal <= 0.05.
+Run: `python -m benchmarks experiments`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if __package__ in (None, ""):  # standalone: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.experiments import run_experiment
+from workbench.llm import Gateway
+from workbench.session import Message, Session, ToolCall
+from workbench.store import Store
+from workbench.testing import FakeOpenAIProcess
+
+SESSIONS = 40
+LATENCY = 1.0
+CONCURRENCY = 40
+STEPS = 8  # 9 recorded calls: a threshold of 5..8 iterations fires exactly once
+
+
+def _session(number: int) -> Session:
+    messages = [Message(role="system", content="You are a coding agent."),
+                Message(role="user", content=f"Task {number}: make tests/test_module_{number}.py pass.")]
+    for step in range(STEPS):
+        call_id = f"c{number}_{step}"
+        messages.append(Message(role="assistant", content=f"Step {step}: reading src/module_{number}.py",
+                                tool_calls=(ToolCall(id=call_id, name="read_file",
+                                                     arguments=f'{{"path": "src/module_{number}_{step}.py"}}'),)))
+        messages.append(Message(role="tool", tool_call_id=call_id, name="read_file",
+                                content=f"def handler_{number}_{step}():\n    return {step}\n" * 20))
+    messages.append(Message(role="assistant", content="Done."))
+    return Session.from_messages(messages, dataset="bench")
+
+
+def _spec(server: FakeOpenAIProcess) -> dict:
+    options = {"api_base": server.api_base, "api_key": "sk-bench-dummy", "max_tokens": 128, "timeout": 30,
+               "concurrency": CONCURRENCY}
+    configs = [{"name": f"full-{n}", "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
+                "strategy": {"kind": "summarize_full"}} for n in (5, 6, 7, 8)]
+    configs.append({"name": "split-5", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 5}},
+                    "strategy": {"kind": "summarize_split"}})
+    return {"name": "bench-grid", "dataset": "bench", "concurrency": CONCURRENCY,
+            "defaults": {"summarizer": "openai/bench-summarizer", "summarizer_options": options},
+            "config": configs}
+
+
+def _warm_up(server: FakeOpenAIProcess) -> None:
+    """LiteLLM's one-time start-up (import, first request: about 3 s) is not what this bench measures."""
+    with Gateway() as gateway:
+        gateway.model("openai/bench-summarizer", {"api_base": server.api_base, "api_key": "sk-bench-dummy"}).complete(
+            [{"role": "user", "content": "warm-up"}])
+
+
+def run() -> None:
+    with tempfile.TemporaryDirectory() as folder, FakeOpenAIProcess(latency=LATENCY) as server:
+        _warm_up(server)
+        db = str(Path(folder) / "bench.duckdb")
+        with Store(db) as store:
+            store.import_sessions([_session(i) for i in range(SESSIONS)], dataset="bench")
+        spec = _spec(server)
+        started = time.perf_counter()
+        first = run_experiment(spec, db=db)
+        first_s = time.perf_counter() - started
+        requests = server.request_count - 1
+        started = time.perf_counter()
+        second = run_experiment(spec, db=db)
+        second_s = time.perf_counter() - started
+        new_requests = server.request_count - requests - 1
+    cells = first.progress.cells_total
+    assert first.progress.failed_cells == 0, "cells failed"
+    ideal = math.ceil(cells / CONCURRENCY) * LATENCY
+    print(f"grid: {cells} cells ({SESSIONS} sessions x {len(spec['config'])} configs), {requests} summarizer "
+          f"requests at {LATENCY * 1000:.0f} ms, {CONCURRENCY} cells in flight")
+    print(f"first run: {first_s:.2f} s; ideal {ideal:.2f} s; ideal/achieved {ideal / first_s:.2f} (goal >= 0.9)")
+    print(f"resumed run: {second_s:.3f} s, {second.progress.cells_reused} cells reused, {new_requests} new requests; "
+          f"ratio to the first run {second_s / first_s:.3f} (goal <= 0.05)")
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,219 @@
+"""What a run produces: paired comparisons, exports in four formats, regression gates, the pytest plugin, the CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pandas as pd
+import pytest
+
+from workbench.errors import ConfigError
+from workbench.experiments import compare, compare_frames, export, regress, run_experiment
+from workbench.experiments.charts import pareto_front
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture
+def grid_run(grid_db):
+    db, spec, ids = grid_db
+    run = run_experiment(spec, db=str(db))
+    return db, spec, ids, run
+
+
+def test_compare_two_configs_reads_each_metric_in_its_direction(grid_run):
+    db, _, _, run = grid_run
+    result = compare(run.id, configs=("clear-12", "clear-4"), db=str(db))
+    billed = result.metric("billed_input_tokens")
+    assert billed.direction == "lower"
+    assert billed.pairs == 3 and billed.improved == 3 and billed.regressed == 0
+    assert billed.mean_delta < 0 and billed.ci_high < 0
+    assert billed.verdict == "B better"
+    same = result.metric("calls")
+    assert same.mean_delta == 0 and same.verdict == "no clear change"
+    assert compare(run.id, configs=("clear-4", "clear-12"), db=str(db)).metric("billed_input_tokens").verdict \
+        == "B worse"
+
+
+def test_compare_two_runs_pairs_cells_by_session_config_and_repeat(grid_run, grid_db):
+    db, _, _, run = grid_run
+    other = run_experiment({"name": "other", "dataset": "grid", "config": [
+        {"name": "clear-4", "trigger": {"kind": "utilization", "ratio": 0.5},
+         "strategy": {"kind": "hard_clear", "keep_recent": 6}, "context_limit": 6000, "max_output": 500}]},
+        db=str(db))
+    result = compare(run.id, other.id, db=str(db))
+    assert result.sessions == 3
+    assert result.metric("billed_input_tokens").pairs == 3
+    assert result.unmatched[run.id] == 6
+
+
+def test_compare_errors_name_what_exists(grid_run):
+    db, _, _, run = grid_run
+    with pytest.raises(ConfigError, match="no config 'nope'.*clear-12"):
+        compare(run.id, configs=("nope", "clear-4"), db=str(db))
+    with pytest.raises(ConfigError, match="3 configs"):
+        compare(run.id, db=str(db))
+
+
+def test_paired_interval_and_p_value_on_known_data():
+    a = pd.DataFrame({"session_id": list("abcdefgh"), "repeat": 0, "fact_retention": [0.5] * 8})
+    b = a.assign(fact_retention=[0.6, 0.55, 0.7, 0.65, 0.6, 0.62, 0.58, 0.61])
+    result = compare_frames(a, b, metrics=["fact_retention"])
+    item = result.metric("fact_retention")
+    assert item.improved == 8 and item.p_value == pytest.approx(2 / 256)
+    assert 0.05 < item.ci_low < item.mean_delta < item.ci_high < 0.2
+    noisy = a.assign(fact_retention=[0.6, 0.4, 0.55, 0.45, 0.5, 0.52, 0.48, 0.5])
+    assert compare_frames(a, noisy, metrics=["fact_retention"]).metric("fact_retention").verdict \
+        == "no clear difference"
+
+
+def test_pareto_front_keeps_only_undominated_configs():
+    points = pd.DataFrame({"billed_input_tokens": [100, 200, 150, 300], "fact_retention": [0.5, 0.9, 0.4, 0.8]},
+                          index=["cheap", "good", "dominated", "worse"])
+    assert list(pareto_front(points, "billed_input_tokens", "fact_retention").index) == ["cheap", "good"]
+
+
+def test_exports_in_all_four_formats_open(grid_run, tmp_path):
+    db, _, ids, run = grid_run
+    csv = export(run.id, "csv", tmp_path / "out" / "r.csv", db=str(db))
+    assert len(pd.read_csv(csv)) == 9
+    parquet = export(run.id, "parquet", tmp_path / "r.parquet", db=str(db))
+    rows = duckdb.sql(f"SELECT count(*), count(DISTINCT config) FROM '{parquet}'").fetchall()
+    assert rows == [(9, 3)]
+    calls = export(run.id, "parquet", tmp_path / "calls.parquet", db=str(db), level="calls")
+    assert duckdb.sql(f"SELECT count(DISTINCT session_id) FROM '{calls}'").fetchall() == [(3,)]
+    document = json.loads(export(run.id, "json", tmp_path / "r.json", db=str(db)).read_text())
+    assert document["run"]["id"] == run.id and len(document["results"]) == 9
+    assert any(c["summary"] for c in document["compactions"])
+    report = export(run.id, "html", tmp_path / "r.html", db=str(db)).read_text()
+    assert report.count("Plotly.newPlot") >= 2 and "<script src=\"http" not in report
+    assert "offline extractive baseline" in report
+    assert not list(tmp_path.glob("**/.*.partial"))
+
+
+def test_export_refuses_unknown_formats_and_runs(grid_run, tmp_path):
+    db, _, _, run = grid_run
+    with pytest.raises(ConfigError, match="valid: csv, parquet, json, html"):
+        export(run.id, "xlsx", tmp_path / "r.xlsx", db=str(db))
+    from workbench.errors import StoreError
+
+    with pytest.raises(StoreError, match="no run 'nope'"):
+        export("nope", "csv", tmp_path / "r.csv", db=str(db))
+
+
+def test_html_report_escapes_session_text():
+    from workbench.experiments.export import report_html
+
+    results = pd.DataFrame({"session_id": ["s"], "config": ["c"], "repeat": [0], "termination": ["completed"],
+                            "billed_input_tokens": [10]})
+    calls = pd.DataFrame({"session_id": ["s", "s"], "config": ["c", "c"], "repeat": [0, 0], "call_index": [0, 1],
+                          "context_tokens": [5, 6]})
+    compactions = pd.DataFrame({"session_id": ["s"], "config": ["c"], "repeat": [0], "call_index": [1],
+                                "tokens_before": [9], "tokens_after": [6],
+                                "summary": ["<script>alert('x')</script><b>bold</b>"]})
+    page = report_html("t", results, calls, compactions)
+    assert "<script>alert" not in page and "&lt;script&gt;alert" in page
+
+
+def test_regress_passes_on_its_own_baseline_and_fails_readably_when_a_config_changes(grid_db, tmp_path):
+    db, spec, _ = grid_db
+    baseline = tmp_path / "baselines" / "tiny-grid.json"
+    written = regress(spec, db=str(db), update=True)
+    assert written.updated and baseline.is_file()
+    stored = json.loads(baseline.read_text())
+    assert set(stored["metrics"]) == {"clear-4", "clear-12", "split"}
+    assert stored["summaries"]["split"]
+    report = regress(spec, db=str(db))
+    assert report.ok, report.text()
+    perturbed = spec.read_text().replace("preserve = 0.4", "preserve = 0.2").replace(
+        'matrix = { "strategy.keep_recent" = [4, 12] }', 'matrix = { "strategy.keep_recent" = [4, 20] }')
+    changed = tmp_path / "tiny-grid-changed.toml"
+    changed.write_text(perturbed)
+    report = regress(changed, baseline=baseline, db=str(db))
+    assert not report.ok
+    text = report.text()
+    assert "REGRESSION" in text and "clear-12" in text and "config 'clear-20' is new" in text
+    assert report.summary_diffs and report.summary_diffs[0].diff.startswith("--- baseline split/")
+
+
+def test_regress_without_a_baseline_says_how_to_make_one(grid_db):
+    db, spec, _ = grid_db
+    with pytest.raises(ConfigError, match="--update"):
+        regress(spec, db=str(db))
+
+
+def test_tolerances_gate_metric_drift(grid_db, tmp_path):
+    db, spec, _ = grid_db
+    regress(spec, db=str(db), update=True)
+    baseline = tmp_path / "baselines" / "tiny-grid.json"
+    stored = json.loads(baseline.read_text())
+    stored["metrics"]["clear-4"]["grid"]["billed_input_tokens"] *= 0.9  # the fresh run now bills 11 % more
+    baseline.write_text(json.dumps(stored))
+    report = regress(spec, db=str(db))
+    assert [(d.config, d.metric) for d in report.failures] == [("clear-4", "billed_input_tokens")]
+    assert "may grow by at most 2 %" in report.text()
+
+
+def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+
+
+def test_cli_run_export_compare_regress(grid_db, tmp_path):
+    db, spec, _ = grid_db
+    first = _cli("run", str(spec), "--db", str(db), "--json")
+    assert first.returncode == 0, first.stderr
+    run = json.loads(first.stdout)
+    assert run["cells"] == 9 and run["cells_reused"] == 0
+    again = json.loads(_cli("run", str(spec), "--db", str(db), "--json").stdout)
+    assert again["run_id"] == run["run_id"] and again["cells_reused"] == 9 and again["model_calls"] == 0
+    text = _cli("run", str(spec), "--db", str(db))
+    assert run["run_id"] in text.stdout and "clear-4" in text.stdout
+    dry = _cli("run", str(spec), "--db", str(db), "--dry-run")
+    assert "9 cells, 9 already done, 0 to run" in dry.stdout
+    out = tmp_path / "report.html"
+    assert _cli("export", run["run_id"], "--format", "html", "--out", str(out), "--db", str(db)).returncode == 0
+    assert out.stat().st_size > 1_000_000
+    compared = _cli("compare", run["run_id"], "--configs", "clear-12", "clear-4", "--db", str(db))
+    assert compared.returncode == 0 and "billed_input_tokens" in compared.stdout and "B better" in compared.stdout
+    assert _cli("regress", str(spec), "--db", str(db), "--update").returncode == 0
+    assert _cli("regress", str(spec), "--db", str(db)).returncode == 0
+    stored = json.loads((tmp_path / "baselines" / "tiny-grid.json").read_text())
+    stored["metrics"]["split"]["grid"]["compactions"] = 0.5
+    (tmp_path / "baselines" / "tiny-grid.json").write_text(json.dumps(stored))
+    failed = _cli("regress", str(spec), "--db", str(db))
+    assert failed.returncode == 1 and "FAIL split / grid: compactions" in failed.stdout
+    missing = _cli("run", str(spec), "--db", str(tmp_path / "missing.duckdb"), "--json")
+    assert missing.returncode == 2 and json.loads(missing.stdout)["error"]["message"]
+    assert not (tmp_path / "missing.duckdb").exists()
+
+
+def test_the_pytest_plugin_gates_regressions_in_a_users_project(grid_db, tmp_path):
+    db, spec, _ = grid_db
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "test_policy.py").write_text(textwrap.dedent(f"""
+        def test_summaries_hold(workbench_regress):
+            report = workbench_regress({str(spec)!r}, db={str(db)!r})
+            assert report.ok
+    """))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)]
+    update = subprocess.run(command, capture_output=True, text=True, cwd=project, timeout=600,
+                            env={**env, "WORKBENCH_REGRESS_UPDATE": "1"})
+    assert update.returncode == 0, update.stdout
+    passed = subprocess.run(command, capture_output=True, text=True, cwd=project, timeout=600, env=env)
+    assert passed.returncode == 0 and "1 passed" in passed.stdout
+    baseline = tmp_path / "baselines" / "tiny-grid.json"
+    stored = json.loads(baseline.read_text())
+    stored["summaries"]["split"][next(iter(stored["summaries"]["split"]))][0] = "an older summary"
+    baseline.write_text(json.dumps(stored))
+    failed = subprocess.run(command, capture_output=True, text=True, cwd=project, timeout=600, env=env)
+    assert failed.returncode == 1 and "summary snapshot(s) changed" in failed.stdout
+    assert "-an older summary" in failed.stdout

@@ -1,0 +1,155 @@
+"""Experiment runs on a real DuckDB file: grid execution, stored results, resume, kill -9, replay --save."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from workbench.errors import ConfigError
+from workbench.experiments import dry_run, results, run_experiment, runs, save_replay
+from workbench.replay import replay
+from workbench.store import Store
+
+
+def test_a_run_stores_one_row_per_cell_with_every_metric(grid_db):
+    db, spec, ids = grid_db
+    seen = []
+    run = run_experiment(spec, db=str(db), progress=lambda p: seen.append(p.cells_done))
+    frame = run.results
+    assert len(frame) == 3 * 3
+    assert set(frame["config"]) == {"clear-4", "clear-12", "split"}
+    assert set(frame["session_id"]) == set(ids)
+    for column in ("billed_input_tokens", "peak_context_tokens", "compactions", "termination"):
+        assert column in frame.columns
+    assert (frame["compactions"] > 0).all()
+    assert seen[-1] == 9
+    # a smaller kept window bills fewer input tokens on every session
+    by = frame.pivot(index="session_id", columns="config", values="billed_input_tokens")
+    assert (by["clear-4"] < by["clear-12"]).all()
+    listed = runs(str(db))
+    assert listed.loc[0, "id"] == run.id and listed.loc[0, "status"] == "finished"
+    assert listed.loc[0, "cells_done"] == 9
+
+
+def test_stored_cells_match_a_direct_replay(grid_db):
+    db, spec, ids = grid_db
+    run = run_experiment(spec, db=str(db))
+    with Store(str(db)) as store:
+        session = store.load_session(ids[0])
+    cell = run.spec.config("clear-4").config
+    direct = replay(session, cell)
+    row = run.results.query("session_id == @ids[0] and config == 'clear-4'").iloc[0]
+    assert row["billed_input_tokens"] == direct.metrics["billed_input_tokens"]
+    assert row["compactions"] == direct.metrics["compactions"]
+    con = duckdb.connect(str(db))
+    calls = con.execute("SELECT count(*) FROM cell_calls WHERE run_id = ? AND session_id = ? AND config = 'clear-4'",
+                        [run.id, ids[0]]).fetchall()[0][0]
+    events = con.execute("SELECT count(*), count(summary) FROM cell_compactions WHERE run_id = ? AND config = 'split'",
+                         [run.id]).fetchall()[0]
+    con.close()
+    assert calls == len(direct.calls)
+    assert events[0] > 0 and events[1] == events[0]
+
+
+def test_a_second_run_resumes_with_every_cell_reused_and_no_model_call(grid_db):
+    db, spec, _ = grid_db
+    first = run_experiment(spec, db=str(db))
+    second = run_experiment(spec, db=str(db))
+    assert second.id == first.id
+    assert second.progress.cells_reused == second.progress.cells_total == 9
+    assert second.progress.model_calls == 0
+    assert len(second.results) == 9
+
+
+def test_dry_run_lists_the_cells_without_running_them(grid_db):
+    db, spec, _ = grid_db
+    plan = dry_run(spec, db=str(db))
+    assert plan["cells"] == 9 and plan["cells_to_run"] == 9 and plan["sessions"] == 3
+    assert [c["config"] for c in plan["configs"]] == ["clear-4", "clear-12", "split"]
+    assert plan["configs"][2]["models"] == ["workbench/extractive"]
+    run_experiment(spec, db=str(db))
+    assert dry_run(spec, db=str(db))["cells_to_run"] == 0
+
+
+def test_an_empty_selection_names_the_datasets_there_are(grid_db, tmp_path):
+    db, _, _ = grid_db
+    with pytest.raises(ConfigError, match="no sessions in dataset.*nope.*grid"):
+        run_experiment({"name": "x", "dataset": "nope", "config": [
+            {"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]}, db=str(db))
+
+
+def test_repeats_are_separate_cells(grid_db):
+    db, _, _ = grid_db
+    run = run_experiment({"name": "rep", "dataset": "grid", "repeats": 2, "config": [
+        {"name": "a", "trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
+         "context_limit": 6000, "max_output": 500}]}, db=str(db))
+    assert sorted(run.results["repeat"].unique()) == [0, 1]
+    assert len(run.results) == 6
+
+
+def test_save_replay_stores_a_one_cell_run(grid_db):
+    db, spec, ids = grid_db
+    with Store(str(db)) as store:
+        session = store.load_session(ids[1])
+    result = replay(session, {"trigger": {"kind": "utilization", "ratio": 0.5},
+                              "strategy": {"kind": "hard_clear", "keep_recent": 4},
+                              "context_limit": 6000, "max_output": 500})
+    run_id = save_replay(result, str(db), dataset="grid")
+    frame = results(run_id, str(db))
+    assert len(frame) == 1 and frame.loc[0, "session_id"] == ids[1]
+    assert frame.loc[0, "billed_input_tokens"] == result.metrics["billed_input_tokens"]
+
+
+KILLABLE = textwrap.dedent("""
+    import sys, time
+    from workbench.experiments import run_experiment
+    from workbench.experiments.run import LocalExecutor
+
+    class Slow(LocalExecutor):
+        def map(self, work, tasks):
+            for outcome in super().map(work, tasks):
+                yield outcome
+                time.sleep(0.15)
+
+    def show(progress):
+        print(f"done {progress.cells_done}", flush=True)
+
+    run_experiment(sys.argv[1], db=sys.argv[2], executor=Slow(1), progress=show)
+    print("finished", flush=True)
+""")
+
+
+def test_kill_9_mid_run_then_rerun_completes_with_no_duplicate_and_no_missing_cell(grid_db, tmp_path):
+    db, spec, ids = grid_db
+    script = tmp_path / "killable.py"
+    script.write_text(KILLABLE)
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    process = subprocess.Popen([sys.executable, str(script), str(spec), str(db)], stdout=subprocess.PIPE,
+                               text=True, env=env)
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.strip() == "done 4":
+            process.send_signal(signal.SIGKILL)
+            break
+    process.wait(timeout=60)
+    assert process.returncode == -signal.SIGKILL
+    con = duckdb.connect(str(db))
+    partial = con.execute("SELECT count(*) FROM cells").fetchall()[0][0]
+    con.close()
+    assert 4 <= partial < 9
+    run = run_experiment(spec, db=str(db))
+    assert run.progress.cells_reused == partial
+    con = duckdb.connect(str(db))
+    rows = con.execute("SELECT session_id, config, repeat, count(*) FROM cells GROUP BY ALL").fetchall()
+    calls = con.execute("SELECT session_id, config, count(*), count(DISTINCT call_index) FROM cell_calls "
+                        "GROUP BY ALL").fetchall()
+    con.close()
+    assert len(rows) == 9 and all(count == 1 for *_, count in rows)
+    assert all(total == distinct for *_, total, distinct in calls)

@@ -1,0 +1,158 @@
+"""Experiment specs: validation naming the offending key, defaults, matrix expansion, tolerances."""
+
+from __future__ import annotations
+
+import pytest
+
+from workbench.errors import ConfigError
+from workbench.experiments import Tolerance, grid, load_experiment, parse_tolerance
+
+DESIGN_EXAMPLE = """
+name = "window-sweep"
+dataset = "samples"
+metrics = ["fact_retention", "probe_accuracy"]
+concurrency = 8
+
+[defaults]
+tokenizer = "cl100k_base"
+context_limit = 32000
+summarizer = "workbench/extractive"
+
+[[config]]
+name = "window"
+trigger = { kind = "stat_threshold", counters = { iterations = 10 } }
+strategy = { kind = "sliding_window", window = 10 }
+matrix = { "strategy.window" = [5, 10, 20] }
+
+[regress]
+fact_retention = -0.02
+billed_input_tokens = "+5%"
+summaries = "exact"
+"""
+
+
+def test_the_design_example_expands_its_matrix_into_named_configs():
+    spec = load_experiment(DESIGN_EXAMPLE)
+    assert spec.name == "window-sweep"
+    assert spec.datasets == ("samples",)
+    assert spec.concurrency == 8
+    assert spec.metrics == ("fact_retention", "probe_accuracy")
+    assert spec.config_names == ["window-5", "window-10", "window-20"]
+    windows = [cell.config.to_dict()["strategy"]["window"] for cell in spec.configs]
+    assert windows == [5, 10, 20]
+    for cell in spec.configs:
+        assert cell.config.tokenizer == "cl100k_base"
+        assert cell.config.context_limit == 32000
+        assert cell.config.name == cell.name
+    assert spec.config("window-10").matrix_values == {"strategy.window": 10}
+
+
+def test_a_two_axis_matrix_is_the_cartesian_product():
+    spec = load_experiment({
+        "name": "grid", "dataset": "samples",
+        "config": [{"name": "u", "trigger": {"kind": "utilization"},
+                    "strategy": {"kind": "hard_clear", "keep_recent": 4},
+                    "matrix": {"trigger.ratio": [0.5, 0.8], "strategy.keep_recent": [4, 8]}}]})
+    assert spec.config_names == ["u-0.5-4", "u-0.5-8", "u-0.8-4", "u-0.8-8"]
+
+
+def test_defaults_merge_into_tables_but_a_different_kind_replaces_the_default_table():
+    spec = load_experiment({
+        "name": "merge", "dataset": "d",
+        "defaults": {"trigger": {"kind": "utilization", "ratio": 0.5},
+                     "strategy": {"kind": "hard_clear", "keep_recent": 3}},
+        "config": [{"name": "same-kind", "trigger": {"kind": "utilization", "reactive": False}},
+                   {"name": "other-kind", "trigger": {"kind": "token_threshold", "threshold": 1000}}]})
+    same = spec.config("same-kind").config.to_dict()["trigger"]
+    assert same["ratio"] == 0.5 and same["reactive"] is False
+    other = spec.config("other-kind").config.to_dict()["trigger"]
+    assert other["kind"] == "token_threshold" and "ratio" not in other
+
+
+@pytest.mark.parametrize("raw, fragment", [
+    ({"name": "x", "dataset": "d", "confg": []}, "'confg'"),
+    ({"name": "x", "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]},
+     "needs a dataset"),
+    ({"name": "x", "dataset": "d"}, "at least one [[config]]"),
+    ({"name": "x", "dataset": "d", "datasets": ["e"], "config": []}, "not both"),
+    ({"name": "x", "dataset": "d", "concurrency": 0,
+      "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]}, "'concurrency'"),
+    ({"name": "x", "dataset": "d", "config": [{"trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]},
+     "config #1"),
+    ({"name": "x", "dataset": "d",
+      "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "slidng_window"}}]},
+     "config 'a'"),
+    ({"name": "x", "dataset": "d",
+      "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}},
+                 {"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]}, "unique"),
+    ({"name": "x", "dataset": "d",
+      "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"},
+                  "matrix": {"strategy.keep_recent_turns": []}}]}, "at least one value"),
+    ({"name": "x", "dataset": "d",
+      "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}],
+      "regress": {"fact_retention": "a lot"}}, "[regress] fact_retention"),
+    ({"name": "x", "dataset": "d",
+      "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}],
+      "regress": {"billed_input_tokens": "exact"}}, "summaries only"),
+])
+def test_errors_name_the_offending_key(raw, fragment):
+    with pytest.raises(ConfigError) as info:
+        load_experiment(raw)
+    assert fragment in str(info.value)
+
+
+def test_a_bad_kind_in_an_expanded_matrix_names_the_expanded_config():
+    with pytest.raises(ConfigError, match="config 'w-0'.*window"):
+        load_experiment({"name": "x", "dataset": "d",
+                         "config": [{"name": "w", "trigger": {"kind": "utilization"},
+                                     "strategy": {"kind": "sliding_window", "window": 5},
+                                     "matrix": {"strategy.window": [0, 5]}}]})
+
+
+def test_a_file_error_names_the_file(tmp_path):
+    path = tmp_path / "broken.toml"
+    path.write_text('name = "broken"\ndataset = "d"\n[[config]]\nname = "a"\ntrigger = { kind = "nope" }\n'
+                    'strategy = { kind = "trim" }\n')
+    with pytest.raises(ConfigError) as info:
+        load_experiment(path)
+    assert str(path) in str(info.value) and "'nope'" in str(info.value)
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_experiment(tmp_path / "missing.toml")
+
+
+def test_the_name_defaults_to_the_file_stem(tmp_path):
+    path = tmp_path / "sweep.toml"
+    path.write_text('dataset = "d"\n[[config]]\nname = "a"\ntrigger = { kind = "utilization" }\n'
+                    'strategy = { kind = "trim" }\n')
+    assert load_experiment(path).name == "sweep"
+
+
+@pytest.mark.parametrize("value, baseline, current, allowed", [
+    (-0.02, 0.80, 0.79, True),
+    (-0.02, 0.80, 0.77, False),
+    (-0.02, 0.80, 0.95, True),          # improvements never regress
+    ("+5%", 1000, 1049, True),
+    ("+5%", 1000, 1051, False),
+    ("+5%", 1000, 10, True),
+    ("5%", 1000, 940, False),           # unsigned: both directions are limited
+    ("5%", 1000, 960, True),
+    (0, 3, 3, True),
+    (0, 3, 4, False),
+    ("-0.5", 10, 9.5, True),
+])
+def test_tolerances(value, baseline, current, allowed):
+    assert parse_tolerance("m", value).allows(baseline, current) is allowed
+
+
+def test_tolerance_descriptions_read_as_sentences():
+    assert parse_tolerance("m", -0.02).describe() == "may drop by at most 0.02"
+    assert parse_tolerance("m", "+5%").describe() == "may grow by at most 5 %"
+    assert parse_tolerance("summaries", "exact") == Tolerance("summaries", "exact")
+
+
+def test_grid_is_sessions_by_configs_by_repeats_in_a_stable_order():
+    spec = load_experiment({"name": "g", "dataset": "d", "repeats": 2,
+                            "config": [{"name": n, "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}
+                                       for n in ("a", "b")]})
+    assert grid(spec, ["s1", "s2"]) == [("s1", "a", 0), ("s1", "a", 1), ("s1", "b", 0), ("s1", "b", 1),
+                                        ("s2", "a", 0), ("s2", "a", 1), ("s2", "b", 0), ("s2", "b", 1)]

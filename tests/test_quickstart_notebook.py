@@ -1,0 +1,24 @@
+"""The quickstart notebook runs top to bottom (as a user would run it from experiments/)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
+
+
+def test_the_quickstart_notebook_runs():
+    nbformat = pytest.importorskip("nbformat")
+    nbclient = pytest.importorskip("nbclient")
+    notebook = nbformat.read(EXPERIMENTS / "quickstart.ipynb", as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
+                                     resources={"metadata": {"path": str(EXPERIMENTS)}})
+    client.execute()
+    outputs = [cell.get("outputs", []) for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(not any(o.get("output_type") == "error" for o in cell) for cell in outputs)
+    comparison = [o for o in outputs[2] if o.get("output_type") == "execute_result"]
+    assert comparison and "billed_input_tokens" in comparison[0]["data"]["text/plain"]
+    figure = [o for o in outputs[3] if o.get("output_type") in ("execute_result", "display_data")]
+    assert figure and "application/vnd.plotly.v1+json" in figure[0]["data"]

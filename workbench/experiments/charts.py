@@ -1,0 +1,197 @@
+"""Plotly figures and tables of results, shared by the HTML report, the app and notebooks.
+
+Every function takes plain DataFrames (the shapes of `wb.results`, the run's calls and compactions,
+or `ReplayResult.to_frame()` stacked over configs), so an ad-hoc comparison draws the same charts
+as a stored run. Text from sessions (summaries) is HTML-escaped before it reaches a hover label.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from workbench.experiments.compare import metric_direction
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import plotly.graph_objects as go
+
+QUALITY_PREFERENCE = ("needed_fact_retention", "fact_retention", "probe_accuracy", "probe_answerable", "judge_score",
+                      "continuation_match")
+COST_PREFERENCE = ("cost_usd", "billed_input_tokens", "cache_aware_input_tokens")
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
+           "#7f7f7f")
+HOVER_SUMMARY_CHARS = 400
+
+
+def _escape(text: Any, limit: int = HOVER_SUMMARY_CHARS) -> str:
+    value = "" if text is None else str(text)
+    if len(value) > limit:
+        value = value[:limit] + " …"
+    return html.escape(value).replace("\n", "<br>")
+
+
+def color_of(index: int) -> str:
+    return PALETTE[index % len(PALETTE)]
+
+
+def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *, context_limit: int | None = None,
+                 title: str = "Context tokens per call", config_column: str = "config") -> go.Figure:
+    """Context tokens at every call, a line per config, each compaction a marker (hover: before/after, summary).
+
+    `calls` needs `call_index` (or `index`), `context_tokens` and a config column; `compactions`
+    needs `call_index`, `tokens_before`, `tokens_after`, `summary`. Recorded compaction points
+    (`recorded_compaction` true) are drawn as dotted vertical lines.
+    """
+    import plotly.graph_objects as go
+
+    index_column = "call_index" if "call_index" in calls.columns else "index"
+    figure = go.Figure()
+    configs = list(dict.fromkeys(calls[config_column])) if len(calls) else []
+    for position, config in enumerate(configs):
+        rows = calls[calls[config_column] == config].sort_values(index_column)
+        color = color_of(position)
+        figure.add_trace(go.Scatter(x=rows[index_column], y=rows["context_tokens"], mode="lines", name=str(config),
+                                    line={"color": color, "width": 2}, legendgroup=str(config),
+                                    hovertemplate="call %{x}<br>%{y:,} tokens<extra>" + html.escape(str(config))
+                                    + "</extra>"))
+        if compactions is not None and len(compactions):
+            events = compactions[compactions[config_column] == config]
+            if len(events):
+                hover = [f"compaction before call {int(e.call_index)}<br>{int(e.tokens_before):,} → "
+                         f"{int(e.tokens_after):,} tokens" + (f"<br><br>{_escape(e.summary)}" if
+                                                               isinstance(e.summary, str) and e.summary else "")
+                         for e in events.itertuples()]
+                figure.add_trace(go.Scatter(
+                    x=events["call_index"], y=events["tokens_after"], mode="markers", name=f"{config} compactions",
+                    marker={"symbol": "x", "size": 10, "color": color, "line": {"width": 1}},
+                    legendgroup=str(config), showlegend=False, hovertext=hover, hoverinfo="text"))
+    if "recorded_compaction" in calls.columns:
+        recorded = sorted(set(calls.loc[calls["recorded_compaction"].fillna(False).astype(bool), index_column]))
+        for call in recorded:
+            figure.add_vline(x=call, line={"dash": "dot", "color": "#555", "width": 1},
+                             annotation_text="recorded", annotation_position="top left")
+    if context_limit:
+        figure.add_hline(y=context_limit, line={"dash": "dash", "color": "#999"}, annotation_text="window",
+                         annotation_position="top right")
+    figure.update_layout(title=title, xaxis_title="LLM call", yaxis_title="context tokens", hovermode="closest",
+                         legend_title="config", margin={"l": 60, "r": 20, "t": 50, "b": 40})
+    return figure
+
+
+def cumulative_billed(calls: pd.DataFrame, *, config_column: str = "config",
+                      title: str = "Cumulative billed input tokens") -> go.Figure:
+    """Billed input tokens summed over the calls, a line per config."""
+    import plotly.graph_objects as go
+
+    index_column = "call_index" if "call_index" in calls.columns else "index"
+    figure = go.Figure()
+    for position, config in enumerate(dict.fromkeys(calls[config_column])):
+        rows = calls[calls[config_column] == config].sort_values(index_column)
+        figure.add_trace(go.Scatter(x=rows[index_column], y=rows["context_tokens"].cumsum(), mode="lines",
+                                    name=str(config), line={"color": color_of(position)}))
+    figure.update_layout(title=title, xaxis_title="LLM call", yaxis_title="tokens billed so far",
+                         margin={"l": 60, "r": 20, "t": 50, "b": 40})
+    return figure
+
+
+def pick_metric(columns: Sequence[str], preference: Sequence[str], frame: pd.DataFrame | None = None) -> str | None:
+    """The first preferred metric present (with at least one value when a frame is given)."""
+    for name in preference:
+        if name in columns and (frame is None or frame[name].notna().any()):
+            return name
+    return None
+
+
+def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
+    """Mean of each numeric metric per config (configs in their run order), with the cell count."""
+    import pandas as pd
+
+    skip = {"run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s"}
+    candidates = metrics or [c for c in results.columns if c not in skip]
+    numeric = [c for c in candidates if c in results.columns and pd.api.types.is_numeric_dtype(results[c])
+               and not pd.api.types.is_bool_dtype(results[c])]
+    order = list(dict.fromkeys(results["config"]))
+    table = results.groupby("config", sort=False)[numeric].mean().reindex(order)
+    table.insert(0, "cells", results.groupby("config", sort=False).size().reindex(order))
+    if "termination" in results.columns:
+        completed = results.assign(ok=results["termination"].eq("completed")).groupby("config", sort=False)["ok"]
+        table.insert(1, "completed", completed.mean().reindex(order))
+    return table
+
+
+def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
+    """The rows no other row beats on both axes (each read in its metric's direction)."""
+    x_lower = metric_direction(x) != "higher"
+    y_higher = metric_direction(y) != "lower"
+    values = points[[x, y]].dropna()
+    keep = []
+    for label, row in values.iterrows():
+        dominated = False
+        for other_label, other in values.iterrows():
+            if other_label == label:
+                continue
+            x_ok = other[x] <= row[x] if x_lower else other[x] >= row[x]
+            y_ok = other[y] >= row[y] if y_higher else other[y] <= row[y]
+            strictly = (other[x] != row[x]) or (other[y] != row[y])
+            if x_ok and y_ok and strictly:
+                dominated = True
+                break
+        if not dominated:
+            keep.append(label)
+    return points.loc[keep].sort_values(x)
+
+
+def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None = None,
+                 title: str = "Cost versus quality") -> go.Figure | None:
+    """A point per config (means over its cells) with the Pareto front; None without a quality metric."""
+    import plotly.graph_objects as go
+
+    x = x or pick_metric(list(results.columns), COST_PREFERENCE, results)
+    y = y or pick_metric(list(results.columns), QUALITY_PREFERENCE, results)
+    if x is None or y is None:
+        return None
+    means = results.groupby("config", sort=False)[[x, y]].mean().dropna()
+    if means.empty:
+        return None
+    front = pareto_front(means, x, y)
+    figure = go.Figure()
+    figure.add_trace(go.Scatter(x=means[x], y=means[y], mode="markers+text", text=[str(i) for i in means.index],
+                                textposition="top center", name="configs",
+                                marker={"size": 11, "color": [color_of(i) for i in range(len(means))]}))
+    figure.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines", name="Pareto front",
+                                line={"dash": "dash", "color": "#444"}))
+    figure.update_layout(title=title, xaxis_title=f"{x} ({metric_direction(x)} is better)",
+                         yaxis_title=f"{y} ({metric_direction(y)} is better)",
+                         margin={"l": 60, "r": 20, "t": 50, "b": 40})
+    return figure
+
+
+def frames_from_results(results: Sequence[Any], *, repeat: int = 0) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """(results, calls, compactions) frames of ad-hoc `ReplayResult`s, in the shapes of a stored run.
+
+    One results row per replay (`session_id`, `config`, `repeat`, `termination`, every metric); the
+    calls of every replay with `call_index`; the compaction events with `session_id` and `config`.
+    Config names must differ between the results (they label the traces).
+    """
+    import pandas as pd
+
+    rows, calls, events = [], [], []
+    for result in results:
+        rows.append({"session_id": result.session_id, "config": result.config.name, "repeat": repeat,
+                     "termination": result.termination, **dict(result.metrics)})
+        frame = result.to_frame().rename(columns={"index": "call_index"})
+        frame["repeat"] = repeat
+        calls.append(frame)
+        compactions = result.compactions_frame()
+        if len(compactions):
+            compactions.insert(0, "session_id", result.session_id)
+            compactions.insert(1, "config", result.config.name)
+            compactions["repeat"] = repeat
+            events.append(compactions)
+    call_frame = pd.concat(calls, ignore_index=True) if calls else pd.DataFrame(
+        columns=["session_id", "config", "call_index", "context_tokens", "repeat"])
+    event_frame = pd.concat(events, ignore_index=True) if events else pd.DataFrame(
+        columns=["session_id", "config", "call_index", "tokens_before", "tokens_after", "summary", "repeat"])
+    return pd.DataFrame(rows), call_frame, event_frame

@@ -1,0 +1,261 @@
+"""Exports of a run: csv, parquet, json, and a self-contained HTML report.
+
+- csv / parquet: one table, written by DuckDB's COPY: `level="cells"` (default; one row per
+  session × config × repeat, every metric a column), `"calls"` or `"compactions"`.
+- json: one document with the run, its configs, the cells and the compactions (summaries included).
+- html: a report that works offline (plotly.js is embedded, nothing is fetched): the leaderboard,
+  cost versus quality with the Pareto front, token curves with compaction markers, and the
+  summaries. Every piece of session text is escaped.
+
+The file is written to a temporary name and renamed, so a failed export leaves nothing half-written.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from workbench.errors import ConfigError, StoreError
+from workbench.experiments import charts
+from workbench.experiments import results as tables
+from workbench.experiments.compare import metric_direction
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+FORMATS = ("csv", "parquet", "json", "html")
+LEVELS = ("cells", "calls", "compactions")
+OFFLINE_MODEL_PREFIX = "workbench/"
+MAX_REPORT_SESSIONS = 4
+MAX_REPORT_SUMMARIES = 200
+
+
+def _connect(db: str | None) -> Any:
+    from workbench import db as database
+
+    path = os.fspath(db) if db is not None else database.default_path()
+    if path != ":memory:" and not os.path.exists(path):
+        raise StoreError(f"database {path} does not exist")
+    return database.connect(path)
+
+
+def _frames(con: Any, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return (tables.results_frame(con, run_id), tables.calls_frame(con, run_id),
+            tables.compactions_frame(con, run_id))
+
+
+def _write_atomically(path: Path, write: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        write(partial)
+        os.replace(partial, path)
+    finally:
+        if partial.exists():
+            partial.unlink()
+
+
+def _json_ready(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if hasattr(value, "item") and not isinstance(value, (list, dict, str)):
+        try:
+            return _json_ready(value.item())
+        except (TypeError, ValueError):
+            return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): _json_ready(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_ready(v) for v in value]
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    import pandas as pd
+
+    clean = frame.astype(object).where(pd.notna(frame), None)
+    return [_json_ready(row) for row in clean.to_dict(orient="records")]
+
+
+def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | None = None, *,
+           level: str = "cells") -> Path:
+    """Write run `run_id` (an id, unique prefix or run name) as csv, parquet, json or html; returns the path."""
+    if format not in FORMATS:
+        raise ConfigError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
+    if level not in LEVELS:
+        raise ConfigError(f"unknown level {level!r}; valid: {', '.join(LEVELS)}")
+    target = Path(path)
+    con = _connect(db)
+    try:
+        run_id = tables.resolve_run_id(con, run_id)
+        if format in ("csv", "parquet"):
+            frame = {"cells": tables.results_frame, "calls": tables.calls_frame,
+                     "compactions": tables.compactions_frame}[level](con, run_id)
+            _copy(con, frame, target, format)
+        elif format == "json":
+            document = _document(con, run_id)
+            _write_atomically(target, lambda p: p.write_text(json.dumps(document, indent=1, ensure_ascii=False),
+                                                              encoding="utf-8"))
+        else:
+            report = render_report(con, run_id)
+            _write_atomically(target, lambda p: p.write_text(report, encoding="utf-8"))
+    finally:
+        con.close()
+    return target
+
+
+def _copy(con: Any, frame: pd.DataFrame, target: Path, format: str) -> None:
+    frame = frame.copy()
+    for column in frame.columns:
+        if frame[column].dtype == object and frame[column].map(lambda v: isinstance(v, (list, dict))).any():
+            frame[column] = frame[column].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
+
+    def write(partial: Path) -> None:
+        con.register("_wb_export", frame)
+        try:
+            quoted = str(partial).replace("'", "''")
+            options = "FORMAT csv, HEADER true" if format == "csv" else "FORMAT parquet"
+            con.execute(f"COPY _wb_export TO '{quoted}' ({options})")
+        finally:
+            con.unregister("_wb_export")
+
+    _write_atomically(target, write)
+
+
+def _document(con: Any, run_id: str) -> dict[str, Any]:
+    info = tables.run_info(con, run_id)
+    cells, _, compactions = _frames(con, run_id)
+    configs = con.execute("SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position",
+                          [run_id]).fetchall()
+    return {
+        "run": _json_ready(vars(info)), "spec": tables.run_spec(con, run_id),
+        "configs": [{"name": name, **(json.loads(spec) if isinstance(spec, str) else spec)} for name, spec in configs],
+        "results": _records(cells), "compactions": _records(compactions),
+        "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+
+
+# -- the HTML report ---------------------------------------------------------------------------
+
+_STYLE = """
+body { font-family: system-ui, -apple-system, Segoe UI, sans-serif; margin: 24px auto; max-width: 1200px;
+       color: #222; padding: 0 16px; }
+h1 { font-size: 1.6em; margin-bottom: 4px; } h2 { margin-top: 36px; border-bottom: 1px solid #ddd; }
+.meta { color: #555; font-size: 0.9em; } .banner { background: #fff4d6; border: 1px solid #e6c25a;
+  padding: 8px 12px; border-radius: 6px; margin: 12px 0; }
+table { border-collapse: collapse; font-size: 0.88em; margin: 8px 0; }
+th, td { border: 1px solid #ddd; padding: 4px 8px; text-align: right; vertical-align: top; }
+th { background: #f4f4f4; } td.text, th.text { text-align: left; }
+td.best { background: #d8f0d8; font-weight: 600; } td.worst { background: #f8dede; }
+pre { white-space: pre-wrap; font-size: 0.85em; margin: 0; max-height: 24em; overflow: auto; }
+details { margin: 6px 0; }
+"""
+
+
+def _number(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, float):
+        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return html.escape(str(value))
+
+
+def leaderboard_html(board: pd.DataFrame) -> str:
+    """The leaderboard as an HTML table; per metric, the best config is green and the worst red."""
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in board.columns)
+    best: dict[str, Any] = {}
+    worst: dict[str, Any] = {}
+    for column in board.columns:
+        direction = metric_direction(str(column))
+        values = board[column].dropna()
+        if direction == "none" or values.nunique() < 2:
+            continue
+        best[column] = values.idxmax() if direction == "higher" else values.idxmin()
+        worst[column] = values.idxmin() if direction == "higher" else values.idxmax()
+    rows = []
+    for config, row in board.iterrows():
+        cells = []
+        for column in board.columns:
+            marker = " class=\"best\"" if best.get(column) == config else \
+                " class=\"worst\"" if worst.get(column) == config else ""
+            cells.append(f"<td{marker}>{_number(row[column])}</td>")
+        rows.append(f"<tr><td class=\"text\">{html.escape(str(config))}</td>{''.join(cells)}</tr>")
+    return (f"<table><thead><tr><th class=\"text\">config</th>{head}</tr></thead>"
+            f"<tbody>{''.join(rows)}</tbody></table>")
+
+
+def _figure_html(figure: Any) -> str:
+    return str(figure.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False,
+                                                                                "responsive": True}))
+
+
+def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compactions: pd.DataFrame, *,
+                meta: Sequence[tuple[str, str]] = (), summarizers: Sequence[str] = (),
+                context_limit: int | None = None) -> str:
+    """A self-contained HTML report of result frames (a stored run, or an ad-hoc comparison)."""
+    from plotly.offline import get_plotlyjs
+
+    parts = [f"<h1>{html.escape(title)}</h1>"]
+    if meta:
+        parts.append("<p class=\"meta\">" + " · ".join(f"{html.escape(k)}: {html.escape(str(v))}" for k, v in meta)
+                     + "</p>")
+    offline = sorted({m for m in summarizers if str(m).startswith(OFFLINE_MODEL_PREFIX)})
+    if offline:
+        parts.append(f"<div class=\"banner\">Summaries by {html.escape(', '.join(offline))}: the offline extractive "
+                     "baseline, not a language model. Read its quality figures as a floor, not as a model's.</div>")
+    parts.append("<h2>Leaderboard</h2>")
+    board = charts.leaderboard(results) if len(results) else None
+    parts.append(leaderboard_html(board) if board is not None else "<p>No finished cells.</p>")
+    scatter = charts.cost_quality(results) if len(results) else None
+    if scatter is not None:
+        parts.append("<h2>Cost versus quality</h2>")
+        parts.append(_figure_html(scatter))
+    if len(calls):
+        parts.append("<h2>Context tokens per call</h2>")
+        sizes = calls.groupby("session_id")["call_index"].max().sort_values(ascending=False)
+        for session_id in list(sizes.index)[:MAX_REPORT_SESSIONS]:
+            session_calls = calls[(calls["session_id"] == session_id) & (calls["repeat"] == 0)]
+            session_events = compactions[(compactions["session_id"] == session_id) & (compactions["repeat"] == 0)] \
+                if len(compactions) else None
+            figure = charts.token_curves(session_calls, session_events, context_limit=context_limit,
+                                         title=f"session {session_id[:16]}")
+            parts.append(_figure_html(figure))
+    if len(compactions):
+        parts.append("<h2>Summaries</h2>")
+        shown = compactions[compactions["summary"].notna()].head(MAX_REPORT_SUMMARIES)
+        for row in shown.to_dict(orient="records"):
+            parts.append(f"<details><summary>{html.escape(str(row['config']))} · session "
+                         f"{html.escape(str(row['session_id'])[:16])} · before call {row['call_index']} · "
+                         f"{row['tokens_before']:,} → {row['tokens_after']:,} tokens</summary>"
+                         f"<pre>{html.escape(str(row['summary']))}</pre></details>")
+        if len(compactions[compactions["summary"].notna()]) > len(shown):
+            parts.append(f"<p class=\"meta\">First {len(shown)} summaries shown; the json export has them all.</p>")
+    body = "\n".join(parts)
+    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
+            f"<style>{_STYLE}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
+            f"<body>{body}</body></html>")
+
+
+def render_report(con: Any, run_id: str) -> str:
+    """The HTML report of a stored run."""
+    info = tables.run_info(con, run_id)
+    results, calls, compactions = _frames(con, run_id)
+    configs = con.execute("SELECT spec FROM run_configs WHERE run_id = ?", [run_id]).fetchall()
+    specs = [json.loads(s) if isinstance(s, str) else s for (s,) in configs]
+    limits = {spec.get("context_limit") for spec in specs if isinstance(spec, Mapping)}
+    meta = [("run", info.id), ("status", info.status), ("cells", f"{info.cells_done}/{info.cells_total}"),
+            ("code", info.code_version or "?"), ("dataset version", info.dataset_version or "?"),
+            ("started", info.started_at.isoformat(timespec="seconds") if info.started_at else "?")]
+    return report_html(f"Experiment {info.name}", results, calls, compactions, meta=meta,
+                       summarizers=[str(s.get("summarizer", "")) for s in specs if isinstance(s, Mapping)],
+                       context_limit=limits.pop() if len(limits) == 1 else None)

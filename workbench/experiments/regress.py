@@ -1,0 +1,251 @@
+"""Regression gates: a fresh run of an experiment against its stored baseline.
+
+The baseline (`experiments/baselines/NAME.json` beside the spec) holds, per config and dataset,
+the mean of every numeric metric, and the summary texts of every config whose summarizer is
+deterministic (the offline provider, or `temperature = 0`). The spec's `[regress]` table says how
+far each metric may move (see `Tolerance`); `summaries = "exact"` asks that the snapshots match,
+and a mismatch is shown as a unified diff. `update=True` rewrites the baseline from the fresh run.
+
+    report = wb.regress("experiments/reference-designs.toml")
+    report.ok, print(report.text())
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from workbench.errors import ConfigError
+from workbench.experiments import results as tables
+from workbench.experiments.spec import ExperimentSpec, Tolerance, load_experiment
+
+BASELINE_VERSION = 1
+OFFLINE_MODEL_PREFIX = "workbench/"
+
+
+@dataclass(frozen=True)
+class MetricDiff:
+    """One metric of one config and dataset against the baseline."""
+
+    config: str
+    dataset: str
+    metric: str
+    baseline: float | None
+    current: float | None
+    tolerance: Tolerance
+    ok: bool
+
+    def line(self) -> str:
+        mark = "ok  " if self.ok else "FAIL"
+        if self.current is None:
+            return f"{mark} {self.config} / {self.dataset}: {self.metric} is missing from the fresh run"
+        if self.baseline is None:
+            return f"{mark} {self.config} / {self.dataset}: {self.metric} is not in the baseline"
+        change = self.current - self.baseline
+        relative = f" ({change / abs(self.baseline):+.1%})" if self.baseline else ""
+        return (f"{mark} {self.config} / {self.dataset}: {self.metric} {_fmt(self.baseline)} → {_fmt(self.current)} "
+                f"({change:+.4g}{relative}; {self.tolerance.describe()})")
+
+
+@dataclass(frozen=True)
+class SummaryDiff:
+    config: str
+    session_id: str
+    diff: str
+
+
+@dataclass
+class RegressionReport:
+    """The outcome of a regression check: `ok`, the metric diffs, the summary diffs, notes."""
+
+    experiment: str
+    baseline_path: Path
+    run_id: str | None
+    diffs: list[MetricDiff] = field(default_factory=list)
+    summary_diffs: list[SummaryDiff] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    updated: bool = False
+
+    @property
+    def ok(self) -> bool:
+        return all(d.ok for d in self.diffs) and not self.summary_diffs
+
+    @property
+    def failures(self) -> list[MetricDiff]:
+        return [d for d in self.diffs if not d.ok]
+
+    def text(self, *, verbose: bool = False) -> str:
+        if self.updated:
+            return f"baseline {self.baseline_path} written from run {self.run_id}"
+        lines = [f"{'PASS' if self.ok else 'REGRESSION'}: {self.experiment} against {self.baseline_path} "
+                 f"(run {self.run_id})"]
+        failures = self.failures
+        shown = self.diffs if verbose else failures
+        if failures:
+            lines.append(f"{len(failures)} of {len(self.diffs)} metric checks failed:")
+        elif self.diffs:
+            lines.append(f"all {len(self.diffs)} metric checks within tolerance")
+        lines.extend(f"  {d.line()}" for d in shown)
+        if self.summary_diffs:
+            lines.append(f"{len(self.summary_diffs)} summary snapshot(s) changed:")
+            for item in self.summary_diffs:
+                lines.append(f"--- {item.config} / session {item.session_id[:16]}")
+                lines.append(item.diff.rstrip("\n"))
+        lines.extend(f"note: {note}" for note in self.notes)
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"ok": self.ok, "experiment": self.experiment, "baseline": str(self.baseline_path),
+                "run_id": self.run_id, "updated": self.updated,
+                "diffs": [{"config": d.config, "dataset": d.dataset, "metric": d.metric, "baseline": d.baseline,
+                           "current": d.current, "tolerance": d.tolerance.describe(), "ok": d.ok}
+                          for d in self.diffs],
+                "summary_diffs": [vars(s) for s in self.summary_diffs], "notes": self.notes}
+
+
+def _fmt(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def baseline_path(spec: ExperimentSpec, baseline: str | os.PathLike[str] | None = None) -> Path:
+    """Where a spec's baseline lives: given, else `baselines/NAME.json` beside the spec file."""
+    if baseline is not None:
+        return Path(baseline)
+    folder = Path(spec.source).parent if spec.source else Path("experiments")
+    return folder / "baselines" / f"{spec.name}.json"
+
+
+def is_deterministic(config: Mapping[str, Any]) -> bool:
+    """Whether a config's summaries can be snapshotted: the offline provider or temperature 0."""
+    model = str(config.get("summarizer", ""))
+    options = config.get("summarizer_options") or {}
+    return model.startswith(OFFLINE_MODEL_PREFIX) or options.get("temperature") == 0
+
+
+def _clean(value: Any) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return number if math.isfinite(number) else None
+
+
+def snapshot(con: Any, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
+    """The baseline document of a run: metric means per config and dataset, and (when the spec asks
+    `summaries = "exact"`) the summaries of its deterministic configs."""
+    import pandas as pd
+
+    frame = tables.results_frame(con, run_id)
+    skip = {"run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s"}
+    numeric = [c for c in frame.columns if c not in skip and pd.api.types.is_numeric_dtype(frame[c])]
+    metrics: dict[str, dict[str, dict[str, float | None]]] = {}
+    for (config, dataset), rows in frame.groupby(["config", "dataset"], sort=False, dropna=False):
+        means = {name: _clean(rows[name].mean()) for name in numeric if rows[name].notna().any()}
+        metrics.setdefault(str(config), {})[str(dataset)] = dict(sorted(means.items()))
+    deterministic = {c.name for c in spec.configs if is_deterministic(c.config.to_dict())}
+    summaries: dict[str, dict[str, list[str | None]]] = {}
+    compactions = tables.compactions_frame(con, run_id) if "summaries" in spec.regress else None
+    if compactions is not None and len(compactions):
+        first = compactions[(compactions["repeat"] == 0) & compactions["config"].isin(deterministic)]
+        for (config, session_id), rows in first.groupby(["config", "session_id"], sort=True):
+            texts = [s if isinstance(s, str) else None for s in rows.sort_values("event_index")["summary"]]
+            if any(texts):
+                summaries.setdefault(str(config), {})[str(session_id)] = texts
+    info = tables.run_info(con, run_id)
+    return {"version": BASELINE_VERSION, "experiment": spec.name, "run_id": run_id,
+            "code_version": info.code_version, "dataset_version": info.dataset_version,
+            "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+            "metrics": metrics, "summaries": summaries}
+
+
+def _summary_diff(old: Sequence[str | None], new: Sequence[str | None], label: str) -> str:
+    def lines(texts: Sequence[str | None]) -> list[str]:
+        out: list[str] = []
+        for index, text in enumerate(texts):
+            out.append(f"=== compaction {index} ===\n")
+            out.extend(line + "\n" for line in (text or "(no summary)").splitlines())
+        return out
+
+    return "".join(difflib.unified_diff(lines(old), lines(new), fromfile=f"baseline {label}",
+                                        tofile=f"fresh {label}", n=2))
+
+
+def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: ExperimentSpec,
+          path: Path) -> RegressionReport:
+    """Compare two baseline documents under the spec's tolerances."""
+    report = RegressionReport(experiment=spec.name, baseline_path=path, run_id=current.get("run_id"))
+    tolerances = {m: t for m, t in spec.regress.items() if t.kind != "exact"}
+    if not spec.regress:
+        report.notes.append("the spec has no [regress] table: nothing is checked")
+    base_metrics: Mapping[str, Mapping[str, Mapping[str, Any]]] = baseline.get("metrics", {})
+    now_metrics: Mapping[str, Mapping[str, Mapping[str, Any]]] = current.get("metrics", {})
+    for config, datasets in base_metrics.items():
+        if config not in now_metrics:
+            for metric, tolerance in tolerances.items():
+                report.diffs.append(MetricDiff(config, "*", metric, None, None, tolerance, False))
+            report.notes.append(f"config {config!r} is in the baseline but not in the fresh run")
+            continue
+        for dataset, values in datasets.items():
+            fresh = now_metrics[config].get(dataset, {})
+            for metric, tolerance in tolerances.items():
+                old, new = _clean(values.get(metric)), _clean(fresh.get(metric))
+                if old is None and new is None:
+                    continue
+                ok = old is not None and new is not None and tolerance.allows(old, new)
+                report.diffs.append(MetricDiff(config, dataset, metric, old, new, tolerance, ok))
+    for config in now_metrics:
+        if config not in base_metrics:
+            report.notes.append(f"config {config!r} is new (not in the baseline); run with --update to add it")
+    if "summaries" in spec.regress:
+        old_summaries: Mapping[str, Mapping[str, Sequence[str | None]]] = baseline.get("summaries", {})
+        new_summaries: Mapping[str, Mapping[str, Sequence[str | None]]] = current.get("summaries", {})
+        for config, sessions in old_summaries.items():
+            for session_id, texts in sessions.items():
+                fresh_texts = new_summaries.get(config, {}).get(session_id, [])
+                if list(texts) != list(fresh_texts):
+                    report.summary_diffs.append(SummaryDiff(
+                        config, session_id, _summary_diff(texts, fresh_texts, f"{config}/{session_id[:12]}")))
+    return report
+
+
+def regress(path: str | os.PathLike[str] | ExperimentSpec, baseline: str | os.PathLike[str] | None = None,
+            db: str | None = None, *, update: bool = False, concurrency: int | None = None,
+            progress: Any = None) -> RegressionReport:
+    """Run the experiment (resuming its run) and compare it with the baseline; `update` rewrites it."""
+    from workbench import db as database
+    from workbench.experiments.run import run_experiment
+
+    spec = load_experiment(path if not isinstance(path, os.PathLike) else Path(path))
+    target = baseline_path(spec, baseline)
+    if not update and not target.is_file():
+        raise ConfigError(f"no baseline at {target}; create it with `workbench regress {spec.source or spec.name} "
+                          f"--update`")
+    run = run_experiment(spec, db=db, concurrency=concurrency, progress=progress)
+    con = database.connect(run.db)
+    try:
+        current = snapshot(con, run.id, spec)
+    finally:
+        con.close()
+    if update:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(json.dumps(current, indent=1, sort_keys=False, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
+        os.replace(partial, target)
+        return RegressionReport(experiment=spec.name, baseline_path=target, run_id=run.id, updated=True)
+    try:
+        stored = json.loads(target.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{target}: not a baseline (invalid JSON at line {exc.lineno}: {exc.msg})") from exc
+    if not isinstance(stored, Mapping) or "metrics" not in stored:
+        raise ConfigError(f"{target}: not a baseline (expected an object with 'metrics')")
+    return check(current, stored, spec, target)

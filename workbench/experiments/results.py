@@ -1,0 +1,316 @@
+"""Experiment results in DuckDB, at four levels: run, cell (session × config × repeat), call, compaction.
+
+Tables (created by the migration `0004_experiment_results` in `workbench.db`):
+
+- `runs`: one row per run: its spec, the code and dataset versions, status and timestamps;
+- `run_configs`: the full replay config of every named config of a run;
+- `cells`: one row per finished cell (termination, error, duration, every metric as JSON);
+- `cell_metrics`: the same metrics in long form (`metric`, numeric `value` or `text`), so a metric a
+  plugin adds needs no new column;
+- `cell_calls`: one row per replayed LLM call of a cell;
+- `cell_compactions`: one row per compaction event, with its summary and per-compaction metrics
+  (e.g. lost facts) as JSON `details`.
+
+Views: `results_long` (cells joined with their metrics) and `config_metrics` (per run, config and
+metric: mean, min, max, count) are what the app, the exports and notebooks read alike.
+
+A cell is written in one transaction, so a run that is killed holds only whole cells and resumes
+where it stopped.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import duckdb
+
+from workbench.errors import StoreError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.replay import ReplayResult
+
+CELL_KEY = ("run_id", "session_id", "config", "repeat")
+@dataclass(frozen=True)
+class RunInfo:
+    """A run as stored in `runs`."""
+
+    id: str
+    name: str
+    kind: str
+    status: str
+    cells_total: int | None
+    cells_done: int
+    code_version: str | None
+    dataset_version: str | None
+    started_at: datetime
+    finished_at: datetime | None
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=_plain, ensure_ascii=False, allow_nan=False)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if hasattr(value, "__dataclass_fields__"):
+        return asdict(value)
+    return str(value)
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value) if math.isfinite(value) else None
+    return None
+
+
+def _clean(value: Any) -> Any:
+    """Metric values as JSON can hold them (NaN/inf become None)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def start_run(con: duckdb.DuckDBPyConnection, run_id: str, *, name: str, kind: str, spec: Mapping[str, Any],
+              configs: Sequence[tuple[str, Mapping[str, Any]]], code_version: str | None,
+              dataset_version: str | None, datasets: Sequence[str], cells_total: int) -> bool:
+    """Record a run (or mark an existing one running again); returns True when it is new."""
+    exists = con.execute("SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchall()[0][0]
+    if exists:
+        con.execute("UPDATE runs SET status = 'running', finished_at = NULL, cells_total = ? WHERE id = ?",
+                    [cells_total, run_id])
+        return False
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, NULL)",
+                    [run_id, name, kind, _json(spec), code_version, dataset_version, list(datasets), cells_total,
+                     _now()])
+        for position, (config_name, config_spec) in enumerate(configs):
+            con.execute("INSERT INTO run_configs VALUES (?, ?, ?, ?)",
+                        [run_id, config_name, position, _json(config_spec)])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return True
+
+
+def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, status: str = "finished") -> None:
+    con.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?", [status, _now(), run_id])
+
+
+def finished_cells(con: duckdb.DuckDBPyConnection, run_id: str) -> set[tuple[str, str, int]]:
+    rows = con.execute("SELECT session_id, config, repeat FROM cells WHERE run_id = ?", [run_id]).fetchall()
+    return {(s, c, int(r)) for s, c, r in rows}
+
+
+@dataclass(frozen=True)
+class FinishedCell:
+    """A cell to store: its replay result and where it sits in the grid."""
+
+    result: ReplayResult
+    config: str
+    repeat: int
+    dataset: str | None = None
+    duration_s: float | None = None
+
+
+def save_cell(con: duckdb.DuckDBPyConnection, run_id: str, result: ReplayResult, *, config: str, repeat: int,
+              dataset: str | None, duration_s: float | None = None) -> None:
+    """Write one finished cell (all four levels) in one transaction."""
+    save_cells(con, run_id, [FinishedCell(result, config, repeat, dataset, duration_s)])
+
+
+def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[FinishedCell]) -> int:
+    """Write finished cells (all four levels) in one transaction; cells already stored are left alone.
+
+    Returns how many were written. Rows are built as columns and inserted as Arrow tables, one
+    statement per table, so a batch costs about what one cell does.
+    """
+    import pyarrow as pa
+
+    if not cells:
+        return 0
+    stored = {(s, c, int(r)) for s, c, r in con.execute(
+        "SELECT session_id, config, repeat FROM cells WHERE run_id = ? AND session_id IN "
+        "(SELECT unnest(?::VARCHAR[]))", [run_id, sorted({c.result.session_id for c in cells})]).fetchall()}
+    fresh: list[FinishedCell] = []
+    for cell in cells:
+        cell_key = (cell.result.session_id, cell.config, cell.repeat)
+        if cell_key not in stored:
+            stored.add(cell_key)
+            fresh.append(cell)
+    if not fresh:
+        return 0
+    now = _now()
+    rows: dict[str, dict[str, list[Any]]] = {"cells": {}, "cell_metrics": {}, "cell_calls": {},
+                                             "cell_compactions": {}}
+
+    def add(table: str, **values: Any) -> None:
+        columns = rows[table]
+        for name, value in values.items():
+            columns.setdefault(name, []).append(value)
+
+    for cell in fresh:
+        result = cell.result
+        key = {"run_id": run_id, "session_id": result.session_id, "config": cell.config, "repeat": cell.repeat}
+        metrics = {name: _clean(value) for name, value in result.metrics.items()}
+        add("cells", **key, dataset=cell.dataset, termination=result.termination, error=result.error,
+            duration_s=cell.duration_s, summarizer=result.config.summarizer, metrics=_json(metrics), finished_at=now)
+        for name, value in metrics.items():
+            number = _finite(value)
+            text = None if number is not None or value is None else value if isinstance(value, str) else _json(value)
+            add("cell_metrics", **key, metric=name, value=number, text=text)
+        recorded_input, recorded_compaction = _recorded(result)
+        for call, billed, compacted in zip(result.calls, recorded_input, recorded_compaction, strict=True):
+            add("cell_calls", **key, call_index=call.index, message_index=call.message_index,
+                context_messages=call.context_messages, context_tokens=call.context_tokens,
+                completion_tokens=call.completion_tokens, cached_prefix_tokens=call.cached_prefix_tokens,
+                compacted_before=call.compacted_before, recorded_input_tokens=billed,
+                recorded_compaction=compacted)
+        details = _compaction_details(result)
+        for index, event in enumerate(result.compactions):
+            usage = event.summarizer_usage or {}
+            add("cell_compactions", **key, event_index=index, call_index=event.call_index,
+                messages_before=event.messages_before, messages_after=event.messages_after,
+                tokens_before=event.tokens_before, tokens_after=event.tokens_after, summary=event.summary,
+                duration_s=event.duration_s, fell_back=event.fell_back, no_progress=event.no_progress,
+                breaker_open=event.breaker_open, error=event.error, summarizer_calls=usage.get("calls"),
+                summarizer_input_tokens=usage.get("input_tokens"), summarizer_output_tokens=usage.get("output_tokens"),
+                summarizer_cost_usd=_finite(usage.get("cost_usd")),
+                details=_json(details[index]) if details[index] else None)
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table, columns in rows.items():
+            if not columns:
+                continue
+            arrow = pa.table(columns)
+            con.register("_wb_cell_rows", arrow)
+            try:
+                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_cell_rows")
+            finally:
+                con.unregister("_wb_cell_rows")
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return len(fresh)
+
+
+def _recorded(result: ReplayResult) -> tuple[Sequence[int | None], Sequence[bool]]:
+    columns = getattr(result, "recorded_columns", None)
+    if callable(columns):
+        billed, compacted = columns()
+        return billed, compacted
+    return [None] * len(result.calls), [False] * len(result.calls)
+
+
+def _compaction_details(result: ReplayResult) -> list[dict[str, Any]]:
+    """The per-compaction metric columns of each event (lost facts and the like)."""
+    per_event: Any = getattr(result, "compaction_metrics", None) or []
+    details: list[dict[str, Any]] = []
+    for index in range(len(result.compactions)):
+        if isinstance(per_event, Mapping):
+            details.append({name: values[index] for name, values in per_event.items() if index < len(values)})
+        else:
+            details.append(dict(per_event[index]) if index < len(per_event) else {})
+    return details
+
+
+# -- reading ----------------------------------------------------------------------------------
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
+    try:
+        return con.execute(sql, list(params)).df()
+    except duckdb.Error as exc:
+        raise StoreError(f"reading results failed: {exc}") from exc
+
+
+def run_exists(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
+    return bool(con.execute("SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchall()[0][0])
+
+
+def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """A stored run id from an id, a unique id prefix, or a run name (its newest run)."""
+    if run_exists(con, run_id):
+        return run_id
+    rows = con.execute("SELECT id FROM runs WHERE starts_with(id, ?) ORDER BY started_at DESC", [run_id]).fetchall()
+    if len(rows) == 1:
+        return str(rows[0][0])
+    by_name = con.execute("SELECT id FROM runs WHERE name = ? ORDER BY started_at DESC LIMIT 1", [run_id]).fetchall()
+    if by_name:
+        return str(by_name[0][0])
+    if rows:
+        raise StoreError(f"run id {run_id!r} is ambiguous: {', '.join(str(r[0]) for r in rows[:5])}")
+    known = [str(r[0]) for r in con.execute("SELECT id FROM runs ORDER BY started_at DESC LIMIT 5").fetchall()]
+    raise StoreError(f"no run {run_id!r}" + (f"; recent runs: {', '.join(known)}" if known else "; no runs yet"))
+
+
+def runs_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
+    return _frame(con, """
+        SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id) AS cells_done,
+               r.code_version, r.dataset_version, r.datasets, r.started_at, r.finished_at
+        FROM runs r LEFT JOIN cells c ON c.run_id = r.id
+        GROUP BY ALL ORDER BY r.started_at DESC""")
+
+
+def results_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    """One row per cell: `session_id`, `dataset`, `config`, `repeat`, `termination`, then every metric."""
+    import pandas as pd
+
+    cells = _frame(con, "SELECT session_id, dataset, config, repeat, termination, error, duration_s, metrics "
+                        "FROM cells WHERE run_id = ? ORDER BY session_id, config, repeat", [run_id])
+    order = [r[0] for r in con.execute("SELECT config FROM run_configs WHERE run_id = ? ORDER BY position",
+                                       [run_id]).fetchall()]
+    metric_rows = [json.loads(m) if isinstance(m, str) else (m or {}) for m in cells.pop("metrics")]
+    metrics = pd.DataFrame(metric_rows, index=cells.index)
+    metrics = metrics.drop(columns=[c for c in ("termination",) if c in metrics.columns])
+    frame = pd.concat([cells, metrics], axis=1)
+    frame.insert(0, "run_id", run_id)
+    if order:
+        rank = {name: i for i, name in enumerate(order)}
+        frame = frame.sort_values(["session_id", "config", "repeat"],
+                                  key=lambda s: s.map(rank) if s.name == "config" else s, kind="stable")
+        frame = frame.reset_index(drop=True)
+    return frame
+
+
+def calls_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return _frame(con, "SELECT * FROM cell_calls WHERE run_id = ? ORDER BY session_id, config, repeat, call_index",
+                  [run_id])
+
+
+def compactions_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
+    return _frame(con, "SELECT * FROM cell_compactions WHERE run_id = ? "
+                       "ORDER BY session_id, config, repeat, event_index", [run_id])
+
+
+def run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> RunInfo:
+    rows = con.execute("""
+        SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id), r.code_version,
+               r.dataset_version, r.started_at, r.finished_at
+        FROM runs r LEFT JOIN cells c ON c.run_id = r.id WHERE r.id = ? GROUP BY ALL""", [run_id]).fetchall()
+    if not rows:
+        raise StoreError(f"no run {run_id!r}")
+    return RunInfo(*rows[0])
+
+
+def run_spec(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
+    rows = con.execute("SELECT spec FROM runs WHERE id = ?", [run_id]).fetchall()
+    if not rows:
+        raise StoreError(f"no run {run_id!r}")
+    value = rows[0][0]
+    return json.loads(value) if isinstance(value, str) else dict(value)

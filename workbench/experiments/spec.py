@@ -1,0 +1,358 @@
+"""Experiment specs: a grid of replay configurations over one or more datasets (DESIGN §9).
+
+    name = "window-sweep"
+    dataset = "samples"                  # or datasets = [...]; optional where = "<SQL over sessions>"
+    metrics = ["fact_retention"]         # the always-computed cost metrics come on top
+    concurrency = 8
+    repeats = 1                          # epochs: each is its own cache key for model calls
+
+    [defaults]                           # merged into every config (tables are merged key by key)
+    tokenizer = "cl100k_base"
+
+    [[config]]
+    name = "window"
+    trigger = { kind = "stat_threshold", counters = { iterations = 10 } }
+    strategy = { kind = "sliding_window", window = 10 }
+    matrix = { "strategy.window" = [5, 10, 20] }    # window-5, window-10, window-20
+
+    [regress]
+    fact_retention = -0.02               # may drop by at most 0.02
+    billed_input_tokens = "+5%"          # may grow by at most 5 %
+    summaries = "exact"
+
+A spec is validated whole when it is loaded: every error names the offending key (and the config
+it belongs to), and every expanded config is parsed, so a typo fails before any replay runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import re
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from workbench.config import ReplayConfig, parse_config
+from workbench.errors import ConfigError
+
+SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
+             "defaults", "config", "regress", "preset", "presets")
+CONFIG_ONLY_KEYS = ("matrix", "preset")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
+_TOLERANCE = re.compile(r"^\s*(?P<sign>[+-]|±|\+-)?\s*(?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?P<percent>%)?\s*$")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """How far a metric may move against its baseline before it counts as a regression.
+
+    `direction` is the change that is limited: "decrease" (written `-0.02`), "increase" (`+5%`) or
+    "both" (no sign). `relative` bounds are fractions of the baseline value. `exact` (only for
+    `summaries`) asks that summary texts match the snapshot.
+    """
+
+    metric: str
+    kind: Literal["absolute", "relative", "exact"]
+    bound: float = 0.0
+    direction: Literal["increase", "decrease", "both"] = "both"
+
+    def allows(self, baseline: float, current: float) -> bool:
+        """Whether `current` is within the tolerance of `baseline`."""
+        change = current - baseline
+        limit = self.bound * abs(baseline) if self.kind == "relative" else self.bound
+        slack = 1e-9 * max(1.0, abs(baseline))
+        if self.direction in ("increase", "both") and change > limit + slack:
+            return False
+        return not (self.direction in ("decrease", "both") and -change > limit + slack)
+
+    def describe(self) -> str:
+        if self.kind == "exact":
+            return "must match exactly"
+        amount = f"{self.bound * 100:g} %" if self.kind == "relative" else f"{self.bound:g}"
+        verb = {"increase": "may grow by at most", "decrease": "may drop by at most",
+                "both": "may change by at most"}[self.direction]
+        return f"{verb} {amount}"
+
+
+@dataclass(frozen=True)
+class ConfigCell:
+    """One named configuration of the grid: its merged spec (as written) and the parsed config."""
+
+    name: str
+    spec: Mapping[str, Any]
+    config: ReplayConfig
+    matrix_values: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExperimentSpec:
+    """A validated experiment: datasets, the expanded configurations, metrics and tolerances."""
+
+    name: str
+    datasets: tuple[str, ...]
+    configs: tuple[ConfigCell, ...]
+    where: str | None = None
+    metrics: tuple[str, ...] = ()
+    concurrency: int = 4
+    repeats: int = 1
+    regress: Mapping[str, Tolerance] = field(default_factory=dict)
+    description: str = ""
+    source: str | None = None
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+
+    def config(self, name: str) -> ConfigCell:
+        for cell in self.configs:
+            if cell.name == name:
+                return cell
+        raise ConfigError(f"experiment {self.name!r} has no config {name!r}; "
+                          f"configs: {', '.join(c.name for c in self.configs)}")
+
+    @property
+    def config_names(self) -> list[str]:
+        return [c.name for c in self.configs]
+
+    def __repr__(self) -> str:
+        return (f"ExperimentSpec({self.name!r}, datasets={list(self.datasets)}, "
+                f"configs={len(self.configs)}, repeats={self.repeats})")
+
+
+def _fail(where: str, message: str) -> ConfigError:
+    return ConfigError(f"{where}: {message}")
+
+
+def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` on top of `base`; nested tables merge key by key, except kind specs.
+
+    A table with a different `kind` replaces the default one whole (its parameters would not fit).
+    """
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        current = out.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping) and \
+                value.get("kind", current.get("kind")) == current.get("kind"):
+            out[key] = _merge(current, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def _set_path(spec: dict[str, Any], path: str, value: Any, where: str) -> None:
+    keys = path.split(".")
+    if not all(keys):
+        raise _fail(where, f"matrix key {path!r} is not a dotted path such as 'strategy.window'")
+    target = spec
+    for key in keys[:-1]:
+        child = target.get(key)
+        if child is None:
+            child = target[key] = {}
+        if not isinstance(child, dict):
+            raise _fail(where, f"matrix key {path!r}: {key!r} is not a table")
+        target = child
+    target[keys[-1]] = copy.deepcopy(value)
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, Mapping):
+        return str(value.get("kind", "table"))
+    return str(value)
+
+
+def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
+            presets: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+    where = f"config #{index + 1}" + (f" ({entry['name']!r})" if "name" in entry else "")
+    if not isinstance(entry, Mapping):
+        raise _fail(where, f"each [[config]] must be a table, not {type(entry).__name__}")
+    body = {k: v for k, v in entry.items() if k not in CONFIG_ONLY_KEYS}
+    preset_name = entry.get("preset")
+    if preset_name is not None:
+        if preset_name not in presets:
+            raise _fail(where, f"unknown preset {preset_name!r}; valid: {', '.join(sorted(presets)) or '(none)'}")
+        body = _merge(presets[preset_name], body)
+        body.setdefault("name", preset_name)
+    name = body.get("name")
+    if not isinstance(name, str) or not name:
+        raise _fail(where, "needs a 'name' (or a 'preset')")
+    base = _merge(defaults, body)
+    matrix = entry.get("matrix") or {}
+    if not isinstance(matrix, Mapping):
+        raise _fail(where, "'matrix' must be a table of dotted keys to lists of values")
+    if not matrix:
+        return [(name, base, {})]
+    axes: list[tuple[str, list[Any]]] = []
+    for path, values in matrix.items():
+        if not isinstance(values, list) or not values:
+            raise _fail(where, f"matrix key {path!r} must list at least one value")
+        axes.append((path, values))
+    expanded = []
+    for combination in itertools.product(*(values for _, values in axes)):
+        spec = copy.deepcopy(base)
+        chosen: dict[str, Any] = {}
+        for (path, _), value in zip(axes, combination, strict=True):
+            _set_path(spec, path, value, where)
+            chosen[path] = value
+        cell_name = "-".join([name, *(_label(v) for v in combination)])
+        spec["name"] = cell_name
+        expanded.append((cell_name, spec, chosen))
+    return expanded
+
+
+def parse_tolerance(metric: str, value: Any) -> Tolerance:
+    """A `[regress]` entry: a signed number (absolute), a signed percentage string, or "exact"."""
+    where = f"[regress] {metric}"
+    if isinstance(value, str) and value.strip().lower() == "exact":
+        return Tolerance(metric, "exact")
+    if isinstance(value, bool):
+        raise _fail(where, f"expected a number such as -0.02, a percentage such as '+5%', or 'exact', not {value!r}")
+    if isinstance(value, (int, float)):
+        direction: Literal["increase", "decrease", "both"] = "decrease" if value < 0 else "increase"
+        if value == 0:
+            direction = "both"
+        return Tolerance(metric, "absolute", abs(float(value)), direction)
+    if isinstance(value, str):
+        match = _TOLERANCE.match(value)
+        if match:
+            sign = match["sign"]
+            direction = "decrease" if sign == "-" else "increase" if sign == "+" else "both"
+            number = float(match["number"])
+            if match["percent"]:
+                return Tolerance(metric, "relative", number / 100, direction)
+            return Tolerance(metric, "absolute", number, direction)
+    raise _fail(where, f"expected a number such as -0.02, a percentage such as '+5%', or 'exact', not {value!r}")
+
+
+def _positive_int(raw: Mapping[str, Any], key: str, default: int) -> int:
+    value = raw.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _fail(f"key {key!r}", f"must be a whole number >= 1, not {value!r}")
+    return value
+
+
+def _string_list(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
+    value = raw.get(key, [])
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v for v in value):
+        raise _fail(f"key {key!r}", f"must be a list of names, not {value!r}")
+    return tuple(value)
+
+
+def load_toml_file(path: str | Path) -> dict[str, Any]:
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"experiment file {path} does not exist")
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
+
+
+def load_experiment(source: ExperimentSpec | Mapping[str, Any] | str | Path,
+                    *, presets: Mapping[str, Mapping[str, Any]] | None = None) -> ExperimentSpec:
+    """Validate and expand an experiment spec from a file path, a TOML string or a mapping.
+
+    `presets` are named configs a `[[config]]` entry may start from (`preset = "as-recorded"`);
+    by default, the workbench's presets when that module is present.
+    """
+    if isinstance(source, ExperimentSpec):
+        return source
+    origin: str | None = None
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
+                                    (source.endswith(".toml") or Path(source).is_file())):
+        origin = str(source)
+        raw = load_toml_file(source)
+    elif isinstance(source, str):
+        try:
+            raw = tomllib.loads(source)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"inline experiment: invalid TOML: {exc}") from exc
+    elif isinstance(source, Mapping):
+        raw = copy.deepcopy(dict(source))
+    else:
+        raise ConfigError(f"an experiment spec must be a TOML file, TOML text or a table, not {type(source).__name__}")
+    try:
+        return _validate(raw, origin, presets)
+    except ConfigError as exc:
+        if origin and not str(exc).startswith(origin):
+            raise ConfigError(f"{origin}: {exc}") from exc
+        raise
+
+
+def _default_presets() -> Mapping[str, Mapping[str, Any]]:
+    from workbench.presets import presets
+
+    return presets()
+
+
+def _validate(raw: dict[str, Any], origin: str | None,
+              presets: Mapping[str, Mapping[str, Any]] | None) -> ExperimentSpec:
+    unknown = sorted(set(raw) - set(SPEC_KEYS))
+    if unknown:
+        raise ConfigError(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                          f"valid: {', '.join(SPEC_KEYS)}")
+    name = raw.get("name") or (Path(origin).stem if origin else "")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _fail("key 'name'", f"must be a name of letters, digits and -_.+=, not {name!r}")
+    if "dataset" in raw and "datasets" in raw:
+        raise _fail("key 'dataset'", "give either 'dataset' or 'datasets', not both")
+    datasets = _string_list(raw, "datasets" if "datasets" in raw else "dataset")
+    if not datasets:
+        raise _fail("key 'dataset'", "an experiment needs a dataset (dataset = \"samples\") or datasets = [...]")
+    where = raw.get("where")
+    if where is not None and (not isinstance(where, str) or not where.strip()):
+        raise _fail("key 'where'", f"must be an SQL condition over the sessions table, not {where!r}")
+    defaults = raw.get("defaults", {})
+    if not isinstance(defaults, Mapping):
+        raise _fail("key 'defaults'", "must be a table of config keys")
+    if presets is None:
+        presets = _default_presets()
+    entries = raw.get("config", [])
+    preset_entries = _string_list(raw, "presets")
+    if not isinstance(entries, list):
+        raise _fail("key 'config'", "must be an array of tables ([[config]])")
+    entries = [*({"preset": p} for p in preset_entries), *entries]
+    if not entries:
+        raise _fail("key 'config'", "an experiment needs at least one [[config]] (or presets = [...])")
+    cells: list[ConfigCell] = []
+    seen: set[str] = set()
+    for index, entry in enumerate(entries):
+        for cell_name, spec, chosen in _expand(entry, index, defaults, presets):
+            if not _NAME.match(cell_name):
+                raise _fail(f"config {cell_name!r}", "a config name may hold letters, digits and -_.+= only")
+            if cell_name in seen:
+                raise _fail(f"config {cell_name!r}", "two configs have this name; names must be unique")
+            seen.add(cell_name)
+            try:
+                config = parse_config(spec)
+            except ConfigError as exc:
+                raise _fail(f"config {cell_name!r}", str(exc)) from exc
+            cells.append(ConfigCell(cell_name, spec, config, chosen))
+    regress_raw = raw.get("regress", {})
+    if not isinstance(regress_raw, Mapping):
+        raise _fail("key 'regress'", "must be a table of metric = tolerance")
+    regress = {metric: parse_tolerance(metric, value) for metric, value in regress_raw.items()}
+    for metric, tolerance in regress.items():
+        if tolerance.kind == "exact" and metric != "summaries":
+            raise _fail(f"[regress] {metric}", "'exact' applies to summaries only")
+        if metric == "summaries" and tolerance.kind != "exact":
+            raise _fail("[regress] summaries", "summaries take \"exact\"")
+    description = raw.get("description", "")
+    if not isinstance(description, str):
+        raise _fail("key 'description'", "must be text")
+    return ExperimentSpec(
+        name=name, datasets=datasets, configs=tuple(cells), where=where,
+        metrics=_string_list(raw, "metrics"), concurrency=_positive_int(raw, "concurrency", 4),
+        repeats=_positive_int(raw, "repeats", 1), regress=regress, description=description,
+        source=origin, raw=raw)
+
+
+def grid(spec: ExperimentSpec, session_ids: Sequence[str]) -> list[tuple[str, str, int]]:
+    """The cells of a run in a stable order: (session id, config name, repeat)."""
+    return [(session_id, cell.name, repeat)
+            for session_id in session_ids for cell in spec.configs for repeat in range(spec.repeats)]
