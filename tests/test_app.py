@@ -1,25 +1,28 @@
-"""The Streamlit sessions page, rendered with AppTest over a temporary database."""
+"""The app's navigation and the Sessions page, rendered with AppTest over a temporary database."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
+from app_support import APP, HOSTILE, build_database, page_script
 from streamlit.testing.v1 import AppTest
 
 from workbench import samples
-from workbench.cli import init_database
 from workbench.store import Store
-from workbench.ui.sessions import db_path_from_args
-
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+from workbench.ui.data import db_path_from_args
 
 
 @pytest.fixture(scope="module")
-def sample_db(tmp_path_factory):
-    path = str(tmp_path_factory.mktemp("app") / "wb.duckdb")
-    init_database(path)
-    return path
+def app_db(tmp_path_factory):
+    return build_database(str(tmp_path_factory.mktemp("app") / "wb.duckdb"))
+
+
+@pytest.fixture
+def sessions_page(app_db, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_string(page_script("sessions"), default_timeout=60)
+    at.run()
+    assert not at.exception
+    return at
 
 
 def test_db_path_from_args(monkeypatch):
@@ -28,29 +31,84 @@ def test_db_path_from_args(monkeypatch):
     assert db_path_from_args(["unrelated", "-q"]) == "/tmp/from-env.duckdb"
 
 
-def test_page_lists_sample_sessions_and_shows_one(sample_db, monkeypatch):
-    monkeypatch.setenv("WORKBENCH_DB", sample_db)
+def test_app_opens_on_the_sessions_page(app_db, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     assert not at.exception
     assert at.title[0].value == "Compaction Workbench"
     metrics = {m.label: m.value for m in at.metric}
-    assert metrics["Sessions"] == str(samples.DEFAULT_N)
+    assert metrics["Sessions"] == str(samples.DEFAULT_N + 2)
+
+
+def test_page_lists_datasets_and_sessions_with_sizes(sessions_page, app_db):
+    at = sessions_page
     datasets_frame = at.dataframe[0].value
-    assert list(datasets_frame["name"]) == ["samples"]
+    assert sorted(datasets_frame["name"]) == ["generated", "planted", "samples"]
     sessions_frame = at.dataframe[1].value
-    with Store(sample_db, read_only=True) as store:
+    with Store(app_db, read_only=True) as store:
         ids = [r["id"] for r in store.session_rows()]
     assert sorted(sessions_frame["id"]) == sorted(ids)
+    planted = sessions_frame.set_index("id").loc["planted-html"]
+    assert planted["recorded_compactions"] == 2
+    assert planted["characters"] > 3 * len(HOSTILE)
+    assert planted["format"] == "openai"
 
-    picker = at.selectbox(key="session")
-    target = ids[-1]
-    picker.set_value(target).run()
+
+def test_filters_narrow_the_session_list(sessions_page):
+    at = sessions_page
+    at.checkbox(key="only_recorded").check().run()
+    assert not at.exception
+    assert list(at.dataframe[1].value["id"]) == ["planted-html"]
+    at.checkbox(key="only_recorded").uncheck().run()
+    at.selectbox(key="dataset").set_value("generated").run()
+    assert list(at.dataframe[1].value["id"]) == ["generated-12"]
+    at.text_input(key="search").set_value("no-such-id").run()
+    assert not at.exception
+    assert any("No session matches" in i.value for i in at.info)
+
+
+def test_viewer_shows_roles_tokens_and_pages(sessions_page, app_db):
+    at = sessions_page
+    with Store(app_db, read_only=True) as store:
+        target = max(store.session_rows(dataset="samples"), key=lambda r: r["messages"])["id"]
+    at.selectbox(key="session").set_value(target).run()
     assert not at.exception
     assert any(target in h.value for h in at.subheader)
     roles = {c.name for c in at.chat_message}
     assert {"system", "user", "assistant", "tool"} <= roles
     assert len(at.chat_message) <= 40  # paged
+    captions = [c.value for c in at.caption]
+    assert any(" tokens · " in c and " so far" in c for c in captions)
+    assert at.number_input(key=f"page:{target}").value == 1
+
+
+def test_session_text_is_shown_literally_with_recorded_compactions_marked(sessions_page):
+    at = sessions_page
+    at.selectbox(key="session").set_value("planted-html").run()
+    assert not at.exception
+    shown = [t.value for t in at.text] + [c.value for c in at.code]
+    assert any(HOSTILE in value for value in shown)
+    assert not [m for m in at.markdown if "<script>" in m.value]  # never handed to markdown
+    markers = [w.value for w in at.warning if "Recorded compaction" in w.value]
+    assert len(markers) == 2
+    assert "before call 2" in markers[0] and "1,234 tokens before" in markers[0]
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["Recorded compactions"] == "2"
+
+
+def test_roles_filter_belongs_to_the_session_viewed(sessions_page):
+    at = sessions_page
+    at.selectbox(key="session").set_value("planted-html").run()
+    at.multiselect(key="roles:planted-html").set_value(["assistant"]).run()
+    assert not at.exception
+    assert {c.name for c in at.chat_message} == {"assistant"}
+    at.selectbox(key="session").set_value("generated-12").run()
+    assert not at.exception
+    roles = {c.name for c in at.chat_message}
+    assert "tool" in roles and "user" in roles  # the other session's filter did not follow
+    at.selectbox(key="session").set_value("planted-html").run()
+    assert {c.name for c in at.chat_message} == {"assistant"}  # and each session keeps its own
 
 
 def test_page_without_database_explains_what_to_do(tmp_path, monkeypatch):
@@ -61,3 +119,38 @@ def test_page_without_database_explains_what_to_do(tmp_path, monkeypatch):
     assert not at.exception
     assert "workbench init" in at.info[0].value
     assert not missing.exists()  # the page never creates the database
+
+
+def test_folder_import_reports_each_file_and_shows_the_new_sessions(tmp_path, monkeypatch):
+    from builders import conversation
+
+    from workbench.samples import write_dataset
+    from workbench.session import Session
+
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    folder = tmp_path / "recordings"
+    sessions = [Session.from_messages(conversation(3 + i), dataset="fresh") for i in range(2)]
+    write_dataset(sessions, folder, name="fresh")
+    (folder / "broken.jsonl").write_text('{"messages": [\n')
+    monkeypatch.setenv("WORKBENCH_DB", path)
+    at = AppTest.from_string(page_script("sessions"), default_timeout=60)
+    at.run()
+    at.text_input(key="import_folder").set_value(str(folder)).run()
+    at.button(key="import_run").click().run()
+    assert not at.exception
+    report = at.dataframe[0].value  # the import report comes first, in the import panel
+    assert sorted(report["file"]) == sorted(["broken.jsonl", "fresh.jsonl.gz"])
+    assert int(report.set_index("file").loc["fresh.jsonl.gz", "sessions"]) == 2
+    assert any("broken.jsonl" in e.value for e in at.error)
+    with Store(path, read_only=True) as store:
+        assert {s.id for s in sessions} <= set(store.session_ids())
+    at.run()
+    assert "fresh" in set(at.dataframe[0].value["name"])
+
+
+def test_import_of_a_missing_folder_is_a_message(sessions_page):
+    at = sessions_page
+    at.text_input(key="import_folder").set_value("/no/such/folder").run()
+    at.button(key="import_run").click().run()
+    assert not at.exception
+    assert any("No such file or folder" in e.value for e in at.error)

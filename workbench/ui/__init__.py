@@ -1,4 +1,4 @@
-"""Streamlit pages (views only: data comes from `workbench.store`, opened read-only and briefly).
+"""Streamlit pages (views only: data comes from the library, the database opened read-only and briefly).
 
-`app.py` at the repository root runs `workbench.ui.sessions.main()`.
+`app.py` at the repository root runs `workbench.ui.app.main()`: Sessions, Compare, Experiments, SQL.
 """

@@ -1,153 +1,150 @@
-"""The sessions page: datasets with their counts, the sessions of the database, one session's messages.
+"""The Sessions page: datasets, sessions (filters, sizes, formats, recorded compactions), one session's messages.
 
-The database is opened read-only for each read and closed right after, so the app never holds
-DuckDB's lock between reruns (the CLI can import while the app is open). Reads are cached per
-database file modification time, so a new import shows on the next rerun.
+Session text is shown as text (`st.text` / `st.code`), never as markdown or HTML: a recording may
+hold anything. The viewer's filters are keyed by the session id, so each session keeps its own.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import os
-import sys
-from collections.abc import Sequence
 from typing import Any
 
 import streamlit as st
 
-from workbench.db import default_path
-from workbench.errors import StoreError
+from workbench.ui import common, data, importing
 
 PAGE_SIZE = 40
-PREVIEW_CHARS = 3000
+PREVIEW_CHARS = 1500
 AVATARS = {"system": "⚙️", "user": "user", "assistant": "assistant", "tool": "🛠️"}
 
-
-def db_path_from_args(argv: Sequence[str] | None = None) -> str:
-    """`--db PATH` from the script arguments (`streamlit run app.py -- --db PATH`), else the default."""
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--db", default=None)
-    args, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
-    return args.db or default_path()
-
-
-def _stamp(path: str) -> float:
-    """Cache key part: the file's (and its WAL's) modification time."""
-    stamps = [os.path.getmtime(p) for p in (path, path + ".wal") if os.path.exists(p)]
-    return max(stamps) if stamps else 0.0
-
-
-@st.cache_data(show_spinner=False, max_entries=8)
-def load_overview(path: str, stamp: float) -> dict[str, list[dict[str, Any]]]:
-    """Datasets and sessions of the database (read-only, closed right after)."""
-    from workbench.store import Store
-
-    with Store(path, read_only=True) as store:
-        return {"datasets": store.dataset_rows(), "sessions": store.session_rows()}
+# Kept for callers of the former single-page module.
+db_path_from_args = data.db_path_from_args
 
 
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_detail(path: str, stamp: float, session_id: str) -> dict[str, Any]:
-    """One session as plain data: messages (role, text, tool calls...), probes, tools, metadata."""
-    from workbench.store import Store
-
-    with Store(path, read_only=True) as store:
-        session = store.load_session(session_id)
-    messages = []
-    for index, message in enumerate(session.messages):
-        messages.append({
-            "index": index, "role": message.role, "text": message.text, "name": message.name,
-            "tool_call_id": message.tool_call_id, "importance": message.importance, "origin": message.origin,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
-            "non_text_parts": [p.get("type") for p in message.content or () if isinstance(p, dict)
-                               and p.get("type") != "text"] if isinstance(message.content, tuple) else [],
-        })
-    return {"id": session.id, "dataset": session.dataset, "format": session.format, "messages": messages,
-            "probes": [p.to_dict() for p in session.probes], "tools": [dict(t) for t in session.tools],
-            "metadata": dict(session.metadata), "calls": session.calls}
+    return data.session_detail(common.load_session(path, stamp, session_id))
 
 
-def _pretty_arguments(arguments: str) -> str:
-    try:
-        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
-    except ValueError:
-        return arguments
+def render_text(text: str, *, role: str, key: str, preview_chars: int = PREVIEW_CHARS) -> None:
+    """Session text, literally; a long one collapsed behind an expander."""
+    def show(value: str) -> None:
+        if role == "tool":
+            st.code(value, language=None, wrap_lines=True)
+        else:
+            st.text(value)
+
+    if len(text) <= preview_chars:
+        show(text)
+        return
+    show(text[:preview_chars] + " …")
+    with st.expander(f"Full text ({len(text):,} characters)"):
+        show(text)
 
 
-def render_message(message: dict[str, Any], preview_chars: int = PREVIEW_CHARS) -> None:
+def render_recorded_compaction(event: dict[str, Any]) -> None:
+    before = f"{event['tokens_before']:,} tokens before" if event.get("tokens_before") else "size not recorded"
+    trigger = event.get("trigger") or "trigger not recorded"
+    st.warning(f"✂ Recorded compaction before call {event['call_index']} ({trigger}, {before})")
+    if event.get("summary"):
+        with st.expander("Summary the agent continued from"):
+            st.text(event["summary"])
+
+
+def render_message(message: dict[str, Any], session_id: str) -> None:
     role = message["role"]
     with st.chat_message(role, avatar=AVATARS.get(role)):
-        tags = [f"**{role}** · #{message['index']}"]
+        tags = [f"{role} · #{message['index']}", f"{message['tokens']:,} tokens",
+                f"{message['cumulative_tokens']:,} so far"]
         if message["name"]:
-            tags.append(f"`{message['name']}`")
+            tags.append(str(message["name"]))
         if message["importance"]:
-            tags.append("📌 pinned" if message["importance"] >= 10 else f"importance {message['importance']:g}")
+            tags.append("pinned" if message["importance"] >= 10 else f"importance {message['importance']:g}")
         if message["origin"] != "original":
-            tags.append(message["origin"])
-        st.markdown(" · ".join(tags))
-        text = message["text"]
-        if text:
-            shown = text if len(text) <= preview_chars else text[:preview_chars]
-            if role == "tool":
-                st.code(shown, language=None)
-            else:
-                st.markdown(shown)
-            if len(text) > preview_chars:
-                st.caption(f"… {len(text) - preview_chars:,} more characters ({len(text):,} in all)")
+            tags.append(str(message["origin"]))
+        st.caption(" · ".join(tags))
+        if message["text"]:
+            render_text(message["text"], role=role, key=f"{session_id}:{message['index']}")
         for part in message["non_text_parts"]:
             st.caption(f"[{part} part]")
         for call in message["tool_calls"]:
-            st.markdown(f"→ tool call `{call['name']}` (`{call['id']}`)")
-            st.code(_pretty_arguments(call["arguments"]), language="json")
+            st.caption(f"→ tool call {call['name']} ({call['id']})")
+            st.code(data.pretty_arguments(call["arguments"]), language="json", wrap_lines=True)
+
+
+def remembered_multiselect(label: str, options: list[str], *, key: str) -> list[str]:
+    """A multiselect (default: every option) whose choice survives viewing another session.
+
+    Streamlit forgets a widget's state on a run that does not draw it, so the choice is also kept
+    under `_kept:<key>` and given back when the widget reappears.
+    """
+    kept = f"_kept:{key}"
+    if key not in st.session_state and kept in st.session_state:
+        st.session_state[key] = [o for o in st.session_state[kept] if o in options]
+    if key in st.session_state:
+        chosen = st.multiselect(label, options, key=key)
+    else:
+        chosen = st.multiselect(label, options, default=options, key=key)
+    st.session_state[kept] = list(chosen)
+    return list(chosen)
 
 
 def render_detail(path: str, stamp: float, session_id: str) -> None:
     detail = load_detail(path, stamp, session_id)
     messages = detail["messages"]
+    recorded = detail["recorded_compactions"]
     st.subheader(f"Session {detail['id']}")
-    cols = st.columns(4)
+    cols = st.columns(5)
     cols[0].metric("Messages", len(messages))
     cols[1].metric("Calls", detail["calls"])
-    cols[2].metric("Probes", len(detail["probes"]))
-    cols[3].metric("Characters", f"{sum(len(m['text']) for m in messages):,}")
-    st.caption(f"dataset `{detail['dataset']}` · format `{detail['format']}`")
+    cols[2].metric("Tokens", f"{detail['tokens']:,}")
+    cols[3].metric("Recorded compactions", len(recorded))
+    cols[4].metric("Probes", len(detail["probes"]))
+    st.caption(f"dataset {detail['dataset']} · format {detail['format']} · tokens counted with the heuristic "
+               "tokenizer")
+    if recorded:
+        with st.expander(f"Recorded compactions ({len(recorded)})"):
+            st.dataframe([{k: e[k] for k in ("call_index", "message_index", "trigger", "tokens_before")}
+                          for e in recorded], hide_index=True, width="stretch")
     if detail["probes"]:
         with st.expander(f"Probes ({len(detail['probes'])})"):
             st.dataframe(detail["probes"], hide_index=True, width="stretch")
     if detail["metadata"]:
         with st.expander("Metadata"):
             st.json(detail["metadata"], expanded=False)
+
     roles = sorted({m["role"] for m in messages})
-    shown_roles = st.multiselect("Roles", roles, default=roles, key="roles")
+    shown_roles = remembered_multiselect("Roles", roles, key=f"roles:{session_id}")
     selected = [m for m in messages if m["role"] in shown_roles]
     pages = max(1, -(-len(selected) // PAGE_SIZE))
     page = st.number_input(f"Page (of {pages}, {PAGE_SIZE} messages each)", min_value=1, max_value=pages,
-                           value=1, step=1, key="page") if pages > 1 else 1
+                           value=1, step=1, key=f"page:{session_id}") if pages > 1 else 1
     start = (int(page) - 1) * PAGE_SIZE
-    for message in selected[start:start + PAGE_SIZE]:
-        render_message(message)
+    boundaries: dict[int, list[dict[str, Any]]] = {}
+    for event in recorded:
+        boundaries.setdefault(int(event["message_index"]), []).append(event)
+    shown = selected[start:start + PAGE_SIZE]
+    for position, message in enumerate(shown):
+        previous = shown[position - 1]["index"] if position else (selected[start - 1]["index"] if start else -1)
+        for boundary in sorted(i for i in boundaries if previous < i <= message["index"]):
+            for event in boundaries[boundary]:
+                render_recorded_compaction(event)
+        render_message(message, session_id)
+    if shown and start + PAGE_SIZE >= len(selected):
+        for boundary in sorted(i for i in boundaries if i > shown[-1]["index"]):
+            for event in boundaries[boundary]:
+                render_recorded_compaction(event)
 
 
-def main() -> None:
-    st.set_page_config(page_title="Compaction Workbench", page_icon="🗜️", layout="wide")
-    path = db_path_from_args()
+def page() -> None:
+    path = common.database_path()
     st.title("Compaction Workbench")
     st.caption(f"Database: `{path}`")
-    if not os.path.exists(path):
-        st.info(f"No database at `{path}` yet. Create it with the sample sessions: "
-                f"`workbench init --db {path}`, or import recordings: `workbench import PATH --db {path}`.")
+    importing.import_panel(path)
+    opened = common.open_overview(path)
+    if opened is None:
         return
-    stamp = _stamp(path)
-    try:
-        overview = load_overview(path, stamp)
-    except StoreError as exc:
-        st.error(str(exc))
-        return
+    overview, stamp = opened
     datasets, sessions = overview["datasets"], overview["sessions"]
-    if not sessions:
-        st.info(f"The database has no sessions yet: `workbench init --db {path}` loads the samples.")
-        return
 
     st.header("Datasets")
     totals = st.columns(3)
@@ -158,12 +155,26 @@ def main() -> None:
                  hide_index=True, width="stretch")
 
     st.header("Sessions")
+    filters = st.columns(4)
     names = [d["name"] for d in datasets if d["sessions"]]
-    choice = st.selectbox("Dataset", ["(all)", *names], key="dataset")
-    rows = [s for s in sessions if choice == "(all)" or s["dataset"] == choice]
-    st.dataframe([{k: s[k] for k in ("id", "dataset", "format", "messages", "calls", "probes", "source")}
-                  for s in rows], hide_index=True, width="stretch")
-    labels = {s["id"]: f"{s['id']} · {s['dataset']} · {s['calls']} calls, {s['messages']} messages" for s in rows}
-    session_id = st.selectbox("Session", list(labels), format_func=labels.get, key="session")
+    dataset = filters[0].selectbox("Dataset", ["(all)", *names], key="dataset")
+    formats = sorted({s["format"] for s in sessions})
+    chosen_formats = filters[1].multiselect("Formats", formats, default=formats, key="formats")
+    only_recorded = filters[2].checkbox("Only with recorded compactions", key="only_recorded")
+    search = filters[3].text_input("Id or source contains", key="search")
+    rows = [s for s in sessions if (dataset == "(all)" or s["dataset"] == dataset)
+            and s["format"] in chosen_formats and (not only_recorded or s["recorded_compactions"])
+            and (not search or search in s["id"] or search in str(s["source"] or ""))]
+    st.dataframe([{k: s[k] for k in ("id", "dataset", "format", "messages", "calls", "characters",
+                                     "recorded_compactions", "probes", "source")} for s in rows],
+                 hide_index=True, width="stretch")
+    if not rows:
+        st.info("No session matches these filters.")
+        return
+    labels = {s["id"]: common.session_label(s) for s in rows}
+    session_id = st.selectbox("Session", list(labels), format_func=lambda key: labels[key], key="session")
     if session_id:
-        render_detail(path, stamp, session_id)
+        try:
+            render_detail(path, stamp, session_id)
+        except Exception as exc:  # a session that fails to load is a message, not a traceback
+            st.error(common.readable_error(exc))

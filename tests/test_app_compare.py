@@ -1,0 +1,136 @@
+"""The Compare page: presets and TOML configs replayed on one session, charts, panels and the export."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from app_support import build_database, page_script
+from streamlit.testing.v1 import AppTest
+
+PRESETS = ["observation-masking", "gent-sliding-window", "ptc-runner-trim"]
+
+
+@pytest.fixture(scope="module")
+def app_db(tmp_path_factory):
+    return build_database(str(tmp_path_factory.mktemp("compare") / "wb.duckdb"))
+
+
+@pytest.fixture
+def compare_page(app_db, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_string(page_script("compare"), default_timeout=120)
+    at.run()
+    assert not at.exception
+    at.selectbox(key="compare_session").set_value("generated-12")
+    at.number_input(key="compare_limit").set_value(1500)
+    at.number_input(key="compare_max_output").set_value(200)
+    at.multiselect(key="compare_presets").set_value(PRESETS)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def figures(at: AppTest) -> dict[str, dict]:
+    return {chart.proto.id: json.loads(chart.proto.spec) for chart in at.get("plotly_chart")}
+
+
+def traces(figure: dict) -> list[str]:
+    return [trace.get("name", "") for trace in figure["data"]]
+
+
+def run(at: AppTest) -> AppTest:
+    at.button(key="compare_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def test_nothing_runs_before_the_button(compare_page):
+    assert not compare_page.get("plotly_chart")
+    assert any("run the replays" in i.value for i in compare_page.info)
+    assert any("offline extractive baseline" in c.value for c in compare_page.caption)
+
+
+def test_three_presets_draw_a_trace_per_config_with_compaction_markers(compare_page):
+    at = run(compare_page)
+    charts = list(figures(at).values())
+    assert len(charts) == 2
+    tokens, billed = charts
+    names = traces(tokens)
+    for preset in PRESETS:
+        assert preset in names
+        assert f"{preset} compactions" in names  # every preset compacts under a 1,500-token window
+    assert traces(billed) == PRESETS
+    assert any(shape.get("y0") == 1500 for shape in tokens["layout"].get("shapes", []))  # the window line
+
+
+def test_metrics_context_summaries_and_export(compare_page):
+    at = run(compare_page)
+    metrics = at.dataframe[0].value
+    assert list(metrics.columns) == ["better", *PRESETS]
+    assert {"billed_input_tokens", "compactions"} <= set(metrics.index)
+    assert metrics.loc["billed_input_tokens", "better"] == "lower"
+
+    at.selectbox(key="compare_context_config").set_value("ptc-runner-trim").run()
+    at.number_input(key="compare_call:ptc-runner-trim").set_value(3).run()
+    assert not at.exception
+    assert any("messages ·" in c.value and "tokens" in c.value for c in at.caption)
+    assert at.expander  # the context's messages
+
+    assert at.selectbox(key="compare_event:observation-masking").options
+    export = at.get("download_button")
+    assert len(export) == 1
+
+
+def test_toml_config_errors_show_inline_and_block_the_run(compare_page):
+    at = compare_page
+    at.multiselect(key="compare_presets").set_value(["observation-masking"])
+    at.number_input(key="compare_custom").set_value(1).run()
+    assert not at.exception
+    assert any("valid" in c.value for c in at.caption)
+    kinds = at.dataframe[0].value  # the reference of every kind, for writing TOML
+    assert {"trigger", "strategy"} == set(kinds["family"])
+    assert "sliding_window" in set(kinds["kind"]) and "ratio" in set(kinds["parameter"])
+    at.text_area(key="compare_toml_1").set_value('[trigger]\nkind = "utilization"\nratio = 7\n'
+                                                '[strategy]\nkind = "sliding_window"\n').run()
+    assert not at.exception
+    assert at.error and any("ratio" in e.value for e in at.error)
+    assert at.button(key="compare_run").disabled
+    at.text_area(key="compare_toml_1").set_value("not = [toml").run()
+    assert any("invalid TOML" in e.value for e in at.error)
+    at.text_area(key="compare_toml_1").set_value('name = "mine"\n[trigger]\nkind = "utilization"\nratio = 0.5\n'
+                                                '[strategy]\nkind = "sliding_window"\nwindow = 4\n').run()
+    assert not at.error
+    run(at)
+    assert traces(list(figures(at).values())[1]) == ["observation-masking", "mine"]
+
+
+def test_fewer_than_two_configs_cannot_run(compare_page):
+    at = compare_page
+    at.multiselect(key="compare_presets").set_value(["ptc-runner-trim"]).run()
+    assert at.button(key="compare_run").disabled
+    assert any("Pick 2 to 6" in i.value for i in at.info)
+
+
+def test_summaries_panel_shows_what_a_compaction_replaced(compare_page):
+    at = run(compare_page)
+    labels = [e.label for e in at.expander]
+    assert any(label.startswith("What it replaced (") for label in labels)
+
+
+@pytest.mark.parametrize(("direction", "values", "expected"), [
+    ("lower", ["3", "1", "2"], ["", "worst", "best", ""]),
+    ("higher", ["3", "1", "2"], ["", "best", "worst", ""]),
+    ("none", ["3", "1", "2"], ["", "", "", ""]),
+    ("lower", ["2", "2", "2"], ["", "", "", ""]),
+    ("higher", ["x", "1", None], ["", "", "", ""]),
+])
+def test_metric_shading_follows_the_direction(direction, values, expected):
+    import pandas as pd
+
+    from workbench.ui.compare import BEST_STYLE, WORST_STYLE, _shade_by_direction
+
+    row = pd.Series([direction, *values], index=["better", "a", "b", "c"])
+    styles = {"": "", "best": BEST_STYLE, "worst": WORST_STYLE}
+    assert _shade_by_direction(row) == [styles[e] for e in expected]

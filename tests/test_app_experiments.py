@@ -1,0 +1,97 @@
+"""The Experiments page over a real stored run: runs, leaderboard, cost versus quality, paired comparison."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from app_support import build_database, page_script
+from streamlit.testing.v1 import AppTest
+
+SPEC = """
+name = "app-grid"
+dataset = "samples"
+
+[defaults]
+context_limit = 6000
+max_output = 500
+
+[[config]]
+name = "window"
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "sliding_window", window = 6 }
+
+[[config]]
+name = "masking"
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "observation_masking", keep_recent = 4 }
+"""
+
+
+@pytest.fixture(scope="module")
+def run_db(tmp_path_factory):
+    from workbench.experiments import run_experiment
+
+    folder = tmp_path_factory.mktemp("experiments")
+    path = build_database(str(folder / "wb.duckdb"))
+    spec = folder / "app-grid.toml"
+    spec.write_text(SPEC)
+    run = run_experiment(str(spec), db=path, concurrency=1)
+    other = folder / "app-grid-b.toml"
+    other.write_text(SPEC.replace('name = "app-grid"', 'name = "app-grid-b"').replace("window = 6", "window = 3"))
+    later = run_experiment(str(other), db=path, concurrency=1)
+    return path, run.id, later.id
+
+
+def open_page(path: str, monkeypatch) -> AppTest:
+    monkeypatch.setenv("WORKBENCH_DB", path)
+    at = AppTest.from_string(page_script("experiments"), default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def test_runs_leaderboard_and_comparison(run_db, monkeypatch):
+    path, earlier, run_id = run_db
+    at = open_page(path, monkeypatch)
+    assert list(at.dataframe[0].value["id"]) == [run_id, earlier]  # newest first, selected by default
+    board = at.dataframe[1].value
+    assert list(board.index) == ["window", "masking"]
+    assert "billed_input_tokens" in board.columns
+    comparison = at.dataframe[3].value
+    assert "billed_input_tokens" in set(comparison["metric"])
+    at.selectbox(key=f"exp_drill:{run_id}").set_value("masking").run()
+    assert not at.exception
+    assert set(at.dataframe[2].value["config"]) == {"masking"}
+    at.selectbox(key=f"exp_b:{run_id}").set_value("window").run()
+    assert any("different" in i.value for i in at.info)
+
+
+def test_two_runs_compare_and_the_report_downloads(run_db, monkeypatch):
+    path, earlier, run_id = run_db
+    at = open_page(path, monkeypatch)
+    at.radio(key=f"exp_mode:{run_id}").set_value("this run with another run").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key=f"exp_other:{run_id}").value == earlier
+    table = at.dataframe[-1].value
+    assert "compactions" in set(table["metric"])
+    at.button(key=f"exp_report:{run_id}").click().run()
+    assert not at.exception and not at.error
+    assert len(at.get("download_button")) == 1
+
+
+def test_cost_quality_chart_with_the_pareto_front(run_db, monkeypatch):
+    path, _, _ = run_db
+    at = open_page(path, monkeypatch)
+    charts = at.get("plotly_chart")
+    assert len(charts) == 1
+    data = json.loads(charts[0].proto.spec)["data"]
+    assert [t.get("name") for t in data] == ["configs", "Pareto front"]
+    assert list(data[0]["text"]) == ["window", "masking"]  # a point per config
+
+
+def test_database_without_runs_says_how_to_start_one(tmp_path, monkeypatch):
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    at = open_page(path, monkeypatch)
+    assert any("workbench run" in i.value for i in at.info)

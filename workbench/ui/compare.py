@@ -1,0 +1,332 @@
+"""The Compare page: one session replayed under 2-6 configurations, side by side.
+
+Configurations come from the presets (`workbench.presets`) or from TOML typed in place; every one is
+validated by `parse_config` and its error shown under it. The replays run on "Run replays" and are
+kept in a bounded resource cache (a `ReplayResult` holds its snapshots, so `context_at` stays free);
+each panel below is a fragment, so picking a call or a compaction reruns that panel only.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import streamlit as st
+
+from workbench.ui import common
+
+MIN_CONFIGS, MAX_CONFIGS = 2, 6
+DEFAULT_PRESETS = ("observation-masking", "gent-sliding-window", "ptc-runner-trim")
+DEFAULT_CONTEXT_LIMIT = 32_000
+MAX_CUSTOM = 3
+CUSTOM_TEMPLATE = """name = "custom-{n}"
+
+[trigger]
+kind = "utilization"
+ratio = 0.7
+
+[strategy]
+kind = "sliding_window"
+window = 8
+"""
+OFFLINE_PREFIX = "workbench/"
+
+
+def available_presets() -> dict[str, dict[str, Any]]:
+    """The presets by name; none (and a note) while the module is missing or broken."""
+    try:
+        from workbench.presets import presets
+    except ImportError:
+        return {}
+    try:
+        return presets()
+    except Exception:  # a broken presets module leaves TOML configs usable
+        return {}
+
+
+@st.cache_resource(show_spinner=False)
+def gateway() -> Any:
+    """The process-wide LLM gateway (its cache and concurrency limits shared by every session)."""
+    from workbench.llm import default_gateway
+
+    return default_gateway()
+
+
+@st.cache_resource(show_spinner=False, max_entries=48)
+def cached_replay(path: str, stamp: float, session_id: str, config_json: str) -> Any:
+    """One replay, kept while the database and the config are unchanged (bounded: 48 replays)."""
+    from workbench.replay import replay
+
+    session = common.load_session(path, stamp, session_id)
+    return replay(session, json.loads(config_json), gateway=gateway())
+
+
+def window_settings() -> dict[str, Any]:
+    cols = st.columns(3)
+    limit = cols[0].number_input("Context window (tokens)", min_value=1_000, max_value=2_000_000,
+                                 value=DEFAULT_CONTEXT_LIMIT, step=1_000, key="compare_limit")
+    max_output = cols[1].number_input("Reserved for output (tokens)", min_value=0, max_value=200_000, value=4096,
+                                      step=256, key="compare_max_output")
+    from workbench.config import DEFAULT_SUMMARIZER
+
+    summarizer = cols[2].text_input("Summarizer model", value=DEFAULT_SUMMARIZER, key="compare_summarizer",
+                                    help="workbench/extractive is the offline extractive baseline (no model).")
+    return {"context_limit": int(limit), "max_output": int(max_output), "summarizer": summarizer.strip()}
+
+
+@st.cache_data(show_spinner=False, max_entries=1)
+def kinds_table() -> list[dict[str, Any]]:
+    """Every trigger and strategy kind with its parameters (what `workbench kinds` lists)."""
+    from workbench import registry
+
+    described = registry.describe()
+    rows = []
+    for family in ("trigger", "strategy"):
+        for kind in described.get(family, []):
+            for param in kind.get("params", []) or [{}]:
+                rows.append({"family": family, "kind": kind["name"], "parameter": param.get("name", ""),
+                             "type": param.get("type", ""), "default": str(param.get("default", "")),
+                             "range / choices": _bounds(param), "doc": param.get("doc", "")})
+    return rows
+
+
+def _bounds(param: dict[str, Any]) -> str:
+    if param.get("choices"):
+        return ", ".join(map(str, param["choices"]))
+    low, high = param.get("min"), param.get("max")
+    if low is None and high is None:
+        return ""
+    return f"{'' if low is None else low} … {'' if high is None else high}"
+
+
+def kinds_reference() -> None:
+    with st.expander("Trigger and strategy kinds, with their parameters"):
+        try:
+            st.dataframe(kinds_table(), hide_index=True, width="stretch")
+        except Exception as exc:  # the registry failing to load leaves the editors usable
+            st.error(common.readable_error(exc))
+
+
+def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The chosen configs as validated dicts, and whether every one is valid."""
+    from workbench.config import load_toml, parse_config
+
+    catalogue = available_presets()
+    if not catalogue:
+        st.warning("No presets available (workbench.presets is missing): write the configs as TOML below.")
+    chosen = st.multiselect("Presets", list(catalogue), default=[p for p in DEFAULT_PRESETS if p in catalogue],
+                            max_selections=MAX_CONFIGS, key="compare_presets")
+    custom = int(st.number_input("Configurations written as TOML", min_value=0, max_value=MAX_CUSTOM, value=0,
+                                 key="compare_custom"))
+    configs: list[dict[str, Any]] = []
+    valid = True
+    for name in chosen:
+        spec = {**catalogue[name], **window}
+        try:
+            parse_config(spec)
+            configs.append(spec)
+        except Exception as exc:  # a preset the registry rejects is shown, not raised
+            valid = False
+            st.error(f"preset {name}: {common.readable_error(exc)}")
+    if custom:
+        kinds_reference()
+        columns = st.columns(custom)
+        for n, column in enumerate(columns, start=1):
+            with column:
+                text = st.text_area(f"TOML config {n}", value=CUSTOM_TEMPLATE.format(n=n), height=220,
+                                    key=f"compare_toml_{n}")
+                try:
+                    spec = {**window, **load_toml(text)}
+                    spec["name"] = str(spec.get("name") or f"custom-{n}")
+                    parse_config(spec)
+                    configs.append(spec)
+                    st.caption("✓ valid")
+                except Exception as exc:  # the validation message goes under the editor
+                    valid = False
+                    st.error(common.readable_error(exc))
+    names = [c["name"] for c in configs]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        valid = False
+        st.error(f"Configuration names must differ: {', '.join(duplicates)} is used twice.")
+    if not MIN_CONFIGS <= len(configs) <= MAX_CONFIGS:
+        valid = False
+        st.info(f"Pick {MIN_CONFIGS} to {MAX_CONFIGS} configurations ({len(configs)} chosen).")
+    return configs, valid
+
+
+def run_replays(path: str, stamp: float, session_id: str, configs: Sequence[dict[str, Any]]) -> list[Any]:
+    results = []
+    progress = st.progress(0.0, text="Replaying…")
+    for done, spec in enumerate(configs, start=1):
+        try:
+            results.append(cached_replay(path, stamp, session_id, json.dumps(spec, sort_keys=True)))
+        except Exception as exc:  # one failing config is reported, the others still shown
+            st.error(f"{spec['name']}: {common.readable_error(exc)}")
+        progress.progress(done / len(configs), text=f"Replayed {done} of {len(configs)}")
+    progress.empty()
+    return results
+
+
+@st.fragment
+def charts_panel(results: Sequence[Any], limit: int) -> None:
+    from workbench.experiments import charts
+
+    _, calls, compactions = charts.frames_from_results(results)
+    st.plotly_chart(charts.token_curves(calls, compactions, context_limit=limit), key="compare_tokens",
+                    width="stretch")
+    st.plotly_chart(charts.cumulative_billed(calls), key="compare_billed", width="stretch")
+
+
+BEST_STYLE = "background-color: rgba(44, 160, 44, 0.25)"
+WORST_STYLE = "background-color: rgba(214, 39, 40, 0.18)"
+
+
+def _shade_by_direction(row: Any) -> list[str]:
+    """Best value of a row green, worst red, read in the metric's declared direction."""
+    import pandas as pd
+
+    direction = row["better"]
+    values = pd.to_numeric(row.drop("better"), errors="coerce")
+    styles = [""] * len(row)
+    if direction not in ("higher", "lower") or values.notna().sum() < 2 or values.nunique() < 2:
+        return styles
+    best = values.max() if direction == "higher" else values.min()
+    worst = values.min() if direction == "higher" else values.max()
+    for position, value in enumerate(values, start=1):
+        styles[position] = BEST_STYLE if value == best else WORST_STYLE if value == worst else ""
+    return styles
+
+
+@st.fragment
+def metrics_panel(results: Sequence[Any]) -> None:
+    from workbench.experiments import charts
+    from workbench.experiments.compare import metric_direction
+
+    frame, _, _ = charts.frames_from_results(results)
+    table = frame.drop(columns=["session_id", "repeat"]).set_index("config").T.astype("object")
+    table.insert(0, "better", [metric_direction(str(name)) for name in table.index])
+    st.subheader("Metrics")
+    st.caption("Green: the best configuration on that metric, red: the worst, in the direction the metric "
+               "declares (better column).")
+    st.dataframe(table.astype("string").style.apply(_shade_by_direction, axis=1), width="stretch",
+                 key="compare_metrics")
+
+
+def _show_messages(messages: Sequence[Any], key: str) -> None:
+    for position, message in enumerate(messages):
+        label = f"#{position} {message.role}" + (f" · {message.name}" if message.name else "") \
+            + f" · {len(message.text):,} characters"
+        with st.expander(label, expanded=False):
+            st.text(message.text or "(no text)")
+            for call in message.tool_calls:
+                st.caption(f"→ tool call {call.name} ({call.id})")
+                st.code(call.arguments, language="json", wrap_lines=True)
+
+
+@st.fragment
+def context_panel(results: Sequence[Any]) -> None:
+    st.subheader("Context at a call")
+    by_name = {r.config.name: r for r in results}
+    cols = st.columns(2)
+    name = cols[0].selectbox("Configuration", list(by_name), key="compare_context_config")
+    result = by_name[name]
+    if not result.calls:
+        st.info("This replay made no call.")
+        return
+    call = int(cols[1].number_input(f"Call (0 to {len(result.calls) - 1})", min_value=0,
+                                    max_value=len(result.calls) - 1, value=0, key=f"compare_call:{name}"))
+    messages = result.context_at(call)
+    record = result.calls[call]
+    st.caption(f"{len(messages)} messages · {record.context_tokens:,} tokens"
+               + (" · compacted just before" if record.compacted_before else ""))
+    _show_messages(messages, key=f"context:{name}:{call}")
+
+
+@st.fragment
+def summaries_panel(results: Sequence[Any]) -> None:
+    st.subheader("Summaries")
+    with_events = [r for r in results if r.compactions]
+    if not with_events:
+        st.info("No configuration compacted this session under this window.")
+        return
+    columns = st.columns(len(with_events))
+    for column, result in zip(columns, with_events, strict=True):
+        with column:
+            st.markdown(f"**{result.config.name}**")
+            if str(result.config.summarizer).startswith(OFFLINE_PREFIX):
+                st.caption(f"{result.config.summarizer}: the offline extractive baseline, not a language model")
+            labels = [f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
+                      for i, e in enumerate(result.compactions)]
+            index = int(st.selectbox("Compaction", range(len(labels)), format_func=labels.__getitem__,
+                                     key=f"compare_event:{result.config.name}"))
+            event = result.compactions[index]
+            if event.error:
+                st.error(f"failed: {event.error}" + (" (fell back)" if event.fell_back else ""))
+            if event.summary:
+                st.text(event.summary)
+            else:
+                st.caption("No summary text: this strategy drops or masks messages.")
+            before, after = result.compaction_contexts(index)
+            st.caption(f"{len(before)} messages in → {len(after)} out")
+            kept = {id(m) for m in after}
+            replaced = [m for m in before if id(m) not in kept]
+            if replaced:
+                with st.expander(f"What it replaced ({len(replaced)} messages)"):
+                    for message in replaced:
+                        st.caption(f"{message.role}" + (f" · {message.name}" if message.name else ""))
+                        st.text(message.text[:2000] + (" …" if len(message.text) > 2000 else ""))
+            measured = result.compaction_metrics[index] if index < len(result.compaction_metrics) else {}
+            if measured:
+                with st.expander("Quality of this compaction"):
+                    st.json({k: v for k, v in measured.items()}, expanded=True)
+
+
+def export_button(session_id: str, results: Sequence[Any], limit: int) -> None:
+    from workbench.experiments import charts
+    from workbench.experiments.export import report_html
+
+    frame, calls, compactions = charts.frames_from_results(results)
+    try:
+        report = report_html(f"Comparison on session {session_id}", frame, calls, compactions,
+                             summarizers=[str(r.config.summarizer) for r in results], context_limit=limit,
+                             meta=[("session", session_id), ("window", f"{limit:,} tokens")])
+    except Exception as exc:  # the page stays usable without the export
+        st.error(f"The report could not be built: {common.readable_error(exc)}")
+        return
+    st.download_button("Export the comparison (HTML)", report.encode(), file_name=f"compare-{session_id}.html",
+                       mime="text/html", key="compare_export")
+
+
+def page() -> None:
+    path = common.database_path()
+    st.title("Compare")
+    opened = common.open_overview(path)
+    if opened is None:
+        return
+    overview, stamp = opened
+    labels = {s["id"]: common.session_label(s) for s in overview["sessions"]}
+    session_id = st.selectbox("Session", list(labels), format_func=lambda key: labels[key], key="compare_session")
+    window = window_settings()
+    if window["summarizer"].startswith(OFFLINE_PREFIX):
+        st.caption(f"Summaries by {window['summarizer']}: the offline extractive baseline, not a language model.")
+    configs, valid = pick_configs(window)
+    request = {"session": session_id, "configs": configs, "stamp": stamp}
+    if st.button("Run replays", type="primary", disabled=not valid, key="compare_run"):
+        st.session_state["compare_request"] = request
+    last = st.session_state.get("compare_request")
+    if last is None:
+        st.info("Choose the configurations, then run the replays.")
+        return
+    if last != request:
+        st.caption("The settings changed since these replays: run them again to update.")
+    results = run_replays(path, last["stamp"], last["session"], last["configs"])
+    if not results:
+        return
+    limit = int(last["configs"][0]["context_limit"])
+    export_button(last["session"], results, limit)
+    charts_panel(results, limit)
+    metrics_panel(results)
+    context_panel(results)
+    summaries_panel(results)

@@ -1,0 +1,136 @@
+"""Plain data for the pages (no streamlit here): overviews, one session's messages, ad-hoc comparison frames.
+
+Every read opens the database read-only and closes it right after, so the app never holds DuckDB's
+lock between reruns (the CLI can import while the app is open).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+from workbench.db import default_path
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from workbench.session import Session
+
+#: Rows a console query returns at most (the page shows a table, not a dump).
+SQL_ROW_LIMIT = 10_000
+
+
+def db_path_from_args(argv: Sequence[str] | None = None) -> str:
+    """`--db PATH` from the script arguments (`streamlit run app.py -- --db PATH`), else the default."""
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--db", default=None)
+    args, _ = parser.parse_known_args(list(sys.argv[1:] if argv is None else argv))
+    return args.db or default_path()
+
+
+def stamp(path: str) -> float:
+    """Cache key part: the file's (and its WAL's) modification time."""
+    stamps = [os.path.getmtime(p) for p in (path, path + ".wal") if os.path.exists(p)]
+    return max(stamps) if stamps else 0.0
+
+
+def overview(path: str) -> dict[str, list[dict[str, Any]]]:
+    """Datasets, and sessions with their size in characters and their recorded compaction count."""
+    from workbench.store import Store
+
+    with Store(path, read_only=True) as store:
+        sessions = store.session_rows()
+        extra = {row[0]: row[1:] for row in store.connection.execute("""
+            SELECT s.id, coalesce(json_array_length(s.metadata -> '$.recorded_compactions'), 0),
+                   coalesce(m.chars, 0)
+            FROM sessions s LEFT JOIN (SELECT session_id, sum(length(coalesce(text, '')))::BIGINT AS chars
+                                       FROM message_texts GROUP BY session_id) m ON m.session_id = s.id""").fetchall()}
+        for row in sessions:
+            compactions, chars = extra.get(row["id"], (0, 0))
+            row["recorded_compactions"] = int(compactions)
+            row["characters"] = int(chars)
+        return {"datasets": store.dataset_rows(), "sessions": sessions}
+
+
+def load_session(path: str, session_id: str) -> Session:
+    from workbench.store import Store
+
+    with Store(path, read_only=True) as store:
+        return store.load_session(session_id)
+
+
+def _non_text_parts(content: Any) -> list[str]:
+    if not isinstance(content, tuple):
+        return []
+    return [str(p.get("type")) for p in content if isinstance(p, dict) and p.get("type") != "text"]
+
+
+def session_detail(session: Session, tokenizer: str = "heuristic") -> dict[str, Any]:
+    """One session as plain data: messages (role, text, tool calls, tokens and running total), the
+    recorded compactions by the message they precede, probes, tools, metadata."""
+    from workbench.tokens import message_tokens
+
+    messages = []
+    total = 0
+    for index, message in enumerate(session.messages):
+        tokens = message_tokens(message, tokenizer)
+        total += tokens
+        messages.append({
+            "index": index, "role": message.role, "text": message.text, "name": message.name,
+            "tool_call_id": message.tool_call_id, "importance": message.importance, "origin": message.origin,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
+            "non_text_parts": _non_text_parts(message.content), "tokens": tokens, "cumulative_tokens": total,
+        })
+    metadata = {k: v for k, v in session.metadata.items() if k != "recorded_compactions"}
+    return {"id": session.id, "dataset": session.dataset, "format": session.format, "messages": messages,
+            "recorded_compactions": [c.to_dict() for c in session.recorded_compactions],
+            "probes": [p.to_dict() for p in session.probes], "tools": [dict(t) for t in session.tools],
+            "metadata": metadata, "calls": session.calls, "tokens": total}
+
+
+def pretty_arguments(arguments: str) -> str:
+    try:
+        return json.dumps(json.loads(arguments), indent=2, ensure_ascii=False)
+    except ValueError:
+        return arguments
+
+
+def run_sql(path: str, sql: str, limit: int = SQL_ROW_LIMIT) -> tuple[pd.DataFrame, bool]:
+    """Run `sql` on a read-only connection with file access disabled and locked; (rows, truncated).
+
+    The connection cannot read or write files outside the database (`read_csv`, `COPY`, `ATTACH`,
+    extensions), cannot change that setting back, and cannot write to the database.
+    """
+    import duckdb
+
+    from workbench.errors import StoreError
+
+    try:
+        con = duckdb.connect(path, read_only=True,
+                             config={"enable_external_access": False, "lock_configuration": True})
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open {path} read-only: {exc}") from exc
+    try:
+        cursor = con.execute(sql)
+        if cursor.description is None:
+            import pandas as pd
+
+            return pd.DataFrame(), False
+        columns = [d[0] for d in cursor.description]
+        rows = cursor.fetchmany(limit + 1)
+        import pandas as pd
+
+        return pd.DataFrame(rows[:limit], columns=columns), len(rows) > limit
+    finally:
+        con.close()
+
+
+def table_names(path: str) -> list[str]:
+    """The tables and views a console query can read."""
+    frame, _ = run_sql(path, "SELECT table_name FROM information_schema.tables "
+                             "WHERE table_schema = 'main' ORDER BY table_name")
+    return [str(v) for v in frame["table_name"]] if len(frame) else []

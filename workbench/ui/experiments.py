@@ -1,0 +1,151 @@
+"""The Experiments page: stored runs, their leaderboard, cost versus quality, drill-down, paired comparisons.
+
+Runs are started with `workbench run SPEC` (or `wb.run_experiment`); this page reads what they stored.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import streamlit as st
+
+from workbench.ui import common, data
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+
+@st.cache_data(show_spinner=False, max_entries=8)
+def load_runs(path: str, stamp: float) -> pd.DataFrame:
+    from workbench.experiments import runs
+
+    return runs(path)
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_results(path: str, stamp: float, run_id: str) -> pd.DataFrame:
+    from workbench.experiments import results
+
+    return results(run_id, path)
+
+
+@st.cache_data(show_spinner=False, max_entries=32)
+def load_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None,
+                    b: str | None) -> pd.DataFrame:
+    from workbench.experiments import compare
+
+    configs = (a, b) if a is not None and b is not None else None
+    return compare(run_a, run_b, configs=configs, db=path).to_frame()
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def build_report(path: str, stamp: float, run_id: str) -> bytes:
+    """The run's self-contained HTML report (written by the library to a temporary file)."""
+    import tempfile
+
+    from workbench.experiments import export
+
+    with tempfile.TemporaryDirectory() as folder:
+        target = os.path.join(folder, "report.html")
+        export(run_id, "html", target, db=path)
+        with open(target, "rb") as handle:
+            return handle.read()
+
+
+def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None, b: str | None,
+                     key: str) -> None:
+    try:
+        table = load_comparison(path, stamp, run_a, run_b, a, b)
+    except Exception as exc:  # the comparison's own validation message
+        st.error(common.readable_error(exc))
+        return
+    st.caption("Cells paired on session and repeat; delta = B − A with its confidence interval.")
+    st.dataframe(table, hide_index=True, width="stretch", key=key)
+
+
+@st.fragment
+def comparison_panel(path: str, stamp: float, run_id: str, configs: list[str], other_runs: dict[str, str]) -> None:
+    st.subheader("Paired comparison")
+    mode = st.radio("Compare", ["two configurations of this run", "this run with another run"], horizontal=True,
+                    key=f"exp_mode:{run_id}")
+    if mode == "this run with another run":
+        if not other_runs:
+            st.info("There is no other run to compare with.")
+            return
+        other = st.selectbox("Run B", list(other_runs), format_func=lambda key: other_runs[key],
+                             key=f"exp_other:{run_id}")
+        _show_comparison(path, stamp, run_id, other, None, None, key=f"exp_runs_comparison:{run_id}")
+        return
+    if len(configs) < 2:
+        st.info("This run has a single configuration: nothing to pair.")
+        return
+    cols = st.columns(2)
+    a = cols[0].selectbox("A", configs, index=0, key=f"exp_a:{run_id}")
+    b = cols[1].selectbox("B", configs, index=1, key=f"exp_b:{run_id}")
+    if a == b:
+        st.info("Pick two different configurations.")
+        return
+    _show_comparison(path, stamp, run_id, None, a, b, key=f"exp_comparison:{run_id}")
+
+
+@st.fragment
+def report_panel(path: str, stamp: float, run_id: str) -> None:
+    if not st.button("Build the HTML report", key=f"exp_report:{run_id}"):
+        return
+    try:
+        report = build_report(path, stamp, run_id)
+    except Exception as exc:  # shown as a message
+        st.error(f"The report could not be built: {common.readable_error(exc)}")
+        return
+    st.download_button("Download the report", report, file_name=f"run-{run_id}.html", mime="text/html",
+                       key=f"exp_report_download:{run_id}")
+
+
+@st.fragment
+def drill_down_panel(results: Any, run_id: str, configs: list[str]) -> None:
+    st.subheader("Cells of a configuration")
+    config = st.selectbox("Configuration", configs, key=f"exp_drill:{run_id}")
+    st.dataframe(results[results["config"] == config].drop(columns=["run_id"]), hide_index=True, width="stretch")
+
+
+def page() -> None:
+    from workbench.experiments import charts
+
+    path = common.database_path()
+    st.title("Experiments")
+    if not os.path.exists(path):
+        st.info(f"No database at `{path}` yet: `workbench init --db {path}` creates it with the samples.")
+        return
+    stamp = data.stamp(path)
+    try:
+        runs = load_runs(path, stamp)
+    except Exception as exc:  # shown as a message
+        st.error(common.readable_error(exc))
+        return
+    if not len(runs):
+        st.info("No experiment run yet: `workbench run experiments/SPEC.toml` runs one into this database.")
+        return
+    st.dataframe(runs, hide_index=True, width="stretch", key="exp_runs")
+    labels = {str(r.id): f"{r.name} · {r.status} · {r.cells_done}/{r.cells_total} cells · {r.id}"
+              for r in runs.itertuples()}
+    run_id = st.selectbox("Run", list(labels), format_func=lambda key: labels[key], key="exp_run")
+    try:
+        results = load_results(path, stamp, run_id)
+    except Exception as exc:  # shown as a message
+        st.error(common.readable_error(exc))
+        return
+    if not len(results):
+        st.info("This run has no finished cell yet.")
+        return
+    configs = [str(c) for c in dict.fromkeys(results["config"])]
+    st.subheader("Leaderboard")
+    st.dataframe(charts.leaderboard(results), width="stretch", key=f"exp_leaderboard:{run_id}")
+    scatter = charts.cost_quality(results)
+    if scatter is None:
+        st.info("No quality metric in this run: the cost-versus-quality chart needs one (e.g. fact_retention).")
+    else:
+        st.plotly_chart(scatter, key=f"exp_scatter:{run_id}", width="stretch")
+    report_panel(path, stamp, run_id)
+    drill_down_panel(results, run_id, configs)
+    comparison_panel(path, stamp, run_id, configs, {k: v for k, v in labels.items() if k != run_id})
