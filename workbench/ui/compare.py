@@ -188,7 +188,7 @@ def _shade_by_direction(row: Any) -> list[str]:
     import pandas as pd
 
     direction = row["better"]
-    values = pd.to_numeric(row.drop("better"), errors="coerce")
+    values = pd.to_numeric(row.drop("better"), errors="coerce").astype("float64")  # NA -> NaN: never equal
     styles = [""] * len(row)
     if direction not in ("higher", "lower") or values.notna().sum() < 2 or values.nunique() < 2:
         return styles
