@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from app_support import build_database, page_script
@@ -95,3 +96,70 @@ def test_database_without_runs_says_how_to_start_one(tmp_path, monkeypatch):
     path = build_database(str(tmp_path / "wb.duckdb"))
     at = open_page(path, monkeypatch)
     assert any("workbench run" in i.value for i in at.info)
+
+
+TINY = """
+name = "app-launch"
+dataset = "generated"
+
+[defaults]
+context_limit = 3000
+max_output = 300
+
+[[config]]
+name = "masking"
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "observation_masking", keep_recent = 2 }
+"""
+
+
+def wait_for_jobs(at: AppTest, key: str = "exp_jobs") -> None:
+    """Wait for every launched job (bounded), then rerun the page until it has taken note of them."""
+    for job in at.session_state[key]:
+        assert job.wait(timeout=120), f"the {job.label} job did not finish"
+    for _ in range(3):
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        if all(job.announced for job in at.session_state[key]):
+            return
+    raise AssertionError("the page never took note of the finished job")
+
+
+def test_launching_a_pasted_spec_runs_in_a_worker_and_lists_the_run(tmp_path, monkeypatch):
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    at = open_page(path, monkeypatch)
+    assert any("workbench run" in i.value for i in at.info)
+    at.radio(key="exp_source").set_value("paste TOML").run()
+    at.text_area(key="exp_spec_text").input(TINY).run()
+    at.button(key="exp_launch").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    jobs = at.session_state["exp_jobs"]
+    assert [job.label for job in jobs] == ["app-launch"]
+    assert at.get("progress") or at.success  # the live bar, or the outcome when the worker was that quick
+    wait_for_jobs(at)
+    state = jobs[0].state()
+    assert state.error is None and state.progress.cells_total == 1 and state.progress.cells_done == 1
+    assert any("app-launch" in s.value and "1/1 cells" in s.value for s in at.success)
+    listed = at.dataframe[0].value
+    assert list(listed["name"]) == ["app-launch"]
+    assert list(listed["cells_done"]) == [1]
+
+
+def test_an_invalid_pasted_spec_is_a_readable_error(tmp_path, monkeypatch):
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    at = open_page(path, monkeypatch)
+    at.radio(key="exp_source").set_value("paste TOML").run()
+    at.text_area(key="exp_spec_text").input('name = "broken"\ndataset = "generated"\n[[config]]\nname = 3\n').run()
+    at.button(key="exp_launch").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert len(at.error) == 1 and at.error[0].value.startswith("The spec is not valid:")
+    assert "Traceback" not in at.error[0].value
+    assert not at.session_state["exp_jobs"]
+
+
+def test_the_shipped_specs_are_offered(tmp_path, monkeypatch):
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    at = open_page(path, monkeypatch)
+    offered = [Path(o).name for o in at.selectbox(key="exp_spec_file").options]
+    assert {"window-sweep.toml", "reference-designs.toml"} <= set(offered)

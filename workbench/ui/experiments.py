@@ -1,16 +1,29 @@
-"""The Experiments page: stored runs, their leaderboard, cost versus quality, drill-down, paired comparisons.
+"""The Experiments page: launch a spec, stored runs, their leaderboard, cost versus quality, drill-down,
+paired comparisons.
 
-Runs are started with `workbench run SPEC` (or `wb.run_experiment`); this page reads what they stored.
+A launch runs `run_experiment` in a worker thread (`workbench.ui.jobs`); a fragment refreshed every
+second shows its progress, and the page reruns once when it ends so the new run is listed. The worker
+holds DuckDB's write connection meanwhile: reads of the page that fail on the lock show the worker's
+progress instead. Runs can also be started with `workbench run SPEC`; this page reads what they stored.
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
 from workbench.ui import common, data
+from workbench.ui.jobs import Job
+
+#: Where the shipped experiment specs live (`experiments/*.toml` at the repository root).
+SHIPPED_SPECS = Path(__file__).resolve().parents[2] / "experiments"
+#: `st.session_state` key of this session's launched experiment jobs.
+JOBS_KEY = "exp_jobs"
+#: How many finished launches stay listed with their outcome.
+KEPT_JOBS = 5
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -109,6 +122,103 @@ def drill_down_panel(results: Any, run_id: str, configs: list[str]) -> None:
     st.dataframe(results[results["config"] == config].drop(columns=["run_id"]), hide_index=True, width="stretch")
 
 
+def spec_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The experiment specs (`*.toml`) of a folder, by name; none when the folder is missing."""
+    target = Path(folder)
+    return sorted(target.glob("*.toml")) if target.is_dir() else []
+
+
+def progress_fraction(progress: Any) -> float:
+    total = getattr(progress, "cells_total", 0) or 0
+    return min(1.0, max(0.0, progress.cells_done / total)) if total else 1.0
+
+
+def launched_jobs() -> list[Job]:
+    jobs: list[Job] = st.session_state.setdefault(JOBS_KEY, [])
+    return jobs
+
+
+def running() -> bool:
+    return any(not job.done for job in launched_jobs())
+
+
+def start_experiment(spec: Any, path: str) -> Job:
+    """Launch `run_experiment(spec)` into the database at `path` in a worker thread."""
+    from workbench.experiments import run_experiment
+
+    job = Job(spec.name, lambda report: run_experiment(spec, db=path, progress=report))
+    jobs = launched_jobs()
+    jobs.append(job)
+    finished = [j for j in jobs if j.done]
+    for old in finished[:max(0, len(finished) - KEPT_JOBS)]:
+        jobs.remove(old)
+    return job
+
+
+def launch_panel(path: str) -> None:
+    """Choose a shipped spec or paste one; validation errors show here, the run starts in a worker."""
+    from workbench.experiments import load_experiment
+
+    with st.expander("Launch an experiment", expanded=not running()):
+        source = st.radio("Spec", ["shipped spec", "paste TOML"], horizontal=True, key="exp_source")
+        spec_source: str | None
+        if source == "shipped spec":
+            files = spec_files(SHIPPED_SPECS)
+            if not files:
+                st.info(f"No spec in `{SHIPPED_SPECS}`: paste one instead.")
+                return
+            spec_source = str(st.selectbox("Shipped spec", [str(f) for f in files],
+                                           format_func=lambda f: Path(f).name, key="exp_spec_file"))
+        else:
+            spec_source = st.text_area("Experiment TOML", key="exp_spec_text", height=220,
+                                       placeholder='name = "my-grid"\ndataset = "samples"\n\n[[config]]\n...')
+        if not st.button("Run", key="exp_launch", type="primary"):
+            return
+        if not spec_source or not spec_source.strip():
+            st.error("The spec is empty: paste an experiment in TOML (name, dataset, [[config]] tables).")
+            return
+        text = spec_source if source == "shipped spec" else spec_source.strip() + "\n"
+        try:
+            spec = load_experiment(text)
+        except Exception as exc:  # the spec's own validation message
+            st.error(f"The spec is not valid: {common.readable_error(exc)}")
+            return
+        start_experiment(spec, path)
+
+
+def show_job(job: Job) -> None:
+    state = job.state()
+    if state.error is not None:
+        st.error(f"Run of {state.label} failed: {state.error}")
+    elif state.done:
+        run = state.result
+        st.success(f"Run of {state.label} {getattr(run, 'status', 'finished')}: {run.progress.line()} · {run.id}")
+    elif state.progress is None:
+        st.progress(0.0, text=f"{state.label}: starting…")
+    else:
+        st.progress(progress_fraction(state.progress), text=f"{state.label}: {state.progress.line()}")
+
+
+@st.fragment(run_every=1)
+def progress_panel() -> None:
+    """Live progress of the running launches; reruns the page once when one has ended."""
+    for job in launched_jobs():
+        show_job(job)
+    if any(job.done and not job.announced for job in launched_jobs()):
+        for job in launched_jobs():
+            job.announced = job.announced or job.done
+        st.rerun()
+
+
+def jobs_panel() -> None:
+    jobs = launched_jobs()
+    if any(not job.done or not job.announced for job in jobs):
+        progress_panel()
+    else:
+        for job in jobs:
+            show_job(job)
+
+
 def page() -> None:
     from workbench.experiments import charts
 
@@ -117,11 +227,16 @@ def page() -> None:
     if not os.path.exists(path):
         st.info(f"No database at `{path}` yet: `workbench init --db {path}` creates it with the samples.")
         return
+    launch_panel(path)
+    jobs_panel()
     stamp = data.stamp(path)
     try:
         runs = load_runs(path, stamp)
     except Exception as exc:  # shown as a message
-        st.error(common.readable_error(exc))
+        if running():
+            st.info("A launched experiment is writing to the database: the runs show when it has finished.")
+        else:
+            st.error(common.readable_error(exc))
         return
     if not len(runs):
         st.info("No experiment run yet: `workbench run experiments/SPEC.toml` runs one into this database.")
@@ -133,7 +248,10 @@ def page() -> None:
     try:
         results = load_results(path, stamp, run_id)
     except Exception as exc:  # shown as a message
-        st.error(common.readable_error(exc))
+        if running():
+            st.info("A launched experiment is writing to the database: this run shows when it has finished.")
+        else:
+            st.error(common.readable_error(exc))
         return
     if not len(results):
         st.info("This run has no finished cell yet.")

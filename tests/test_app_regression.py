@@ -1,0 +1,122 @@
+"""The Regression page over a real database and a spec written here: pass, then a broken baseline that fails
+with its failing checks first and its summary diff shown as text."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from app_support import HOSTILE, build_database, page_script
+from streamlit.testing.v1 import AppTest
+
+SPEC = """
+name = "tiny-gate"
+dataset = "generated"
+
+[defaults]
+context_limit = 3000
+max_output = 300
+
+[[config]]
+name = "masking"
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "observation_masking", keep_recent = 2 }
+
+[regress]
+billed_input_tokens = "+2%"
+compactions = 0
+summaries = "exact"
+"""
+
+
+@pytest.fixture(scope="module")
+def gate(tmp_path_factory):
+    """A database, a spec folder with the spec, its own baseline and a broken one."""
+    from workbench.experiments import regress
+
+    folder = tmp_path_factory.mktemp("regression")
+    path = build_database(str(folder / "wb.duckdb"))
+    specs = folder / "specs"
+    specs.mkdir()
+    spec = specs / "tiny-gate.toml"
+    spec.write_text(SPEC)
+    regress(str(spec), db=path, update=True)
+    own = specs / "baselines" / "tiny-gate.json"
+    broken = json.loads(own.read_text())
+    broken["metrics"]["masking"]["generated"]["billed_input_tokens"] /= 2
+    broken["summaries"] = {"masking": {"generated-12": [f"an old summary {HOSTILE}"]}}
+    (specs / "baselines" / "broken.json").write_text(json.dumps(broken))
+    return path, specs
+
+
+def open_page(path: str, specs, monkeypatch) -> AppTest:
+    monkeypatch.setenv("WORKBENCH_DB", path)
+    at = AppTest.from_string(page_script("regression"), default_timeout=120)
+    at.run()
+    at.text_input(key="reg_folder").input(str(specs)).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+    return at
+
+
+def check(at: AppTest) -> None:
+    """Click the check, wait for its worker (bounded), rerun until the page shows the report."""
+    at.button(key="reg_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    job = at.session_state["reg_job"]
+    assert job.wait(timeout=120), "the regression check did not finish"
+    for _ in range(3):
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        if job.announced:
+            return
+    raise AssertionError("the page never showed the finished check")
+
+
+def test_the_own_baseline_passes(gate, monkeypatch):
+    path, specs = gate
+    at = open_page(path, specs, monkeypatch)
+    assert at.selectbox(key="reg_spec").value.endswith("tiny-gate.toml")
+    assert at.selectbox(key="reg_baseline").value.endswith("tiny-gate.json")
+    check(at)
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.success) == 1 and at.success[0].value.startswith("PASS: tiny-gate")
+    checks = at.dataframe[0].value
+    assert list(checks["ok"]) == [True, True]
+    assert set(checks["metric"]) == {"billed_input_tokens", "compactions"}
+    assert not at.code
+
+
+def test_a_broken_baseline_fails_with_failures_first_and_the_summary_diff_as_text(gate, monkeypatch):
+    path, specs = gate
+    at = open_page(path, specs, monkeypatch)
+    at.selectbox(key="reg_baseline").set_value(str(specs / "baselines" / "broken.json")).run()
+    check(at)
+    assert len(at.error) == 1 and at.error[0].value.startswith("REGRESSION: tiny-gate, 1 of 2 metric checks failed")
+    checks = at.dataframe[0].value
+    assert list(checks["ok"]) == [False, True]
+    assert list(checks["metric"]) == ["billed_input_tokens", "compactions"]
+    assert len(at.code) == 1
+    diff = at.code[0]
+    assert diff.language == "diff"
+    assert f"-an old summary {HOSTILE}" in diff.value  # the planted HTML shown literally
+    assert all(HOSTILE not in m.value for m in at.markdown)
+
+
+def test_a_missing_baseline_says_how_to_write_it(gate, monkeypatch, tmp_path):
+    path, _ = gate
+    (tmp_path / "other.toml").write_text(SPEC.replace("tiny-gate", "other-gate"))
+    at = open_page(path, tmp_path, monkeypatch)
+    assert any("--update" in w.value for w in at.warning)
+    assert not at.button
+
+
+def test_an_invalid_spec_is_a_readable_error(gate, monkeypatch, tmp_path):
+    path, _ = gate
+    (tmp_path / "bad.toml").write_text('name = "bad"\n[[config]]\nname = 3\n')
+    monkeypatch.setenv("WORKBENCH_DB", path)
+    at = AppTest.from_string(page_script("regression"), default_timeout=120)
+    at.run()
+    at.text_input(key="reg_folder").input(str(tmp_path)).run()
+    assert not at.exception
+    assert len(at.error) == 1 and at.error[0].value.startswith("The spec is not valid:")

@@ -1,0 +1,134 @@
+"""The Regression page: a spec's current run against its baseline, failing metrics first, summary diffs.
+
+`regress` runs (or resumes) the spec's run in a worker thread (`workbench.ui.jobs`), so the page keeps
+answering and shows its progress; a second check of the same spec reuses the stored cells and is fast.
+Summary texts are shown as code blocks (text only, never HTML).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import streamlit as st
+
+from workbench.ui import common
+from workbench.ui.experiments import SHIPPED_SPECS, progress_fraction, spec_files
+from workbench.ui.jobs import Job
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pandas.io.formats.style import Styler
+
+#: `st.session_state` key of this session's regression job.
+JOB_KEY = "reg_job"
+FAIL_COLOUR = "background-color: rgba(214, 39, 40, 0.22)"
+PASS_COLOUR = "background-color: rgba(44, 160, 44, 0.15)"
+
+
+def checks_frame(report: Any) -> pd.DataFrame:
+    """One row per metric check of a RegressionReport, failing checks first."""
+    import pandas as pd
+
+    rows = [{"ok": d.ok, "config": d.config, "dataset": d.dataset, "metric": d.metric, "baseline": d.baseline,
+             "current": d.current, "tolerance": d.tolerance.describe()} for d in report.diffs]
+    frame = pd.DataFrame(rows, columns=["ok", "config", "dataset", "metric", "baseline", "current", "tolerance"])
+    return frame.sort_values("ok", kind="stable").reset_index(drop=True)
+
+
+def coloured(frame: pd.DataFrame) -> Styler:
+    return frame.style.apply(lambda row: [PASS_COLOUR if row["ok"] else FAIL_COLOUR] * len(row), axis=1)
+
+
+def baseline_choices(folder: Path, spec_file: Path) -> tuple[list[str], int]:
+    """The baselines beside the specs (`baselines/*.json`), and the index of the spec's own (by name)."""
+    from workbench.experiments import load_experiment
+    from workbench.experiments.regress import baseline_path
+
+    own = baseline_path(load_experiment(spec_file))
+    found = sorted((folder / "baselines").glob("*.json")) if (folder / "baselines").is_dir() else []
+    choices = [str(p) for p in found]
+    if str(own) not in choices:
+        choices.insert(0, str(own))
+    return choices, choices.index(str(own))
+
+
+def show_report(report: Any) -> None:
+    failures = report.failures
+    if report.ok:
+        st.success(f"PASS: {report.experiment}, all {len(report.diffs)} metric checks within tolerance "
+                   f"(run {report.run_id})")
+    else:
+        st.error(f"REGRESSION: {report.experiment}, {len(failures)} of {len(report.diffs)} metric checks failed"
+                 f", {len(report.summary_diffs)} summary snapshot(s) changed (run {report.run_id})")
+    st.caption(f"Baseline: {report.baseline_path}")
+    if report.diffs:
+        st.subheader("Metric checks")
+        st.dataframe(coloured(checks_frame(report)), hide_index=True, width="stretch", key="reg_checks")
+    if report.notes:
+        st.subheader("Notes")
+        for note in report.notes:
+            st.text(note)
+    if report.summary_diffs:
+        st.subheader("Summary diffs")
+        for item in report.summary_diffs:
+            st.text(f"{item.config} / session {item.session_id}")
+            st.code(item.diff, language="diff")
+
+
+def show_job(job: Job) -> None:
+    state = job.state()
+    if state.error is not None:
+        st.error(f"The regression check of {state.label} failed: {state.error}")
+    elif state.done:
+        show_report(state.result)
+    elif state.progress is None:
+        st.progress(0.0, text=f"{state.label}: starting…")
+    else:
+        st.progress(progress_fraction(state.progress), text=f"{state.label}: {state.progress.line()}")
+
+
+@st.fragment(run_every=1)
+def progress_panel(job: Job) -> None:
+    show_job(job)
+    if job.done:
+        job.announced = True
+        st.rerun()
+
+
+def page() -> None:
+    from workbench.experiments import regress
+
+    path = common.database_path()
+    st.title("Regression")
+    if not os.path.exists(path):
+        st.info(f"No database at `{path}` yet: `workbench init --db {path}` creates it with the samples.")
+        return
+    folder = Path(st.text_input("Spec folder", value=str(SHIPPED_SPECS), key="reg_folder"))
+    files = spec_files(folder)
+    if not files:
+        st.info(f"No experiment spec (`*.toml`) in `{folder}`.")
+        return
+    spec_file = Path(st.selectbox("Spec", [str(f) for f in files], format_func=lambda f: Path(f).name,
+                                  key="reg_spec"))
+    try:
+        choices, own = baseline_choices(folder, spec_file)
+    except Exception as exc:  # the spec's own validation message
+        st.error(f"The spec is not valid: {common.readable_error(exc)}")
+        return
+    baseline = str(st.selectbox("Baseline", choices, index=own, format_func=lambda f: Path(f).name,
+                                key="reg_baseline"))
+    job: Job | None = st.session_state.get(JOB_KEY)
+    busy = job is not None and not job.done
+    if not Path(baseline).is_file():
+        st.warning(f"No baseline at `{baseline}` yet: `workbench regress {spec_file} --update` writes it.")
+    elif st.button("Check against the baseline", key="reg_run", type="primary", disabled=busy):
+        job = Job(spec_file.stem, lambda report: regress(str(spec_file), baseline, db=path, progress=report))
+        st.session_state[JOB_KEY] = job
+    if job is None:
+        return
+    if not job.announced:
+        progress_panel(job)
+    else:
+        show_job(job)
