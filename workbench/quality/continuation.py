@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import difflib
 import json
-import re
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from workbench.quality.evaluator import evaluator_model, record_spend, transcript
+from workbench.quality.evaluator import evaluator_model, record_spend, reply_object, transcript
 from workbench.quality.facts import normalize_text
 from workbench.quality.trace import applied_events, context_at, memo, session_of
 from workbench.registry import register_metric
@@ -26,7 +25,6 @@ SYSTEM = """You are continuing the work of an AI coding agent whose session so f
 Decide the single next tool call the agent should make. Reply with one JSON object and nothing else: \
 {"tool": "<tool name>", "arguments": {<the call's arguments>}}."""
 
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
 def _arguments(text: str) -> dict[str, Any]:
@@ -39,14 +37,8 @@ def _arguments(text: str) -> dict[str, Any]:
 
 def parse_action(text: str) -> tuple[str, dict[str, Any]] | None:
     """(tool name, arguments) of a model's reply, or None when it is not the JSON asked for."""
-    match = _OBJECT.search(text or "")
-    if not match:
-        return None
-    try:
-        data = json.loads(match.group())
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or not isinstance(data.get("tool", data.get("name")), str):
+    data = reply_object(text)
+    if data is None or not isinstance(data.get("tool", data.get("name")), str):
         return None
     arguments = data.get("arguments", data.get("args", {}))
     if isinstance(arguments, str):

@@ -8,6 +8,8 @@ purpose (`probe`, `judge`, `continuation`), apart from the summarizer's.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -63,3 +65,18 @@ def render(message: Message) -> str:
 def transcript(messages: Sequence[Message], limit: int = MAX_TRANSCRIPT_CHARS) -> str:
     """The messages as one text for a model (long messages and long transcripts clipped in the middle)."""
     return _clip("\n\n".join(render(m) for m in messages), limit)
+
+
+_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
+
+
+def reply_object(text: str | None) -> dict[str, Any] | None:
+    """The JSON object in a model's reply (the outermost braces), or None when there is none."""
+    match = _OBJECT.search(text or "")
+    if not match:
+        return None
+    try:
+        data = json.loads(match.group())
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None

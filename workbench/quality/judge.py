@@ -10,11 +10,9 @@ run, the mean over compactions. A reply that is not such an object scores None f
 
 from __future__ import annotations
 
-import json
-import re
 from typing import Any, ClassVar
 
-from workbench.quality.evaluator import evaluator_model, record_spend, transcript
+from workbench.quality.evaluator import evaluator_model, record_spend, reply_object, transcript
 from workbench.quality.trace import applied_events, compaction_contexts, memo
 from workbench.registry import register_metric
 
@@ -34,19 +32,12 @@ REPLACEMENT against the ORIGINAL on six dimensions, each an integer from 0 (usel
 Reply with one JSON object and nothing else, e.g. {"accuracy": 4, "context_awareness": 3, "artifact_trail": 5, \
 "completeness": 2, "continuity": 3, "instruction_following": 5}."""
 
-_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
 
 
 def parse_scores(text: str) -> dict[str, float] | None:
     """The six 0-5 scores of a judge's reply (clamped), or None when the reply lacks any of them."""
-    match = _OBJECT.search(text or "")
-    if not match:
-        return None
-    try:
-        data = json.loads(match.group())
-    except ValueError:
-        return None
-    if not isinstance(data, dict):
+    data = reply_object(text)
+    if data is None:
         return None
     scores: dict[str, float] = {}
     for name in DIMENSIONS:
