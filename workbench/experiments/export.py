@@ -21,28 +21,19 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import ConfigError, StoreError
+from workbench.errors import ConfigError
 from workbench.experiments import charts
 from workbench.experiments import results as tables
 from workbench.experiments.compare import metric_direction
+from workbench.extractive import is_offline_baseline
 
 if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS = ("csv", "parquet", "json", "html")
 LEVELS = ("cells", "calls", "compactions")
-OFFLINE_MODEL_PREFIX = "workbench/"
 MAX_REPORT_SESSIONS = 4
 MAX_REPORT_SUMMARIES = 200
-
-
-def _connect(db: str | None) -> Any:
-    from workbench import db as database
-
-    path = os.fspath(db) if db is not None else database.default_path()
-    if path != ":memory:" and not os.path.exists(path):
-        raise StoreError(f"database {path} does not exist")
-    return database.connect(path)
 
 
 def _frames(con: Any, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
@@ -93,7 +84,7 @@ def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | Non
     if level not in LEVELS:
         raise ConfigError(f"unknown level {level!r}; valid: {', '.join(LEVELS)}")
     target = Path(path)
-    con = _connect(db)
+    con = tables.connect_existing(db)
     try:
         run_id = tables.resolve_run_id(con, run_id)
         if format in ("csv", "parquet"):
@@ -209,7 +200,7 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
     if meta:
         parts.append("<p class=\"meta\">" + " · ".join(f"{html.escape(k)}: {html.escape(str(v))}" for k, v in meta)
                      + "</p>")
-    offline = sorted({m for m in summarizers if str(m).startswith(OFFLINE_MODEL_PREFIX)})
+    offline = sorted({m for m in summarizers if is_offline_baseline(m)})
     if offline:
         parts.append(f"<div class=\"banner\">Summaries by {html.escape(', '.join(offline))}: the offline extractive "
                      "baseline, not a language model. Read its quality figures as a floor, not as a model's.</div>")

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
@@ -82,6 +83,13 @@ def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None
     return value
+
+
+def connect_existing(db: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnection:
+    """A connection to an existing database (`db`, else the default path); a missing one is an error."""
+    from workbench import db as database
+
+    return database.connect(os.fspath(db) if db is not None else database.default_path(), create=False)
 
 
 def start_run(con: duckdb.DuckDBPyConnection, run_id: str, *, name: str, kind: str, spec: Mapping[str, Any],

@@ -431,18 +431,9 @@ def _count_calls(state: RunProgress, result: ReplayResult) -> None:
         state.model_calls += int(metrics.get(key) or 0)
 
 
-def _connect_read(db: str | None) -> Any:
-    from workbench import db as database
-
-    path = os.fspath(db) if db is not None else database.default_path()
-    if path != ":memory:" and not os.path.exists(path):
-        raise StoreError(f"database {path} does not exist")
-    return database.connect(path)
-
-
 def results(run_id: str, db: str | None = None) -> pd.DataFrame:
     """The results of a run: one row per cell (session × config × repeat), every metric a column."""
-    con = _connect_read(db)
+    con = tables.connect_existing(db)
     try:
         return tables.results_frame(con, tables.resolve_run_id(con, run_id))
     finally:
@@ -451,7 +442,7 @@ def results(run_id: str, db: str | None = None) -> pd.DataFrame:
 
 def runs(db: str | None = None) -> pd.DataFrame:
     """Every stored run, newest first, with its status and how many cells are done."""
-    con = _connect_read(db)
+    con = tables.connect_existing(db)
     try:
         return tables.runs_frame(con)
     finally:
@@ -460,9 +451,7 @@ def runs(db: str | None = None) -> pd.DataFrame:
 
 def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | None = None) -> str:
     """Store a single replay as a one-cell run (`workbench replay --save`); returns the run id."""
-    con = _connect_read(db) if db is None or os.path.exists(os.fspath(db)) else None
-    if con is None:
-        raise StoreError(f"database {db} does not exist")
+    con = tables.connect_existing(db)
     try:
         config = result.config.to_dict()
         digest = hashlib.sha256(json.dumps([result.session_id, config], sort_keys=True, default=str).encode())
