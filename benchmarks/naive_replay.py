@@ -15,7 +15,10 @@ from workbench.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, _image_parts, count
 
 
 class NaiveReplay(_Replay):
-    """Counts every message of the context from its text at every change, with no cache."""
+    """Counts every message of the context from its text at every change, with no cache, and asks
+    the trigger at every call (never skipping ahead with `firing_mask`)."""
+
+    jump = False
 
     def _count(self, messages: Sequence[Message]) -> int:
         return sum(self.tokenizer.count(counted_text(m)) + IMAGE_TOKENS * _image_parts(m) + MESSAGE_OVERHEAD

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pickle
 from dataclasses import dataclass
 from typing import ClassVar
 
@@ -412,3 +413,100 @@ def test_non_llm_kinds_match_the_naive_recount_with_tool_schemas(trigger, strate
     fast, slow = replay(session, config(trigger, strategy)), naive_replay(session, config(trigger, strategy))
     assert fast.calls == slow.calls and fast.metrics == slow.metrics
     assert [fast.context_at(i) for i in range(len(fast.calls))] == [slow.context_at(i) for i in range(len(slow.calls))]
+
+
+# -- the engine's skip-ahead (`firing_mask`) against the naive per-call walk ---------------------
+
+def multi_model_session(n_steps: int = 30) -> wb.Session:
+    """A conversation whose calls alternate between two models, with some length stops."""
+    messages = []
+    for index, message in enumerate(conversation(n_steps, result_chars=1500)):
+        if message.role == "assistant":
+            metadata = {"model": "model-a" if index % 3 else "model-b"}
+            if index % 7 == 0:
+                metadata["finish_reason"] = "length"
+            message = message.replace(metadata=metadata)
+        messages.append(message)
+    return wb.Session.from_messages(messages)
+
+
+@wb.register_trigger("every_fourth_call_test")
+@dataclass(frozen=True)
+class EveryFourthCall:
+    """A user trigger without `firing_mask`: the engine must ask it at every call."""
+
+    def should_compact(self, view):
+        return view.call_index % 4 == 0
+
+    def notify_compacted(self, view):
+        pass
+
+
+@pytest.mark.parametrize("trigger", [
+    {"kind": "utilization", "ratio": 0.5},
+    {"kind": "utilization", "ratio": 0.35, "reactive": False},
+    {"kind": "guard", "warn_threshold": 0.6, "hard_limit": 15_000, "min_available": 2_000},
+    {"kind": "token_threshold", "threshold": 9_000},
+    {"kind": "stat_threshold", "counters": {"input_tokens": 40_000, "iterations": 9}},
+    {"kind": "stat_threshold", "counters": {"input_tokens_for:model-a": 30_000}},
+    {"kind": "stat_threshold", "gauges": {"context_steps": 12, "tokens_last_call": 12_000}},
+    {"kind": "pressure", "turns": 6},
+    {"kind": "pressure", "turns": 0, "tokens": 6_000},
+    {"kind": "any", "triggers": [{"kind": "stat_threshold", "counters": {"output_tokens": 150}},
+                                 {"kind": "utilization", "ratio": 0.7}]},
+    {"kind": "all", "triggers": [{"kind": "guard", "hard_limit": 14_000}, {"kind": "pressure", "turns": 3}]},
+    {"kind": "any", "triggers": [{"kind": "every_fourth_call_test"}, {"kind": "utilization"}]},
+    {"kind": "every_fourth_call_test"},
+], ids=lambda spec: str(spec)[:70])
+@pytest.mark.parametrize("strategy", [{"kind": "sliding_window", "window": 6},
+                                      {"kind": "observation_masking", "keep_recent": 3}],
+                         ids=lambda spec: spec["kind"])
+def test_skipping_ahead_gives_the_naive_walk_s_result(trigger, strategy):
+    session = multi_model_session()
+    fast, slow = replay(session, config(trigger, strategy)), naive_replay(session, config(trigger, strategy))
+    assert (fast.termination, fast.error) == (slow.termination, slow.error)
+    assert fast.calls == slow.calls and list(fast.calls) == list(slow.calls)
+    assert [(e.call_index, e.tokens_before, e.tokens_after, e.messages_after) for e in fast.compactions] == \
+        [(e.call_index, e.tokens_before, e.tokens_after, e.messages_after) for e in slow.compactions]
+    assert fast.metrics == slow.metrics
+    assert [fast.context_at(i) for i in range(len(fast.calls))] == [slow.context_at(i) for i in range(len(slow.calls))]
+    assert fast.final_context == slow.final_context
+
+
+def test_skipping_ahead_through_an_overflow_ends_where_the_walk_does():
+    session = session_of(30, result_chars=3000)
+    spec = config({"kind": "token_threshold", "threshold": 0}, {"kind": "sliding_window", "window": 4})
+    fast, slow = replay(session, spec), naive_replay(session, spec)
+    assert fast.termination == slow.termination == "context_overflow"
+    assert fast.error == slow.error and fast.calls == slow.calls
+
+
+def test_call_records_are_columns_that_read_as_a_list_of_records():
+    session = session_of(12)
+    result = replay(session, config({"kind": "pressure", "turns": 5}, {"kind": "sliding_window", "window": 3}))
+    calls = result.calls
+    records = list(calls)
+    assert all(isinstance(c, wb.CallRecord) for c in records)
+    assert calls == records and records == list(calls) and calls != records[:-1]
+    assert calls[-1] == records[-1] and calls[3] == records[3] and calls[2:4] == records[2:4]
+    with pytest.raises(IndexError):
+        calls[len(records)]
+    assert [c.index for c in calls] == list(range(len(records)))
+    assert calls.column("context_tokens") == [c.context_tokens for c in records]
+    assert pickle.loads(pickle.dumps(calls)) == calls
+    frame = result.to_frame()
+    assert frame["context_tokens"].tolist() == [c.context_tokens for c in records]
+    assert frame["compacted_before"].tolist() == [c.compacted_before for c in records]
+    assert result.context_at(-1) == result.context_at(len(records) - 1)
+    with pytest.raises(IndexError):
+        result.context_at(len(records))
+
+
+def test_context_at_follows_each_compaction_s_new_context():
+    session = session_of(20)
+    result = replay(session, config({"kind": "pressure", "turns": 6}, {"kind": "sliding_window", "window": 3}))
+    for index, event in enumerate(result.compactions):
+        assert result.context_at(event.call_index)[:len(result.compaction_contexts(index)[1])] == \
+            result.compaction_contexts(index)[1]
+    assert [len(result.context_at(i)) for i in range(len(result.calls))] == \
+        [c.context_messages for c in result.calls]

@@ -6,13 +6,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from builders import ScriptedSummarizer, agent_turns, system, tool, user
+from builders import ScriptedSummarizer, agent_turns, conversations, system, tool, user
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError, SummarizerError
 from workbench.registry import build_strategy, register_strategy, spec_of
-from workbench.session import Message, tool_pairing_problems
-from workbench.strategies.common import keep_last_fraction
+from workbench.session import Message, Step, ToolCall, group_steps, split_leading_system, tool_pairing_problems
+from workbench.strategies.common import keep_last_fraction, steps_of
 from workbench.strategies.composite import GuardSelect, Pipeline, severity_of
 
 
@@ -270,3 +272,43 @@ def test_already_built_strategies_are_accepted() -> None:
     assert spec_of(pipeline) == {"kind": "pipeline", "steps": [{"kind": "hard_clear", "keep_recent": 2}]}
     messages = [system(), *agent_turns(3), tool("x", "stray")][:-1]
     assert len(pipeline.compact(Context(tuple(messages)), CompactionEnv())) == 3
+
+
+# ------------------------------------------------------------------------------------------------
+# the steps of a strategy's result are known without grouping it again (`common.steps_of`)
+
+FIRST_STEPS = [{"kind": "tool_result_truncation", "max_chars": 100},
+               {"kind": "observation_masking", "keep_recent": 2},
+               {"kind": "clear_tool_uses", "keep": 1, "clear_inputs": True},
+               {"kind": "sliding_window", "window": 3},
+               {"kind": "hard_clear", "keep_recent": 3},
+               {"kind": "trim", "keep_recent_turns": 1},
+               {"kind": "_test_append_marker"}]
+SECOND_STEPS = [{"kind": "sliding_window", "window": 3}, {"kind": "hard_clear", "keep_recent": 4},
+                {"kind": "trim", "keep_recent_turns": 2}, {"kind": "observation_masking", "keep_recent": 1}]
+
+
+@settings(max_examples=80, deadline=None)
+@given(conversations(), st.sampled_from(FIRST_STEPS), st.sampled_from(SECOND_STEPS), conversations(max_steps=4))
+def test_known_steps_equal_a_fresh_grouping(messages, first, second, appended):
+    context = Context(tuple(messages))
+    out = build_strategy(first).compact(context, CompactionEnv())
+    later = Context((*out, *(m for m in appended if m.role != "system")))  # as the replay appends messages
+    for known in (Context(tuple(out)), later):
+        assert steps_of(known) == group_steps(split_leading_system(known.messages)[1])
+        assert all(a is b for s, t in zip(steps_of(known), known.steps, strict=True)
+                   for a, b in zip(s.messages, t.messages, strict=True))
+    expected = build_strategy(second).compact(Context(tuple(out)), CompactionEnv())
+    piped = Pipeline(steps=(build_strategy(first), build_strategy(second))).compact(Context(tuple(messages)),
+                                                                                    CompactionEnv())
+    assert piped == expected
+
+
+def test_a_stray_tool_result_next_to_a_call_after_a_drop_is_grouped_afresh():
+    call = Message(role="assistant", content=None, importance=10,
+                   tool_calls=(ToolCall(id="c1", name="bash", arguments="{}"),))
+    answer = Message(role="tool", content="late result", tool_call_id="c1")
+    messages = [call, user("in between"), answer]  # the result is a step of its own (malformed input)
+    out = build_strategy({"kind": "hard_clear", "keep_recent": 1}).compact(Context(tuple(messages)), CompactionEnv())
+    assert out == [call, answer]
+    assert steps_of(Context(tuple(out))) == group_steps(out) == [Step((call, answer))]

@@ -11,6 +11,7 @@ from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
 from workbench.registry import build_strategy, spec_of
 from workbench.session import Message, ToolCall, tool_pairing_problems
+from workbench.strategies import common
 from workbench.strategies.tools import CLEARED_ARGUMENTS, TRUNCATION_MARKER
 
 
@@ -238,12 +239,62 @@ def test_tool_kinds_keep_identity_when_nothing_to_do():
         assert changed(messages, result) == []
 
 
-def test_tool_kinds_are_linear_on_a_long_context():
-    import time
+# ------------------------------------------------------------------------------------------------
+# derived messages are built once per original message and parameters
 
-    messages = session(*[step(i, chars=1500, tools=("read_file", "bash")) for i in range(2000)])
-    env = CompactionEnv()
-    for spec in ("tool_result_truncation", "observation_masking", {"kind": "clear_tool_uses", "clear_inputs": True}):
-        started = time.perf_counter()
-        build_strategy(spec).compact(Context(messages), env)
-        assert time.perf_counter() - started < 1.0
+
+REWRITING_SPECS = [
+    {"kind": "tool_result_truncation", "max_chars": 100},
+    {"kind": "observation_masking", "keep_recent": 1},
+    {"kind": "clear_tool_uses", "keep": 1, "clear_inputs": True},
+]
+
+
+@pytest.mark.parametrize("spec", REWRITING_SPECS, ids=lambda s: s["kind"])
+def test_compacting_again_returns_the_very_same_derived_messages(spec):
+    messages = session(step(0, chars=2000), step(1, chars=2000), step(2, chars=2000))
+    first = run(spec, messages)
+    assert changed(messages, first)
+    env = CompactionEnv(tokenizer="cl100k_base")
+    counted = env.tokens(first)
+    again = run(dict(spec), list(messages))  # a new strategy with the same parameters, a new context
+    assert changed(first, again) == []
+    assert all("cl100k_base" in m._token_cache for m in again)  # their counts are not computed again
+    assert env.tokens(again) == counted
+
+
+def test_derived_messages_depend_on_the_parameters():
+    messages = session(step(0, chars=2000))
+    short = run({"kind": "tool_result_truncation", "max_chars": 100}, messages)[3]
+    long = run({"kind": "tool_result_truncation", "max_chars": 500}, messages)[3]
+    assert len(short.text) < len(long.text)
+    masked = run({"kind": "observation_masking", "keep_recent": 0, "placeholder": "[{tool} hidden]"}, messages)[3]
+    cleared = run({"kind": "clear_tool_uses", "keep": 0, "placeholder": "[{tool} hidden]"}, messages)[3]
+    assert masked.text == cleared.text == "[read_file hidden]"
+    assert (masked.metadata["compaction"], cleared.metadata["compaction"]) == ("masked", "cleared")
+
+
+def test_the_placeholder_names_the_tool_of_the_step_the_result_is_in():
+    result = Message(role="tool", content="x" * 500, tool_call_id="c1")  # no name: the call names the tool
+    spec = {"kind": "observation_masking", "keep_recent": 0, "placeholder": "[{tool} hidden]"}
+    texts = [run(spec, [user("go"), assistant("", calls=(("c1", name),)), result])[2].text for name in ("grep", "bash")]
+    assert texts == ["[grep hidden]", "[bash hidden]"]
+
+
+def test_the_derived_memo_does_not_keep_messages_alive():
+    import gc
+    import weakref
+
+    messages = session(step(0, chars=2000))
+    original = weakref.ref(messages[3])
+    derived_ref = weakref.ref(run({"kind": "observation_masking", "keep_recent": 0}, messages)[3])
+    assert original() is not None
+    del messages
+    common._GROUPED.clear()  # the step memo holds the last few contexts (bounded) on purpose
+    gc.collect()
+    assert original() is None and derived_ref() is None
+
+
+def test_truncation_spares_a_lone_pinned_step():
+    messages = [assistant("reading", calls=(("c", "read_file"),), importance=10), tool("c", "x" * 5000)]
+    assert changed(messages, run({"kind": "tool_result_truncation", "max_chars": 100}, messages)) == []

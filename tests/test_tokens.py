@@ -9,7 +9,14 @@ import pytest
 from builders import assistant
 
 import workbench as wb
-from workbench.tokens import MESSAGE_OVERHEAD, message_tokens, messages_tokens, prime
+from workbench.tokens import (
+    MESSAGE_OVERHEAD,
+    PARALLEL_MIN_CHARS,
+    balanced_shares,
+    message_tokens,
+    messages_tokens,
+    prime,
+)
 
 
 @pytest.mark.parametrize("text, expected", [("hello world", 2), ("hi", 1), ("", 0), ("a" * 400, 100)])
@@ -58,3 +65,47 @@ def test_prime_batches_the_same_counts_as_one_by_one():
 def test_unknown_tokenizer_lists_the_valid_ones():
     with pytest.raises(wb.ConfigError, match="valid: heuristic"):
         wb.get_tokenizer("sentencepiece")
+
+
+class CountingTokenizer:
+    """len/4 that records every batch it is asked to count."""
+
+    name = "counting"
+
+    def __init__(self) -> None:
+        self.batches: list[list[str]] = []
+
+    def count(self, text: str) -> int:
+        return len(text) // 4
+
+    def count_batch(self, texts):
+        self.batches.append(list(texts))
+        return [self.count(t) for t in texts]
+
+
+def test_prime_counts_equal_texts_once_and_only_uncounted_messages():
+    tok = CountingTokenizer()
+    messages = [wb.Message(role="tool", content="same output " * 50, tool_call_id=f"c{i}") for i in range(5)]
+    messages.append(wb.Message(role="user", content="another text"))
+    prime(messages[:1], tok)
+    prime(messages, tok)
+    assert tok.batches == [["same output " * 50], ["same output " * 50, "another text"]]
+    assert [m._token_cache["counting"] for m in messages] == [150 + MESSAGE_OVERHEAD] * 5 + [3 + MESSAGE_OVERHEAD]
+
+
+@pytest.mark.parametrize("sizes, n", [([5, 1, 1, 1, 1, 1], 2), ([3] * 7, 3), ([10], 2), ([], 2), ([0, 0, 9, 4], 4)])
+def test_balanced_shares_split_every_index_once_into_even_loads(sizes, n):
+    shares = balanced_shares(sizes, n)
+    assert len(shares) == n
+    assert sorted(i for share in shares for i in share) == list(range(len(sizes)))
+    loads = [sum(sizes[i] for i in share) for share in shares]
+    assert max(loads) - min(loads) <= max(sizes, default=0)
+
+
+@pytest.mark.parametrize("encoding", ["cl100k_base", "o200k_base"])
+def test_parallel_batches_count_exactly_as_one_by_one(encoding):
+    texts = [f"def f_{i}(x):\n    return x * {i}  # ünïcode ✓\n" * (i % 40 + 1) for i in range(300)]
+    texts += ["", "\ud800 lone surrogate"]
+    assert sum(map(len, texts)) > PARALLEL_MIN_CHARS
+    tok = wb.get_tokenizer(encoding)
+    assert tok.count_batch(texts) == [tok.count(t) for t in texts]

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pytest
 from builders import assistant, system, tool, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from workbench.compaction import TriggerView, trigger_severity
+from workbench.compaction import CallSpan, TriggerView, first_true, trigger_severity
 from workbench.errors import ConfigError
 from workbench.registry import build_trigger, kinds, spec_of
 from workbench.session import Message, ToolCall
@@ -572,3 +573,99 @@ def test_utilization_matches_its_definition(ratio, limit, system, max_output, me
     expected = messages > 0 if room <= 0 else messages / room > ratio  # no room: any message is too much
     assert trigger.should_compact(v) is expected
 
+
+
+# ------------------------------------------------------------------------------------------------
+# firing_mask: the engine's skip-ahead must decide exactly as should_compact does, call by call.
+
+MASKED_TRIGGERS = [
+    {"kind": "utilization", "ratio": 0.8},
+    {"kind": "utilization", "ratio": 1.0, "reactive": False},
+    {"kind": "utilization", "ratio": 0.3},
+    {"kind": "guard", "warn_threshold": 0.8, "hard_limit": 30_000},
+    {"kind": "guard", "warn_threshold": 0.95, "hard_limit": 30_000, "min_available": 4_000},
+    {"kind": "token_threshold", "threshold": 20_000},
+    {"kind": "token_threshold", "threshold": 0},
+    {"kind": "pressure", "turns": 7},
+    {"kind": "stat_threshold", "counters": {"iterations": 5}},
+    {"kind": "stat_threshold", "counters": {"input_tokens": 150_000, "output_tokens": 3_000}},
+    {"kind": "stat_threshold", "counters": {"compactions": 1, "unknown_counter": 2}},
+    {"kind": "stat_threshold", "gauges": {"context_messages": 40, "context_steps": 30}},
+    {"kind": "stat_threshold", "gauges": {"context_*": 25_000, "tokens_last_call": 28_000, "other": 1}},
+    {"kind": "any", "triggers": [{"kind": "pressure", "turns": 9}, {"kind": "guard", "hard_limit": 25_000}]},
+    {"kind": "all", "triggers": [{"kind": "utilization", "ratio": 0.5},
+                                 {"kind": "stat_threshold", "counters": {"iterations": 4}}]},
+]
+
+
+def span_and_views(first_call: int, steps: list[tuple[int, int, int]], *, system_tokens: int, compactions: int,
+                   finish: list[str | None]) -> tuple[Any, list[TriggerView]]:
+    """A CallSpan and the per-call views the engine would build for the same calls.
+
+    `steps`: per call, (tokens the context grew by before it, messages added, completion tokens).
+    """
+    import numpy as np
+
+    tokens, messages, stepsn, last, inputs, outputs = [], [], [], [], [], []
+    context, count, step_count, spent, total_in, total_out = system_tokens + 500, 3, 2, 0, 1_000, 100
+    for grew, added, completion in steps:
+        context, count, step_count = context + grew, count + added, step_count + max(1, added - 1)
+        tokens.append(context)
+        messages.append(count)
+        stepsn.append(step_count)
+        last.append(spent)
+        inputs.append(total_in)
+        outputs.append(total_out)
+        spent, total_in, total_out = context + completion, total_in + context, total_out + completion
+    reasons = [finish[i % len(finish)] for i in range(len(steps))]
+    columns = {"context_messages": np.array(messages), "context_steps": np.array(stepsn),
+               "tokens_last_call": np.array(last), "input_tokens": np.array(inputs),
+               "output_tokens": np.array(outputs), "last_finish_reasons": reasons}
+    span = CallSpan(first_call=first_call, context_tokens=np.array(tokens), system_tokens=system_tokens,
+                    compactions=compactions, context_limit=32_000, max_output=2_000, columns=columns.__getitem__)
+    views = [TriggerView(call_index=first_call + i,
+                         counters={"iterations": first_call + i, "input_tokens": inputs[i], "output_tokens": outputs[i],
+                                   "compactions": compactions, "input_tokens_for:m": inputs[i]},
+                         gauges={"context_messages": messages[i], "context_steps": stepsn[i],
+                                 "context_tokens": tokens[i], "tokens_last_call": last[i]},
+                         context_limit=32_000, max_output=2_000, system_tokens=system_tokens,
+                         last_finish_reason=reasons[i], reactive=reasons[i] == "length")
+             for i in range(len(steps))]
+    return span, views
+
+
+@pytest.mark.parametrize("spec", MASKED_TRIGGERS, ids=lambda spec: str(spec)[:60])
+@settings(max_examples=25, deadline=None)
+@given(first_call=st.integers(1, 12), system_tokens=st.sampled_from([0, 1_200, 29_500, 30_500]),
+       compactions=st.integers(0, 2), notified=st.booleans(),
+       steps=st.lists(st.tuples(st.integers(0, 3_000), st.integers(1, 4), st.integers(0, 900)), min_size=1,
+                      max_size=40))
+def test_firing_mask_agrees_with_should_compact_at_every_call(spec, first_call, system_tokens, compactions,
+                                                              notified, steps):
+    trigger = build_trigger(spec)
+    span, views = span_and_views(first_call, steps, system_tokens=system_tokens, compactions=compactions,
+                                 finish=[None, "stop", "length"])
+    if notified:  # stat_threshold's snapshots move the counters' origin
+        trigger.notify_compacted(views[len(views) // 2])
+    expected = [trigger.should_compact(v) for v in views]
+    assert [bool(x) for x in trigger.firing_mask(span)] == expected
+
+
+@pytest.mark.parametrize("spec", [
+    {"kind": "pressure", "turns": 4, "tokens": 9_000},
+    {"kind": "stat_threshold", "counters": {"input_tokens_for:*": 1_000}},
+    {"kind": "stat_threshold", "counters": {"input*": 1_000}},
+    {"kind": "any", "triggers": [{"kind": "guard"}, {"kind": "pressure", "tokens": 500}]},
+])
+def test_triggers_that_need_the_per_call_path_say_so(spec):
+    span, _ = span_and_views(1, [(100, 2, 10)], system_tokens=0, compactions=0, finish=[None])
+    with pytest.raises(NotImplementedError):
+        build_trigger(spec).firing_mask(span)
+
+
+def test_first_true_finds_the_first_marked_call():
+    import numpy as np
+
+    assert first_true(np.array([False, False, True, True])) == 2
+    assert first_true(np.array([False, False])) is None
+    assert first_true(np.array([], dtype=bool)) is None

@@ -10,7 +10,7 @@ and gauges of the replay) and is told when a compaction happened. A *strategy* t
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, Protocol, runtime_checkable
@@ -66,6 +66,78 @@ class Trigger(Protocol):
     def should_compact(self, view: TriggerView) -> bool: ...
 
     def notify_compacted(self, view: TriggerView) -> None: ...
+
+
+@dataclass(frozen=True)
+class CallSpan:
+    """The calls from `first_call` on as a trigger would see them if no compaction happened before
+    any of them: one numpy array entry per call (offset 0 = `first_call`).
+
+    A trigger may define `firing_mask(span) -> numpy bool array`: for every call of the span,
+    whether `should_compact` would return True for the ordinary (non-overflow) view the engine
+    builds there. It must agree exactly with `should_compact` (the engine asks `should_compact` at
+    the first call the mask marks and compacts through the usual path), and may raise
+    `NotImplementedError` when its parameters need the per-call path (the engine then asks call by
+    call for the rest of the replay). With it the engine skips from one compaction to the next
+    instead of building a view per call; a trigger without it is asked call by call.
+
+    Within a span the context only grows by the recorded messages, so `context_tokens`,
+    `context_messages` and `context_steps` are non-decreasing; `system_tokens`, `compactions`,
+    `context_limit` and `max_output` are constant. `input_tokens` / `output_tokens` are the
+    counters before each call; `tokens_last_call` is the gauge (prompt + completion of the call
+    before); `last_finish_reasons` the previous call's finish reason (a list, None when unknown).
+    Columns other than `context_tokens` are computed when first read (`columns(name)`).
+    """
+
+    first_call: int
+    context_tokens: Any
+    system_tokens: int
+    compactions: int
+    context_limit: int
+    max_output: int
+    columns: Callable[[str], Any] = field(repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.context_tokens)
+
+    @cached_property
+    def call_index(self) -> Any:
+        """The call index of every entry (the `iterations` counter)."""
+        import numpy as np
+
+        return np.arange(self.first_call, self.first_call + len(self.context_tokens))
+
+    @cached_property
+    def context_messages(self) -> Any:
+        return self.columns("context_messages")
+
+    @cached_property
+    def context_steps(self) -> Any:
+        return self.columns("context_steps")
+
+    @cached_property
+    def tokens_last_call(self) -> Any:
+        return self.columns("tokens_last_call")
+
+    @cached_property
+    def input_tokens(self) -> Any:
+        return self.columns("input_tokens")
+
+    @cached_property
+    def output_tokens(self) -> Any:
+        return self.columns("output_tokens")
+
+    @cached_property
+    def last_finish_reasons(self) -> Sequence[str | None]:
+        return self.columns("last_finish_reasons")
+
+
+def first_true(mask: Any) -> int | None:
+    """The index of the first True of a boolean numpy array, or None when there is none."""
+    if len(mask) == 0:
+        return None
+    index = int(mask.argmax())
+    return index if mask[index] else None
 
 
 def trigger_severity(trigger: Any, view: TriggerView) -> str | None:

@@ -4,19 +4,25 @@ Each metric reads a finished `ReplayResult` (its calls, compaction events and co
 which way is better, its unit and its level; `registry.evaluate_metrics` computes them for
 `ReplayResult.metrics`, next to the quality metrics of `workbench.quality` and any plugin's.
 A "compaction" here is an event that did not fail (a failed one under `on_failure = "fatal"`
-ends the replay).
+ends the replay). The per-call metrics read the result's call columns (`replay.call_column`), never
+building a record per call.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.registry import kinds, register_metric
+from workbench.replay import call_column
 
 if TYPE_CHECKING:
     from workbench.replay import CompactionEvent, ReplayResult
+
+
+def _column(result: ReplayResult, name: str) -> Sequence[Any]:
+    return call_column(result.calls, name)
 
 
 def _done(result: ReplayResult) -> list[CompactionEvent]:
@@ -69,7 +75,7 @@ class PeakContextTokens(_CostMetric):
     """Largest context sent at any call."""
 
     def compute(self, result: ReplayResult) -> int:
-        return max((c.context_tokens for c in result.calls), default=0)
+        return max(_column(result, "context_tokens"), default=0)
 
 
 @register_metric("billed_input_tokens", direction="lower", unit="tokens", level="run")
@@ -78,7 +84,7 @@ class BilledInputTokens(_CostMetric):
     """Context tokens summed over all calls: the input the agent would have paid for."""
 
     def compute(self, result: ReplayResult) -> int:
-        return sum(c.context_tokens for c in result.calls)
+        return sum(_column(result, "context_tokens"))
 
 
 @register_metric("cached_input_tokens", direction="higher", unit="tokens", level="run")
@@ -87,7 +93,7 @@ class CachedInputTokens(_CostMetric):
     """Input tokens a prompt cache could reuse (each call's unchanged prefix of the previous context)."""
 
     def compute(self, result: ReplayResult) -> int:
-        return sum(c.cached_prefix_tokens for c in result.calls)
+        return sum(_column(result, "cached_prefix_tokens"))
 
 
 @register_metric("cache_aware_input_tokens", direction="lower", unit="tokens", level="run")
@@ -96,8 +102,8 @@ class CacheAwareInputTokens(_CostMetric):
     """Uncached input tokens plus cached ones weighted by the config's `cache_read_ratio`."""
 
     def compute(self, result: ReplayResult) -> float:
-        billed = sum(c.context_tokens for c in result.calls)
-        cached = sum(c.cached_prefix_tokens for c in result.calls)
+        billed = sum(_column(result, "context_tokens"))
+        cached = sum(_column(result, "cached_prefix_tokens"))
         return round(billed - cached + cached * result.config.cache_read_ratio, 1)
 
 

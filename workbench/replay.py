@@ -21,13 +21,27 @@ Kinds that need the replayed session (the `recorded` trigger and strategy) defin
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping, Sequence
+import json
+import warnings
+import weakref
+from bisect import bisect_right
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate
+from operator import attrgetter, itemgetter
 from typing import Any, overload
 
 from workbench.calibration import CALIBRATIONS, CalibrationFit, ScaledTokenizer, fit_recorded, prime_scaled, schema_text
-from workbench.compaction import CompactionEnv, Completion, Context, Summarizer, TriggerView, trigger_severity
+from workbench.compaction import (
+    CallSpan,
+    CompactionEnv,
+    Completion,
+    Context,
+    Summarizer,
+    TriggerView,
+    first_true,
+    trigger_severity,
+)
 from workbench.config import DEFAULT_SUMMARIZER, ReplayConfig, parse_config
 from workbench.errors import CompactionError, ConfigError, InvariantError, SummarizerError
 from workbench.llm.lazy import LazyModel, timer_excluding_startup
@@ -94,20 +108,101 @@ CALL_COLUMNS = ("index", "message_index", "context_messages", "context_tokens", 
                 "compacted_before", "cached_prefix_tokens", "finish_reason")
 
 
+class CallRecords(Sequence[CallRecord]):
+    """`ReplayResult.calls`: the per-call records, kept as columns (one list per `CallRecord` field).
+
+    The engine writes whole runs of calls at once; `CallRecord` objects are built only when read
+    (all of them on iteration, one on `calls[i]`), and the cost metrics read the columns directly
+    (`column(name)`). It compares equal to another `CallRecords` or to a list of equal records.
+    """
+
+    __slots__ = ("_columns", "_records")
+
+    def __init__(self, columns: Mapping[str, Sequence[Any]] | None = None):
+        self._columns: dict[str, list[Any]] = {
+            name: list(columns[name]) if columns is not None else [] for name in CALL_COLUMNS}
+        if len({len(values) for values in self._columns.values()}) > 1:
+            raise ValueError("call columns of different lengths")
+        self._records: list[CallRecord] | None = None
+
+    @classmethod
+    def of(cls, records: Sequence[CallRecord]) -> CallRecords:
+        """The columns of a list of records (returned as is when already a `CallRecords`)."""
+        if isinstance(records, CallRecords):
+            return records
+        return cls({name: [getattr(r, name) for r in records] for name in CALL_COLUMNS})
+
+    def column(self, name: str) -> list[Any]:
+        """One field of every call, in call order (the list itself: do not modify it)."""
+        return self._columns[name]
+
+    def _all(self) -> list[CallRecord]:
+        if self._records is None:
+            columns = self._columns
+            self._records = [_make_call(dict(zip(CALL_COLUMNS, row, strict=True)))
+                             for row in zip(*(columns[name] for name in CALL_COLUMNS), strict=True)]
+        return self._records
+
+    def __len__(self) -> int:
+        return len(self._columns["index"])
+
+    @overload
+    def __getitem__(self, index: int) -> CallRecord: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[CallRecord]: ...
+
+    def __getitem__(self, index: int | slice) -> CallRecord | list[CallRecord]:
+        if isinstance(index, slice) or self._records is not None:
+            return self._all()[index]
+        size = len(self)
+        position = index + size if index < 0 else index
+        if not 0 <= position < size:
+            raise IndexError("call index out of range")
+        return _make_call({name: self._columns[name][position] for name in CALL_COLUMNS})
+
+    def __iter__(self) -> Iterator[CallRecord]:
+        return iter(self._all())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, CallRecords):
+            return self._columns == other._columns
+        if isinstance(other, (list, tuple)):
+            return len(other) == len(self) and self._all() == list(other)
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]  # mutable-looking sequence, compared by value
+
+    def __repr__(self) -> str:
+        return repr(self._all())
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (CallRecords, (self._columns,))
+
+
+def call_column(calls: Sequence[CallRecord], name: str) -> Sequence[Any]:
+    """One field of every call record: the stored column of a `CallRecords`, else read record by record."""
+    if isinstance(calls, CallRecords):
+        return calls.column(name)
+    return [getattr(call, name) for call in calls]
+
+
 @dataclass
 class ReplayResult:
     """What a replay produced: per-call records, compaction events, the final context, metrics.
 
-    `context_at(i)` and `compaction_contexts(j)` rebuild the messages sent at call i / given to and
-    returned by the strategy at event j from snapshots (the engine's context list and its length
-    then), so keeping them costs nothing per call. `calibration` is the fit applied under
+    `calls` is a `CallRecords` (columns, records built when read). `context_at(i)` and
+    `compaction_contexts(j)` rebuild the messages sent at call i / given to and returned by the
+    strategy at event j from snapshots: the engine's context list (it only grows by appends between
+    compactions) from the call where it became the context (`_sent`: (first call, list) pairs),
+    cut at the length the call recorded, so keeping them costs nothing per call. `calibration` is the fit applied under
     `calibration = "recorded"` (None otherwise); `compaction_metrics` holds one dict of metric
     columns per event, merged into `compactions_frame()`.
     """
 
     session_id: str
     config: ReplayConfig
-    calls: list[CallRecord]
+    calls: Sequence[CallRecord]
     compactions: list[CompactionEvent]
     final_context: list[Message]
     termination: str
@@ -116,7 +211,7 @@ class ReplayResult:
     session: Session | None = None
     calibration: CalibrationFit | None = None
     compaction_metrics: Sequence[Mapping[str, Any]] = field(default_factory=list)
-    _sent: list[Snapshot] = field(default_factory=list, repr=False, compare=False)
+    _sent: list[tuple[int, list[Message]]] = field(default_factory=list, repr=False, compare=False)
     _exchanges: list[tuple[Snapshot, Snapshot]] = field(default_factory=list, repr=False, compare=False)
 
     def __repr__(self) -> str:
@@ -125,10 +220,14 @@ class ReplayResult:
 
     def context_at(self, call_index: int) -> list[Message]:
         """The messages sent at call `call_index` (0-based; negative counts from the end)."""
-        if not -len(self._sent) <= call_index < len(self._sent):
-            raise IndexError(f"call {call_index} out of range: the replay made {len(self._sent)} calls")
-        messages, length = self._sent[call_index]
-        return messages[:length]
+        made = len(self.calls) if self._sent else 0
+        if not -made <= call_index < made:
+            raise IndexError(f"call {call_index} out of range: the replay made {made} calls")
+        if call_index < 0:
+            call_index += made
+        segment = bisect_right(self._sent, call_index, key=lambda item: item[0]) - 1
+        length = call_column(self.calls, "context_messages")[call_index]
+        return self._sent[segment][1][:length]
 
     def compaction_contexts(self, event_index: int) -> tuple[list[Message], list[Message]]:
         """(the context the strategy received, the context it returned) at compaction event `event_index`."""
@@ -143,8 +242,8 @@ class ReplayResult:
             return [None] * len(self.calls), [False] * len(self.calls)
         messages = self.session.messages
         recorded = {r.call_index for r in getattr(self.session, "recorded_compactions", ())}
-        return ([recorded_input_tokens(messages[c.message_index]) for c in self.calls],
-                [c.index in recorded for c in self.calls])
+        return ([recorded_input_tokens(messages[i]) for i in call_column(self.calls, "message_index")],
+                [i in recorded for i in call_column(self.calls, "index")])
 
     def to_frame(self):  # -> pandas.DataFrame
         """One row per call, with the compaction that preceded it (if any) merged in.
@@ -154,16 +253,13 @@ class ReplayResult:
         """
         import pandas as pd
 
-        rows = [asdict(c) for c in self.calls]
+        columns: dict[str, Any] = {name: list(call_column(self.calls, name)) for name in CALL_COLUMNS}
         by_call = {e.call_index: e for e in self.compactions}
-        billed, compacted = self.recorded_columns()
-        for row, recorded_input, recorded_compaction in zip(rows, billed, compacted, strict=True):
-            event = by_call.get(row["index"])
-            row["tokens_before_compaction"] = event.tokens_before if event else None
-            row["summary"] = event.summary if event else None
-            row["recorded_input_tokens"] = recorded_input
-            row["recorded_compaction"] = recorded_compaction
-        frame = pd.DataFrame(rows, columns=[
+        events = [by_call.get(index) for index in columns["index"]]
+        columns["recorded_input_tokens"], columns["recorded_compaction"] = self.recorded_columns()
+        columns["tokens_before_compaction"] = [e.tokens_before if e else None for e in events]
+        columns["summary"] = [e.summary if e else None for e in events]
+        frame = pd.DataFrame(columns, columns=[
             *CALL_COLUMNS, "recorded_input_tokens", "recorded_compaction", "tokens_before_compaction", "summary"])
         frame["recorded_input_tokens"] = frame["recorded_input_tokens"].astype("Int64")
         frame.insert(0, "session_id", self.session_id)
@@ -276,6 +372,93 @@ def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
 _LazySummarizer = LazyModel  # binds on first use; its one-time start-up is timed apart
 
 
+def _numpy() -> Any:
+    """numpy, imported on the first skip-ahead. Importing it adds warning filters to the process;
+    a replay must leave the process as it found it, so the filters are restored around the import."""
+    import sys
+
+    module = sys.modules.get("numpy")
+    if module is None:
+        with warnings.catch_warnings():
+            import numpy as module
+    return module
+
+
+@dataclass
+class _RecordingArrays:
+    """`_Recording`'s per-call columns as numpy int64 arrays (what `_Replay._skip` slices)."""
+
+    at_tokens: Any
+    at_steps: Any
+    assistant_at: Any
+    completion: Any
+
+
+@dataclass
+class _Recording:
+    """What the walk needs of a session for one tokenizer, computed once: token and step prefix
+    sums over the messages, and per recorded call its assistant message, where its follow-up ends,
+    its completion tokens, finish reason and `input_tokens_for:<model>` counter key."""
+
+    prefix: list[int]
+    step_prefix: list[int]
+    assistant_at: list[int]
+    ends: list[int]
+    completion: list[int]
+    finish_reasons: list[str | None]
+    model_keys: list[str]
+    model_names: list[str]
+    _arrays: _RecordingArrays | None = None
+
+    @classmethod
+    def build(cls, session: Session, counts: Sequence[int]) -> _Recording:
+        messages = session.messages
+        roles = [m.role for m in messages]
+        assistant_at = [i for i, role in enumerate(roles) if role == "assistant"]
+        default_model = str(session.metadata.get("model") or "unknown")
+        metadata = [messages[i].metadata for i in assistant_at]
+        model_keys = [f"input_tokens_for:{(m.get('model') if m else None) or default_model}" for m in metadata]
+        return cls(prefix=list(accumulate(counts, initial=0)),
+                   step_prefix=list(accumulate(map("tool".__ne__, roles), initial=0)),
+                   assistant_at=assistant_at, ends=[*assistant_at[1:], len(messages)],
+                   completion=[counts[i] - MESSAGE_OVERHEAD for i in assistant_at],
+                   finish_reasons=[m.get("finish_reason") if m else None for m in metadata],
+                   model_keys=model_keys, model_names=list(dict.fromkeys(model_keys)))
+
+    def arrays(self) -> _RecordingArrays:
+        if self._arrays is None:
+            np = _numpy()
+
+            self._arrays = _RecordingArrays(
+                at_tokens=np.array([self.prefix[i] for i in self.assistant_at], dtype=np.int64),
+                at_steps=np.array([self.step_prefix[i] for i in self.assistant_at], dtype=np.int64),
+                assistant_at=np.array(self.assistant_at, dtype=np.int64),
+                completion=np.array(self.completion, dtype=np.int64))
+        return self._arrays
+
+
+_RECORDINGS: dict[int, tuple[weakref.ref[Session], dict[str, _Recording]]] = {}
+
+
+def _recording_of(session: Session, tokenizer: str, counts: Callable[[], Sequence[int]]) -> _Recording:
+    """The session's `_Recording` for `tokenizer`, kept while the session lives (sessions are immutable
+    and every count is cached per message, so it cannot go stale)."""
+    key = id(session)
+    entry = _RECORDINGS.get(key)
+    if entry is None or entry[0]() is not session:
+        def forget(_: Any, key: int = key) -> None:
+            current = _RECORDINGS.get(key)
+            if current is not None and current[0]() is None:
+                del _RECORDINGS[key]
+
+        entry = (weakref.ref(session, forget), {})
+        _RECORDINGS[key] = entry
+    found = entry[1].get(tokenizer)
+    if found is None:
+        found = entry[1][tokenizer] = _Recording.build(session, counts())
+    return found
+
+
 def check_invariants(before: Sequence[Message], after: Sequence[Message], *, where: str = "") -> None:
     """Raise `InvariantError` if a compaction lost the system prefix, a pinned message or tool pairing."""
     prefix = f"{where}: " if where else ""
@@ -285,15 +468,41 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
     if len(after) < leading or any(
             a is not b and a != b for a, b in zip(before[:leading], after[:leading], strict=True)):
         raise InvariantError(f"{prefix}the leading system messages were not kept")
-    pinned = [(i, m) for i, m in enumerate(before) if m.importance >= PINNED_IMPORTANCE]
-    if pinned:
+    if before and max(map(_importance, before)) >= PINNED_IMPORTANCE:
         kept = {id(m) for m in after}
-        for index, message in pinned:
-            if id(message) not in kept and message not in after:
+        for index, message in enumerate(before):
+            if message.importance >= PINNED_IMPORTANCE and id(message) not in kept and message not in after:
                 raise InvariantError(f"{prefix}pinned message {index} ({message.role}) was dropped or changed")
+    if _tools_paired(after):
+        return
     problems = tool_pairing_problems(after)
     if problems and not tool_pairing_problems(before):
         raise InvariantError(f"{prefix}tool pairing broken: {problems[0]}")
+
+
+_importance = attrgetter("importance")
+_token_cache = attrgetter("_token_cache")
+_role = attrgetter("role")
+
+
+def _tools_paired(messages: Sequence[Message]) -> bool:
+    """True when `tool_pairing_problems(messages)` is empty, found in one tight pass (the check runs
+    after every compaction; the readable problems are built only when there are some)."""
+    pending: set[str | None] = set()
+    for message in messages:
+        role = message.role
+        if role == "tool":
+            if message.tool_call_id not in pending:
+                return False
+            pending.discard(message.tool_call_id)
+        elif role == "assistant":
+            if pending:
+                return False
+            if message.tool_calls:
+                pending = {call.id for call in message.tool_calls}
+        elif pending and role == "user":
+            return False
+    return not pending
 
 
 class _Replay:
@@ -326,9 +535,9 @@ class _Replay:
             else bool(configured)
         self.summarizer = summarizer if summarizer is not None else _LazySummarizer(
             config.summarizer, config.summarizer_options, gateway)
-        self.calls: list[CallRecord] = []
+        self.columns: dict[str, list[Any]] = {name: [] for name in CALL_COLUMNS}
         self.events: list[CompactionEvent] = []
-        self.sent: list[Snapshot] = []
+        self.sent: list[tuple[int, list[Message]]] = []
         self.exchanges: list[tuple[Snapshot, Snapshot]] = []
         self.context: list[Message] = []
         self.context_tokens = 0
@@ -344,6 +553,9 @@ class _Replay:
         self.breaker_open = False
         self.termination = "completed"
         self.error: str | None = None
+        self.previous_context: list[Message] = []
+        self.previous_length = 0
+        self.previous_tokens = 0
 
     # -- accounting -------------------------------------------------------------------------
     def _counts(self, messages: Sequence[Message]) -> list[int]:
@@ -362,24 +574,20 @@ class _Replay:
         self.context = messages
         tokenizer = self.tokenizer
         name = tokenizer.name
-        total = system = steps = 0
-        leading = True
-        for message in messages:
-            tokens = message._token_cache.get(name)
-            if tokens is None:
-                tokens = message_tokens(message, tokenizer)
-            total += tokens
-            if message.role == "system":
-                if leading:
-                    system += tokens
-            else:
-                leading = False
-            if message.role != "tool":
-                steps += 1
-        self.context_tokens = self.fixed_tokens + total
-        self.system_tokens = self.fixed_tokens + system
-        self.only_system = leading
-        self.steps = steps
+        caches = list(map(_token_cache, messages))
+        try:
+            counts = list(map(itemgetter(name), caches))
+        except KeyError:
+            counts = [cache[name] if name in cache else message_tokens(message, tokenizer)
+                      for cache, message in zip(caches, messages, strict=True)]
+        roles = list(map(_role, messages))
+        leading = 0
+        while leading < len(roles) and roles[leading] == "system":
+            leading += 1
+        self.context_tokens = self.fixed_tokens + sum(counts)
+        self.system_tokens = self.fixed_tokens + sum(counts[:leading])
+        self.only_system = leading == len(roles)
+        self.steps = len(roles) - roles.count("tool")
 
     def _append(self, messages: Sequence[Message]) -> None:
         for message in messages:
@@ -477,81 +685,185 @@ class _Replay:
         return True
 
     # -- the walk ---------------------------------------------------------------------------
+    #: Skip from one compaction to the next when the trigger has `firing_mask` (the naive
+    #: reference engine turns this off and asks the trigger at every call).
+    jump = True
+
+    def _recording(self) -> _Recording:
+        """The session's per-call columns for this tokenizer (memoised per session when jumping)."""
+        if not self.jump:
+            return _Recording.build(self.session, self._counts(self.session.messages))
+        return _recording_of(self.session, self.tokenizer.name, lambda: self._counts(self.session.messages))
+
     def run(self) -> ReplayResult:
+        recording = self._recording()
+        self.recording = recording
         messages = self.session.messages
-        counts = self._counts(messages)
-        self._token_prefix = list(accumulate(counts, initial=0))
-        roles = [m.role for m in messages]
-        self._step_prefix = list(accumulate(map("tool".__ne__, roles), initial=0))
-        assistant_at = [i for i, role in enumerate(roles) if role == "assistant"]
+        self._token_prefix = recording.prefix
+        self._step_prefix = recording.step_prefix
+        assistant_at = recording.assistant_at
         first = assistant_at[0] if assistant_at else len(messages)
         self._set_context(list(messages[:first]))
-        should_compact = self.trigger.should_compact
+        firing = getattr(self.trigger, "firing_mask", None) if self.jump else None
+        if not callable(firing):
+            firing = None
+        call_index, calls = 0, len(assistant_at)
+        while call_index < calls:
+            if firing is not None and call_index > 0 and not self.only_system:
+                try:
+                    call_index = self._skip(call_index, firing)
+                except NotImplementedError:
+                    firing = None
+                    continue
+                if call_index >= calls:
+                    break
+            if not self._call(call_index):
+                break
+            call_index += 1
+        return self._measured(ReplayResult(session_id=self.session.id, config=self.config,
+                              calls=CallRecords(self.columns), compactions=self.events,
+                              final_context=list(self.context), termination=self.termination, error=self.error,
+                              session=self.session, calibration=self.calibration,
+                              _sent=self.sent, _exchanges=self.exchanges))
+
+    def _call(self, call_index: int) -> bool:
+        """Replay one call, asking the trigger; False when the replay stops before it."""
+        recording = self.recording
+        at = recording.assistant_at[call_index]
+        compacted = False
+        if call_index > 0:
+            view = self._view(call_index, at, reactive=self.last_finish_reason == "length")
+            if self.trigger.should_compact(view):
+                compacted = True
+                if not self._compact(call_index, at, view):
+                    return False
         limit = self.config.context_limit - self.config.max_output
-        default_model = str(self.session.metadata.get("model") or "unknown")
-        previous_context: list[Message] = []
-        previous_length = previous_tokens = 0
-        sent, calls, by_model = self.sent, self.calls, self.input_by_model
-        model_keys: dict[Any, str] = {}
-        ends = [*assistant_at[1:], len(messages)]
-        for call_index, at in enumerate(assistant_at):
-            compacted = False
-            if call_index > 0:
-                view = self._view(call_index, at, reactive=self.last_finish_reason == "length")
-                if should_compact(view):
+        if self.context_tokens > limit:
+            if call_index > 0 and self.overflow_retry:
+                view = self._view(call_index, at, overflow=True, reactive=True)
+                if self.forced_retry or self.trigger.should_compact(view):
                     compacted = True
                     if not self._compact(call_index, at, view):
-                        break
+                        return False
             if self.context_tokens > limit:
-                if call_index > 0 and self.overflow_retry:
-                    view = self._view(call_index, at, overflow=True, reactive=True)
-                    if self.forced_retry or should_compact(view):
-                        compacted = True
-                        if not self._compact(call_index, at, view):
-                            break
-                if self.context_tokens > limit:
-                    self.termination = "context_overflow"
-                    self.error = (f"call {call_index}: context {self.context_tokens} + max_output "
-                                  f"{self.config.max_output} exceeds context_limit {self.config.context_limit}")
-                    break
-            context = self.context
-            tokens = self.context_tokens
-            cached = self._shared_prefix_tokens(previous_context, previous_length) if compacted else previous_tokens
-            metadata = messages[at].metadata
-            completion = counts[at] - MESSAGE_OVERHEAD
-            finish_reason = metadata.get("finish_reason") if metadata else None
-            length = len(context)
-            sent.append((context, length))
-            calls.append(_make_call({
-                "index": call_index, "message_index": at, "context_messages": length, "context_tokens": tokens,
-                "completion_tokens": completion, "compacted_before": compacted, "cached_prefix_tokens": cached,
-                "finish_reason": finish_reason}))
-            model = metadata.get("model") if metadata else None
-            key = model_keys.get(model)
-            if key is None:
-                key = model_keys[model] = f"input_tokens_for:{model or default_model}"
-            self.input_tokens += tokens
-            self.output_tokens += completion
-            by_model[key] = by_model.get(key, 0) + tokens
-            self.tokens_last_call = tokens + completion
-            self.last_finish_reason = finish_reason
-            previous_context, previous_length, previous_tokens = context, length, tokens
-            self._append_recorded(at, ends[call_index])
-        return self._measured(ReplayResult(session_id=self.session.id, config=self.config, calls=self.calls,
-                            compactions=self.events, final_context=list(self.context),
-                            termination=self.termination, error=self.error,
-                            session=self.session, calibration=self.calibration,
-                            _sent=self.sent, _exchanges=self.exchanges))
+                self.termination = "context_overflow"
+                self.error = (f"call {call_index}: context {self.context_tokens} + max_output "
+                              f"{self.config.max_output} exceeds context_limit {self.config.context_limit}")
+                return False
+        context, tokens, length = self.context, self.context_tokens, len(self.context)
+        cached = self._shared_prefix_tokens(self.previous_context, self.previous_length) if compacted \
+            else self.previous_tokens
+        completion = recording.completion[call_index]
+        finish_reason = recording.finish_reasons[call_index]
+        if not self.sent or self.sent[-1][1] is not context:
+            self.sent.append((call_index, context))
+        columns = self.columns
+        for name, value in (("index", call_index), ("message_index", at), ("context_messages", length),
+                            ("context_tokens", tokens), ("completion_tokens", completion),
+                            ("compacted_before", compacted), ("cached_prefix_tokens", cached),
+                            ("finish_reason", finish_reason)):
+            columns[name].append(value)
+        key = recording.model_keys[call_index]
+        self.input_tokens += tokens
+        self.output_tokens += completion
+        self.input_by_model[key] = self.input_by_model.get(key, 0) + tokens
+        self.tokens_last_call = tokens + completion
+        self.last_finish_reason = finish_reason
+        self.previous_context, self.previous_length, self.previous_tokens = context, length, tokens
+        self._append_recorded(at, recording.ends[call_index])
+        return True
+
+    def _skip(self, start: int, firing: Any) -> int:
+        """Replay the calls from `start` at which neither the trigger fires nor the context overflows,
+        all at once; returns the first call that needs the per-call path (or the number of calls).
+
+        Until the next compaction the context only grows by the recorded messages, so every gauge
+        and counter of those calls follows from prefix sums: the trigger's `firing_mask` reads them
+        as arrays (a `CallSpan`) and the calls before its first firing are recorded column-wise.
+        Raises `NotImplementedError` (from the trigger) before changing any state.
+        """
+        np = _numpy()
+        recording = self.recording
+        arrays = recording.arrays()
+        at_start = recording.assistant_at[start]
+        base = self.context_tokens - recording.prefix[at_start]
+        remaining = arrays.at_tokens[start:]
+        limit = self.config.context_limit - self.config.max_output
+        fits = int(remaining.searchsorted(limit - base, side="right"))  # calls before the first overflow
+        size = min(fits + 1, len(remaining))
+        tokens = remaining[:size] + base
+        messages_base, steps_base = len(self.context) - at_start, self.steps - recording.step_prefix[at_start]
+        spent_last, input_before, output_before = self.tokens_last_call, self.input_tokens, self.output_tokens
+        finish_last = self.last_finish_reason
+
+        def column(name: str) -> Any:
+            if name == "context_messages":
+                return arrays.assistant_at[start:start + size] + messages_base
+            if name == "context_steps":
+                return arrays.at_steps[start:start + size] + steps_base
+            if name == "last_finish_reasons":
+                return [finish_last, *recording.finish_reasons[start:start + size - 1]]
+            if name in ("tokens_last_call", "input_tokens", "output_tokens"):
+                completion = arrays.completion[start:start + size]
+                out = np.empty(size, dtype=np.int64)
+                if name == "tokens_last_call":
+                    out[0] = spent_last
+                    np.add(tokens[:-1], completion[:-1], out=out[1:])
+                    return out
+                step, initial = (tokens, input_before) if name == "input_tokens" else (completion, output_before)
+                out[0] = 0
+                np.cumsum(step[:-1], out=out[1:])
+                return out + initial
+            raise KeyError(name)
+
+        span = CallSpan(first_call=start, context_tokens=tokens, system_tokens=self.system_tokens,
+                        compactions=len(self.events), context_limit=self.config.context_limit,
+                        max_output=self.config.max_output, columns=column)
+        fires = first_true(np.asarray(firing(span), dtype=bool))
+        stop = min(fits, size if fires is None else fires)
+        if stop <= 0:
+            return start
+        end = start + stop
+        sent = tokens[:stop].tolist()
+        lengths = (arrays.assistant_at[start:end] + messages_base).tolist()
+        completions = recording.completion[start:end]
+        if not self.sent or self.sent[-1][1] is not self.context:
+            self.sent.append((start, self.context))
+        columns = self.columns
+        columns["index"].extend(range(start, end))
+        columns["message_index"].extend(recording.assistant_at[start:end])
+        columns["context_messages"].extend(lengths)
+        columns["context_tokens"].extend(sent)
+        columns["completion_tokens"].extend(completions)
+        columns["compacted_before"].extend([False] * stop)
+        columns["cached_prefix_tokens"].append(self.previous_tokens)
+        columns["cached_prefix_tokens"].extend(sent[:-1])
+        columns["finish_reason"].extend(recording.finish_reasons[start:end])
+        sent_total = sum(sent)
+        self.input_tokens += sent_total
+        self.output_tokens += sum(completions)
+        by_model = self.input_by_model
+        if len(recording.model_names) == 1:
+            key = recording.model_names[0]
+            by_model[key] = by_model.get(key, 0) + sent_total
+        else:
+            for key, value in zip(recording.model_keys[start:end], sent, strict=True):
+                by_model[key] = by_model.get(key, 0) + value
+        self.tokens_last_call = sent[-1] + completions[-1]
+        self.last_finish_reason = recording.finish_reasons[end - 1]
+        self.previous_context, self.previous_length, self.previous_tokens = self.context, lengths[-1], sent[-1]
+        self._append_recorded(at_start, recording.ends[end - 1])
+        return end
 
     def _shared_prefix_tokens(self, previous: list[Message], previous_length: int) -> int:
         """Tokens of the longest prefix the current context shares (by identity) with the previous
         call's, the fixed preamble (tool schemas, calibrated overhead) included."""
-        shared = self.fixed_tokens
+        shared = 0
         for old, new in zip(previous[:previous_length], self.context, strict=False):
             if old is not new:
                 break
-            shared += message_tokens(new, self.tokenizer)
-        return shared
+            shared += 1
+        return self.fixed_tokens + sum(message_tokens(m, self.tokenizer) for m in self.context[:shared])
 
     #: Metrics that require a model, computed on request (`replay(..., metrics=[...])`).
     metric_names: tuple[str, ...] = ()
@@ -566,6 +878,30 @@ class _Replay:
                 row.update(extra)
         result.compaction_metrics = rows
         return result
+
+
+_PARSED: dict[str, ReplayConfig] = {}
+_PARSED_SIZE = 64
+
+
+def _parsed(config: ReplayConfig | Mapping[str, Any] | str) -> ReplayConfig:
+    """`parse_config(config)`, remembered for plain-data dict specs (an experiment replays the same
+    spec on many sessions). A parsed config is immutable and hands every replay a fresh trigger and
+    its shared strategy, so a remembered one is exactly what `parse_config` would return again.
+    Specs holding objects (built kinds, summarizers) are parsed every time."""
+    if not isinstance(config, Mapping):
+        return parse_config(config)
+    try:
+        key = json.dumps(config, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):
+        return parse_config(config)
+    found = _PARSED.get(key)
+    if found is None:
+        found = parse_config(config)
+        if len(_PARSED) >= _PARSED_SIZE:
+            _PARSED.clear()
+        _PARSED[key] = found
+    return found
 
 
 def as_session(session: Session | Sequence[MessageLike]) -> Session:
@@ -585,7 +921,7 @@ def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapp
     process-wide one). Raises `InvariantError` if a strategy breaks an invariant.
     """
     names = tuple(lookup("metric", name).kind for name in metrics or ())  # type: ignore[attr-defined]
-    runner = _Replay(as_session(session), parse_config(config), summarizer, gateway)
+    runner = _Replay(as_session(session), _parsed(config), summarizer, gateway)
     runner.metric_names = names
     return runner.run()
 

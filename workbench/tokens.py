@@ -8,13 +8,17 @@ Three families, chosen by name:
 
 A message counts its text, its tool calls (name and arguments) and `MESSAGE_OVERHEAD` tokens of
 framing. Counts are cached on the (immutable) message per tokenizer, so a replay counts each
-message once however many calls it stays in the context.
+message once however many calls it stays in the context; `prime` counts a whole session in one
+batch, equal texts once, a tiktoken batch on every core.
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
+import os
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -24,6 +28,8 @@ from workbench.session import Message
 MESSAGE_OVERHEAD = 4
 IMAGE_TOKENS = 85
 TIKTOKEN_ENCODINGS = ("cl100k_base", "o200k_base", "p50k_base")
+#: Below this many characters a batch is counted in the calling thread (threads cost more than they save).
+PARALLEL_MIN_CHARS = 32_768
 
 
 @runtime_checkable
@@ -52,7 +58,7 @@ class HeuristicTokenizer:
 
 
 class TiktokenTokenizer:
-    """A tiktoken encoding; batches use two threads (more is slower on small machines)."""
+    """A tiktoken encoding. Large batches are counted on every available core (tiktoken releases the GIL)."""
 
     def __init__(self, encoding_name: str):
         from workbench.offline import tiktoken_encoding
@@ -71,9 +77,55 @@ class TiktokenTokenizer:
         return len(self._encoding.encode_ordinary(text))
 
     def count_batch(self, texts: Sequence[str]) -> list[int]:
-        if len(texts) < 64:
+        """The counts of `texts`, in order: the texts are split into one share of about equal size per
+        core, the calling thread counting one share itself; small batches are counted in this thread."""
+        workers = min(_cpus(), len(texts))
+        if workers < 2 or sum(map(len, texts)) < PARALLEL_MIN_CHARS:
             return [self.count(t) for t in texts]
-        return [len(tokens) for tokens in self._encoding.encode_ordinary_batch(list(texts), num_threads=2)]
+        counts = [0] * len(texts)
+        encode = self._encoding.encode_ordinary
+
+        def count_share(indices: list[int]) -> None:
+            for i in indices:
+                counts[i] = len(encode(texts[i])) if texts[i] else 0
+
+        shares = balanced_shares([len(t) for t in texts], workers)
+        pending = [_executor().submit(count_share, share) for share in shares[1:]]
+        count_share(shares[0])
+        for future in pending:
+            future.result()
+        return counts
+
+
+def balanced_shares(sizes: Sequence[int], n: int) -> list[list[int]]:
+    """Indices of `sizes` split into `n` shares of about equal total size (largest first, each to the
+    lightest share so far); no share is empty when there are at least `n` sizes."""
+    shares: list[list[int]] = [[] for _ in range(n)]
+    heap = [(0, k) for k in range(n)]
+    for index in sorted(range(len(sizes)), key=sizes.__getitem__, reverse=True):
+        load, k = heapq.heappop(heap)
+        shares[k].append(index)
+        heapq.heappush(heap, (load + sizes[index] + 1, k))
+    return shares
+
+
+@functools.cache
+def _cpus() -> int:
+    """Cores this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+@functools.cache
+def _executor() -> ThreadPoolExecutor:
+    """The worker threads of batched counting (created on first use, shared by every tokenizer)."""
+    return ThreadPoolExecutor(max_workers=max(1, _cpus() - 1), thread_name_prefix="workbench-tokens")
+
+
+if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads: it starts its own
+    os.register_at_fork(after_in_child=_executor.cache_clear)
 
 
 class LiteLLMTokenizer:
@@ -141,14 +193,18 @@ def message_tokens(message: Message, tokenizer: str | Tokenizer = "heuristic") -
 
 
 def prime(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic") -> None:
-    """Count every not-yet-counted message in one batch (fast path for tiktoken)."""
+    """Count every not-yet-counted message in one batch (parallel for tiktoken); equal texts are
+    counted once. The counts are those `message_tokens` gives."""
     tok = resolve(tokenizer)
-    todo = [m for m in messages if tok.name not in m._token_cache]
+    name = tok.name
+    todo = [m for m in messages if name not in m._token_cache]
     if not todo:
         return
-    counts = tok.count_batch([counted_text(m) for m in todo])
-    for message, count in zip(todo, counts, strict=True):
-        message._token_cache[tok.name] = count + IMAGE_TOKENS * _image_parts(message) + MESSAGE_OVERHEAD
+    texts = [counted_text(m) for m in todo]
+    distinct = list(dict.fromkeys(texts))
+    counts = dict(zip(distinct, tok.count_batch(distinct), strict=True))
+    for message, text in zip(todo, texts, strict=True):
+        message._token_cache[name] = counts[text] + IMAGE_TOKENS * _image_parts(message) + MESSAGE_OVERHEAD
 
 
 def messages_tokens(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic") -> int:

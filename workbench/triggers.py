@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workbench.compaction import TriggerView, trigger_severity
+from workbench.compaction import CallSpan, TriggerView, trigger_severity
 from workbench.errors import ConfigError
 from workbench.registry import TriggerSpec, param, register_trigger
 from workbench.session import Message
@@ -74,6 +74,11 @@ class TokenThreshold:
         if self.threshold == 0:
             return False
         return view.gauges.get("tokens_last_call", 0) >= self.threshold
+
+    def firing_mask(self, span: CallSpan) -> Any:
+        if self.threshold == 0:
+            return span.tokens_last_call < 0
+        return span.tokens_last_call >= self.threshold
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -127,6 +132,14 @@ class Utilization:
 
     def should_compact(self, view: TriggerView) -> bool:
         return self.utilization(view) > self.ratio or (self.reactive and view.overflow)
+
+    def firing_mask(self, span: CallSpan) -> Any:
+        """`should_compact` over a span (no overflow views there): the same float test, per call."""
+        room = span.context_limit - span.system_tokens - span.max_output
+        used = span.context_tokens - span.system_tokens
+        if room <= 0:
+            return used > 0
+        return used / room > self.ratio
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -228,6 +241,25 @@ class StatThreshold:
     def should_compact(self, view: TriggerView) -> bool:
         return self._counter_fires(view) or self._gauge_fires(view)
 
+    def firing_mask(self, span: CallSpan) -> Any:
+        """`should_compact` over a span; per-model counters (and patterns that may match them) need
+        the per-call path."""
+        counters = {"iterations": span.call_index, "input_tokens": span.input_tokens,
+                    "output_tokens": span.output_tokens, "compactions": span.compactions}
+        gauges = {"context_messages": span.context_messages, "context_steps": span.context_steps,
+                  "context_tokens": span.context_tokens, "tokens_last_call": span.tokens_last_call}
+        mask = span.context_tokens < 0
+        for pattern, delta in self.counters.items():
+            if pattern.endswith("*") and "input_tokens_for:".startswith(pattern[:-1]) \
+                    or pattern.startswith("input_tokens_for:"):
+                raise NotImplementedError("per-model counters are read call by call")
+            for key, current in _matching(pattern, counters):
+                mask = mask | (current - self._snapshots.get(key, 0) >= delta)
+        for pattern, value in self.gauges.items():
+            for _key, current in _matching(pattern, gauges):
+                mask = mask | (current >= value)
+        return mask
+
     def notify_compacted(self, view: TriggerView) -> None:
         for pattern in self.counters:
             for key, current in _matching(pattern, view.counters):
@@ -320,6 +352,12 @@ class Pressure:
             return True
         return self.tokens is not None and self.tokens > 0 and self.history_tokens(view) >= self.tokens
 
+    def firing_mask(self, span: CallSpan) -> Any:
+        """The turn condition over a span; the token condition reads the history call by call."""
+        if self.tokens:
+            raise NotImplementedError("pressure's token condition is measured call by call")
+        return span.call_index >= self.turns
+
     def notify_compacted(self, view: TriggerView) -> None:
         return None
 
@@ -366,6 +404,12 @@ class Guard:
     def should_compact(self, view: TriggerView) -> bool:
         return view.overflow or self.severity(view) != "none"
 
+    def firing_mask(self, span: CallSpan) -> Any:
+        """A severity other than `none` at each call of the span (no overflow views there)."""
+        tokens = span.context_tokens
+        return ((tokens >= self.hard_limit) | (self.hard_limit - tokens < self.min_available)
+                | (tokens >= self.warn_threshold * self.hard_limit))
+
     def notify_compacted(self, view: TriggerView) -> None:
         return None
 
@@ -399,6 +443,15 @@ class _Combinator:
         for trigger in self.triggers:
             trigger.notify_compacted(view)
 
+    def _masks(self, span: CallSpan) -> list[Any]:
+        masks = []
+        for trigger in self.triggers:
+            method = getattr(trigger, "firing_mask", None)
+            if not callable(method):
+                raise NotImplementedError(f"inner trigger {type(trigger).__name__} is asked call by call")
+            masks.append(method(span))
+        return masks
+
 
 @register_trigger("any")
 @dataclass(frozen=True)
@@ -408,6 +461,13 @@ class AnyOf(_Combinator):
     def should_compact(self, view: TriggerView) -> bool:
         return any(t.should_compact(view) for t in self.triggers)
 
+    def firing_mask(self, span: CallSpan) -> Any:
+        masks = self._masks(span)
+        mask = masks[0]
+        for other in masks[1:]:
+            mask = mask | other
+        return mask
+
 
 @register_trigger("all")
 @dataclass(frozen=True)
@@ -416,6 +476,13 @@ class AllOf(_Combinator):
 
     def should_compact(self, view: TriggerView) -> bool:
         return all(t.should_compact(view) for t in self.triggers)
+
+    def firing_mask(self, span: CallSpan) -> Any:
+        masks = self._masks(span)
+        mask = masks[0]
+        for other in masks[1:]:
+            mask = mask & other
+        return mask
 
 
 __all__ = ["AllOf", "AnyOf", "Guard", "KNOWN_COUNTERS", "KNOWN_GAUGES", "Pressure", "StatThreshold",

@@ -7,6 +7,7 @@ failed ones, counted apart.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
 
@@ -30,7 +31,7 @@ def find_session_id(store: Any, prefix: str) -> str:
     raise ConfigError(f"session prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}...")
 
 
-def _records(items: list[Any]) -> list[dict[str, Any]]:
+def _records(items: Sequence[Any]) -> list[dict[str, Any]]:
     return [asdict(item) for item in items]
 
 

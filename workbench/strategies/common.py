@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import weakref
+from bisect import bisect_right
+from collections import deque
+from collections.abc import Callable, Hashable, Sequence
+from functools import partial
+from operator import attrgetter, is_
+from typing import Any, TypeVar, cast
 
 from workbench.compaction import CompactionEnv, Context
-from workbench.session import Message, Step, flatten
+from workbench.session import PINNED_IMPORTANCE, Message, Step, flatten, group_steps
 
 DEFAULT_FALLBACK_FRACTION = 0.4
 
@@ -27,17 +33,118 @@ def last_steps_for_messages(steps: Sequence[Step], keep_messages: int) -> int:
     return count
 
 
+def has_pins(context: Context) -> bool:
+    """Whether any body message is pinned (most contexts have none: then no step needs asking)."""
+    return max(map(_importance, context.body), default=0.0) >= PINNED_IMPORTANCE
+
+
+def pinned_flags(context: Context) -> list[bool]:
+    """`step.pinned` for each step of the context's body (one quick scan when nothing is pinned)."""
+    steps = steps_of(context)
+    return [s.pinned for s in steps] if has_pins(context) else [False] * len(steps)
+
+
+_importance = attrgetter("importance")
+#: (a body, its steps) for the last few bodies grouped or returned by a strategy (held strongly:
+#: a replay needs the previous compaction's result, a few entries back)
+_GROUPED: deque[tuple[tuple[Message, ...], list[Step]]] = deque(maxlen=8)
+
+
+def remember_steps(body: Sequence[Message], steps: Sequence[Step]) -> None:
+    """Record that `body` groups into `steps` (`group_steps(body) == steps`), for `steps_of`."""
+    if steps:
+        _GROUPED.append((tuple(body), list(steps)))
+
+
+def steps_of(context: Context) -> list[Step]:
+    """`context.steps`, grouping only what follows a body recorded by `remember_steps` or grouped before.
+
+    A replay compacts a context that is the previous compaction's result with the recorded
+    messages since appended: the steps of that result are known, so only the last of them and the
+    new messages are grouped. This is exact: `group_steps` decides each message from the ones
+    before it, so a body's steps before its last are steps of any longer body it begins, and
+    grouping again from a step's start gives the same steps. The steps found are stored in the
+    context, where its `steps` property finds them.
+    """
+    known = context.__dict__.get("steps")
+    if known is not None:
+        return known
+    body = context.body
+    steps: list[Step] | None = None
+    for prefix, prefix_steps in reversed(_GROUPED):
+        if len(prefix) <= len(body) and all(map(is_, prefix, body)):
+            if len(prefix) == len(body):
+                steps = list(prefix_steps)
+            else:
+                start = len(prefix) - len(prefix_steps[-1].messages)
+                steps = prefix_steps[:-1] + group_steps(body[start:])
+            break
+    if steps is None:
+        steps = group_steps(body)
+    context.__dict__["steps"] = steps  # where the `steps` cached_property keeps its value
+    remember_steps(body, steps)
+    return steps
+
+
+def steps_with_replacements(context: Context, messages: Sequence[Message], replaced: Sequence[int]) -> list[Step]:
+    """The steps of `messages`: `context`'s messages with those at indices `replaced` swapped for
+    messages of the same role, tool_call_id and tool call ids (which therefore group the same)."""
+    steps = steps_of(context)
+    first = len(context.system)
+    starts = [first]
+    for step in steps:
+        starts.append(starts[-1] + len(step.messages))
+    new_steps = list(steps)
+    for index in {bisect_right(starts, i) - 1 for i in replaced}:
+        new_steps[index] = Step(tuple(messages[starts[index]:starts[index + 1]]))
+    return new_steps
+
+
 def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION) -> list[Message]:
     """Leading system messages plus whole trailing steps holding about `fraction` of the body's messages.
 
     Pinned steps before the cut are kept too. This is the fallback of every strategy without one
     of its own (`on_failure = "fallback"`).
     """
-    steps = context.steps
+    steps = steps_of(context)
     keep = last_steps_for_messages(steps, max(1, round(len(context.body) * fraction)))
     cut = len(steps) - keep
     kept = [s for s in steps[:cut] if s.pinned] + list(steps[cut:])
     return [*context.system, *flatten(kept)]
+
+
+_UNBUILT = object()
+#: id(original) -> (weak reference to it, {derivation key: what was derived, None for "unchanged"})
+_DERIVED: dict[int, tuple[weakref.ref[Any], dict[Hashable, Any]]] = {}
+Derived = TypeVar("Derived")
+
+
+def _forget(key: int, ref: weakref.ref[Any]) -> None:
+    entry = _DERIVED.get(key)
+    if entry is not None and entry[0] is ref:
+        del _DERIVED[key]
+
+
+def derived(original: Message | Step, key: Hashable, build: Callable[[], Derived | None]) -> Derived | None:
+    """What `build()` makes of `original` (None: leave it as it is), built once per original and `key`.
+
+    `key` must name everything besides the original that the result depends on (the kind and its
+    parameters). A strategy that rewrites messages in place (truncating, masking, clearing) thus
+    returns the very same derived `Message` at every compaction and in every replay of the
+    session: its token count is computed once, and the prompt-cache prefix (computed by identity)
+    sees it unchanged; a step it handled before costs one look-up. The memo holds the original
+    weakly: the entry goes when the original goes. What `build` returns must not refer to the
+    original, or the original would never go.
+    """
+    ident = id(original)
+    entry = _DERIVED.get(ident)
+    if entry is None or entry[0]() is not original:
+        entry = (weakref.ref(original, partial(_forget, ident)), {})
+        _DERIVED[ident] = entry
+    found = entry[1].get(key, _UNBUILT)
+    if found is _UNBUILT:
+        found = entry[1][key] = build()
+    return cast("Derived | None", found)
 
 
 def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int | None = None) -> str:
@@ -108,10 +215,13 @@ def summary_max_tokens(env: CompactionEnv, source_tokens: int, *, window_share: 
 
 def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
     """Forget recorded summaries that are not in `messages` (a later step or a fallback dropped them)."""
+    if not env.summaries:
+        return
     texts = {m.text for m in messages if is_summary(m)}
     env.summaries[:] = [s for s in env.summaries if s in texts]
 
 
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
-           "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
-           "last_steps_for_messages", "render_transcript", "summary_max_tokens", "task_index", "usable_window"]
+           "derived", "has_pins", "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
+           "last_steps_for_messages", "pinned_flags", "remember_steps", "render_transcript",
+           "steps_of", "steps_with_replacements", "summary_max_tokens", "task_index", "usable_window"]

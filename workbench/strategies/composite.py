@@ -103,8 +103,8 @@ class Pipeline:
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         messages = list(context.messages)
-        for step in self.steps:
-            messages = step.compact(Context(tuple(messages)), env)
+        for index, step in enumerate(self.steps):
+            messages = step.compact(Context(tuple(messages)) if index else context, env)
         keep_summaries_in(env, messages)
         return messages
 

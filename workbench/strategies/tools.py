@@ -7,7 +7,9 @@
 
 No message is dropped, so tool pairing is untouched. A changed message is a copy with origin
 `compacted_modified` and a `compaction` entry in its metadata saying what was done; everything
-else is returned as the very same object (prompt-cache prefixes are computed by identity). Pinned
+else is returned as the very same object (prompt-cache prefixes are computed by identity). A
+changed message is built once per original and parameters (`common.derived`): later compactions
+and replays get the same copy, with its token count already cached. Pinned
 steps (any message with importance >= 10) and the leading system messages are never changed.
 A message already masked or cleared is left as it is, so compacting twice changes nothing more,
 and a result is only replaced by a placeholder when the placeholder is shorter than the result.
@@ -15,14 +17,16 @@ and a result is only replaced by a placeholder when the placeholder is shorter t
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
 from workbench.registry import param, register_strategy
 from workbench.session import Message, Step, ToolCall
+from workbench.strategies.common import derived, has_pins, remember_steps, steps_of
 
 TRUNCATION_MARKER = "[truncated]"
 TRUNCATION_SEPARATOR = "\n"
@@ -66,39 +70,58 @@ def _tool_name(message: Message, names: Mapping[str, str]) -> str:
     return message.name or names.get(message.tool_call_id or "", "") or "tool"
 
 
-def _rewrite(context: Context, rewrite_step: Callable[[int, Step], Sequence[Message] | None]) -> list[Message]:
-    """Leading system + each body step as `rewrite_step` returns it (None: unchanged).
+def _placeholder_for(message: Message, placeholder: str, tool_name: str, how: str) -> Message | None:
+    """`message` with its text replaced by the placeholder, or None when the placeholder is not shorter."""
+    text = message.text
+    note = placeholder.format(chars=len(text), tool=tool_name)
+    if len(note) < len(text):
+        return _with_text(message, note, how, original_chars=len(text))
+    return None
 
-    Returns the original list (same objects) when no step changed.
+
+def _masked(message: Message, step: Step, placeholder: str, how: str) -> Message | None:
+    """The placeholder version of tool result `message` of `step` (built once per message), or None
+    when it stays as it is (already masked or cleared, or not longer than its placeholder)."""
+    if _already_replaced(message):
+        return None
+    tool_name = _tool_name(message, {} if message.name else _call_names(step))
+    build = partial(_placeholder_for, message, placeholder, tool_name, how)
+    return derived(message, (how, placeholder, tool_name), build)
+
+
+class _Rewriter:
+    """Builds a strategy's output step by step; keeps the input list when nothing changed.
+
+    The output's steps are recorded (`common.remember_steps`) for the next strategy or compaction:
+    a replacement has its original's role, tool_call_id and tool call ids, so the output groups the
+    same as the input.
     """
-    out = list(context.system)
-    changed = False
-    for index, step in enumerate(context.steps):
-        new = rewrite_step(index, step)
-        if new is None:
-            out.extend(step.messages)
-        else:
-            changed = True
-            out.extend(new)
-    return out if changed else list(context.messages)
 
+    def __init__(self, context: Context):
+        self.context = context
+        self.out = list(context.system)
+        self.new_steps: dict[int, Step] = {}
 
-def _mask_results(step: Step, should_mask: Callable[[Message], bool], placeholder: str,
-                  how: str) -> list[Message] | None:
-    """The step with every tool result chosen by `should_mask` replaced (None when nothing changed)."""
-    names = _call_names(step)
-    new: list[Message] = []
-    changed = False
-    for message in step.messages:
-        if message.role == "tool" and not _already_replaced(message) and should_mask(message):
-            text = message.text
-            note = placeholder.format(chars=len(text), tool=_tool_name(message, names))
-            if len(note) < len(text):
-                new.append(_with_text(message, note, how, original_chars=len(text)))
-                changed = True
-                continue
-        new.append(message)
-    return new if changed else None
+    def keep(self, messages: Sequence[Message]) -> None:
+        self.out.extend(messages)
+
+    def put(self, index: int, step: Step, replacements: Sequence[Message | None]) -> None:
+        """Step `index`, each message swapped for its replacement (None: kept as it is)."""
+        if not any(replacements):
+            self.out.extend(step.messages)
+            return
+        messages = tuple(m if r is None else r for m, r in zip(step.messages, replacements, strict=True))
+        self.new_steps[index] = Step(messages)
+        self.out.extend(messages)
+
+    def result(self) -> list[Message]:
+        if not self.new_steps:
+            return list(self.context.messages)
+        steps = list(steps_of(self.context))
+        for index, new in self.new_steps.items():
+            steps[index] = new
+        remember_steps(self.out[len(self.context.system):], steps)
+        return self.out
 
 
 @register_strategy("tool_result_truncation")
@@ -117,26 +140,25 @@ class ToolResultTruncation:
         return text[: self.max_chars] + TRUNCATION_SEPARATOR + TRUNCATION_MARKER
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        rewriter = _Rewriter(context)
+        pins = has_pins(context)
         limit = self.max_chars
-        suffix = TRUNCATION_SEPARATOR + TRUNCATION_MARKER
+        for index, step in enumerate(steps_of(context)):
+            if pins and step.pinned:
+                rewriter.keep(step.messages)
+                continue
+            rewriter.put(index, step, [
+                derived(m, self, partial(self._cut, m)) if m.role == "tool" and len(m.text) > limit else None
+                for m in step.messages])
+        return rewriter.result()
 
-        def rewrite(_index: int, step: Step) -> list[Message] | None:
-            if step.pinned:
-                return None
-            new: list[Message] = []
-            changed = False
-            for message in step.messages:
-                if message.role == "tool":
-                    text = message.text
-                    # the second test keeps a result cut before (by this size) as it is
-                    if len(text) > limit and text[limit:] != suffix and not _already_replaced(message):
-                        new.append(_with_text(message, self.truncated(text), "truncated", original_chars=len(text)))
-                        changed = True
-                        continue
-                new.append(message)
-            return new if changed else None
-
-        return _rewrite(context, rewrite)
+    def _cut(self, message: Message) -> Message | None:
+        """`message` cut to `max_chars`, or None when this strategy (at this size) cut it before or
+        another tool kind replaced it."""
+        text = message.text
+        if text[self.max_chars:] == TRUNCATION_SEPARATOR + TRUNCATION_MARKER or _already_replaced(message):
+            return None
+        return _with_text(message, self.truncated(text), "truncated", original_chars=len(text))
 
 
 @register_strategy("observation_masking")
@@ -156,14 +178,21 @@ class ObservationMasking:
         _placeholder_param("placeholder", self.placeholder)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        cut = len(context.steps) - self.keep_recent
-
-        def rewrite(index: int, step: Step) -> list[Message] | None:
-            if index >= cut or step.pinned:
-                return None
-            return _mask_results(step, lambda m: True, self.placeholder, "masked")
-
-        return _rewrite(context, rewrite)
+        steps = steps_of(context)
+        cut = max(0, len(steps) - self.keep_recent)
+        rewriter = _Rewriter(context)
+        pins = has_pins(context)
+        placeholder = self.placeholder
+        masked_messages = 0
+        for index, step in enumerate(steps[:cut]):
+            masked_messages += len(step.messages)
+            if pins and step.pinned:
+                rewriter.keep(step.messages)
+                continue
+            rewriter.put(index, step, [_masked(m, step, placeholder, "masked") if m.role == "tool" else None
+                                       for m in step.messages])
+        rewriter.keep(context.body[masked_messages:])
+        return rewriter.result()
 
 
 @register_strategy("clear_tool_uses")
@@ -186,36 +215,42 @@ class ClearToolUses:
         _placeholder_param("placeholder", self.placeholder)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        steps = context.steps
+        steps = steps_of(context)
         total = sum(len(s.head.tool_calls) for s in steps if s.kind == "assistant")
         clear_before = total - self.keep  # tool uses with a lower ordinal are old enough to clear
         excluded = set(self.exclude_tools)
-        seen = 0
-
-        def rewrite(_index: int, step: Step) -> list[Message] | None:
-            nonlocal seen
-            if step.kind != "assistant" or not step.head.tool_calls:
-                return None
+        placeholder = self.placeholder
+        rewriter = _Rewriter(context)
+        pins = has_pins(context)
+        seen = 0  # tool uses before the current step
+        done = 0  # body messages handled
+        for index, step in enumerate(steps):
+            if seen >= clear_before:
+                break  # every later use is recent enough
+            done += len(step.messages)
             calls = step.head.tool_calls
-            first = seen
+            if step.kind != "assistant" or not calls or (pins and step.pinned):
+                seen += len(calls) if step.kind == "assistant" else 0
+                rewriter.keep(step.messages)
+                continue
+            cleared = frozenset(c.id for i, c in enumerate(calls, start=seen)
+                                if i < clear_before and c.name not in excluded)
             seen += len(calls)
-            if step.pinned or first >= clear_before:
-                return None
-            cleared = {c.id for i, c in enumerate(calls, start=first)
-                       if i < clear_before and c.name not in excluded}
             if not cleared:
-                return None
-            new = _mask_results(step, lambda m: m.tool_call_id in cleared, self.placeholder, "cleared")
+                rewriter.keep(step.messages)
+                continue
+            head = step.head
+            new_head = None
             if self.clear_inputs:
-                head = self._clear_arguments(step.head, cleared)
-                if head is not None:
-                    new = [head, *(new if new is not None else step.messages)[1:]]
-            return new
-
-        return _rewrite(context, rewrite)
+                new_head = derived(head, ("cleared_inputs", cleared), partial(self._clear_arguments, head, cleared))
+            rewriter.put(index, step, [new_head, *(
+                _masked(m, step, placeholder, "cleared") if m.role == "tool" and m.tool_call_id in cleared else None
+                for m in step.messages[1:])])
+        rewriter.keep(context.body[done:])
+        return rewriter.result()
 
     @staticmethod
-    def _clear_arguments(message: Message, cleared: set[str]) -> Message | None:
+    def _clear_arguments(message: Message, cleared: frozenset[str]) -> Message | None:
         calls: list[ToolCall] = []
         changed = False
         for call in message.tool_calls:

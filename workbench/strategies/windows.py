@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from workbench.compaction import CompactionEnv, Context
 from workbench.registry import param, register_strategy
 from workbench.session import Message, Step
-from workbench.strategies.common import last_steps_for_messages, task_index
+from workbench.strategies.common import last_steps_for_messages, pinned_flags, remember_steps, steps_of, task_index
 
 
 def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
@@ -28,14 +28,17 @@ def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
 
     When every step is kept the original message list is returned (as a new list of the same objects).
     """
-    steps = context.steps
+    steps = steps_of(context)
     flags = list(keep)
     if all(flags):
         return list(context.messages)
     out = list(context.system)
-    for step, kept in zip(steps, flags, strict=True):
-        if kept:
-            out.extend(step.messages)
+    kept_steps = [step for step, kept in zip(steps, flags, strict=True) if kept]
+    for step in kept_steps:
+        out.extend(step.messages)
+    # whole steps group as before, unless one is a stray tool result (it may join the step now before it)
+    if all(s.kind != "tool" for s in kept_steps):
+        remember_steps(out[len(context.system):], kept_steps)
     return out
 
 
@@ -56,9 +59,10 @@ class SlidingWindow:
     window: int = param(doc="unpinned steps kept (pinned steps and the task come on top)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        steps = context.steps
-        task = task_index(steps)
-        bonus = [s.pinned or i == task for i, s in enumerate(steps)]
+        bonus = pinned_flags(context)
+        task = task_index(steps_of(context))
+        if task is not None:
+            bonus[task] = True
         to_skip = bonus.count(False) - self.window  # oldest steps outside the bonus slots to drop
         keep: list[bool] = []
         for step_bonus in bonus:
@@ -84,9 +88,9 @@ class HardClear:
     keep_recent: int = param(10, doc="most recent messages kept (widened to whole steps)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        steps = context.steps
+        steps = steps_of(context)
         cut = len(steps) - last_steps_for_messages(steps, self.keep_recent)
-        return rebuild(context, (i >= cut or s.pinned for i, s in enumerate(steps)))
+        return rebuild(context, (i >= cut or pinned for i, pinned in enumerate(pinned_flags(context))))
 
 
 def turn_numbers(steps: list[Step]) -> tuple[list[int], int]:
@@ -123,7 +127,7 @@ class Trim:
     keep_initial_user: bool = param(True, doc="also keep the first user message (the task)")
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        steps = context.steps
+        steps = steps_of(context)
         numbers, turns = turn_numbers(steps)
         first_kept_turn = turns - self.keep_recent_turns
         if first_kept_turn <= 0:
@@ -131,8 +135,9 @@ class Trim:
         initial_user = -1
         if self.keep_initial_user:
             initial_user = next((i for i, s in enumerate(steps) if s.kind == "user"), -1)
+        pinned = pinned_flags(context)
         return rebuild(context, (
-            numbers[i] >= first_kept_turn or s.pinned or s.kind == "system" or i == initial_user
+            numbers[i] >= first_kept_turn or pinned[i] or s.kind == "system" or i == initial_user
             for i, s in enumerate(steps)))
 
 
