@@ -17,6 +17,7 @@ share the work.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import threading
@@ -49,8 +50,8 @@ _URL = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _ERROR_WITH_MESSAGE = re.compile(r"(?:Error|Exception|Interrupt|Failure|Exit):[ \t]*([^\n]{1,160})")
 _GENERIC_ERROR = re.compile(r"(?<![\w-])(?:[Ee]rror|ERROR|[Ff]atal|FATAL|panic)(?:\[[A-Za-z0-9]+\])?:"
                             r"[ \t]*([^\n]{3,160})")
-_SPACED_NUMBER = re.compile(r"(\d[\d,]*(?:\.\d+)?)[ \t](" + _UNITS + r")\b")
-_ASSIGNMENT = re.compile(r"([A-Z][A-Z0-9_]{2,})[ \t]*[:=][ \t]*(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w.+-]{1,40})")
+_SPACED_NUMBER = re.compile(r"(\d[\d,]*+(?:\.\d+)?+)[ \t](" + _UNITS + r")\b")
+_ASSIGNMENT = re.compile(r"([A-Z][A-Z0-9_]{2,}+)[ \t]*+[:=][ \t]*(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w.+-]{1,40})")
 _BACKTICKED = re.compile(r"`([^`\n]{2,120})`")
 _PATH_WITH_EXTENSION = re.compile(r"(?:[\w.@+-]+/)*[\w-][\w.@+-]*\.(?:" + _EXTENSIONS + r")", re.IGNORECASE)
 _HOST = re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|com|net|org|"
@@ -61,6 +62,7 @@ _NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?(?:%|(?:" + _UNITS + r"))|v?\d+\.\d+
                      re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]|_[A-Za-z][A-Za-z0-9_]{2,}"
                          r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
+_ERROR_ENDINGS = ("Error", "Exception", "Interrupt", "Failure", "Exit")
 _ERROR_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*(?:Error|Exception|Interrupt|Failure|Exit)")
 _TOKEN_EDGES = ".:-~#+$@"
 _SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|$)", re.MULTILINE)
@@ -128,14 +130,27 @@ def content_words(text: str) -> frozenset[str]:
     return frozenset(w.rstrip(".-+") for w in _WORD.findall(text.lower()) if w not in STOPWORDS and len(w) > 1)
 
 
+@functools.lru_cache(maxsize=4096)
+def text_words(text: str) -> frozenset[str]:
+    """`content_words` of a normalised text, memoised (summaries are matched against at every compaction)."""
+    return content_words(text)
+
+
 def _is_commit(token: str) -> bool:
     return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
+def _is_plain_word(token: str) -> bool:
+    """Letters only, in one case or capitalised: no path, number, host, commit, error name nor identifier shape."""
+    return token.isalpha() and (token.islower() or token.isupper() or token[1:].islower())
+
+
 def _classify(token: str) -> tuple[Fact, ...]:
     """The facts one whitespace-free token states on its own (memoised: tokens repeat a lot)."""
+    if token.isdigit() or _is_plain_word(token):
+        return ()
     token = token.lstrip(":-#+@").rstrip(_TOKEN_EDGES)
-    if len(token) < 3 or token.startswith(("http://", "https://")):
+    if len(token) < 3 or _is_plain_word(token) or token.startswith(("http://", "https://")):
         return ()
     if "/" in token:
         key = normalize_path(token)
@@ -144,22 +159,23 @@ def _classify(token: str) -> tuple[Fact, ...]:
                                                _PATH_WITH_EXTENSION.fullmatch(token)):
             return (Fact("path", key, token),)
         return ()
-    if _PATH_WITH_EXTENSION.fullmatch(token) and not token[0].isdigit():
+    dotted = "." in token  # plain substring tests first: each pattern below needs its character
+    if dotted and _PATH_WITH_EXTENSION.fullmatch(token) and not token[0].isdigit():
         return (Fact("path", normalize_path(token), token),)
-    if _HOST.fullmatch(token):
+    if dotted and _HOST.fullmatch(token):
         return (Fact("url", token.lower(), token),)
-    if _TICKET.fullmatch(token):
+    if "-" in token and _TICKET.fullmatch(token):
         return (Fact("identifier", token.lower(), token),)
-    if _COMMIT.fullmatch(token) and _is_commit(token):
+    if len(token) >= 7 and _COMMIT.fullmatch(token) and _is_commit(token):
         return (Fact("commit", token, token),)
     if token[0].isdigit() or token[0] in "$v":
         if _NUMBER.fullmatch(token):
             return (Fact("number", token.lower().replace(",", ""), token),)
         if token[0] != "v":
             return ()
-    if _ERROR_NAME.fullmatch(token):
+    if token.endswith(_ERROR_ENDINGS) and _ERROR_NAME.fullmatch(token):
         return (Fact("error", token.lower(), token),)
-    if "." in token:
+    if dotted:
         parts = [p for p in token.split(".") if p]
         if parts and _ERROR_NAME.fullmatch(parts[-1]):
             return (Fact("error", parts[-1].lower(), parts[-1]), Fact("identifier", token.lower(), token))
@@ -176,16 +192,18 @@ _CLASSIFIED: dict[str, tuple[Fact, ...]] = {}
 _MAX_CLASSIFIED = 500_000
 
 
-def _token_facts(tokens: Iterable[str]) -> Iterator[Fact]:
+def _token_facts(tokens: Iterable[str], out: list[Fact]) -> None:
     memo = _CLASSIFIED
+    known = memo.get
     for token in tokens:
-        found = memo.get(token)
+        found = known(token)
         if found is None:
             found = _classify(token)
             if len(memo) >= _MAX_CLASSIFIED:
                 memo.clear()
             memo[token] = found
-        yield from found
+        if found:
+            out.extend(found)
 
 
 def extract_facts(text: str) -> Iterator[Fact]:
@@ -193,50 +211,63 @@ def extract_facts(text: str) -> Iterator[Fact]:
 
     Single tokens (paths, identifiers, numbers, hosts, commits, error names) are classified once
     per distinct token; facts spanning several words (URLs, error messages, `NAME = value`,
-    numbers with a spaced unit, back-ticked snippets, `$ command` lines) have their own passes.
+    numbers with a spaced unit, back-ticked snippets, `$ command` lines) have their own passes,
+    each skipped when a plain substring test shows it cannot match.
     """
+    return iter(_extract(text))
+
+
+_ERROR_SUFFIXES = ("Error:", "Exception:", "Interrupt:", "Failure:", "Exit:")
+_GENERIC_ERROR_CUES = ("rror:", "RROR:", "atal:", "ATAL:", "panic:", "]:")
+
+
+def _extract(text: str) -> list[Fact]:
+    out: list[Fact] = []
     if not text:
-        return
-    yield from _token_facts(set(_TOKEN.findall(text)))
+        return out
+    add = out.append
+    _token_facts(set(_TOKEN.findall(text)), out)
     if "://" in text:
         for match in _URL.finditer(text):
             url = match.group().rstrip(_TRAILING)
-            yield Fact("url", normalize(url, "url"), url)
-    for match in _ERROR_WITH_MESSAGE.finditer(text):
-        start = match.start()
-        floor = max(0, start - 80)
-        while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_."):
-            start -= 1
-        name = text[start:match.start()] + match.group()[:match.group().index(":")]
-        if _ERROR_NAME.fullmatch(name.rsplit(".", 1)[-1]):
-            full = f"{name}: {match.group(1).strip()}"
-            yield Fact("error", normalize(full, "error"), full)
-    if "rror" in text or "ERROR" in text or "atal" in text or "FATAL" in text or "panic" in text:
+            add(Fact("url", normalize(url, "url"), url))
+    if any(suffix in text for suffix in _ERROR_SUFFIXES):
+        for match in _ERROR_WITH_MESSAGE.finditer(text):
+            start = match.start()
+            floor = max(0, start - 80)
+            while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_."):
+                start -= 1
+            name = text[start:match.start()] + match.group()[:match.group().index(":")]
+            if _ERROR_NAME.fullmatch(name.rsplit(".", 1)[-1]):
+                full = f"{name}: {match.group(1).strip()}"
+                add(Fact("error", normalize(full, "error"), full))
+    if any(cue in text for cue in _GENERIC_ERROR_CUES):
         for match in _GENERIC_ERROR.finditer(text):
-            yield Fact("error", normalize(match.group(), "error"), match.group())
+            add(Fact("error", normalize(match.group(), "error"), match.group()))
     for match in _SPACED_NUMBER.finditer(text):
         if match.start() and (text[match.start() - 1].isalnum() or text[match.start() - 1] in "._"):
             continue
         number = f"{match.group(1)}{match.group(2)}"
-        yield Fact("number", number.lower().replace(",", ""), match.group())
+        add(Fact("number", number.lower().replace(",", ""), match.group()))
     for match in _ASSIGNMENT.finditer(text):
         if match.start() and (text[match.start() - 1].isalnum() or text[match.start() - 1] == "_"):
             continue
         name, value = match.group(1), match.group(2)
         kind = "number" if value[:1].isdigit() else "identifier"
-        yield Fact(kind, normalize(f"{name} = {value}"), match.group())
+        add(Fact(kind, normalize(f"{name} = {value}"), match.group()))
     if "`" in text:
         for match in _BACKTICKED.finditer(text):
             inner = match.group(1).strip()
             first = inner.split(" ", 1)[0]
             if first in COMMAND_PROGRAMS and " " in inner:
-                yield Fact("command", normalize(inner, "command"), inner)
+                add(Fact("command", normalize(inner, "command"), inner))
             elif " " in inner and len(inner) >= 3:
-                yield Fact("identifier", normalize(inner), inner)
+                add(Fact("identifier", normalize(inner), inner))
     if "$ " in text:
         for match in _COMMAND_LINE.finditer(text):
             command = match.group(1).strip()
-            yield Fact("command", normalize(command, "command"), command)
+            add(Fact("command", normalize(command, "command"), command))
+    return out
 
 
 def extract_constraints(text: str) -> Iterator[Fact]:
@@ -277,7 +308,7 @@ def _compute(message: Message) -> Mapping[str, Fact]:
 
     if message.role != "system":
         text = message.text
-        add(extract_facts(text))
+        add(_extract(text))
         if message.role == "user":
             add(extract_constraints(text))
     for call in message.tool_calls:
@@ -287,7 +318,7 @@ def _compute(message: Message) -> Mapping[str, Fact]:
                 add([Fact("command", normalize(command[:MAX_FACT_CHARS], "command"), command)])
             elif name in ("path", "file_path", "file", "filename", "notebook_path") and value.strip():
                 add([Fact("path", normalize_path(value), value)])
-            add(extract_facts(value))
+            add(_extract(value))
     return MappingProxyType(facts)
 
 
@@ -378,3 +409,12 @@ def text_facts(text: str, *, constraints: bool = False) -> dict[str, Fact]:
         for fact in extract_constraints(text):
             out.setdefault(fact.key, fact)
     return out
+
+
+def clear_process_caches() -> None:
+    """Forget what is shared across messages (classified tokens, facts of texts compactions wrote):
+    the next extraction starts cold (for benchmarks; per-message caches go with their messages)."""
+    with _CACHE_LOCK:
+        _CLASSIFIED.clear()
+        _BY_CONTENT.clear()
+        text_words.cache_clear()

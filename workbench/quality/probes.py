@@ -25,9 +25,10 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from workbench.quality.evaluator import evaluator_model, record_spend, transcript
-from workbench.quality.facts import Fact, message_text, normalize_text
-from workbench.quality.retention import analyse, last_use
-from workbench.quality.trace import assistant_positions, context_at, memo, session_of
+from workbench.quality.facts import Fact, normalize_text
+from workbench.quality.index import FactIndex, session_index
+from workbench.quality.retention import CompactionFacts, analyse
+from workbench.quality.trace import context_at, memo, session_of
 from workbench.registry import register_metric
 from workbench.session import Message
 
@@ -75,32 +76,51 @@ def asked_probes(result: Any) -> list[AskedProbe]:
             last = result.calls[-1].index
             probes += [AskedProbe(p.question, p.expected, p.kind, last, "session")
                        for p in session.probes if p.from_call <= last]
-        uses = last_use(session)
+        index = session_index(session)
         replayed = len(result.calls)
         generated = 0
         for analysis in analyse(result).compactions:
-            needed = [analysis.removed[k] for k in analysis.needed if analysis.removed[k].kind != "constraint"]
-            needed.sort(key=lambda f: (uses.get(f.key, 0), f.key))
-            for fact in needed[:GENERATED_PER_COMPACTION]:
-                call = _next_use(session, fact.key, analysis.call_index, uses)
+            for key in _earliest_needed(analysis, index, GENERATED_PER_COMPACTION):
+                call = _next_use(index, key, analysis.call_index)
                 if call is None or call >= replayed or generated >= MAX_GENERATED:
                     continue
-                probes.append(AskedProbe(_cloze(fact, analysis.sources[fact.key]), fact.text,
-                                         "recall", call, "generated", analysis.event_index))
+                fact, source = analysis.first_mention(key)
+                probes.append(AskedProbe(_cloze(fact, source), fact.text, "recall", call, "generated",
+                                         analysis.event_index))
                 generated += 1
         return probes
 
-    return memo(result, "quality_probes", compute)
+    found: list[AskedProbe] = memo(result, "quality_probes", compute)
+    return found
 
 
-def _next_use(session: Any, key: str, from_call: int, uses: dict[str, int]) -> int | None:
-    from workbench.quality.facts import message_facts
+def _earliest_needed(analysis: CompactionFacts, index: FactIndex, limit: int) -> list[str]:
+    """The keys of the first `limit` needed non-constraint facts by (last use, key)."""
+    wanted = analysis.needed_mask & ~analysis.constraint_mask
+    keys: list[str] = []
+    layers = index.last_used_at
+    for call in range(max(0, analysis.call_index), len(layers)):
+        if not wanted or len(keys) >= limit:
+            break
+        layer = wanted & layers[call]
+        if layer:
+            for key, position in index.layer_keys(call):
+                if (layer >> position) & 1:
+                    keys.append(key)
+                    if len(keys) == limit:
+                        break
+            wanted ^= layer
+    return keys
 
-    if uses.get(key, -1) < from_call:
+
+def _next_use(index: FactIndex, key: str, from_call: int) -> int | None:
+    """The first call at or after `from_call` whose assistant message states `key`."""
+    position = index.bits.get(key)
+    if position is None:
         return None
-    positions = assistant_positions(session)
-    for call in range(from_call, len(positions)):
-        if key in message_facts(session.messages[positions[call]]):
+    replies = index.replies
+    for call in range(max(0, from_call), len(replies)):
+        if (replies[call] >> position) & 1:
             return call
     return None
 
@@ -110,17 +130,29 @@ def _contexts_by_call(result: Any, probes: Sequence[AskedProbe]) -> dict[int, li
 
 
 def answerable(result: Any) -> list[bool]:
-    """For each asked probe: its expected answer appears in the context at its call (memoised)."""
+    """For each asked probe: its expected answer appears in the context at its call (memoised).
+
+    Normalised texts hold no line breaks, so one search of the context's texts joined by line
+    breaks finds exactly what a search of each message would."""
     def compute() -> list[bool]:
         probes = asked_probes(result)
-        contexts = _contexts_by_call(result, probes)
-        out = []
-        for probe in probes:
+        flags = [False] * len(probes)
+        by_call: dict[int, list[tuple[int, str]]] = {}
+        for position, probe in enumerate(probes):
             wanted = normalize_text(probe.expected)
-            out.append(bool(wanted) and any(wanted in message_text(m) for m in contexts[probe.call_index]))
-        return out
+            if wanted:
+                by_call.setdefault(probe.call_index, []).append((position, wanted))
+        if by_call:
+            index = session_index(session_of(result))
+            seen = index.seen_texts()
+            for call in sorted(by_call):
+                text = "\n".join(index.texts(context_at(result, call), seen))
+                for position, wanted in by_call[call]:
+                    flags[position] = wanted in text
+        return flags
 
-    return memo(result, "quality_answerable", compute)
+    found: list[bool] = memo(result, "quality_answerable", compute)
+    return found
 
 
 def _mean(values: Sequence[float]) -> float | None:

@@ -18,58 +18,136 @@ their content words are there, since summaries rephrase them).
   and that is in none of the messages sent at that call (the agent acted on something its
   context no longer held).
 
-Everything is computed once per result (memoised) from the cached per-message facts.
+Everything is computed once per result (memoised) on the session's fact index
+(`workbench.quality.index`): each message's facts as a bit mask, so a compaction's accounting is
+a few integer operations per message; facts are decoded (in first-mention order) only to be
+listed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
+from itertools import compress
+from operator import not_
 from typing import Any, ClassVar
 
-from workbench.quality.facts import Fact, content_words, message_facts, normalize_text
-from workbench.quality.trace import applied_events, assistant_positions, compaction_contexts, memo, session_of
+from workbench.quality.facts import Fact, content_words, message_facts, message_text, normalize_text, text_words
+from workbench.quality.index import FUZZY_KINDS, FactIndex, Masks, messages_index, positions, session_index
+from workbench.quality.trace import (
+    applied_events,
+    assistant_positions,
+    call_field,
+    compaction_contexts,
+    memo,
+    session_of,
+)
 from workbench.registry import register_metric
 from workbench.session import Message, Session
-from workbench.tokens import message_tokens
+from workbench.tokens import messages_tokens
 
-FUZZY_KINDS = ("error", "command", "constraint")
+__all__ = ["FUZZY_KINDS", "CompactionFacts", "RunFacts", "analyse", "analyse_compaction", "last_use"]
+
 CONSTRAINT_OVERLAP = 0.7
 MAX_LISTED = 50
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class CompactionFacts:
-    """The fact accounting of one compaction event."""
+    """The fact accounting of one compaction event, as masks of the index's fact keys.
+
+    `removed_mask`: the facts of the removed messages; `retained_mask`: those the context after
+    still states; `needed_mask`: those the recording uses again; `after_mask`: the facts of the
+    context after; `constraint_mask`: removed facts first stated as a user's constraint. The
+    mappings (`removed`, `sources`) and key sets are decoded on demand.
+    """
 
     event_index: int
     call_index: int
     removed_tokens: int
-    removed: Mapping[str, Fact]
-    sources: Mapping[str, Message]
-    retained: frozenset[str]
-    needed: frozenset[str]
-    after_keys: frozenset[str] = frozenset()
+    removed_mask: int
+    retained_mask: int
+    needed_mask: int
+    after_mask: int
+    constraint_mask: int
+    index: FactIndex = field(repr=False)
+    removed_messages: tuple[Message, ...] = field(repr=False)
+    removed_masks: tuple[Masks, ...] = field(repr=False)
+
+    def mentions(self, mask: int, limit: int | None = None) -> list[tuple[Fact, Message]]:
+        """The removed facts of `mask`, each with the first removed message stating it, in order of mention
+        (the first `limit` of them)."""
+        out: list[tuple[Fact, Message]] = []
+        remaining = mask & self.removed_mask
+        if not remaining or limit == 0:
+            return out
+        for message, masks in zip(self.removed_messages, self.removed_masks, strict=True):
+            hit = masks.every & remaining
+            if not hit:
+                continue
+            facts, rank = masks.facts, masks.rank
+            out += [(facts[place], message) for place in sorted(rank[p] for p in positions(hit))]
+            if limit is not None and len(out) >= limit:
+                return out[:limit]
+            remaining ^= hit
+            if not remaining:
+                break
+        return out
+
+    def first_mention(self, key: str) -> tuple[Fact, Message]:
+        return self.mentions(self.index.bit(key), 1)[0]
+
+    @cached_property
+    def removed(self) -> Mapping[str, Fact]:
+        return {f.key: f for f, _ in self.mentions(self.removed_mask)}
+
+    @cached_property
+    def sources(self) -> Mapping[str, Message]:
+        return {f.key: m for f, m in self.mentions(self.removed_mask)}
+
+    @property
+    def retained(self) -> frozenset[str]:
+        return frozenset(self.index.keys_of(self.retained_mask))
+
+    @property
+    def needed(self) -> frozenset[str]:
+        return frozenset(self.index.keys_of(self.needed_mask))
+
+    @property
+    def after_keys(self) -> frozenset[str]:
+        return frozenset(self.index.keys_of(self.after_mask))
+
+    @property
+    def removed_count(self) -> int:
+        return self.removed_mask.bit_count()
+
+    @property
+    def needed_count(self) -> int:
+        return self.needed_mask.bit_count()
 
     @property
     def lost(self) -> list[Fact]:
-        return [f for k, f in self.removed.items() if k not in self.retained]
+        return [f for f, _ in self.mentions(self.removed_mask & ~self.retained_mask)]
 
     @property
     def needed_lost(self) -> list[Fact]:
-        return [self.removed[k] for k in self.needed if k not in self.retained]
+        return [f for f, _ in self.mentions(self.needed_mask & ~self.retained_mask)]
+
+    def listed_lost(self, *, needed: bool = False, limit: int = MAX_LISTED) -> list[str]:
+        """The texts of the first `limit` lost facts (of the needed ones with `needed`), in order of mention."""
+        mask = (self.needed_mask if needed else self.removed_mask) & ~self.retained_mask
+        return [f.text for f, _ in self.mentions(mask, limit)]
 
     @property
     def fact_retention(self) -> float | None:
-        if not self.removed:
-            return None
-        return sum(1 for k in self.removed if k in self.retained) / len(self.removed)
+        removed = self.removed_mask.bit_count()
+        return (self.retained_mask & self.removed_mask).bit_count() / removed if removed else None
 
     @property
     def needed_fact_retention(self) -> float | None:
-        if not self.needed:
-            return None
-        return sum(1 for k in self.needed if k in self.retained) / len(self.needed)
+        needed = self.needed_mask.bit_count()
+        return (self.needed_mask & self.retained_mask).bit_count() / needed if needed else None
 
 
 @dataclass(frozen=True)
@@ -97,57 +175,89 @@ def last_use(session: Session) -> dict[str, int]:
                     out[key] = call
         return out
 
-    return memo(session, "fact_last_use", compute)
-
-
-def _is_needed(fact: Fact, call_index: int, uses: Mapping[str, int], calls: int) -> bool:
-    if fact.kind == "constraint":
-        return call_index < calls
-    return uses.get(fact.key, -1) >= call_index
+    found: dict[str, int] = memo(session, "fact_last_use", compute)
+    return found
 
 
 # -- one compaction -----------------------------------------------------------------------------
 
+def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Message], *, event_index: int,
+             call_index: int, used_later: int, calls: int, tokenizer: Any,
+             seen: dict[int, int] | None = None) -> CompactionFacts:
+    """The accounting of one compaction given the mask of the facts used at or after its call (`seen`:
+    see `FactIndex.union`)."""
+    after_ids = set(map(id, after))
+    removed_messages = tuple(compress(before, map(not_, map(after_ids.__contains__, map(id, before)))))
+    removed_masks = tuple(map(index.masks, removed_messages))
+    removed = constraint = fuzzy = 0
+    for masks in removed_masks:
+        removed |= masks.every
+        constraint |= masks.constraint
+        fuzzy |= masks.fuzzy
+    present = index.union(after, seen)
+    retained = removed & present
+    accounting = CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=0,
+                                 removed_mask=removed, retained_mask=retained, needed_mask=0, after_mask=present,
+                                 constraint_mask=0, index=index, removed_messages=removed_messages,
+                                 removed_masks=removed_masks)
+    missing = removed & ~retained & fuzzy
+    if missing:
+        before_ids = set(map(id, before))
+        written = list(compress(after, map(not_, map(before_ids.__contains__, map(id, after)))))
+        if written:
+            retained |= _rephrased(accounting, missing, written)
+    constraints = 0
+    if removed & constraint:
+        for fact, _ in accounting.mentions(removed & constraint):
+            if fact.kind == "constraint":
+                constraints |= index.bit(fact.key)
+    needed = (removed & ~constraints & used_later) | (constraints if call_index < calls else 0)
+    removed_tokens = messages_tokens(removed_messages, tokenizer)
+    return CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=removed_tokens,
+                           removed_mask=removed, retained_mask=retained, needed_mask=needed, after_mask=present,
+                           constraint_mask=constraints, index=index, removed_messages=removed_messages,
+                           removed_masks=removed_masks)
+
+
+def _rephrased(accounting: CompactionFacts, missing: int, written: Sequence[Message]) -> int:
+    """The missing multi-word facts (first stated as error, command or constraint) that the written
+    messages state in their text; constraints also when most of their content words are there."""
+    if any(m.tool_calls for m in written):
+        parts = [m.text for m in written] + [c.arguments for m in written for c in m.tool_calls]
+        blob = normalize_text("\n".join(parts))
+        pieces = [blob]
+    else:  # the same text: normalising joins pieces with single spaces (`message_text` is cached per message)
+        pieces = [text for text in map(message_text, written) if text]
+        blob = " ".join(pieces)
+    words: frozenset[str] | None = None
+    found = 0
+    for fact, _ in accounting.mentions(missing):
+        if fact.kind not in FUZZY_KINDS:
+            continue
+        if fact.key in blob:
+            found |= accounting.index.bit(fact.key)
+        elif fact.kind == "constraint":
+            wanted = content_words(fact.key)
+            if words is None:
+                words = frozenset().union(*map(text_words, pieces))
+            if wanted and len(wanted & words) >= CONSTRAINT_OVERLAP * len(wanted):
+                found |= accounting.index.bit(fact.key)
+    return found
+
+
 def analyse_compaction(before: Sequence[Message], after: Sequence[Message], *, event_index: int, call_index: int,
                        uses: Mapping[str, int], calls: int, tokenizer: Any = "heuristic") -> CompactionFacts:
-    """The fact accounting of one compaction (see the module docstring)."""
-    after_ids = {id(m) for m in after}
-    before_ids = {id(m) for m in before}
-    removed_messages = [m for m in before if id(m) not in after_ids]
-    written = [m for m in after if id(m) not in before_ids]
-    removed: dict[str, Fact] = {}
-    sources: dict[str, Message] = {}
-    for message in removed_messages:
-        for key, fact in message_facts(message).items():
-            if key not in removed:
-                removed[key] = fact
-                sources[key] = message
-    present: set[str] = set()
-    for message in after:
-        present.update(message_facts(message).keys())
-    retained = {k for k in removed if k in present}
-    missing = [f for k, f in removed.items() if k not in retained and f.kind in FUZZY_KINDS]
-    if missing and written:
-        blob = normalize_text("\n".join([m.text for m in written] +
-                                          [c.arguments for m in written for c in m.tool_calls]))
-        words = content_words(blob)
-        for fact in missing:
-            if fact.key in blob:
-                retained.add(fact.key)
-            elif fact.kind == "constraint":
-                wanted = content_words(fact.key)
-                if wanted and len(wanted & words) >= CONSTRAINT_OVERLAP * len(wanted):
-                    retained.add(fact.key)
-    needed = frozenset(k for k, f in removed.items() if _is_needed(f, call_index, uses, calls))
-    removed_tokens = sum(message_tokens(m, tokenizer) for m in removed_messages)
-    return CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=removed_tokens,
-                           removed=removed, sources=sources, retained=frozenset(retained), needed=needed,
-                           after_keys=frozenset(present))
+    """The fact accounting of one compaction (see the module docstring); `uses` maps a fact key to
+    the last call that uses it (`last_use`)."""
+    index = messages_index([*before, *after])
+    used_later = index.mask_of(k for k, call in uses.items() if call >= call_index)
+    return _account(index, before, after, event_index=event_index, call_index=call_index, used_later=used_later,
+                    calls=calls, tokenizer=tokenizer)
 
 
 # -- one run ------------------------------------------------------------------------------------
 
-def _dangling(result: Any, session: Session, analyses: Sequence[CompactionFacts]) -> int:
+def _dangling(result: Any, session: Session, index: FactIndex, analyses: Sequence[CompactionFacts]) -> int:
     """Walk the calls from the first compaction on, tracking the removed facts missing from the context."""
     if not analyses:
         return 0
@@ -156,24 +266,28 @@ def _dangling(result: Any, session: Session, analyses: Sequence[CompactionFacts]
     by_call: dict[int, list[CompactionFacts]] = {}
     for analysis in analyses:
         by_call.setdefault(analysis.call_index, []).append(analysis)
-    lost: set[str] = set()
-    missing: set[str] = set()
+    lost = missing = 0
     dangling = 0
     first = min(by_call)
-    for record in result.calls:
-        call = record.index
+    for call, at in zip(call_field(result, "index"), call_field(result, "message_index"), strict=True):
         if call < first:
             continue
         for event in by_call.get(call, ()):
-            lost.update(k for k in event.removed if k not in event.after_keys and k not in event.retained)
-            missing = {k for k in lost if k not in event.after_keys}
-        reply = messages[record.message_index]
-        if missing and any(k in missing and f.kind != "constraint" for k, f in message_facts(reply).items()):
-            dangling += 1
-        if missing:
+            gone = event.removed_mask | event.after_mask | event.retained_mask
+            lost |= gone ^ (event.after_mask | event.retained_mask)
+            missing = lost ^ (lost & event.after_mask)
+        if not missing:
+            continue
+        reply = messages[at]
+        if at == positions[call]:
+            stated, span = index.replies[call], index.spans[call]
+        else:
+            masks = index.masks(reply)
             end = positions[call + 1] if call + 1 < len(positions) else len(messages)
-            for message in messages[record.message_index:end]:
-                missing.difference_update(message_facts(message).keys())
+            stated, span = masks.every & ~masks.constraint, index.union(messages[at:end])
+        if stated & missing:
+            dangling += 1
+        missing ^= missing & span
     return dangling
 
 
@@ -181,28 +295,28 @@ def analyse(result: Any) -> RunFacts:
     """The fact accounting of every applied compaction of a replay result, and its dangling references."""
     def compute() -> RunFacts:
         session = session_of(result)
-        uses = last_use(session)
+        index = session_index(session)
         calls = session.calls
         tokenizer = getattr(result.config, "tokenizer", "heuristic")
+        used_from = index.used_from
         analyses: list[CompactionFacts] = []
-        for index in applied_events(result):
-            before, after = compaction_contexts(result, index)
-            event = result.compactions[index]
-            analyses.append(analyse_compaction(before, after, event_index=index, call_index=event.call_index,
-                                               uses=uses, calls=calls, tokenizer=tokenizer))
-        return RunFacts(compactions=tuple(analyses), dangling_references=_dangling(result, session, analyses))
+        seen = index.seen()
+        for event_index in applied_events(result):
+            before, after = compaction_contexts(result, event_index)
+            call = result.compactions[event_index].call_index
+            used_later = used_from[call] if 0 <= call < len(used_from) else 0
+            analyses.append(_account(index, before, after, event_index=event_index, call_index=call,
+                                     used_later=used_later, calls=calls, tokenizer=tokenizer, seen=seen))
+        return RunFacts(compactions=tuple(analyses), dangling_references=_dangling(result, session, index, analyses))
 
-    return memo(result, "quality_facts", compute)
+    found: RunFacts = memo(result, "quality_facts", compute)
+    return found
 
 
 def _rows(result: Any, columns: Any) -> list[dict[str, Any]]:
     """One row per compaction event of the result (events without an analysis get None columns)."""
     by_event = {c.event_index: c for c in analyse(result).compactions}
     return [columns(by_event.get(i)) for i in range(len(result.compactions))]
-
-
-def _listed(facts: Sequence[Fact]) -> list[str]:
-    return [f.text for f in facts[:MAX_LISTED]]
 
 
 @register_metric("fact_retention", direction="higher", unit="share", level="compaction")
@@ -218,8 +332,8 @@ class FactRetention:
     def per_compaction(self, result: Any) -> list[dict[str, Any]]:
         return _rows(result, lambda c: {
             "fact_retention": c.fact_retention if c else None,
-            "removed_facts": len(c.removed) if c else None,
-            "lost_facts": _listed(c.lost) if c else [],
+            "removed_facts": c.removed_count if c else None,
+            "lost_facts": c.listed_lost() if c else [],
         })
 
 
@@ -236,8 +350,8 @@ class NeededFactRetention:
     def per_compaction(self, result: Any) -> list[dict[str, Any]]:
         return _rows(result, lambda c: {
             "needed_fact_retention": c.needed_fact_retention if c else None,
-            "needed_facts": len(c.needed) if c else None,
-            "lost_needed_facts": _listed(c.needed_lost) if c else [],
+            "needed_facts": c.needed_count if c else None,
+            "lost_needed_facts": c.listed_lost(needed=True) if c else [],
         })
 
 

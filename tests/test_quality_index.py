@@ -1,0 +1,145 @@
+"""The fact index (workbench.quality.index): fact keys as bits, and the accounting built on it, checked
+against a plain set-based computation of the same definitions."""
+
+from __future__ import annotations
+
+from builders import assistant, system, tool, user
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import workbench as wb
+from workbench.quality.facts import message_facts, normalize_text
+from workbench.quality.index import positions, session_index
+from workbench.quality.retention import analyse, last_use
+from workbench.quality.trace import compaction_contexts
+from workbench.session import Message, Session
+
+
+def _session() -> Session:
+    return Session.from_messages([
+        system(), user("Fix the ValueError in src/app/net.py; never touch src/app/legacy.py."),
+        assistant("Reading.", calls=(("c1", "read_file"),)),
+        tool("c1", "src/app/net.py: TIMEOUT_SECONDS = 30, class RetryPolicy"),
+        assistant("RetryPolicy retries 3 times; TIMEOUT_SECONDS is 30."),
+        user("Use httpx instead of requests."),
+        assistant("Switching net.py to httpx; RetryPolicy stays."),
+    ])
+
+
+@given(st.sets(st.integers(min_value=0, max_value=3000), max_size=60))
+def test_positions_are_the_set_bits(bits):
+    assert sorted(positions(sum(1 << b for b in bits))) == sorted(bits)
+
+
+def test_masks_hold_exactly_each_message_facts():
+    session = _session()
+    index = session_index(session)
+    assert session_index(session) is index  # built once per session
+    for message in session.messages:
+        masks = index.masks(message)
+        facts = message_facts(message)
+        assert set(index.keys_of(masks.every)) == set(facts)
+        assert set(index.keys_of(masks.constraint)) == {k for k, f in facts.items() if f.kind == "constraint"}
+        assert [f.key for f in masks.facts] == list(facts)
+
+
+def test_used_from_is_the_backward_pass_of_last_use():
+    session = _session()
+    index = session_index(session)
+    uses = last_use(session)
+    for call in range(session.calls + 1):
+        assert set(index.keys_of(index.used_from[call])) == {k for k, last in uses.items() if last >= call}
+    for call in range(session.calls):
+        assert set(index.keys_of(index.last_used_at[call])) == {k for k, last in uses.items() if last == call}
+
+
+def test_a_recording_without_calls_has_an_empty_index():
+    session = Session.from_messages([system(), user("Fix src/app.py please.")])
+    index = session_index(session)
+    assert index.replies == [] and index.spans == [] and index.used_from == [0]
+    assert index.has(index.union(session.messages), "src/app.py")
+
+
+def test_written_messages_get_bits_and_share_them_by_content():
+    session = _session()
+    index = session_index(session)
+    first = Message(role="user", content="Summary: see src/app/summary_only.py", origin="compacted_synthetic")
+    twin = first.replace()
+    assert index.has(index.union([first]), "src/app/summary_only.py")
+    assert index.masks(twin) is index.masks(first)
+    assert not index.has(index.union(session.messages), "src/app/summary_only.py")
+
+
+def _naive(result) -> list[tuple[set[str], set[str], set[str]]]:
+    """(removed, retained, needed) keys per applied compaction, as plain sets (the definitions, slowly)."""
+    from workbench.quality.facts import content_words
+    from workbench.quality.retention import CONSTRAINT_OVERLAP, FUZZY_KINDS
+
+    session = result.session
+    uses = last_use(session)
+    out = []
+    for index, event in enumerate(result.compactions):
+        if event.failed:
+            continue
+        before, after = compaction_contexts(result, index)
+        after_ids, before_ids = {id(m) for m in after}, {id(m) for m in before}
+        removed: dict = {}
+        for message in before:
+            if id(message) not in after_ids:
+                for key, fact in message_facts(message).items():
+                    removed.setdefault(key, fact)
+        present = {k for m in after for k in message_facts(m)}
+        retained = {k for k in removed if k in present}
+        written = [m for m in after if id(m) not in before_ids]
+        parts = [m.text for m in written] + [c.arguments for m in written for c in m.tool_calls]
+        blob = normalize_text("\n".join(parts))
+        for key, fact in removed.items():
+            if key in retained or fact.kind not in FUZZY_KINDS or not written:
+                continue
+            wanted = content_words(key)
+            if key in blob or (fact.kind == "constraint" and wanted and
+                               len(wanted & content_words(blob)) >= CONSTRAINT_OVERLAP * len(wanted)):
+                retained.add(key)
+        call = event.call_index
+        needed = {k for k, f in removed.items()
+                  if (call < session.calls if f.kind == "constraint" else uses.get(k, -1) >= call)}
+        out.append((set(removed), retained, needed))
+    return out
+
+
+FACT_POOL = ("src/app/net.py", "tests/test_net.py", "TIMEOUT_SECONDS = 30", "RetryPolicy", "fetch_page",
+             "ValueError: bad port", "`pytest -q tests`", "commit 3f9a2c1b", "120 ms", "api.internal:8443",
+             "v1.4.2", "https://example.com/docs/x")
+CONSTRAINTS = ("Never touch src/app/legacy.py.", "Use httpx instead of requests.", "We decided to keep RetryPolicy.")
+
+
+@st.composite
+def fact_conversations(draw) -> list[Message]:
+    """Conversations whose messages mention facts from a small pool, so that facts recur, are removed and reused."""
+    words = st.lists(st.sampled_from(FACT_POOL), min_size=0, max_size=4).map(" ".join)
+    messages = [system()]
+    for step in range(draw(st.integers(2, 24))):
+        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools"]))
+        filler = "x" * draw(st.sampled_from([10, 300, 1500]))
+        if kind == "user":
+            messages.append(user(f"{draw(words)} {draw(st.sampled_from(CONSTRAINTS))} {filler}"))
+        elif kind == "assistant":
+            messages.append(assistant(f"step {step}: {draw(words)}"))
+        else:
+            messages.append(assistant(f"checking {draw(words)}", calls=((f"t{step}", "bash"),)))
+            messages.append(tool(f"t{step}", f"{draw(words)} {filler}"))
+    return messages
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(fact_conversations(), st.sampled_from([
+    {"kind": "sliding_window", "window": 3}, {"kind": "hard_clear", "keep_recent": 2},
+    {"kind": "observation_masking", "keep_recent": 1}, {"kind": "summarize_full"}]))
+def test_bit_accounting_equals_the_set_definitions(messages, strategy):
+    if not any(m.role == "assistant" for m in messages):
+        return
+    result = wb.replay(Session.from_messages(messages), {
+        "trigger": {"kind": "token_threshold", "threshold": 200}, "strategy": strategy,
+        "context_limit": 100_000, "max_output": 100})
+    got = [(set(a.removed), set(a.retained), set(a.needed)) for a in analyse(result).compactions]
+    assert got == _naive(result)

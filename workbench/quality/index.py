@@ -1,0 +1,220 @@
+"""Fact keys as bits, so that retention is integer arithmetic rather than set building.
+
+Every compaction of every replay compares the facts of the messages it removed with those of
+the context it returned, and the dangling-reference walk does the same at every later call.
+Held as Python ints with one bit per fact key, a message's facts are a mask, the facts of a
+whole context are the OR of a few hundred masks, a share is a ratio of popcounts, and "still
+used at or after call c" is one precomputed mask per call.
+
+An index is built once per session (memoised on it, from the per-message facts that
+`message_facts` caches per message): bit positions in first-seen order, the masks of the
+session's messages, and per recorded call the masks of its assistant message, of the messages
+it spans, and of the facts the recording states at or after it. Messages a compaction wrote get
+their bits the first time their content is seen (cached by their facts mapping, which
+`message_facts` shares between messages of the same content).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import reduce
+from operator import or_
+
+from workbench.quality.facts import Fact, message_facts, message_text
+from workbench.quality.trace import assistant_positions, memo
+from workbench.session import Message, Session
+
+FUZZY_KINDS = ("error", "command", "constraint")
+
+
+@dataclass(frozen=True, slots=True)
+class Masks:
+    """The facts of one message as bit masks (all of them, its constraints, its error/command/constraint
+    facts), with its facts in order of mention and, per bit position, the fact's place in that order."""
+
+    every: int
+    constraint: int
+    fuzzy: int
+    facts: tuple[Fact, ...]
+    rank: dict[int, int]
+
+
+class FactIndex:
+    """Bit positions of fact keys and the masks of messages (see the module docstring).
+
+    `keys[p]` is the key at bit p and `bits[key]` its position. For a session's index, per recorded
+    call c: `replies[c]` (the non-constraint facts of its assistant message), `spans[c]` (the facts
+    of the messages from that one to the next call's), `used_from[c]` (facts an assistant message
+    states at or after c; one more entry, 0, past the end) and `last_used_at[c]` (those stated last at c).
+    """
+
+    def __init__(self) -> None:
+        self.keys: list[str] = []
+        self.bits: dict[str, int] = {}
+        self._own: dict[int, Masks] = {}
+        self._every: dict[int, int] = {}
+        self._foreign: dict[int, tuple[Mapping[str, Fact], Masks]] = {}
+        self._texts: dict[int, str] = {}
+        self._held: list[Message] = []
+        self._lock = threading.Lock()
+        self.replies: list[int] = []
+        self.spans: list[int] = []
+        self.used_from: list[int] = [0]
+        self.last_used_at: list[int] = []
+        self._layers: dict[int, list[tuple[str, int]]] = {}
+
+    def _build(self, facts: Mapping[str, Fact]) -> Masks:
+        every = constraint = fuzzy = 0
+        bits, keys = self.bits, self.keys
+        rank: dict[int, int] = {}
+        with self._lock:
+            for place, (key, fact) in enumerate(facts.items()):
+                position = bits.get(key)
+                if position is None:
+                    position = bits[key] = len(keys)
+                    keys.append(key)
+                rank[position] = place
+                bit = 1 << position
+                every |= bit
+                if fact.kind in FUZZY_KINDS:
+                    fuzzy |= bit
+                    if fact.kind == "constraint":
+                        constraint |= bit
+        return Masks(every, constraint, fuzzy, tuple(facts.values()), rank)
+
+    def own(self, messages: Iterable[Message]) -> None:
+        """Index messages for the index's whole life (a session's own): held, cached by identity."""
+        for message in messages:
+            if id(message) not in self._own:
+                self._held.append(message)
+                masks = self._build(message_facts(message))
+                self._own[id(message)] = masks
+                self._every[id(message)] = masks.every
+
+    def masks(self, message: Message) -> Masks:
+        """The masks of a message: by identity for the index's own, else by its facts mapping, which
+        `message_facts` shares between messages a compaction wrote with the same content."""
+        found = self._own.get(id(message))
+        if found is not None:
+            return found
+        facts = message_facts(message)
+        entry = self._foreign.get(id(facts))
+        if entry is not None and entry[0] is facts:
+            return entry[1]
+        masks = self._build(facts)
+        with self._lock:
+            self._foreign[id(facts)] = (facts, masks)
+        return masks
+
+    def seen(self) -> dict[int, int]:
+        """A copy of the own messages' masks by identity, for `union` to add other messages to while
+        they live (e.g. during one result's analysis, whose result holds the messages its compactions wrote)."""
+        return dict(self._every)
+
+    def union(self, messages: Sequence[Message], seen: dict[int, int] | None = None) -> int:
+        """The mask of every fact the messages state (`seen`: see `FactIndex.seen`)."""
+        known = self._every if seen is None else seen
+        found = list(map(known.get, map(id, messages)))
+        if None in found:
+            for place, (message, mask) in enumerate(zip(messages, found, strict=True)):
+                if mask is None:
+                    mask = found[place] = self.masks(message).every
+                    if seen is not None:
+                        seen[id(message)] = mask
+        return reduce(or_, found, 0)
+
+    def seen_texts(self) -> dict[int, str]:
+        """Like `seen`, for `texts`."""
+        return dict(self._texts)
+
+    def texts(self, messages: Sequence[Message], seen: dict[int, str] | None = None) -> list[str]:
+        """The messages' normalised texts (`message_text`), kept by identity for the index's own
+        (`seen`: see `FactIndex.seen`)."""
+        known = self._texts if seen is None else seen
+        found = list(map(known.get, map(id, messages)))
+        if None in found:
+            own, texts = self._own, self._texts
+            for place, (message, text) in enumerate(zip(messages, found, strict=True)):
+                if text is None:
+                    text = found[place] = message_text(message)
+                    if id(message) in own:
+                        texts[id(message)] = text
+                    if seen is not None:
+                        seen[id(message)] = text
+        return found  # type: ignore[return-value]  # every None was replaced
+
+    def has(self, mask: int, key: str) -> bool:
+        position = self.bits.get(key)
+        return position is not None and (mask >> position) & 1 == 1
+
+    def bit(self, key: str) -> int:
+        return 1 << self.bits[key]
+
+    def keys_of(self, mask: int) -> list[str]:
+        """The keys of a mask, in bit order."""
+        keys = self.keys
+        return [keys[p] for p in sorted(positions(mask))]
+
+    def layer_keys(self, call: int) -> list[tuple[str, int]]:
+        """(key, bit position) of the facts the recording states last at `call`, by key (cached)."""
+        found = self._layers.get(call)
+        if found is None:
+            keys = self.keys
+            found = self._layers[call] = sorted((keys[p], p) for p in positions(self.last_used_at[call]))
+        return found
+
+    def mask_of(self, keys: Iterable[str]) -> int:
+        """The mask of the given keys (keys the index has never seen are left out)."""
+        bits = self.bits
+        total = 0
+        for key in keys:
+            position = bits.get(key)
+            if position is not None:
+                total |= 1 << position
+        return total
+
+
+def positions(mask: int) -> list[int]:
+    """The positions of a mask's set bits (in no particular order)."""
+    if not mask:
+        return []
+    digits = format(mask, "b")
+    top = len(digits) - 1
+    out: list[int] = []
+    at = digits.find("1")
+    while at >= 0:
+        out.append(top - at)
+        at = digits.find("1", at + 1)
+    return out
+
+
+def _session_index(session: Session) -> FactIndex:
+    index = FactIndex()
+    messages = session.messages
+    index.own(messages)
+    positions = assistant_positions(session)
+    every = index._every
+    index.replies = [every[id(messages[p])] & ~index._own[id(messages[p])].constraint for p in positions]
+    ends = [*positions[1:], len(messages)][:len(positions)]  # a recording may hold no call
+    index.spans = [index.union(messages[start:end]) for start, end in zip(positions, ends, strict=True)]
+    used_from = [0] * (len(positions) + 1)
+    for call in range(len(positions) - 1, -1, -1):
+        used_from[call] = used_from[call + 1] | index.replies[call]
+    index.used_from = used_from
+    index.last_used_at = [used_from[c] & ~used_from[c + 1] for c in range(len(positions))]
+    return index
+
+
+def session_index(session: Session) -> FactIndex:
+    """The fact index of a session, built once (memoised on the session)."""
+    found: FactIndex = memo(session, "fact_index", lambda: _session_index(session))
+    return found
+
+
+def messages_index(messages: Sequence[Message]) -> FactIndex:
+    """A throwaway index over some messages (for accounting outside a replayed session)."""
+    index = FactIndex()
+    index.own(messages)
+    return index
