@@ -153,3 +153,33 @@ def test_kill_9_mid_run_then_rerun_completes_with_no_duplicate_and_no_missing_ce
     con.close()
     assert len(rows) == 9 and all(count == 1 for *_, count in rows)
     assert all(total == distinct for *_, total, distinct in calls)
+
+
+def test_the_model_limits_requests_while_twice_as_many_cells_are_in_flight(grid_db):
+    """`concurrency` bounds the model calls; the executor keeps CELLS_PER_CALL_SLOT times as many cells
+    going, so a cell's CPU work never holds one of the model's slots."""
+    import threading
+
+    from workbench.experiments.run import CELLS_PER_CALL_SLOT
+    from workbench.testing import FakeOpenAI
+
+    db, _, ids = grid_db
+    cell_threads: list[int] = []
+
+    def answer(body):
+        cell_threads.append(sum(t.name.startswith("workbench-cell") for t in threading.enumerate()))
+        return "summary: kept the file paths and the failing test"
+
+    with FakeOpenAI(latency=0.3, responder=answer) as server:
+        options = {"api_base": server.api_base, "api_key": "sk-test-dummy", "concurrency": 2}
+        spec = {"name": "slots", "dataset": "grid", "concurrency": 2,
+                "defaults": {"summarizer": "openai/slot-summarizer", "summarizer_options": options},
+                "config": [{"name": f"full-{n}", "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
+                            "strategy": {"kind": "summarize_full"}} for n in (4, 6)]}
+        run = run_experiment(spec, db=str(db))
+        assert run.progress.failed_cells == 0 and len(run.results) == 2 * len(ids)
+        assert server.max_in_flight == 2  # reached, never exceeded
+        assert max(cell_threads) == 2 * CELLS_PER_CALL_SLOT
+        requests = server.request_count
+        again = run_experiment(spec, db=str(db))
+        assert again.progress.cells_reused == 2 * len(ids) and server.request_count == requests

@@ -83,6 +83,7 @@ class GatewayAPI(Protocol):
     retry: RetryPolicy
     timeout: float
     num_retries: int
+    unknown_cost_models: set[str]
 
     def limiter(self, model: str, concurrency: int | None = None, api_base: str | None = None) -> Limiter: ...
 
@@ -196,8 +197,11 @@ class BoundModel:
 
             input_tokens = count_tokens(messages, "heuristic")
             output_tokens = count_tokens(content, "heuristic")
-        cost = call_cost(load_litellm(), self.model, response, input_tokens, output_tokens, estimated=estimated,
-                         prices=self.prices)
+        if self.prices.given or self.model not in self.gateway.unknown_cost_models:
+            cost = call_cost(load_litellm(), self.model, response, input_tokens, output_tokens,
+                             estimated=estimated, prices=self.prices)
+        else:  # the local price map does not change: a model it lacked once, it lacks again
+            cost = None
         if cost is None:
             self.gateway.note_unknown_cost(self.model)
         return Completion(text=content, model=self.model, input_tokens=input_tokens, output_tokens=output_tokens,

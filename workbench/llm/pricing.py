@@ -2,11 +2,13 @@
 
 In order: the offline `workbench/` models cost nothing; prices given in a model's options
 (`input_cost_per_token`, `output_cost_per_token`, e.g. for a self-hosted model) win; else
-LiteLLM's local price map. An unknown price gives None (the gateway warns once per model).
+LiteLLM's local price map (the cost LiteLLM attached to the response when it has one). An
+unknown price gives None (the gateway warns once per model, and does not look it up again).
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,6 +42,10 @@ def call_cost(litellm: Any, model: str, response: Any, input_tokens: int, output
     if prices.given:
         return (input_tokens * float(prices.input_cost_per_token or 0.0)
                 + output_tokens * float(prices.output_cost_per_token or 0.0))
+    if not estimated:
+        computed = _litellm_cost(response)
+        if computed is not None:
+            return computed
     try:
         if estimated:
             prompt_cost, completion_cost = litellm.cost_per_token(
@@ -48,3 +54,13 @@ def call_cost(litellm: Any, model: str, response: Any, input_tokens: int, output
         return float(litellm.completion_cost(completion_response=response, model=model))
     except Exception:  # LiteLLM raises for models missing from its map
         return None
+
+
+def _litellm_cost(response: Any) -> float | None:
+    """The cost LiteLLM already worked out for `response` (`_hidden_params["response_cost"]`), if any:
+    asking its price map again costs milliseconds of CPU per call, most of it spent holding the GIL."""
+    hidden = getattr(response, "_hidden_params", None)
+    cost = hidden.get("response_cost") if isinstance(hidden, dict) else None
+    if isinstance(cost, (int, float)) and not isinstance(cost, bool) and math.isfinite(cost) and cost >= 0:
+        return float(cost)
+    return None
