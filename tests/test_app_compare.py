@@ -134,3 +134,38 @@ def test_metric_shading_follows_the_direction(direction, values, expected):
     row = pd.Series([direction, *values], index=["better", "a", "b", "c"])
     styles = {"": "", "best": BEST_STYLE, "worst": WORST_STYLE}
     assert _shade_by_direction(row) == [styles[e] for e in expected]
+
+
+def replayed(presets: list[str], limit: int = 1500) -> list:
+    from builders import conversation
+
+    from workbench.presets import presets as catalogue
+    from workbench.replay import replay
+    from workbench.session import Session
+
+    session = Session.from_messages(conversation(12, result_chars=400), id="generated-12", dataset="generated")
+    window = {"context_limit": limit, "max_output": 200, "summarizer": "workbench/extractive"}
+    return [replay(session, {**catalogue()[name], **window}) for name in presets]
+
+
+def test_chart_frames_carry_what_the_library_frames_carry():
+    from workbench.experiments.charts import frames_from_results
+    from workbench.ui.compare import chart_frames
+
+    results = replayed(PRESETS)
+    calls, compactions = chart_frames(results)
+    _, full_calls, full_compactions = frames_from_results(results)
+    assert len(compactions) == sum(len(r.compactions) for r in results) > 0
+    for frame, full in ((calls, full_calls), (compactions, full_compactions)):
+        assert frame.to_dict(orient="list") == full[list(frame.columns)].to_dict(orient="list")
+
+
+def test_the_export_is_the_html_report_or_a_readable_error():
+    from workbench.ui.compare import report_or_error
+
+    results = replayed(PRESETS)
+    report = report_or_error("generated-12", results, 1500)
+    assert report.startswith("<!DOCTYPE html>") and "Comparison on session generated-12" in report
+    assert all(name in report for name in PRESETS)
+    broken = report_or_error("generated-12", [*results, object()], 1500)
+    assert "The report could not be built: AttributeError" in broken

@@ -138,6 +138,12 @@ def test_compare_three_presets_then_sql(server_url, page, tmp_path):
     assert lines == PRESETS, tokens
     assert {f"{p} compactions" for p in PRESETS} <= set(markers)
 
+    with page.expect_download(timeout=REPLAY_TIMEOUT_MS) as download:  # the report is built on this click
+        page.get_by_role("button", name="Export the comparison (HTML)").click()
+    report = Path(download.value.path()).read_text(encoding="utf-8")
+    assert report.startswith("<!DOCTYPE html>") and "Comparison on session" in report
+    assert all(preset in report for preset in PRESETS)
+
     page.goto(f"{server_url}/sql")
     query = page.get_by_label("Query")
     query.fill("SELECT count(*) AS n FROM sessions")

@@ -2,8 +2,10 @@
 
 Configurations come from the presets (`workbench.presets`) or from TOML typed in place; every one is
 validated by `parse_config` and its error shown under it. The replays run on "Run replays" and are
-kept in a bounded resource cache (a `ReplayResult` holds its snapshots, so `context_at` stays free);
-each panel below is a fragment, so picking a call or a compaction reruns that panel only.
+kept in a bounded resource cache (a `ReplayResult` holds its snapshots, so `context_at` stays free).
+The charts come first, straight after the replays, from frames holding only what they draw; each
+panel below is a fragment, so picking a call or a compaction reruns that panel only; the HTML report
+is built when its download button is clicked, not on every run.
 """
 
 from __future__ import annotations
@@ -169,11 +171,43 @@ def run_replays(path: str, stamp: float, session_id: str, configs: Sequence[dict
     return results
 
 
+def _call_field(calls: Sequence[Any], name: str) -> list[Any]:
+    """One field of every call record, from the stored column when the records are kept as columns."""
+    column = getattr(calls, "column", None)
+    return list(column(name)) if callable(column) else [getattr(call, name) for call in calls]
+
+
+def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
+    """(calls, compactions) frames holding only what the two charts draw, read straight off the results.
+
+    `charts.frames_from_results` copies every field of every call and event (`dataclasses.asdict`),
+    which costs more than the charts themselves on a long session; the first chart must not wait on it.
+    """
+    import pandas as pd
+
+    calls: dict[str, list[Any]] = {"config": [], "call_index": [], "context_tokens": [], "recorded_compaction": []}
+    events: dict[str, list[Any]] = {"config": [], "call_index": [], "tokens_before": [], "tokens_after": [],
+                                    "summary": []}
+    for result in results:
+        name = result.config.name
+        _, recorded = result.recorded_columns()
+        calls["config"] += [name] * len(result.calls)
+        calls["call_index"] += _call_field(result.calls, "index")
+        calls["context_tokens"] += _call_field(result.calls, "context_tokens")
+        calls["recorded_compaction"] += recorded
+        events["config"] += [name] * len(result.compactions)
+        events["call_index"] += [e.call_index for e in result.compactions]
+        events["tokens_before"] += [e.tokens_before for e in result.compactions]
+        events["tokens_after"] += [e.tokens_after for e in result.compactions]
+        events["summary"] += [e.summary for e in result.compactions]
+    return pd.DataFrame(calls), pd.DataFrame(events)
+
+
 @st.fragment
 def charts_panel(results: Sequence[Any], limit: int) -> None:
     from workbench.experiments import charts
 
-    _, calls, compactions = charts.frames_from_results(results)
+    calls, compactions = chart_frames(results)
     st.plotly_chart(charts.token_curves(calls, compactions, context_limit=limit), key="compare_tokens",
                     width="stretch")
     st.plotly_chart(charts.cumulative_billed(calls), key="compare_billed", width="stretch")
@@ -201,11 +235,13 @@ def _shade_by_direction(row: Any) -> list[str]:
 
 @st.fragment
 def metrics_panel(results: Sequence[Any]) -> None:
-    from workbench.experiments import charts
+    import pandas as pd
+
     from workbench.experiments.compare import metric_direction
 
-    frame, _, _ = charts.frames_from_results(results)
-    table = frame.drop(columns=["session_id", "repeat"]).set_index("config").T.astype("object")
+    frame = pd.DataFrame([{"config": r.config.name, "termination": r.termination, **dict(r.metrics)}
+                          for r in results])
+    table = frame.set_index("config").T.astype("object")
     table.insert(0, "better", [metric_direction(str(name)) for name in table.index])
     st.subheader("Metrics")
     st.caption("Green: the best configuration on that metric, red: the worst, in the direction the metric "
@@ -283,20 +319,33 @@ def summaries_panel(results: Sequence[Any]) -> None:
                     st.json({k: v for k, v in measured.items()}, expanded=True)
 
 
-def export_button(session_id: str, results: Sequence[Any], limit: int) -> None:
+def comparison_report(session_id: str, results: Sequence[Any], limit: int) -> str:
+    """The comparison as the self-contained HTML report (the same one `workbench export` writes)."""
     from workbench.experiments import charts
     from workbench.experiments.export import report_html
 
     frame, calls, compactions = charts.frames_from_results(results)
+    return report_html(f"Comparison on session {session_id}", frame, calls, compactions,
+                       summarizers=[str(r.config.summarizer) for r in results], context_limit=limit,
+                       meta=[("session", session_id), ("window", f"{limit:,} tokens")])
+
+
+def report_or_error(session_id: str, results: Sequence[Any], limit: int) -> str:
+    """The report, or a small HTML page saying why it could not be built (the download never fails silently)."""
+    import html
+
     try:
-        report = report_html(f"Comparison on session {session_id}", frame, calls, compactions,
-                             summarizers=[str(r.config.summarizer) for r in results], context_limit=limit,
-                             meta=[("session", session_id), ("window", f"{limit:,} tokens")])
-    except Exception as exc:  # the page stays usable without the export
-        st.error(f"The report could not be built: {common.readable_error(exc)}")
-        return
-    st.download_button("Export the comparison (HTML)", report.encode(), file_name=f"compare-{session_id}.html",
-                       mime="text/html", key="compare_export")
+        return comparison_report(session_id, results, limit)
+    except Exception as exc:  # the download carries the readable message instead of a broken file
+        return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Report failed</title>"
+                f"</head><body><p>The report could not be built: {html.escape(common.readable_error(exc))}</p>"
+                f"</body></html>")
+
+
+def export_button(session_id: str, results: Sequence[Any], limit: int) -> None:
+    """One click downloads the report; it is built then, not on every run of the page."""
+    st.download_button("Export the comparison (HTML)", lambda: report_or_error(session_id, results, limit).encode(),
+                       file_name=f"compare-{session_id}.html", mime="text/html", key="compare_export")
 
 
 def page() -> None:
@@ -325,8 +374,8 @@ def page() -> None:
     if not results:
         return
     limit = int(last["configs"][0]["context_limit"])
-    export_button(last["session"], results, limit)
-    charts_panel(results, limit)
+    charts_panel(results, limit)  # first: nothing below delays the charts
     metrics_panel(results)
     context_panel(results)
     summaries_panel(results)
+    export_button(last["session"], results, limit)
