@@ -13,7 +13,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade uv
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/uv pip install --python $(BIN)/python --quiet -e '.[test]'
+	$(BIN)/uv pip install --python $(BIN)/python --quiet --compile-bytecode -e '.[test]'
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -5,7 +5,7 @@
     result = wb.replay(sessions[0], {"trigger": {"kind": "utilization"}, "strategy": {"kind": "summarize_split"}})
 """
 
-from workbench.access import session, sessions
+from workbench.access import iter_sessions, session, sessions
 from workbench.compaction import CompactionEnv, Completion, Context, Summarizer, Trigger, TriggerView
 from workbench.config import ReplayConfig, parse_config
 from workbench.errors import (
@@ -53,7 +53,7 @@ __all__ = [
     "StoreError", "Summarizer", "SummarizerError", "ToolCall", "Trigger", "TriggerView", "WorkbenchError",
     "build_strategy", "build_trigger", "compact", "count_tokens", "get_tokenizer", "group_steps", "load",
     "parse_config", "register_strategy", "register_trigger", "replay", "spec_of",
-    "RecordedCompaction", "recorded_input_tokens", "session", "sessions",
+    "RecordedCompaction", "iter_sessions", "recorded_input_tokens", "session", "sessions",
     "StrategySpec", "TriggerSpec", "describe", "kinds", "param", "register_importer", "register_metric",
 ]
 

@@ -8,11 +8,12 @@ app or another reader) and close it again; `db` defaults to `$WORKBENCH_DB`, els
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 
 from workbench.errors import StoreError
 from workbench.session import Session
 
-__all__ = ["session", "sessions"]
+__all__ = ["iter_sessions", "session", "sessions"]
 
 
 def sessions(dataset: str | None = None, where: str | None = None,
@@ -25,6 +26,17 @@ def sessions(dataset: str | None = None, where: str | None = None,
 
     with Store(db, read_only=True) as store:
         return store.load_sessions(dataset, where)
+
+
+def iter_sessions(dataset: str | None = None, where: str | None = None,
+                  db: str | os.PathLike[str] | None = None, *, batch_sessions: int = 64) -> Iterator[Session]:
+    """The sessions `sessions()` returns, streamed: loaded `batch_sessions` at a time, so a dataset
+    of any size can be walked with memory for one batch (the database stays open, read-only,
+    until the iteration ends or the iterator is closed)."""
+    from workbench.store import Store
+
+    with Store(db, read_only=True) as store:
+        yield from store.iter_sessions(dataset, where, batch_sessions=batch_sessions)
 
 
 def session(id: str, db: str | os.PathLike[str] | None = None) -> Session:

@@ -210,6 +210,22 @@ def default_path() -> str:
     return os.environ.get("WORKBENCH_DB") or DEFAULT_DB
 
 
+MEMORY_LIMIT_ENV = "WORKBENCH_MEMORY_LIMIT"
+
+
+def default_memory_limit() -> str | None:
+    """`$WORKBENCH_MEMORY_LIMIT` (e.g. "1GB"), else None: DuckDB's own default (80 % of RAM)."""
+    return os.environ.get(MEMORY_LIMIT_ENV) or None
+
+
+def set_memory_limit(connection: duckdb.DuckDBPyConnection, limit: str) -> None:
+    """Cap DuckDB's memory (its buffer cache and operators, which spill to disk beyond it)."""
+    try:
+        connection.execute(f"SET memory_limit = '{str(limit).replace(chr(39), '')}'")
+    except duckdb.Error as exc:
+        raise StoreError(f"invalid memory limit {limit!r} (e.g. 512MB, 2GB): {exc}") from exc
+
+
 _LOCK_PID = re.compile(r"PID (\d+)")
 _MAGIC = b"DUCK"
 _MAGIC_OFFSET = 8
@@ -246,14 +262,16 @@ def check_database_path(path: str, *, create: bool = True) -> None:
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
-            migrate: bool = True, create: bool = True) -> duckdb.DuckDBPyConnection:
+            migrate: bool = True, create: bool = True,
+            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
     """Open the database file (creating it and its folder unless `create` is False or `read_only`)
     and bring its schema up to date.
 
     `":memory:"` opens a private in-memory database. A file held by another process raises
     `StoreError` saying so, rather than DuckDB's lock message; a file that is not a DuckDB
     database raises `NotADatabaseError`; a missing file with `create=False` or `read_only`
-    raises `MissingDatabaseError`.
+    raises `MissingDatabaseError`. `memory_limit` (default `$WORKBENCH_MEMORY_LIMIT`) caps
+    DuckDB's memory for this database.
     """
     target = str(path) if path is not None else default_path()
     check_database_path(target, create=create and not read_only)
@@ -269,6 +287,13 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
             raise StoreError(f"database {target} is in use by another process{holder}; "
                              f"close it or pass another --db") from exc
         raise StoreError(f"cannot open database {target}: {message}") from exc
+    limit = memory_limit or default_memory_limit()
+    if limit:
+        try:
+            set_memory_limit(connection, limit)
+        except StoreError:
+            connection.close()
+            raise
     if migrate and not read_only:
         apply_migrations(connection)
     return connection

@@ -279,8 +279,9 @@ class Store:
     open the file at the same time; with `create=False` a missing file raises
     `db.MissingDatabaseError` instead of being created, and a file that is not a DuckDB database
     always raises `db.NotADatabaseError` (and is left untouched). `batch_messages`/`batch_bytes` size the write batches;
-    `memory_limit` (e.g. "512MB") caps DuckDB's buffer cache, which otherwise keeps written
-    blocks up to DuckDB's default (80 % of RAM). Use it as a context manager, or call `close()`.
+    `memory_limit` (e.g. "512MB"; default `$WORKBENCH_MEMORY_LIMIT`) caps DuckDB's buffer cache,
+    which otherwise keeps written blocks up to DuckDB's default (80 % of RAM). Use it as a context
+    manager, or call `close()`.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
@@ -290,19 +291,14 @@ class Store:
         self.read_only = read_only
         self.batch_messages = max(1, int(batch_messages))
         self.batch_bytes = max(1, int(batch_bytes))
-        self._con: duckdb.DuckDBPyConnection | None = db.connect(self.path, read_only=read_only, create=create)
+        self._con: duckdb.DuckDBPyConnection | None = db.connect(self.path, read_only=read_only, create=create,
+                                                                 memory_limit=memory_limit)
         if read_only and self.path != ":memory:":
             pending = db.pending_migrations(self._con)
             if pending:
                 self.close()
                 raise StoreError(f"database {self.path} has an older schema (missing {', '.join(pending)}); open "
                                  f"it once for writing to upgrade it, e.g. `workbench datasets --db {self.path}`")
-        if memory_limit:
-            try:
-                self._con.execute(f"SET memory_limit = '{str(memory_limit).replace(chr(39), '')}'")
-            except duckdb.Error as exc:
-                self.close()
-                raise StoreError(f"invalid memory_limit {memory_limit!r}: {exc}") from exc
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -539,6 +535,15 @@ class Store:
             keep = set(ids)
             wanted = [i for i in wanted if i in keep]
         return self._load(wanted)
+
+    def iter_sessions(self, dataset: str | None = None, where: str | None = None, *,
+                      batch_sessions: int = 64) -> Iterator[Session]:
+        """The sessions `load_sessions` would return, loaded `batch_sessions` at a time: memory
+        holds one batch of sessions (plus the ids), whatever the size of the dataset."""
+        wanted = self.session_ids(dataset, where)
+        step = max(1, int(batch_sessions))
+        for start in range(0, len(wanted), step):
+            yield from self._load(wanted[start:start + step])
 
     def _select_sessions(self, dataset: str | None, where: str | None) -> tuple[str, list[Any]]:
         sql = ("SELECT *, message_count AS messages, call_count AS calls FROM sessions WHERE "

@@ -118,11 +118,15 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
 @click.option("--dataset", default=None, metavar="NAME", help="Only this dataset.")
 @click.option("--where", default=None, metavar="SQL",
               help="SQL condition over the sessions (columns: id, dataset, format, source, messages, calls, ...).")
+@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N",
+              help="Show only the first N sessions (in the listing's order).")
 @shared_options
-def sessions_cmd(dataset: str | None, where: str | None) -> None:
+def sessions_cmd(dataset: str | None, where: str | None, limit: int | None) -> None:
     """List the imported sessions (id, dataset, format, messages, calls, probes, source)."""
     with open_store(must_exist=True) as store:
         rows = store.session_rows(dataset=dataset, where=where)
+    if limit is not None:
+        rows = rows[:limit]
     if options().as_json:
         print_json(rows)
     elif not rows:
@@ -176,4 +180,72 @@ def init_cmd() -> None:
         click.echo(f"{result['db']} is ready: {result['sessions']} sessions (nothing to import)")
 
 
-COMMANDS = (import_cmd, sessions_cmd, datasets_cmd, init_cmd)
+@click.command("generate")
+@click.option("--sessions", "n_sessions", type=click.IntRange(min=1), default=10_000, show_default=True,
+              help="How many sessions.")
+@click.option("--messages", "n_messages", type=click.IntRange(min=4), default=5_000_000, show_default=True,
+              help="How many messages in all (at least 4 per session).")
+@click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same sessions (and ids).")
+@click.option("--dataset", default="synthetic", show_default=True, metavar="NAME", help="Dataset to file them under.")
+@click.option("--out", "out", default=None, metavar="FILE",
+              help="Write workbench JSONL (gzip if it ends in .gz) for `workbench import` instead of the database.")
+@click.option("--memory-limit", default=None, envvar="WORKBENCH_MEMORY_LIMIT", metavar="SIZE",
+              help="Cap DuckDB's memory, e.g. 1GB [default: $WORKBENCH_MEMORY_LIMIT, else DuckDB's 80 % of RAM].")
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr [default: on, off with --quiet].")
+@shared_options
+def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out: str | None,
+                 memory_limit: str | None, progress: bool | None) -> None:
+    """Generate a synthetic dataset shaped like real agent recordings, streamed into the database.
+
+    Sessions mix system, user, assistant and tool messages as Claude Code, OpenHands and Codex
+    record them (tool outputs heavy-tailed, usage on every call); the same seed gives the same
+    sessions. Written in batches, so memory stays bounded at any size; re-running skips the
+    sessions already stored.
+    """
+    from workbench import synthetic
+
+    if n_messages < synthetic.MIN_MESSAGES * n_sessions:
+        raise click.BadParameter(f"{n_messages} messages are fewer than {synthetic.MIN_MESSAGES} per session "
+                                 f"for {n_sessions} sessions", param_hint="--messages")
+    opts = options()
+    show = progress if progress is not None else not opts.quiet
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=n_messages, unit="msg", unit_scale=True, file=sys.stderr, desc="generating", leave=False,
+                   disable=None if progress is None else False)  # default: off without a tty
+
+    def advance(_sessions: int, messages: int) -> None:
+        if bar is not None:
+            bar.update(messages - bar.n)
+
+    try:
+        if out is not None:
+            path = synthetic.write_jsonl(out, n_sessions, n_messages, seed=seed, dataset=dataset, progress=advance)
+            result: dict[str, Any] = {"out": str(path), "sessions": n_sessions, "messages": n_messages, "seed": seed}
+        else:
+            with open_store(must_exist=False) as store:
+                if memory_limit:
+                    from workbench.db import set_memory_limit
+
+                    set_memory_limit(store.connection, memory_limit)
+                report = synthetic.generate_dataset(store, n_sessions, n_messages, seed=seed, dataset=dataset,
+                                                    progress=advance)
+            result = {"db": opts.db_path, "dataset": dataset, "seed": seed, **report.to_dict()}
+            for key in ("session_ids", "file_outcomes", "skipped", "errors", "warnings"):
+                result.pop(key, None)
+    finally:
+        if bar is not None:
+            bar.close()
+    if opts.as_json:
+        print_json(result)
+    elif out is not None:
+        click.echo(f"wrote {_plural(n_sessions, 'session')} ({n_messages} messages) to {result['out']}")
+    else:
+        click.echo(f"generated {_plural(result['sessions'], 'session')} ({result['messages']} messages, "
+                   f"{result['calls']} calls) into {result['db']} as dataset {dataset!r} in {result['seconds']:.1f} s; "
+                   f"skipped {_plural(result['duplicates'], 'session')} already stored")
+
+
+COMMANDS = (import_cmd, sessions_cmd, datasets_cmd, init_cmd, generate_cmd)

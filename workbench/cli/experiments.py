@@ -77,8 +77,13 @@ DEFAULT_COLUMNS = ["compactions", "billed_input_tokens", "peak_context_tokens", 
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Cells in flight [default: the spec's].")
 @click.option("--dry-run", is_flag=True, help="Print the expanded cells and the models they call; run nothing.")
 @click.option("--fresh", is_flag=True, help="Recompute every cell of the run (model calls still come from the cache).")
+@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="Where cells run: threads of this process, or Ray workers (the `ray` extra).")
+@click.option("--address", default=None, metavar="ADDRESS",
+              help="With --executor ray: the cluster, e.g. auto or ray://host:10001 [default: a local Ray].")
 @shared_options
-def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool) -> None:
+def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool, executor: str,
+            address: str | None) -> None:
     """Run an experiment grid (resumable) and print the run id and a results table."""
     from workbench.experiments import run as runner
 
@@ -94,10 +99,12 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
                       "models": ", ".join(c["models"]), "cells": c["cells"]} for c in plan["configs"]],
                     ["config", "trigger", "strategy", "models", "cells"])
         return
+    if address is not None and executor != "ray":
+        raise click.UsageError("--address goes with --executor ray")
     bar = _progress_bar()
     try:
         run = runner.run_experiment(experiment, db=_db_must_exist(), concurrency=concurrency, fresh=fresh,
-                                    progress=bar)
+                                    progress=bar, executor=executor, address=address)
     finally:
         if bar is not None:
             bar.close()

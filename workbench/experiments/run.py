@@ -9,9 +9,10 @@ recomputed, and only the missing ones run. Each finished cell is written in its 
 the one thread that writes (DuckDB has a single writer), so an interrupted run (Ctrl-C, kill -9)
 holds only whole cells.
 
-Cells go through an `Executor` (local threads by default): it maps a function over tasks and
-yields outcomes as they complete. Model calls go through one gateway whose cache is the database's
-`llm_cache`, so a re-run of a finished cell's calls costs nothing either.
+Cells go through an `Executor` (local threads by default, or Ray workers with `executor="ray"`):
+it maps a function over tasks and yields outcomes as they complete. Model calls go through one
+gateway whose cache is the database's `llm_cache`, so a re-run of a finished cell's calls costs
+nothing either.
 """
 
 from __future__ import annotations
@@ -22,16 +23,15 @@ import os
 import queue
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench.config import ReplayConfig, parse_config
 from workbench.errors import ConfigError, StoreError
 from workbench.experiments import results as tables
+from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
 
 if TYPE_CHECKING:
@@ -42,31 +42,21 @@ if TYPE_CHECKING:
     from workbench.store import Store
 
 
-@dataclass(frozen=True)
-class CellTask:
-    """One cell to compute: a session under a named config, for one repeat (epoch)."""
-
-    session_id: str
-    dataset: str | None
-    config_name: str
-    repeat: int
-
-
-@dataclass(frozen=True)
-class CellOutcome:
-    task: CellTask
-    result: ReplayResult | None
-    duration_s: float
-    error: BaseException | None = None
-
-
 class Executor(Protocol):
     """Runs cells: `map(work, tasks)` yields one outcome per task, in completion order.
 
-    `work` is safe to call from any thread. A distributed engine implements the same method.
+    `work` is safe to call from any thread. A distributed engine implements the same method: it
+    receives the `BoundCellWork` of the run and computes `work.cell` elsewhere (see `ray_executor`).
     """
 
     def map(self, work: Callable[[CellTask], CellOutcome], tasks: Iterable[CellTask]) -> Iterator[CellOutcome]: ...
+
+
+#: Cells the local executor keeps in flight per model call the run allows (the spec's `concurrency`).
+#: The model's limiter bounds the requests; a cell also does CPU work (replay, cache lookup, parsing)
+#: before and after its call, and the extra cells do theirs while the others wait for answers, so a
+#: model slot never waits for a cell to get ready.
+CELLS_PER_CALL_SLOT = 2
 
 
 @dataclass
@@ -210,52 +200,60 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
     return unique
 
 
-def _repeat_config(config: ReplayConfig, repeat: int) -> ReplayConfig:
-    """The config of epoch `repeat`: model calls get their own cache keys after the first epoch."""
-    if repeat == 0:
-        return config
-    spec = config.to_dict(redact=False)
-    spec["summarizer_options"] = {**spec.get("summarizer_options", {}), "repeat": repeat}
-    if spec.get("evaluator"):
-        spec["evaluator_options"] = {**spec.get("evaluator_options", {}), "repeat": repeat}
-    return parse_config(spec)
-
-
 class _SessionCache:
-    """Sessions loaded on demand by the writer's store, kept while cells of theirs are pending."""
+    """Sessions loaded on demand by the writer's store, kept only while cells of theirs are pending.
+
+    Cells come session by session (see `grid`), so it holds about as many sessions as there are
+    cells in flight, never the dataset: a session is dropped when its last cell is done, and one
+    with no pending cell (an unexpected or repeated load) is handed out without being kept.
+    `peak` is the most sessions it ever held at once.
+    """
 
     def __init__(self, store: Store):
         self._store = store
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._remaining: dict[str, int] = {}
+        self.peak = 0
 
     def expect(self, tasks: Sequence[CellTask]) -> None:
         for task in tasks:
             self._remaining[task.session_id] = self._remaining.get(task.session_id, 0) + 1
+
+    def __len__(self) -> int:
+        return len(self._sessions)
 
     def get(self, session_id: str) -> Session:
         with self._lock:
             session = self._sessions.get(session_id)
             if session is None:
                 session = self._store.load_session(session_id)
-                self._sessions[session_id] = session
+                if self._remaining.get(session_id, 0) > 0:
+                    self._sessions[session_id] = session
+                    self.peak = max(self.peak, len(self._sessions))
             return session
 
     def done(self, session_id: str) -> None:
         with self._lock:
-            self._remaining[session_id] -= 1
-            if self._remaining[session_id] <= 0:
+            left = self._remaining.get(session_id, 0) - 1
+            if left <= 0:
+                self._remaining.pop(session_id, None)
                 self._sessions.pop(session_id, None)
+            else:
+                self._remaining[session_id] = left
 
 
 def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], db: str | None = None, *,
-                   concurrency: int | None = None, executor: Executor | None = None, gateway: Any = None,
-                   progress: Callable[[RunProgress], None] | None = None, fresh: bool = False) -> Run:
+                   concurrency: int | None = None, executor: Executor | str | None = None, gateway: Any = None,
+                   progress: Callable[[RunProgress], None] | None = None, fresh: bool = False,
+                   address: str | None = None) -> Run:
     """Run (or resume) an experiment; returns the `Run` with its id and results.
 
-    `concurrency` overrides the spec's; `executor` replaces the local thread executor; `gateway`
-    replaces the one caching into the database; `progress` is called after every cell.
+    `concurrency` overrides the spec's; `executor` replaces the local thread executor: an
+    `Executor`, or a name, `"local"` (the default) or `"ray"` (cells on a Ray cluster, the
+    optional `ray` extra; `address` names the cluster, e.g. `"auto"` or `"ray://host:10001"`,
+    default: a local one); `gateway` replaces the one caching into the database; `progress` is
+    called after every cell.
     `fresh=True` deletes the run's stored cells first, so everything is recomputed (model calls
     still come from the cache).
     """
@@ -264,6 +262,7 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
 
     experiment = load_experiment(spec if not isinstance(spec, os.PathLike) else Path(spec))
     db_path = os.fspath(db) if db is not None else database.default_path()
+    chosen = _choose_executor(executor, address)
     with Store(db_path) as store:
         pairs = select_sessions(store, experiment)
         dataset_of = dict(pairs)
@@ -284,14 +283,14 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
             progress(state)
         status = "finished"
         owned_gateway = None
-        cells_in_flight = concurrency or experiment.concurrency
+        calls_in_flight = concurrency or experiment.concurrency
         if gateway is None:
             from workbench.llm import DuckDBCache, Gateway
 
-            gateway = owned_gateway = Gateway(DuckDBCache(con), concurrency=max(8, cells_in_flight))
+            gateway = owned_gateway = Gateway(DuckDBCache(con), concurrency=max(8, calls_in_flight))
+        local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
         try:
-            _execute(experiment, todo, store, gateway, executor or LocalExecutor(cells_in_flight), run_id, state,
-                     progress)
+            _execute(experiment, todo, store, gateway, chosen or local, run_id, state, progress)
         except KeyboardInterrupt:
             status = "interrupted"
             raise
@@ -302,6 +301,28 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
                 status = "finished_with_errors"
             tables.finish_run(con, run_id, status)
     return Run(id=run_id, spec=experiment, db=db_path, progress=state, status=status)
+
+
+def _choose_executor(executor: Executor | str | None, address: str | None) -> Executor | None:
+    """The executor named or given (None: the local one, built once the concurrency is known)."""
+    if isinstance(executor, str):
+        name = executor.strip().lower()
+        if name == "ray":
+            from workbench.experiments.ray_executor import RayExecutor, ray_available
+
+            if not ray_available():
+                raise ConfigError("executor 'ray' needs Ray: install the `ray` extra "
+                                  "(pip install 'compaction-workbench[ray]')")
+            return RayExecutor(address=address)
+        if name != "local":
+            raise ConfigError(f"unknown executor {executor!r}: expected 'local' or 'ray' (or an Executor object)")
+        executor = None
+    if address is not None:
+        if executor is not None:
+            raise ConfigError("address= goes with executor='ray'; give the cluster address to the executor object "
+                              "instead, e.g. RayExecutor(address=...)")
+        raise ConfigError("address= names a Ray cluster: pass executor='ray' with it")
+    return executor
 
 
 def _stored_spec(spec: ExperimentSpec) -> dict[str, Any]:
@@ -320,31 +341,25 @@ def _delete_cells(con: Any, run_id: str) -> None:
 
 def _execute(spec: ExperimentSpec, todo: list[CellTask], store: Store, gateway: Any, executor: Executor,
              run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None) -> None:
-    from workbench.replay import replay
-
     if not todo:
         return
     sessions = _SessionCache(store)
     sessions.expect(todo)
-    configs = {c.name: c.config for c in spec.configs}
     load_lock = threading.Lock()
 
-    def work(task: CellTask) -> CellOutcome:
-        started = time.perf_counter()
-        try:
-            with load_lock:
-                session = sessions.get(task.session_id)
-            config = _repeat_config(configs[task.config_name], task.repeat)
-            result = replay(session, config, gateway=gateway, metrics=list(spec.metrics) or None)
-            return CellOutcome(task, result, time.perf_counter() - started)
-        except Exception as exc:  # a cell that raises is reported, the run goes on
-            return CellOutcome(task, None, time.perf_counter() - started, exc)
+    def load(session_id: str) -> Session:
+        with load_lock:
+            return sessions.get(session_id)
 
+    cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))
+    work = BoundCellWork(cell, store, gateway, load)
     writer = _CellWriter(store.connection.cursor(), run_id, state, progress)
     try:
         for outcome in executor.map(work, todo):
             task = outcome.task
             sessions.done(task.session_id)
+            for key, model, request, entry in outcome.cache_entries:
+                gateway.cache.put(key, model, request, entry)
             if outcome.result is None:
                 _warn_failed(task, outcome.error)
             writer.put(outcome)

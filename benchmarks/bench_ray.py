@@ -1,0 +1,126 @@
+"""Ray executor benchmark: the speedup of 1 -> 2 local Ray workers on two experiment grids.
+
+(a) CPU-bound: generated sessions summarized by the offline extractive model (no network, no
+    waiting: each cell is a third of a second of computing); goal: 2 workers >= 1.6x faster than 1.
+(b) LLM-bound: every cell summarizes through a local OpenAI-compatible server in a child process
+    (`FakeOpenAIProcess`, fixed latency); the cell mostly waits, so 2 workers should approach 2x.
+
+Each size gets its own local Ray (`num_cpus` 1, then 2) and a warm-up run (worker start-up and
+imports are not what this measures); the timed runs recompute every cell (`fresh=True`) and
+ask new questions each time (a per-run `seed` option), so neither the result store nor the model
+cache short-cuts them. Skipped, with a line saying so, when Ray (the `ray` extra) is absent.
+Run: `python -m benchmarks ray`.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # standalone: make the repo importable
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from workbench.experiments import run_experiment
+from workbench.session import Message, Session, ToolCall
+from workbench.store import Store
+from workbench.testing import FakeOpenAIProcess
+
+CPU_SESSIONS = 16
+CPU_STEPS = 60
+LLM_SESSIONS = 16
+LLM_LATENCY = 0.5
+# Ray runs its workers at niceness 15 by default: on a shared machine any other busy process then takes
+# their cores, which measures the neighbours rather than the executor.
+RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DISABLE_DOCKER_CPU_WARNING": "1",
+           "RAY_worker_niceness": "0"}
+
+
+def _session(number: int, steps: int) -> Session:
+    messages = [Message(role="system", content="You are a coding agent working in a Python repository."),
+                Message(role="user", content=f"Task {number}: make tests/test_module_{number}.py pass.")]
+    for step in range(steps):
+        call_id = f"c{number}_{step}"
+        messages.append(Message(role="assistant", content=f"Step {step}: reading src/module_{number}_{step}.py",
+                                tool_calls=(ToolCall(id=call_id, name="read_file",
+                                                     arguments=f'{{"path": "src/module_{number}_{step}.py"}}'),)))
+        body = "".join(f"def handler_{number}_{step}_{line}(value):\n    return value * {line} + {step}\n"
+                       for line in range(30))
+        messages.append(Message(role="tool", tool_call_id=call_id, name="read_file", content=body))
+    messages.append(Message(role="assistant", content="Done."))
+    return Session.from_messages(messages, dataset="bench")
+
+
+def _cpu_spec(name: str, seed: int) -> dict:
+    """Summaries by the offline extractive model: computed in the worker, about 30 ms each, a dozen per cell."""
+    return {"name": name, "dataset": "bench",
+            "defaults": {"tokenizer": "cl100k_base", "context_limit": 12000, "max_output": 1000,
+                         "summarizer": "workbench/extractive", "summarizer_options": {"seed": seed}},
+            "config": [*({"name": f"split-{n}", "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
+                          "strategy": {"kind": "summarize_split"}} for n in (5, 8)),
+                       {"name": "full", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 6}},
+                        "strategy": {"kind": "summarize_full"}}]}
+
+
+def _llm_spec(name: str, server: FakeOpenAIProcess, seed: int) -> dict:
+    options = {"api_base": server.api_base, "api_key": "sk-bench-dummy", "max_tokens": 128, "timeout": 30,
+               "seed": seed}
+    return {"name": name, "dataset": "llm",
+            "defaults": {"context_limit": 6000, "max_output": 500, "summarizer": "openai/bench-summarizer",
+                         "summarizer_options": options},
+            "config": [{"name": "split", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 5}},
+                        "strategy": {"kind": "summarize_split"}},
+                       {"name": "full", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 6}},
+                        "strategy": {"kind": "summarize_full"}}]}
+
+
+def _timed(spec: dict, db: str, executor: Any) -> tuple[float, int, float]:
+    """(wall seconds, cells, mean seconds of one cell on its worker)."""
+    started = time.perf_counter()
+    run = run_experiment(spec, db=db, executor=executor, fresh=True)
+    seconds = time.perf_counter() - started
+    assert run.progress.failed_cells == 0, f"{run.progress.failed_cells} cells failed"
+    return seconds, run.progress.cells_done, float(run.results["duration_s"].mean())
+
+
+def run() -> None:
+    try:
+        import ray
+    except ImportError:
+        print("skipped: Ray is not installed (pip install 'compaction-workbench[ray]')")
+        return
+    from workbench.experiments.ray_executor import RayExecutor
+
+    for name, value in RAY_ENV.items():
+        os.environ.setdefault(name, value)
+    with tempfile.TemporaryDirectory() as folder, FakeOpenAIProcess(latency=LLM_LATENCY) as server:
+        db = str(Path(folder) / "bench.duckdb")
+        with Store(db) as store:
+            store.import_sessions([_session(i, CPU_STEPS) for i in range(CPU_SESSIONS)], dataset="bench")
+            store.import_sessions([_session(1000 + i, 8) for i in range(LLM_SESSIONS)], dataset="llm")
+        figures: dict[str, dict[int, tuple[float, int, float]]] = {"cpu": {}, "llm": {}}
+        for workers in (1, 2):
+            ray.init(num_cpus=workers, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
+                     log_to_driver=False, configure_logging=False)
+            try:
+                executor = RayExecutor()
+                _timed(_llm_spec("ray-warm-up", server, seed=-workers), db, executor)  # imports, LiteLLM start-up
+                figures["cpu"][workers] = _timed(_cpu_spec("ray-cpu", seed=workers), db, executor)
+                figures["llm"][workers] = _timed(_llm_spec("ray-llm", server, seed=workers), db, executor)
+            finally:
+                ray.shutdown()
+    print(f"{os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} (other processes on the cores lower "
+          f"the CPU-bound speedup)")
+    for grid, label in (("cpu", "CPU-bound"), ("llm", f"LLM-bound ({LLM_LATENCY * 1000:.0f} ms latency)")):
+        (one, cells, cell_one), (two, _, cell_two) = figures[grid][1], figures[grid][2]
+        goal = " (goal >= 1.6)" if grid == "cpu" else ""
+        print(f"{label} grid, {cells} cells: 1 worker {one:.2f} s, 2 workers {two:.2f} s; "
+              f"speedup {one / two:.2f}x{goal}; mean cell {cell_one * 1000:.0f} ms with 1 worker, "
+              f"{cell_two * 1000:.0f} ms with 2")
+
+
+if __name__ == "__main__":
+    run()
