@@ -21,11 +21,10 @@ import time
 from typing import Any
 
 from benchmarks.bench_replay import SHARED, generate_session
-from workbench.config import parse_config
 from workbench.quality.facts import clear_process_caches
 from workbench.quality.probes import ProbeAnswerable
 from workbench.quality.retention import DanglingReferences, FactRetention, NeededFactRetention
-from workbench.replay import _Replay
+from workbench.replay import replay
 from workbench.session import Session
 from workbench.tokens import get_tokenizer
 
@@ -67,18 +66,11 @@ def _quality(result: Any, metrics: list[Any]) -> tuple[float, float]:
     return time.perf_counter() - started, time.process_time() - cpu
 
 
-class _ReplayAlone(_Replay):
-    """The engine without the registry's metrics pass (so quality is timed on its own)."""
-
-    def _measured(self, result: Any) -> Any:
-        return result
-
-
 def _timed_replay(session: Session, config: dict[str, Any]) -> tuple[Any, tuple[float, float]]:
     """The result and the (wall, CPU) seconds of the replay (CPU counts every thread: tiktoken counts
     large batches on every core, fact extraction runs on one)."""
     started, cpu = time.perf_counter(), time.process_time()
-    result = _ReplayAlone(session, parse_config(config), None, None).run()
+    result = replay(session, config, measure=False)  # the replay alone: quality is timed on its own
     return result, (time.perf_counter() - started, time.process_time() - cpu)
 
 

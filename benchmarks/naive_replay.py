@@ -50,5 +50,7 @@ class NaiveReplay(_Replay):
         return self.fixed_tokens + self._count(shared)
 
 
-def naive_replay(session, config, *, summarizer=None) -> ReplayResult:
-    return NaiveReplay(as_session(session), parse_config(config), summarizer, None).run()
+def naive_replay(session, config, *, summarizer=None, measure: bool = True) -> ReplayResult:
+    runner = NaiveReplay(as_session(session), parse_config(config), summarizer, None)
+    runner.measure = measure
+    return runner.run()

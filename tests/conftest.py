@@ -64,12 +64,19 @@ summaries = "exact"
 
 @pytest.fixture
 def grid_db(tmp_path) -> tuple[Path, Path, list[str]]:
-    """A database of three generated sessions (dataset `grid`) and a 3-config experiment spec over them."""
+    """A database of three generated sessions (dataset `grid`) and a 3-config experiment spec over them.
+
+    Every call carries the provider's usage, as real recordings do (`recorded_input_tokens`)."""
     from workbench.session import Session
     from workbench.store import Store
 
+    def billed(messages):
+        return [m.replace(metadata={**m.metadata, "usage": {"input_tokens": 900 + 37 * i, "output_tokens": 50}})
+                if m.role == "assistant" else m for i, m in enumerate(messages)]
+
     db = tmp_path / "wb.duckdb"
-    sessions = [Session.from_messages(conversation(24 + i, result_chars=900), dataset="grid") for i in range(3)]
+    sessions = [Session.from_messages(billed(conversation(24 + i, result_chars=900)), dataset="grid")
+                for i in range(3)]
     with Store(str(db)) as store:
         store.import_sessions(sessions, dataset="grid")
     spec = tmp_path / "tiny-grid.toml"

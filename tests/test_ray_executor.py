@@ -104,6 +104,7 @@ def test_ray_computes_every_cell_as_the_local_executor_does(ray_cluster, grid_db
     ray_levels, local_levels = _levels(db, on_ray.id), _levels(twin, local.id)
     assert len(ray_levels["cells"]) == len(session_ids) * 3
     assert ray_levels["compactions"], "the grid compacts: the comparison covers compaction rows"
+    assert all(row["recorded_input_tokens"] for row in ray_levels["calls"]), "the recorded usage travels back"
     for level in ("cells", "calls", "compactions"):
         assert ray_levels[level] == local_levels[level], level
     again = CliRunner().invoke(main, ["run", str(spec), "--db", str(db), "--executor", "ray", "--json"],

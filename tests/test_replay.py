@@ -227,6 +227,19 @@ def test_metrics_follow_their_definitions():
     assert len(frame) == 21 and frame["compacted_before"].sum() == len(result.compactions)
 
 
+def test_a_replay_without_measuring_computes_the_same_metrics_later():
+    spec = config({"kind": "pressure", "turns": 10}, {"kind": "sliding_window", "window": 3})
+    measured = replay(session_of(20), spec)
+    bare = replay(session_of(20), spec, measure=False)
+    assert bare.metrics == {} and bare.compaction_metrics == []
+    assert bare.calls == measured.calls
+    assert [e.tokens_after for e in bare.compactions] == [e.tokens_after for e in measured.compactions]
+    assert bare.measure() is bare
+    assert bare.metrics == measured.metrics and "fact_retention" in bare.metrics
+    assert bare.compaction_metrics == measured.compaction_metrics
+    assert len(bare.compactions_frame()) == len(measured.compactions)
+
+
 def test_a_strategy_that_breaks_an_invariant_fails_loudly():
     @wb.register_strategy("drop_system_test")
     @dataclass(frozen=True)

@@ -218,6 +218,20 @@ class ReplayResult:
         return (f"<ReplayResult {self.session_id} {self.config.name!r}: {len(self.calls)} calls, "
                 f"{len(self.compactions)} compactions, {self.termination}>")
 
+    def measure(self, names: Sequence[str] = ()) -> ReplayResult:
+        """Compute the metrics into `metrics` and `compaction_metrics` (every registered metric that
+        needs no model, plus the model metrics named in `names`) and return this result.
+
+        `replay()` does it unless told `measure=False`."""
+        values, columns = evaluate_metrics(self, names)
+        self.metrics = values
+        rows: list[dict[str, Any]] = [{} for _ in self.compactions]
+        for metric_rows in columns.values():
+            for row, extra in zip(rows, metric_rows, strict=False):
+                row.update(extra)
+        self.compaction_metrics = rows
+        return self
+
     def context_at(self, call_index: int) -> list[Message]:
         """The messages sent at call `call_index` (0-based; negative counts from the end)."""
         made = len(self.calls) if self._sent else 0
@@ -577,9 +591,8 @@ class _Replay:
         caches = list(map(_token_cache, messages))
         try:
             counts = list(map(itemgetter(name), caches))
-        except KeyError:
-            counts = [cache[name] if name in cache else message_tokens(message, tokenizer)
-                      for cache, message in zip(caches, messages, strict=True)]
+        except KeyError:  # a strategy's new messages: counted in one batch
+            counts = self._counts(messages)
         roles = list(map(_role, messages))
         leading = 0
         while leading < len(roles) and roles[leading] == "system":
@@ -867,17 +880,11 @@ class _Replay:
 
     #: Metrics that require a model, computed on request (`replay(..., metrics=[...])`).
     metric_names: tuple[str, ...] = ()
+    #: False: the result comes back without its metrics (`ReplayResult.measure()` computes them later).
+    measure = True
 
     def _measured(self, result: ReplayResult) -> ReplayResult:
-        """The result with its metrics, computed by the registry's metric kinds (built-in and plugins)."""
-        values, columns = evaluate_metrics(result, self.metric_names)
-        result.metrics = values
-        rows: list[dict[str, Any]] = [{} for _ in result.compactions]
-        for metric_rows in columns.values():
-            for row, extra in zip(rows, metric_rows, strict=False):
-                row.update(extra)
-        result.compaction_metrics = rows
-        return result
+        return result.measure(self.metric_names) if self.measure else result
 
 
 _PARSED: dict[str, ReplayConfig] = {}
@@ -910,11 +917,13 @@ def as_session(session: Session | Sequence[MessageLike]) -> Session:
 
 def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapping[str, Any] | str,
            *, summarizer: Summarizer | None = None, gateway: Any = None,
-           metrics: Sequence[str] | None = None) -> ReplayResult:
+           metrics: Sequence[str] | None = None, measure: bool = True) -> ReplayResult:
     """Replay `session` under `config` (a dict, TOML text or path, or a `ReplayConfig`).
 
     `result.metrics` holds every registered metric that needs no model, plus the ones named in
     `metrics` (model metrics such as `probe_accuracy`, which use the config's `evaluator`).
+    `measure=False` leaves them out (the quality metrics read every message's text, which can cost
+    more than the replay itself): for reading only the calls, or measuring later with `result.measure()`.
 
     `summarizer` overrides the model named in the config (any object with `.complete(...)`);
     `gateway` is the `workbench.llm` gateway to bind the configured model on (default: the
@@ -923,6 +932,7 @@ def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapp
     names = tuple(lookup("metric", name).kind for name in metrics or ())  # type: ignore[attr-defined]
     runner = _Replay(as_session(session), _parsed(config), summarizer, gateway)
     runner.metric_names = names
+    runner.measure = measure
     return runner.run()
 
 

@@ -261,13 +261,18 @@ def _worker() -> _Worker:
         return _WORKER
 
 
+#: What a result sent back to the driver leaves out: the writer stores none of it, and the context
+#: snapshots (what `context_at` reads) and the final context are its bulk. The session stays: the
+#: writer reads the recorded usage of each call from it (`ReplayResult.recorded_columns`).
+_LEFT_ON_WORKER: dict[str, Any] = {"_sent": [], "_exchanges": [], "final_context": []}
+
+
 def _without_snapshots(result: Any) -> Any:
-    """The result minus the per-call context snapshots (what `context_at` reads): the writer does not
-    store them and they are the bulk of a result."""
+    """The result minus what the driver's writer does not store (`_LEFT_ON_WORKER`)."""
     if result is None or not dataclasses.is_dataclass(result) or isinstance(result, type):
         return result
     names = {f.name for f in dataclasses.fields(result)}
-    lean: dict[str, list[Any]] = {name: [] for name in ("_sent", "_exchanges") if name in names}
+    lean = {name: empty for name, empty in _LEFT_ON_WORKER.items() if name in names}
     return dataclasses.replace(result, **lean) if lean else result
 
 
