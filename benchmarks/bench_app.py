@@ -149,6 +149,14 @@ def sessions_load(db: str) -> float:
 
 def run() -> None:
     apply_defaults()
+    import logging
+
+    import streamlit  # noqa: F401  (its loggers exist once it is imported)
+
+    # the timed page functions also run outside a script run, where Streamlit warns on every call (a
+    # filter, not a level: AppTest sets Streamlit's log levels again)
+    logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(
+        lambda record: "missing ScriptRunContext" not in record.getMessage())
     previous = os.environ.get("WORKBENCH_DB")
     try:
         with tempfile.TemporaryDirectory() as folder:
