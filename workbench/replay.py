@@ -125,13 +125,6 @@ class CallRecords(Sequence[CallRecord]):
             raise ValueError("call columns of different lengths")
         self._records: list[CallRecord] | None = None
 
-    @classmethod
-    def of(cls, records: Sequence[CallRecord]) -> CallRecords:
-        """The columns of a list of records (returned as is when already a `CallRecords`)."""
-        if isinstance(records, CallRecords):
-            return records
-        return cls({name: [getattr(r, name) for r in records] for name in CALL_COLUMNS})
-
     def column(self, name: str) -> list[Any]:
         """One field of every call, in call order (the list itself: do not modify it)."""
         return self._columns[name]
@@ -180,10 +173,13 @@ class CallRecords(Sequence[CallRecord]):
         return (CallRecords, (self._columns,))
 
 
-def call_column(calls: Sequence[CallRecord], name: str) -> Sequence[Any]:
-    """One field of every call record: the stored column of a `CallRecords`, else read record by record."""
-    if isinstance(calls, CallRecords):
-        return calls.column(name)
+def call_column(calls: Sequence[Any], name: str) -> Sequence[Any]:
+    """One field of every call record: the stored column of a `CallRecords` (or of any calls object
+    with a `column(name)` method), else read record by record. Do not modify what it returns."""
+    column = getattr(calls, "column", None)
+    if callable(column):
+        found: Sequence[Any] = column(name)
+        return found
     return [getattr(call, name) for call in calls]
 
 

@@ -38,12 +38,12 @@ from workbench.quality.index import FUZZY_KINDS, FactIndex, Masks, messages_inde
 from workbench.quality.trace import (
     applied_events,
     assistant_positions,
-    call_field,
     compaction_contexts,
     memo,
     session_of,
 )
 from workbench.registry import register_metric
+from workbench.replay import call_column
 from workbench.session import Message, Session
 from workbench.tokens import messages_tokens
 
@@ -269,7 +269,7 @@ def _dangling(result: Any, session: Session, index: FactIndex, analyses: Sequenc
     lost = missing = 0
     dangling = 0
     first = min(by_call)
-    for call, at in zip(call_field(result, "index"), call_field(result, "message_index"), strict=True):
+    for call, at in zip(call_column(result.calls, "index"), call_column(result.calls, "message_index"), strict=True):
         if call < first:
             continue
         for event in by_call.get(call, ()):

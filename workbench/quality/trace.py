@@ -60,15 +60,6 @@ def context_at(result: Any, call_index: int) -> list[Message]:
     return [*after, *session.messages[positions[call]:at]]
 
 
-def call_field(result: Any, name: str) -> Sequence[Any]:
-    """One field of every call record of a result (the stored column when the calls are kept as columns)."""
-    column = getattr(result.calls, "column", None)
-    if callable(column):
-        found: Sequence[Any] = column(name)
-        return found
-    return [getattr(call, name) for call in result.calls]
-
-
 def applied_events(result: Any) -> list[int]:
     """Indices of the compaction events whose output became the context (failed ones excluded)."""
     return [i for i, e in enumerate(result.compactions) if not getattr(e, "failed", False)]

@@ -171,12 +171,6 @@ def run_replays(path: str, stamp: float, session_id: str, configs: Sequence[dict
     return results
 
 
-def _call_field(calls: Sequence[Any], name: str) -> list[Any]:
-    """One field of every call record, from the stored column when the records are kept as columns."""
-    column = getattr(calls, "column", None)
-    return list(column(name)) if callable(column) else [getattr(call, name) for call in calls]
-
-
 def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
     """(calls, compactions) frames holding only what the two charts draw, read straight off the results.
 
@@ -185,6 +179,8 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
     """
     import pandas as pd
 
+    from workbench.replay import call_column
+
     calls: dict[str, list[Any]] = {"config": [], "call_index": [], "context_tokens": [], "recorded_compaction": []}
     events: dict[str, list[Any]] = {"config": [], "call_index": [], "tokens_before": [], "tokens_after": [],
                                     "summary": []}
@@ -192,8 +188,8 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
         name = result.config.name
         _, recorded = result.recorded_columns()
         calls["config"] += [name] * len(result.calls)
-        calls["call_index"] += _call_field(result.calls, "index")
-        calls["context_tokens"] += _call_field(result.calls, "context_tokens")
+        calls["call_index"] += call_column(result.calls, "index")
+        calls["context_tokens"] += call_column(result.calls, "context_tokens")
         calls["recorded_compaction"] += recorded
         events["config"] += [name] * len(result.compactions)
         events["call_index"] += [e.call_index for e in result.compactions]
