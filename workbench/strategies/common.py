@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import weakref
-from bisect import bisect_right
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
 from functools import partial
@@ -84,20 +83,6 @@ def steps_of(context: Context) -> list[Step]:
     context.__dict__["steps"] = steps  # where the `steps` cached_property keeps its value
     remember_steps(body, steps)
     return steps
-
-
-def steps_with_replacements(context: Context, messages: Sequence[Message], replaced: Sequence[int]) -> list[Step]:
-    """The steps of `messages`: `context`'s messages with those at indices `replaced` swapped for
-    messages of the same role, tool_call_id and tool call ids (which therefore group the same)."""
-    steps = steps_of(context)
-    first = len(context.system)
-    starts = [first]
-    for step in steps:
-        starts.append(starts[-1] + len(step.messages))
-    new_steps = list(steps)
-    for index in {bisect_right(starts, i) - 1 for i in replaced}:
-        new_steps[index] = Step(tuple(messages[starts[index]:starts[index + 1]]))
-    return new_steps
 
 
 def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION) -> list[Message]:
@@ -224,4 +209,4 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
            "derived", "has_pins", "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
            "last_steps_for_messages", "pinned_flags", "remember_steps", "render_transcript",
-           "steps_of", "steps_with_replacements", "summary_max_tokens", "task_index", "usable_window"]
+           "steps_of", "summary_max_tokens", "task_index", "usable_window"]
