@@ -345,14 +345,8 @@ def _execute(spec: ExperimentSpec, todo: list[CellTask], store: Store, gateway: 
         return
     sessions = _SessionCache(store)
     sessions.expect(todo)
-    load_lock = threading.Lock()
-
-    def load(session_id: str) -> Session:
-        with load_lock:
-            return sessions.get(session_id)
-
     cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))
-    work = BoundCellWork(cell, store, gateway, load)
+    work = BoundCellWork(cell, store, gateway, sessions.get)  # the cache loads under its own lock
     writer = _CellWriter(store.connection.cursor(), run_id, state, progress)
     try:
         for outcome in executor.map(work, todo):
