@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from builders import assistant, conversation, system, tool, user
+from builders import assistant, conversation, conversations, system, tool, user
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -14,6 +14,7 @@ from workbench.session import (
     recorded_input_tokens,
     split_leading_system,
     tool_pairing_problems,
+    tools_paired,
 )
 
 
@@ -83,6 +84,21 @@ def test_pairing_problems_name_the_orphans():
     problems = tool_pairing_problems([user("x"), assistant("", calls=(("c1", "read"),)), user("y"), tool("zz", "r")])
     assert any("'c1'" in p and "no result" in p for p in problems)
     assert any("'zz'" in p and "answers no" in p for p in problems)
+
+
+@given(conversations(max_steps=8), st.lists(st.integers(min_value=0, max_value=200), max_size=4),
+       st.lists(st.integers(min_value=0, max_value=200), max_size=2))
+def test_the_fast_pairing_check_agrees_with_the_readable_one(messages, dropped, moved):
+    """Well-formed conversations with messages dropped and moved: orphans, stray results, results
+    after a later turn; the fast check says paired exactly when there is no problem to report."""
+    messages = list(messages)
+    for position in dropped:
+        if messages:
+            messages.pop(position % len(messages))
+    for position in moved:
+        if messages:
+            messages.append(messages.pop(position % len(messages)))
+    assert tools_paired(messages) == (not tool_pairing_problems(messages))
 
 
 @given(st.lists(st.sampled_from(["system", "user", "assistant"]), max_size=12))

@@ -54,6 +54,7 @@ from workbench.session import (
     as_messages,
     recorded_input_tokens,
     tool_pairing_problems,
+    tools_paired,
 )
 from workbench.strategies.common import keep_last_fraction
 from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, prime
@@ -483,7 +484,7 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
         for index, message in enumerate(before):
             if message.importance >= PINNED_IMPORTANCE and id(message) not in kept and message not in after:
                 raise InvariantError(f"{prefix}pinned message {index} ({message.role}) was dropped or changed")
-    if _tools_paired(after):
+    if tools_paired(after):
         return
     problems = tool_pairing_problems(after)
     if problems and not tool_pairing_problems(before):
@@ -493,26 +494,6 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
 _importance = attrgetter("importance")
 _token_cache = attrgetter("_token_cache")
 _role = attrgetter("role")
-
-
-def _tools_paired(messages: Sequence[Message]) -> bool:
-    """True when `tool_pairing_problems(messages)` is empty, found in one tight pass (the check runs
-    after every compaction; the readable problems are built only when there are some)."""
-    pending: set[str | None] = set()
-    for message in messages:
-        role = message.role
-        if role == "tool":
-            if message.tool_call_id not in pending:
-                return False
-            pending.discard(message.tool_call_id)
-        elif role == "assistant":
-            if pending:
-                return False
-            if message.tool_calls:
-                pending = {call.id for call in message.tool_calls}
-        elif pending and role == "user":
-            return False
-    return not pending
 
 
 class _Replay:

@@ -266,6 +266,26 @@ def tool_pairing_problems(messages: Sequence[Message]) -> list[str]:
     return problems
 
 
+def tools_paired(messages: Sequence[Message]) -> bool:
+    """`not tool_pairing_problems(messages)`, in one tight pass that builds no text: the replay
+    checks every compaction's output with it and asks for the readable problems only when it fails."""
+    pending: set[str | None] = set()
+    for message in messages:
+        role = message.role
+        if role == "tool":
+            if message.tool_call_id not in pending:
+                return False
+            pending.discard(message.tool_call_id)
+        elif role == "assistant":
+            if pending:
+                return False
+            if message.tool_calls:
+                pending = {call.id for call in message.tool_calls}
+        elif pending and role == "user":
+            return False
+    return not pending
+
+
 @dataclass(frozen=True)
 class Probe:
     """A question about the session whose answer a good compaction keeps available.
