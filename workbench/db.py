@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
+from typing import Any
 
 import duckdb
 
@@ -224,6 +225,16 @@ def set_memory_limit(connection: duckdb.DuckDBPyConnection, limit: str) -> None:
         connection.execute(f"SET memory_limit = '{str(limit).replace(chr(39), '')}'")
     except duckdb.Error as exc:
         raise StoreError(f"invalid memory limit {limit!r} (e.g. 512MB, 2GB): {exc}") from exc
+
+
+def insert_rows(connection: duckdb.DuckDBPyConnection, table: str, rows: Any) -> None:
+    """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan),
+    through a registration of this connection that is removed again whatever happens."""
+    connection.register("_wb_rows", rows)
+    try:
+        connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_rows")
+    finally:
+        connection.unregister("_wb_rows")
 
 
 _LOCK_PID = re.compile(r"PID (\d+)")

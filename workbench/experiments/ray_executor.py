@@ -14,8 +14,8 @@ executor. Only the computing moves:
   so both see identical sessions. A batch is exported when its first cell is submitted and
   released when its last cell returns, so the object store holds only the batches in flight.
 - Each worker runs `CellWork.compute` (the same function the local executor calls) and returns
-  the `CellOutcome`: the replay result without its per-call context snapshots, which the writer
-  does not store.
+  the `CellOutcome`: the replay result without its per-call context snapshots and final context,
+  which the writer does not store.
 - Ray retries a cell whose worker process dies (`max_retries`); a retried cell still returns one
   outcome, and the writer skips a cell already stored, so a crash neither loses nor duplicates a
   cell. A cell that raises is a failed cell, as locally, and is not retried.
@@ -65,7 +65,6 @@ __all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "
 # The tables a session is made of, with the column naming the session, in insertion order.
 SESSION_TABLES = (("sessions", "id"), ("messages", "session_id"), ("probes", "session_id"),
                   ("token_counts", "session_id"))
-CACHE_COLUMNS = "key, response_text, input_tokens, output_tokens, cost_usd, finish_reason, duration_s"
 
 
 def _import_ray() -> Any:
@@ -136,7 +135,7 @@ class SnapshotCache:
         self._unsent: list[tuple[str, str, Mapping[str, Any], CacheEntry]] = []
 
     def get(self, key: str) -> CacheEntry | None:
-        from workbench.llm import CacheEntry
+        from workbench.llm.cache import ENTRY_COLUMNS, CacheEntry
 
         with self._lock:
             made = self._made.get(key)
@@ -146,10 +145,7 @@ class SnapshotCache:
         if row is None:
             return None
         values = self._snapshot.slice(row, 1).to_pylist()[0]
-        return CacheEntry(text=values["response_text"], input_tokens=int(values["input_tokens"] or 0),
-                          output_tokens=int(values["output_tokens"] or 0),
-                          cost_usd=None if values["cost_usd"] is None else float(values["cost_usd"]),
-                          finish_reason=values["finish_reason"], duration_s=float(values["duration_s"] or 0.0))
+        return CacheEntry.from_row([values[column] for column in ENTRY_COLUMNS])
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         found = {}
@@ -203,6 +199,7 @@ class _Worker:
         return session
 
     def _load_batch(self, batch_id: str, batch: Mapping[str, pa.Table]) -> Store:
+        from workbench.db import insert_rows
         from workbench.store import Store
 
         if self._store is None:
@@ -219,11 +216,7 @@ class _Worker:
         try:
             self._delete(ids)
             for table, _ in SESSION_TABLES:
-                con.register("_wb_batch_rows", batch[table])
-                try:
-                    con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_batch_rows")
-                finally:
-                    con.unregister("_wb_batch_rows")
+                insert_rows(con, table, batch[table])
             con.execute("COMMIT")
         except BaseException:
             con.execute("ROLLBACK")
@@ -353,7 +346,10 @@ class _RayRun:
         flush = getattr(getattr(self.work.gateway, "cache", None), "flush", None)
         if flush is not None:
             flush()
-        return self.ray.put(self.cursor.sql(f"SELECT {CACHE_COLUMNS} FROM llm_cache").to_arrow_table())
+        from workbench.llm.cache import ENTRY_COLUMNS
+
+        columns = ", ".join(("key", *ENTRY_COLUMNS))
+        return self.ray.put(self.cursor.sql(f"SELECT {columns} FROM llm_cache").to_arrow_table())
 
     def outcomes(self) -> Iterator[CellOutcome]:
         import uuid

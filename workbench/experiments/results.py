@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from workbench.db import insert_rows
 from workbench.errors import StoreError
 
 if TYPE_CHECKING:
@@ -205,12 +206,7 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
         for table, columns in rows.items():
             if not columns:
                 continue
-            arrow = pa.table(columns)
-            con.register("_wb_cell_rows", arrow)
-            try:
-                con.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_cell_rows")
-            finally:
-                con.unregister("_wb_cell_rows")
+            insert_rows(con, table, pa.table(columns))
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")

@@ -58,6 +58,18 @@ class CacheEntry:
     finish_reason: str | None = "stop"
     duration_s: float = 0.0
 
+    @classmethod
+    def from_row(cls, row: Sequence[Any]) -> CacheEntry:
+        """The entry an `llm_cache` row holds, its `ENTRY_COLUMNS` in order (NULL counts read as 0)."""
+        text, input_tokens, output_tokens, cost, finish, duration = row
+        return cls(text=text, input_tokens=int(input_tokens or 0), output_tokens=int(output_tokens or 0),
+                   cost_usd=None if cost is None else float(cost), finish_reason=finish,
+                   duration_s=float(duration or 0.0))
+
+
+#: The `llm_cache` columns a `CacheEntry` is read from, in `CacheEntry.from_row` order.
+ENTRY_COLUMNS = ("response_text", "input_tokens", "output_tokens", "cost_usd", "finish_reason", "duration_s")
+
 
 @runtime_checkable
 class Cache(Protocol):
@@ -127,7 +139,7 @@ class DuckDBCache:
     `write_behind=False` stores each row before `put` returns.
     """
 
-    _COLUMNS = "response_text, input_tokens, output_tokens, cost_usd, finish_reason, duration_s"
+    _COLUMNS = ", ".join(ENTRY_COLUMNS)
     _INSERT_COLUMNS = ("key, model, request, response_text, input_tokens, output_tokens, cost_usd, finish_reason, "
                        "duration_s")
     _ROWS_PER_STATEMENT = 200
@@ -161,13 +173,6 @@ class DuckDBCache:
 
         self._atexit = functools.partial(_close_if_alive, weakref.ref(self))  # one registration per cache
         atexit.register(self._atexit)
-
-    @staticmethod
-    def _entry(row: Sequence[Any]) -> CacheEntry:
-        text, input_tokens, output_tokens, cost, finish, duration = row
-        return CacheEntry(text=text, input_tokens=int(input_tokens or 0), output_tokens=int(output_tokens or 0),
-                          cost_usd=None if cost is None else float(cost), finish_reason=finish,
-                          duration_s=float(duration or 0.0))
 
     def get(self, key: str) -> CacheEntry | None:
         """One key. Lookups made at the same time from several threads share one query (a DuckDB
@@ -216,7 +221,7 @@ class DuckDBCache:
                 rows = self._cursor.execute(
                     f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))",
                     [list(dict.fromkeys(keys))]).fetchall()
-        return {row[0]: self._entry(row[1:]) for row in rows}
+        return {row[0]: CacheEntry.from_row(row[1:]) for row in rows}
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         unique = list(dict.fromkeys(keys))
