@@ -20,7 +20,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from benchmarks.bench_replay import SHARED, generate_session
+from benchmarks.bench_replay import SHARED, fresh_copy, generate_session
 from workbench.quality.facts import clear_process_caches
 from workbench.quality.probes import ProbeAnswerable
 from workbench.quality.retention import DanglingReferences, FactRetention, NeededFactRetention
@@ -50,11 +50,6 @@ def largest_session() -> tuple[str, Session]:
     return "generated-300", generate_session(300)
 
 
-def _fresh(session: Session) -> Session:
-    return Session.from_messages([m.replace() for m in session.messages], dataset=session.dataset,
-                                 tools=session.tools, metadata=dict(session.metadata), probes=session.probes)
-
-
 def _quality(result: Any, metrics: list[Any]) -> tuple[float, float]:
     """(wall, CPU) seconds of the offline quality metrics on a result."""
     started, cpu = time.perf_counter(), time.process_time()
@@ -79,7 +74,8 @@ def run(repeats: int = 3) -> None:
     get_tokenizer(TOKENIZER).count("warm up")
     metrics = [metric() for metric in METRICS]  # built (and validated by the registry) once, outside the timings
     for spec in CONFIGS.values():  # load the summarizer's provider (litellm) outside the timings
-        _timed_replay(_fresh(session), {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000} | spec)
+        window = {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000}
+        _timed_replay(fresh_copy(session), window | spec)
     size_mb = sum(len(m.text) for m in session.messages) / 1e6
     print(f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
           f"tokenizer {TOKENIZER}; best of {repeats}; goal: quality / replay <= 1.0")
@@ -89,7 +85,7 @@ def run(repeats: int = 3) -> None:
         config = {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000} | spec
         cold_runs = []
         for _ in range(repeats):
-            cold = _fresh(session)
+            cold = fresh_copy(session)
             clear_process_caches()
             result, replay_times = _timed_replay(cold, config)
             cold_runs.append((replay_times, _quality(result, metrics)))

@@ -102,10 +102,11 @@ def _cpu(fn):
     return _timed(fn, time.process_time)
 
 
-def _fresh(session: Session) -> Session:
-    """A copy whose messages have empty token caches (so each engine pays its own counting)."""
+def fresh_copy(session: Session) -> Session:
+    """A copy whose messages have empty token caches (so each engine pays its own counting) and no
+    memoised analysis (facts, fact index) hangs on the session or its messages."""
     return Session.from_messages([m.replace() for m in session.messages], id=session.id, dataset=session.dataset,
-                                 tools=session.tools, metadata=dict(session.metadata))
+                                 tools=session.tools, metadata=dict(session.metadata), probes=session.probes)
 
 
 def _same(fast: ReplayResult, slow: ReplayResult, name: str) -> None:
@@ -155,7 +156,7 @@ def _timed_replay(session: Session, config: dict) -> tuple[ReplayResult, float, 
 def _warm(session: Session, config: dict) -> tuple[float, float, float, float, ReplayResult]:
     """(floor s, warm replay s, strategy s, metrics s, result): the best of seven runs (CPU time), counts
     cached; the strategy time is that run's own."""
-    primed = _fresh(session)
+    primed = fresh_copy(session)
     prime(primed.messages, TOKENIZER)
     floor_runs, replay_runs = [], []
     _same(_timed_replay(primed, config)[0], replay(primed, config), "timed replay")
@@ -183,9 +184,9 @@ def run() -> None:
             config = {"tokenizer": TOKENIZER, "context_limit": limit, "max_output": 8_000} | spec
             naive = "-"
             if session is recorded:
-                fast_runs = [_timed(lambda: replay(_fresh(session), config, measure=False))  # noqa: B023
+                fast_runs = [_timed(lambda: replay(fresh_copy(session), config, measure=False))  # noqa: B023
                              for _ in range(COLD_RUNS)]
-                slow_runs = [_timed(lambda: naive_replay(_fresh(session), config, measure=False))  # noqa: B023
+                slow_runs = [_timed(lambda: naive_replay(fresh_copy(session), config, measure=False))  # noqa: B023
                              for _ in range(COLD_RUNS)]
                 (fast, fast_s), (slow, slow_s) = min(fast_runs, key=lambda r: r[1]), min(slow_runs, key=lambda r: r[1])
                 _same(fast, slow, f"{kind} on {name}")
