@@ -47,7 +47,8 @@ _UNITS = ("ms|us|µs|ns|s|sec|secs|seconds?|minutes?|mins?|hours?|hrs?|h|days?|w
 
 _TOKEN = re.compile(r"[\w./:@~+$%#-]+")
 _URL = re.compile(r"https?://[^\s<>\"'`)\]}]+")
-_ERROR_WITH_MESSAGE = re.compile(r"(?:Error|Exception|Interrupt|Failure|Exit):[ \t]*([^\n]{1,160})")
+_ERROR_ENDINGS = ("Error", "Exception", "Interrupt", "Failure", "Exit")  # what an error type's name ends with
+_ERROR_WITH_MESSAGE = re.compile(r"(?:" + "|".join(_ERROR_ENDINGS) + r"):[ \t]*([^\n]{1,160})")
 _GENERIC_ERROR = re.compile(r"(?<![\w-])(?:[Ee]rror|ERROR|[Ff]atal|FATAL|panic)(?:\[[A-Za-z0-9]+\])?:"
                             r"[ \t]*([^\n]{3,160})")
 _SPACED_NUMBER = re.compile(r"(\d[\d,]*+(?:\.\d+)?+)[ \t](" + _UNITS + r")\b")
@@ -62,8 +63,7 @@ _NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?(?:%|(?:" + _UNITS + r"))|v?\d+\.\d+
                      re.IGNORECASE)
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]|_[A-Za-z][A-Za-z0-9_]{2,}"
                          r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
-_ERROR_ENDINGS = ("Error", "Exception", "Interrupt", "Failure", "Exit")
-_ERROR_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*(?:Error|Exception|Interrupt|Failure|Exit)")
+_ERROR_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*(?:" + "|".join(_ERROR_ENDINGS) + ")")
 _TOKEN_EDGES = ".:-~#+$@"
 _SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|$)", re.MULTILINE)
 _CONSTRAINT_CUES = re.compile(
@@ -217,7 +217,7 @@ def extract_facts(text: str) -> Iterator[Fact]:
     return iter(_extract(text))
 
 
-_ERROR_SUFFIXES = ("Error:", "Exception:", "Interrupt:", "Failure:", "Exit:")
+_ERROR_SUFFIXES = tuple(f"{ending}:" for ending in _ERROR_ENDINGS)
 _GENERIC_ERROR_CUES = ("rror:", "RROR:", "atal:", "ATAL:", "panic:", "]:")
 
 
