@@ -183,3 +183,25 @@ def test_the_model_limits_requests_while_twice_as_many_cells_are_in_flight(grid_
         requests = server.request_count
         again = run_experiment(spec, db=str(db))
         assert again.progress.cells_reused == 2 * len(ids) and server.request_count == requests
+
+
+def test_the_session_cache_reads_the_next_pending_sessions_together_and_keeps_only_pending_ones(grid_db):
+    from workbench.experiments.cells import CellTask
+    from workbench.experiments.run import _SessionCache
+
+    db, _, ids = grid_db
+    with Store(str(db)) as store:
+        reads: list[list[str]] = []
+        original = store.sessions_by_id
+        store.sessions_by_id = lambda wanted: reads.append(list(wanted)) or original(wanted)  # type: ignore[method-assign]
+        cache = _SessionCache(store, batch=2)
+        cache.expect([CellTask(s, "tiny", config, 0) for s in ids for config in ("a", "b")])
+        first = cache.get(ids[0])
+        assert first.id == ids[0] and reads == [[ids[0], ids[1]]]  # the next pending session came along
+        assert cache.get(ids[1]).id == ids[1] and len(reads) == 1  # ...so this is no read
+        for _ in range(2):
+            cache.done(ids[0])
+        assert len(cache) == 1  # a session leaves with its last cell
+        assert cache.get(ids[2]).id == ids[2] and reads[-1] == [ids[2]]  # nothing else is pending
+        assert cache.peak == 2
+        assert cache.get(ids[0]).id == ids[0] and len(cache) == 2  # a repeated load is handed out, not kept

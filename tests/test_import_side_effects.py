@@ -16,6 +16,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE_VARIABLES = ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR", "LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOG",
+                     "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER",
                      "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUSTOM_TIKTOKEN_CACHE_DIR")
 
 SNAPSHOT = '''
@@ -134,3 +135,18 @@ def test_entry_point_defaults_never_override_the_user(preset):
     assert all(environ[name] == value for name, value in PROCESS_DEFAULTS.items() if name not in preset)
     if not preset:
         assert environ["TIKTOKEN_CACHE_DIR"].endswith("tokenizers")
+
+
+@pytest.mark.parametrize(("preset", "sdk"), [({}, False), ({"EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "false"}, True)])
+def test_openai_compatible_calls_use_litellms_transport_unless_the_user_chose_the_sdk(preset, sdk):
+    out = run('''
+from workbench.llm import Gateway
+from workbench.testing import FakeOpenAI
+with FakeOpenAI() as server, Gateway() as gateway:
+    model = gateway.model("openai/gpt-4o-mini", {"api_base": server.api_base, "api_key": "sk-test"})
+    answer = model.complete([{"role": "user", "content": "Summarize: edited src/app.py"}])
+    headers = {k.lower() for k in server.headers[0]}
+print(json.dumps({"sdk": "x-stainless-lang" in headers, "tokens": answer.input_tokens, "cost": answer.cost_usd}))
+''', **preset)
+    assert out["sdk"] is sdk  # the OpenAI SDK stamps its x-stainless-* headers on every request
+    assert out["tokens"] > 0 and out["cost"] > 0  # usage and price read alike on both paths

@@ -146,8 +146,8 @@ def _tracking_caches(monkeypatch) -> list:
     caches: list = []
 
     class Tracked(run_module._SessionCache):
-        def __init__(self, store):
-            super().__init__(store)
+        def __init__(self, store, batch=1):
+            super().__init__(store, batch)
             caches.append(self)
 
     monkeypatch.setattr(run_module, "_SessionCache", Tracked)

@@ -59,8 +59,8 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _json(value: Any) -> str:
-    return json.dumps(value, default=_plain, ensure_ascii=False, allow_nan=False)
+def _json(value: Any, *, sort_keys: bool = False) -> str:
+    return json.dumps(value, default=_plain, ensure_ascii=False, allow_nan=False, sort_keys=sort_keys)
 
 
 def _plain(value: Any) -> Any:
@@ -200,7 +200,7 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
                 breaker_open=event.breaker_open, error=event.error, summarizer_calls=usage.get("calls"),
                 summarizer_input_tokens=usage.get("input_tokens"), summarizer_output_tokens=usage.get("output_tokens"),
                 summarizer_cost_usd=_finite(usage.get("cost_usd")),
-                details=_json(details[index]) if details[index] else None)
+                details=_json(details[index], sort_keys=True) if details[index] else None)
     con.execute("BEGIN TRANSACTION")
     try:
         for table, columns in rows.items():

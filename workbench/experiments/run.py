@@ -206,11 +206,14 @@ class _SessionCache:
     Cells come session by session (see `grid`), so it holds about as many sessions as there are
     cells in flight, never the dataset: a session is dropped when its last cell is done, and one
     with no pending cell (an unexpected or repeated load) is handed out without being kept.
+    A miss also reads the next `batch - 1` pending sessions in the same queries: a run's first
+    cells all want a session at once, and one read of many costs about what one read of one does.
     `peak` is the most sessions it ever held at once.
     """
 
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, batch: int = 1):
         self._store = store
+        self._batch = max(1, int(batch))
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._remaining: dict[str, int] = {}
@@ -226,12 +229,29 @@ class _SessionCache:
     def get(self, session_id: str) -> Session:
         with self._lock:
             session = self._sessions.get(session_id)
+            if session is not None:
+                return session
+            if self._remaining.get(session_id, 0) <= 0:
+                return self._store.load_session(session_id)
+            wanted = [session_id, *self._upcoming(session_id)]
+            for loaded in self._store.sessions_by_id(wanted):
+                self._sessions[loaded.id] = loaded
+            self.peak = max(self.peak, len(self._sessions))
+            session = self._sessions.get(session_id)
             if session is None:
-                session = self._store.load_session(session_id)
-                if self._remaining.get(session_id, 0) > 0:
-                    self._sessions[session_id] = session
-                    self.peak = max(self.peak, len(self._sessions))
+                return self._store.load_session(session_id)  # raises: the session is gone
             return session
+
+    def _upcoming(self, session_id: str) -> list[str]:
+        """Up to `batch - 1` other sessions with pending cells that are not loaded, in grid order."""
+        found: list[str] = []
+        if self._batch > 1:
+            for pending in self._remaining:
+                if len(found) == self._batch - 1:
+                    break
+                if pending != session_id and pending not in self._sessions:
+                    found.append(pending)
+        return found
 
     def done(self, session_id: str) -> None:
         with self._lock:
@@ -343,7 +363,9 @@ def _execute(spec: ExperimentSpec, todo: list[CellTask], store: Store, gateway: 
              run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None) -> None:
     if not todo:
         return
-    sessions = _SessionCache(store)
+    cells_per_session = max(1, len(spec.configs) * spec.repeats)
+    in_flight = int(getattr(executor, "concurrency", 1) or 1)
+    sessions = _SessionCache(store, batch=min(64, -(-in_flight // cells_per_session)))
     sessions.expect(todo)
     cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))
     work = BoundCellWork(cell, store, gateway, sessions.get)  # the cache loads under its own lock

@@ -23,7 +23,7 @@ from typing import Any, Protocol
 from workbench.compaction import Completion
 from workbench.llm.cache import Cache, CacheEntry, canonical_json, key_material
 from workbench.llm.concurrency import Flight, Limiter
-from workbench.llm.errors import BadResponse, LLMError, classify
+from workbench.llm.errors import BadResponse, LLMError, classify, missing_key
 from workbench.llm.options import (
     RESERVED_OPTIONS,
     is_secret_option,
@@ -136,6 +136,7 @@ class BoundModel:
         self.concurrency = int(own["concurrency"]) if own.get("concurrency") else None
         self.limiter: Limiter = gateway.limiter(model, self.concurrency, self.api_base)
         self.prices = Prices(own.get("input_cost_per_token"), own.get("output_cost_per_token"))
+        self._provider: str | None = None
 
     def __repr__(self) -> str:
         shown = {k: ("***" if is_secret_option(k) else v) for k, v in self.options.items()}
@@ -277,7 +278,26 @@ class BoundModel:
             self.gateway.land(request.key, flight, result=completion)
         return completion
 
+    def _needs_openai_key(self) -> bool:
+        """True for an OpenAI model with no key from its options, LiteLLM or `OPENAI_API_KEY`.
+
+        The OpenAI SDK refuses to send such a request; LiteLLM's own HTTP transport, which the
+        gateway selects (`workbench.offline.LITELLM_DEFAULTS`), would send it without credentials.
+        The gateway keeps the SDK's answer: the call fails at once and nothing is sent.
+        """
+        if self._transport.get("api_key") or os.environ.get("OPENAI_API_KEY"):
+            return False
+        if self._provider is None:
+            litellm = load_litellm()
+            try:
+                self._provider = str(litellm.get_llm_provider(self.model, api_base=self.api_base)[1])
+            except Exception:  # LiteLLM will say what is wrong with the model when it is called
+                self._provider = ""
+        return self._provider == "openai" and not (load_litellm().api_key or load_litellm().openai_key)
+
     def _attempts(self, request: _Request) -> _Plan:
+        if self._needs_openai_key():
+            raise self._failed(missing_key(self.model, self.api_base), 1)
         attempt = 0
         while True:
             attempt += 1

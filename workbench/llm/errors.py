@@ -147,6 +147,21 @@ def _where(model: str, api_base: str | None) -> str:
     return f"{model} at {api_base}" if api_base else f"{model} (provider's default endpoint)"
 
 
+def _authentication_failed(what: str, message: str, common: dict[str, Any], *,
+                           status_code: int | None) -> AuthenticationFailed:
+    return AuthenticationFailed(
+        f"{_where(common['model'], common['api_base'])}: authentication failed ({what}): {message}; check the key "
+        f"(the `api_key` or `api_key_env` option, or the provider's usual environment variable)",
+        **common, status_code=status_code)
+
+
+def missing_key(model: str, api_base: str | None) -> AuthenticationFailed:
+    """The error for a call that would go out without the key its provider requires (nothing is sent)."""
+    common: dict[str, Any] = {"model": model, "attempts": 1, "provider_error": None, "api_base": api_base}
+    return _authentication_failed("no usable API key", "no API key was given and OPENAI_API_KEY is not set",
+                                  common, status_code=None)
+
+
 def classify(exc: BaseException, *, model: str, attempts: int, secrets: Sequence[str] = (),
              api_base: str | None = None) -> LLMError:
     """Map an exception raised by a LiteLLM call to the gateway's error types (retryable or not)."""
@@ -169,10 +184,7 @@ def classify(exc: BaseException, *, model: str, attempts: int, secrets: Sequence
     auth_status = next((s for s in (401, 403) if s in statuses), None)
     if auth_status is not None or names & _AUTH_ERRORS or any(_MISSING_KEY.search(str(e)) for e in chain):
         what = f"HTTP {auth_status}" if auth_status else "no usable API key"
-        return AuthenticationFailed(
-            f"{_where(model, api_base)}: authentication failed ({what}): {message}; check the key "
-            f"(the `api_key` or `api_key_env` option, or the provider's usual environment variable)",
-            **common, status_code=auth_status or status)
+        return _authentication_failed(what, message, common, status_code=auth_status or status)
     if names & _NOT_CONNECTED or any(isinstance(e, (ConnectionRefusedError, socket.gaierror)) for e in chain):
         unknown_host = bool(names & _UNKNOWN_HOST) or any(isinstance(e, socket.gaierror) for e in chain)
         reason = "unknown host" if unknown_host else "connection refused"
