@@ -523,3 +523,19 @@ def test_context_at_follows_each_compaction_s_new_context():
             result.compaction_contexts(index)[1]
     assert [len(result.context_at(i)) for i in range(len(result.calls))] == \
         [c.context_messages for c in result.calls]
+
+
+def test_a_detached_result_keeps_what_the_writer_stores_and_leaves_the_bulk():
+    messages = [m if m.role != "assistant" else wb.Message(
+        role=m.role, content=m.content, tool_calls=m.tool_calls,
+        metadata={"usage": {"input_tokens": 100 + i, "cache_read_input_tokens": 7}})
+        for i, m in enumerate(conversation(30, result_chars=2000))]
+    result = replay(wb.Session.from_messages(messages), config({"kind": "utilization", "ratio": 0.5},
+                                                               {"kind": "observation_masking", "keep_recent": 3}))
+    detached = result.detached()
+    assert detached.session is None and detached.final_context == [] and result.session is not None
+    assert detached.recorded_columns() == result.recorded_columns()
+    assert all(billed is not None and billed > 100 for billed in detached.recorded_columns()[0])
+    assert list(detached.calls) == list(result.calls) and detached.compactions == result.compactions
+    assert detached.metrics == result.metrics
+    assert len(pickle.dumps(detached)) < len(pickle.dumps(result)) / 4

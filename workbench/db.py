@@ -228,13 +228,13 @@ def set_memory_limit(connection: duckdb.DuckDBPyConnection, limit: str) -> None:
 
 
 def insert_rows(connection: duckdb.DuckDBPyConnection, table: str, rows: Any) -> None:
-    """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan),
-    through a registration of this connection that is removed again whatever happens."""
-    connection.register("_wb_rows", rows)
-    try:
-        connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_rows")
-    finally:
-        connection.unregister("_wb_rows")
+    """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan).
+
+    DuckDB finds `_wb_insert_rows` among this function's local variables (a replacement scan):
+    one statement, where registering the rows under a name and removing it again took three.
+    """
+    _wb_insert_rows = rows  # noqa: F841  # read by DuckDB's replacement scan in the statement below
+    connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
 
 
 _LOCK_PID = re.compile(r"PID (\d+)")

@@ -210,6 +210,7 @@ class ReplayResult:
     compaction_metrics: Sequence[Mapping[str, Any]] = field(default_factory=list)
     _sent: list[tuple[int, list[Message]]] = field(default_factory=list, repr=False, compare=False)
     _exchanges: list[tuple[Snapshot, Snapshot]] = field(default_factory=list, repr=False, compare=False)
+    _recorded: tuple[list[int | None], list[bool]] | None = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
         return (f"<ReplayResult {self.session_id} {self.config.name!r}: {len(self.calls)} calls, "
@@ -248,7 +249,18 @@ class ReplayResult:
         (before, before_length), (after, after_length) = self._exchanges[event_index]
         return before[:before_length], after[:after_length]
 
+    def detached(self) -> ReplayResult:
+        """This result without the session, the context snapshots and the final context (what
+        `context_at` and `compaction_contexts` read), its recorded columns kept: what an executor
+        sends back to the run's writer, which stores none of the rest. A fraction of the size."""
+        return dataclasses.replace(self, session=None, final_context=[], _sent=[], _exchanges=[],
+                                   _recorded=self.recorded_columns())
+
     def recorded_columns(self) -> tuple[list[int | None], list[bool]]:
+        """Per call: the input the provider billed for the recorded call, and whether the recorded
+        agent compacted before it (from the session; None / False without one)."""
+        if self._recorded is not None:
+            return list(self._recorded[0]), list(self._recorded[1])
         if self.session is None:
             return [None] * len(self.calls), [False] * len(self.calls)
         messages = self.session.messages

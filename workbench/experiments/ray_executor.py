@@ -14,8 +14,9 @@ executor. Only the computing moves:
   so both see identical sessions. A batch is exported when its first cell is submitted and
   released when its last cell returns, so the object store holds only the batches in flight.
 - Each worker runs `CellWork.compute` (the same function the local executor calls) and returns
-  the `CellOutcome`: the replay result without its per-call context snapshots and final context,
-  which the writer does not store.
+  the `CellOutcome` with the replay result `detached()`: without the session, the per-call context
+  snapshots and the final context, which the writer does not store (the recorded usage per call it
+  does store travels as two columns).
 - Ray retries a cell whose worker process dies (`max_retries`); a retried cell still returns one
   outcome, and the writer skips a cell already stored, so a crash neither loses nor duplicates a
   cell. A cell that raises is a failed cell, as locally, and is not retried.
@@ -254,21 +255,6 @@ def _worker() -> _Worker:
         return _WORKER
 
 
-#: What a result sent back to the driver leaves out: the writer stores none of it, and the context
-#: snapshots (what `context_at` reads) and the final context are its bulk. The session stays: the
-#: writer reads the recorded usage of each call from it (`ReplayResult.recorded_columns`).
-_LEFT_ON_WORKER: dict[str, Any] = {"_sent": [], "_exchanges": [], "final_context": []}
-
-
-def _without_snapshots(result: Any) -> Any:
-    """The result minus what the driver's writer does not store (`_LEFT_ON_WORKER`)."""
-    if result is None or not dataclasses.is_dataclass(result) or isinstance(result, type):
-        return result
-    names = {f.name for f in dataclasses.fields(result)}
-    lean = {name: empty for name, empty in _LEFT_ON_WORKER.items() if name in names}
-    return dataclasses.replace(result, **lean) if lean else result
-
-
 def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Mapping[str, pa.Table],
              snapshot: Sequence[Any], settings: GatewaySettings) -> CellOutcome:
     """A cell on a worker (the body of the Ray task): the session from its batch, the gateway on the
@@ -277,7 +263,8 @@ def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Map
     gateway, cache = state.gateway(run, snapshot, settings)
     cache.drain()  # answers of an earlier cell whose outcome never left this process (none, normally)
     outcome = work.compute(task, lambda: state.session(batch_id, batch, task.session_id), gateway)
-    return dataclasses.replace(outcome, result=_without_snapshots(outcome.result), cache_entries=cache.drain())
+    result = outcome.result.detached() if outcome.result is not None else None
+    return dataclasses.replace(outcome, result=result, cache_entries=cache.drain())
 
 
 @dataclass

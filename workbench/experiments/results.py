@@ -32,6 +32,7 @@ import duckdb
 
 from workbench.db import insert_rows
 from workbench.errors import StoreError
+from workbench.replay import call_column
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -184,12 +185,14 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
             text = None if number is not None or value is None else value if isinstance(value, str) else _json(value)
             add("cell_metrics", **key, metric=name, value=number, text=text)
         recorded_input, recorded_compaction = _recorded(result)
-        for call, billed, compacted in zip(result.calls, recorded_input, recorded_compaction, strict=True):
-            add("cell_calls", **key, call_index=call.index, message_index=call.message_index,
-                context_messages=call.context_messages, context_tokens=call.context_tokens,
-                completion_tokens=call.completion_tokens, cached_prefix_tokens=call.cached_prefix_tokens,
-                compacted_before=call.compacted_before, recorded_input_tokens=billed,
-                recorded_compaction=compacted)
+        calls = rows["cell_calls"]
+        count = len(result.calls)
+        for name, value in key.items():
+            calls.setdefault(name, []).extend([value] * count)
+        for column, field_name in _CALL_FIELDS:
+            calls.setdefault(column, []).extend(call_column(result.calls, field_name))
+        calls.setdefault("recorded_input_tokens", []).extend(recorded_input)
+        calls.setdefault("recorded_compaction", []).extend(recorded_compaction)
         details = _compaction_details(result)
         for index, event in enumerate(result.compactions):
             usage = event.summarizer_usage or {}
@@ -212,6 +215,12 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
         con.execute("ROLLBACK")
         raise
     return len(fresh)
+
+
+#: The `cell_calls` columns read from the calls of a result: (column, `CallRecord` field).
+_CALL_FIELDS = (("call_index", "index"), ("message_index", "message_index"), ("context_messages", "context_messages"),
+                ("context_tokens", "context_tokens"), ("completion_tokens", "completion_tokens"),
+                ("cached_prefix_tokens", "cached_prefix_tokens"), ("compacted_before", "compacted_before"))
 
 
 def _recorded(result: ReplayResult) -> tuple[Sequence[int | None], Sequence[bool]]:
