@@ -137,7 +137,8 @@ def test_entry_point_defaults_never_override_the_user(preset):
         assert environ["TIKTOKEN_CACHE_DIR"].endswith("tokenizers")
 
 
-@pytest.mark.parametrize(("preset", "sdk"), [({}, False), ({"EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "false"}, True)])
+@pytest.mark.parametrize(("preset", "sdk"),
+                         [({}, False), ({"EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "false"}, True)])
 def test_openai_compatible_calls_use_litellms_transport_unless_the_user_chose_the_sdk(preset, sdk):
     out = run('''
 from workbench.llm import Gateway

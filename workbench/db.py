@@ -233,7 +233,7 @@ def insert_rows(connection: duckdb.DuckDBPyConnection, table: str, rows: Any) ->
     DuckDB finds `_wb_insert_rows` among this function's local variables (a replacement scan):
     one statement, where registering the rows under a name and removing it again took three.
     """
-    _wb_insert_rows = rows  # noqa: F841  # read by DuckDB's replacement scan in the statement below
+    _wb_insert_rows = rows  # read by DuckDB's replacement scan in the statement below
     connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
 
 
