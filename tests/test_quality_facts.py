@@ -106,3 +106,26 @@ def test_extraction_never_fails_and_keys_are_normalised(text):
     for fact in text_facts(text, constraints=True).values():
         assert fact.key == fact.key.lower()
         assert fact.kind in ("path", "identifier", "number", "url", "error", "commit", "command", "constraint")
+
+
+def test_a_collection_under_the_cache_lock_does_not_deadlock():
+    """A garbage collection can run the caches' weak-reference callbacks in a thread that holds the
+    cache lock (any allocation under it may collect a message); they must not wait for it forever."""
+    import gc
+    import threading
+
+    from workbench.quality import facts, trace
+
+    def collect_under_locks() -> None:
+        message = Message(role="tool", content="Traceback: KeyError in src/app.py")
+        facts.message_facts(message)
+        facts.message_text(message)
+        trace.memo(message, "probe", lambda: 1)
+        with facts._CACHE_LOCK, trace._MEMO_LOCK:
+            del message
+            gc.collect()
+
+    worker = threading.Thread(target=collect_under_locks, daemon=True)
+    worker.start()
+    worker.join(timeout=10)
+    assert not worker.is_alive(), "a weak-reference callback waited for a lock its own thread holds"

@@ -323,7 +323,9 @@ def _compute(message: Message) -> Mapping[str, Fact]:
 
 
 _CACHE: dict[int, tuple[weakref.ref[Message], Mapping[str, Fact]]] = {}
-_CACHE_LOCK = threading.Lock()
+#: Re-entrant: the weak-reference callbacks below take it, and a garbage collection can run them in a
+#: thread that holds it already (any allocation under the lock may collect a message).
+_CACHE_LOCK = threading.RLock()
 _BY_CONTENT: dict[tuple[str, str, tuple[str, ...]], Mapping[str, Fact]] = {}
 _MAX_BY_CONTENT = 4096
 

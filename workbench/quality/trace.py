@@ -68,7 +68,7 @@ def applied_events(result: Any) -> list[int]:
 # -- a small per-object memo (results and sessions are not hashable) -----------------------------
 
 _MEMO: dict[int, tuple[weakref.ref[Any], dict[str, Any]]] = {}
-_MEMO_LOCK = threading.Lock()
+_MEMO_LOCK = threading.RLock()  # re-entrant: `forget` takes it, and a collection may run it under the lock
 
 
 def _memo(owner: Any, name: str, compute: Callable[[], Any]) -> Any:
