@@ -28,7 +28,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate
-from operator import attrgetter, itemgetter
+from operator import attrgetter, is_, itemgetter
 from typing import Any, overload
 
 from workbench.calibration import CALIBRATIONS, CalibrationFit, ScaledTokenizer, fit_recorded, prime_scaled, schema_text
@@ -860,12 +860,13 @@ class _Replay:
     def _shared_prefix_tokens(self, previous: list[Message], previous_length: int) -> int:
         """Tokens of the longest prefix the current context shares (by identity) with the previous
         call's, the fixed preamble (tool schemas, calibrated overhead) included."""
-        shared = 0
-        for old, new in zip(previous[:previous_length], self.context, strict=False):
-            if old is not new:
-                break
-            shared += 1
-        return self.fixed_tokens + sum(message_tokens(m, self.tokenizer) for m in self.context[:shared])
+        same = list(map(is_, previous[:previous_length], self.context))
+        shared = same.index(False) if False in same else len(same)
+        head = self.context[:shared]
+        try:
+            return self.fixed_tokens + sum(map(itemgetter(self.tokenizer.name), map(_token_cache, head)))
+        except KeyError:
+            return self.fixed_tokens + sum(message_tokens(m, self.tokenizer) for m in head)
 
     #: Metrics that require a model, computed on request (`replay(..., metrics=[...])`).
     metric_names: tuple[str, ...] = ()
