@@ -339,3 +339,17 @@ def user_kinds():
     for family, name, _decorate, _cls in registered:
         registry.unregister(family, name)
     assert "lines_registry_test" not in importers.FORMATS
+
+
+def test_kinds_are_listed_in_the_same_order_whatever_was_imported_first():
+    """The order of the metrics decides the order of stored JSON and of report columns: it must not
+    depend on which module a process happened to import first (a Ray worker and its driver differ)."""
+    import subprocess
+    import sys
+
+    script = ("import {first}; from workbench.registry import kinds; "
+              "print(','.join(kinds('metric')) + ';' + ','.join(kinds('strategy')))")
+    orders = {subprocess.run([sys.executable, "-c", script.format(first=first)], capture_output=True, text=True,
+                             check=True).stdout.strip() for first in ("workbench", "workbench.quality.probes")}
+    assert len(orders) == 1, orders
+    assert orders.pop().startswith("calls,compactions,peak_context_tokens")

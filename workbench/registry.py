@@ -578,13 +578,23 @@ def load_kinds() -> None:
                   f"{type(exc).__name__}: {exc}")
 
 
+def _builtin_rank(cls: type) -> int:
+    """Where a kind's module comes in `BUILTIN_MODULES` (the others after them)."""
+    module = cls.__module__
+    for rank, name in enumerate(BUILTIN_MODULES):
+        if module == name or module.startswith(name + "."):
+            return rank
+    return len(BUILTIN_MODULES) if module.startswith("workbench.") else len(BUILTIN_MODULES) + 1
+
+
 def _family(family: str) -> dict[str, type]:
-    """The kinds of a family: built-in ones first, then the others, each in registration order."""
+    """The kinds of a family: built-in ones first, in the order of `BUILTIN_MODULES` whatever order
+    they were imported in, then the others; each group in registration order."""
     if family not in _REGISTRIES:
         raise ConfigError(f"unknown kind family {family!r}; valid: {', '.join(FAMILIES)}")
     load_kinds()
     registry = _REGISTRIES[family]
-    return dict(sorted(registry.items(), key=lambda item: not item[1].__module__.startswith("workbench.")))
+    return dict(sorted(registry.items(), key=lambda item: _builtin_rank(item[1])))
 
 
 def kinds(family: str) -> dict[str, type]:
