@@ -109,3 +109,25 @@ def test_parallel_batches_count_exactly_as_one_by_one(encoding):
     assert sum(map(len, texts)) > PARALLEL_MIN_CHARS
     tok = wb.get_tokenizer(encoding)
     assert tok.count_batch(texts) == [tok.count(t) for t in texts]
+
+
+def test_a_process_given_one_cpu_counts_a_large_batch_on_its_own_thread(monkeypatch):
+    from workbench import tokens
+
+    texts = [f"value_{i} = compute({i})\n" * 200 for i in range(40)]
+    assert sum(map(len, texts)) > PARALLEL_MIN_CHARS
+    tok = wb.get_tokenizer("cl100k_base")
+    expected = [tok.count(t) for t in texts]
+
+    def no_pool():
+        raise AssertionError("a one-CPU share must not hand counting to other threads")
+
+    monkeypatch.setattr(tokens, "_executor", no_pool)
+    monkeypatch.setattr(tokens, "_cpus", lambda: 4)
+    tokens.set_counting_threads(1)
+    try:
+        assert tok.count_batch(texts) == expected
+    finally:
+        tokens.set_counting_threads(None)
+    with pytest.raises(AssertionError, match="one-CPU share"):
+        tok.count_batch(texts)  # without the cap, four cores: the batch goes to the pool

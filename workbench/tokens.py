@@ -79,7 +79,7 @@ class TiktokenTokenizer:
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         """The counts of `texts`, in order: the texts are split into one share of about equal size per
         core, the calling thread counting one share itself; small batches are counted in this thread."""
-        workers = min(_cpus(), len(texts))
+        workers = min(_THREADS or _cpus(), len(texts))
         if workers < 2 or sum(map(len, texts)) < PARALLEL_MIN_CHARS:
             return [self.count(t) for t in texts]
         counts = [0] * len(texts)
@@ -107,6 +107,19 @@ def balanced_shares(sizes: Sequence[int], n: int) -> list[list[int]]:
         shares[k].append(index)
         heapq.heappush(heap, (load + sizes[index] + 1, k))
     return shares
+
+
+_THREADS: int | None = None
+
+
+def set_counting_threads(threads: int | None) -> None:
+    """Cap the threads that count a large batch (None: one per core this process may run on).
+
+    A process given a share of the machine sets its share, so that processes side by side do not
+    oversubscribe the cores: a Ray worker running a cell that reserved one CPU counts on one thread.
+    """
+    global _THREADS
+    _THREADS = None if threads is None else max(1, int(threads))
 
 
 @functools.cache

@@ -17,6 +17,8 @@ executor. Only the computing moves:
   the `CellOutcome` with the replay result `detached()`: without the session, the per-call context
   snapshots and the final context, which the writer does not store (the recorded usage per call it
   does store travels as two columns).
+- A cell counts tokens on as many threads as the CPUs its task reserved (one by default, see
+  `cpus_per_cell`), not on every core of the machine, so workers side by side do not oversubscribe it.
 - Ray retries a cell whose worker process dies (`max_retries`); a retried cell still returns one
   outcome, and the writer skips a cell already stored, so a crash neither loses nor duplicates a
   cell. A cell that raises is a failed cell, as locally, and is not retried.
@@ -259,6 +261,11 @@ def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Map
              snapshot: Sequence[Any], settings: GatewaySettings) -> CellOutcome:
     """A cell on a worker (the body of the Ray task): the session from its batch, the gateway on the
     cache snapshot; returns the outcome with the model answers this cell obtained."""
+    from workbench.tokens import set_counting_threads
+
+    ray = _import_ray()
+    reserved = ray.get_runtime_context().get_assigned_resources().get("CPU")
+    set_counting_threads(max(1, int(reserved)) if reserved else 1)  # the cell's share of the machine
     state = _worker()
     gateway, cache = state.gateway(run, snapshot, settings)
     cache.drain()  # answers of an earlier cell whose outcome never left this process (none, normally)
