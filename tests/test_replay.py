@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pickle
 from dataclasses import dataclass
 from typing import ClassVar
@@ -539,3 +540,41 @@ def test_a_detached_result_keeps_what_the_writer_stores_and_leaves_the_bulk():
     assert list(detached.calls) == list(result.calls) and detached.compactions == result.compactions
     assert detached.metrics == result.metrics
     assert len(pickle.dumps(detached)) < len(pickle.dumps(result)) / 4
+
+
+def test_replays_in_many_threads_of_a_fresh_process_agree_with_one_thread():
+    """Concurrent first use and concurrent replays (an experiment's cells): the kinds load once for
+    every thread, numpy is never handed out half-imported, and the strategies' step memo is not
+    shared between threads. A tiny switch interval makes the interleavings that broke these likely."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[1]
+    script = """
+import json, sys
+from concurrent.futures import ThreadPoolExecutor
+from builders import conversation
+import workbench as wb
+sys.setswitchinterval(1e-6)
+sessions = [wb.Session.from_messages(conversation(40, result_chars=800 + i)) for i in range(12)]
+config = {"trigger": {"kind": "utilization", "ratio": 0.3}, "context_limit": 20000, "max_output": 1000,
+          "strategy": {"kind": "pipeline", "steps": [{"kind": "observation_masking", "keep_recent": 3},
+                                                     {"kind": "sliding_window", "window": 20}]}}
+def run(session):
+    try:
+        return [len(wb.replay(session, config, measure=False).compactions) for _ in range(3)]
+    except Exception as exc:
+        return repr(exc)
+with ThreadPoolExecutor(12) as pool:
+    threaded = list(pool.map(run, sessions * 3))
+sys.setswitchinterval(0.005)
+print(json.dumps({"threaded": threaded, "alone": [run(s) for s in sessions * 3]}))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=repo,
+                          env={**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{repo / 'tests'}"})
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert out["threaded"] == out["alone"]
+    assert all(isinstance(counts, list) and counts[0] > 0 for counts in out["alone"])

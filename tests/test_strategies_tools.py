@@ -290,7 +290,7 @@ def test_the_derived_memo_does_not_keep_messages_alive():
     derived_ref = weakref.ref(run({"kind": "observation_masking", "keep_recent": 0}, messages)[3])
     assert original() is not None
     del messages
-    common._GROUPED.clear()  # the step memo holds the last few contexts (bounded) on purpose
+    common._GROUPED.bodies.clear()  # the step memo holds the last few contexts (bounded) on purpose
     gc.collect()
     assert original() is None and derived_ref() is None
 

@@ -39,6 +39,7 @@ import importlib.metadata
 import inspect
 import math
 import sys
+import threading
 import types
 import typing
 import warnings
@@ -419,6 +420,8 @@ def validate(cls: type, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | No
 _REGISTRIES: dict[str, dict[str, type]] = {family: {} for family in FAMILIES}
 _ALIASES: dict[str, dict[str, str]] = {family: {} for family in FAMILIES}
 _LOADED = False
+_LOADING = False
+_LOAD_LOCK = threading.RLock()  # re-entrant: the modules it imports register kinds
 
 
 def _label(cls: type) -> str:
@@ -558,11 +561,25 @@ def _plugin_entry_points() -> list[importlib.metadata.EntryPoint]:
 
 
 def load_kinds() -> None:
-    """Import the built-in kinds modules and every `workbench.plugins` entry point (once)."""
-    global _LOADED
+    """Import the built-in kinds modules and every `workbench.plugins` entry point (once).
+
+    Other threads asking meanwhile wait until the kinds are loaded (before, they went on with an
+    empty registry: "unknown trigger kind"); a call from the loading itself returns at once.
+    """
+    global _LOADED, _LOADING
     if _LOADED:
         return
-    _LOADED = True
+    with _LOAD_LOCK:
+        if _LOADED or _LOADING:
+            return
+        _LOADING = True
+        try:
+            _load_kinds()
+        finally:
+            _LOADED, _LOADING = True, False
+
+
+def _load_kinds() -> None:
     for module in BUILTIN_MODULES:
         _import_builtin(module)
     try:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
 import warnings
 import weakref
 from bisect import bisect_right
@@ -395,15 +396,24 @@ def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
 _LazySummarizer = LazyModel  # binds on first use; its one-time start-up is timed apart
 
 
+_NUMPY_LOCK = threading.Lock()
+
+
 def _numpy() -> Any:
     """numpy, imported on the first skip-ahead. Importing it adds warning filters to the process;
-    a replay must leave the process as it found it, so the filters are restored around the import."""
+    a replay must leave the process as it found it, so the filters are restored around the import.
+
+    A module another thread is still initialising is not handed out (its attributes may not exist
+    yet): the `import` statement waits for it; the lock keeps this module's own threads from
+    saving and restoring the warning filters over each other.
+    """
     import sys
 
     module = sys.modules.get("numpy")
-    if module is None:
-        with warnings.catch_warnings():
-            import numpy as module
+    if module is not None and not getattr(getattr(module, "__spec__", None), "_initializing", False):
+        return module
+    with _NUMPY_LOCK, warnings.catch_warnings():
+        import numpy as module
     return module
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Hashable, Sequence
@@ -44,15 +45,23 @@ def pinned_flags(context: Context) -> list[bool]:
 
 
 _importance = attrgetter("importance")
-#: (a body, its steps) for the last few bodies grouped or returned by a strategy (held strongly:
-#: a replay needs the previous compaction's result, a few entries back)
-_GROUPED: deque[tuple[tuple[Message, ...], list[Step]]] = deque(maxlen=8)
+class _Grouped(threading.local):
+    """(a body, its steps) for the last few bodies grouped or returned by a strategy in this thread
+    (held strongly: a replay needs the previous compaction's result, a few entries back). Per
+    thread: a replay runs in one thread, and replays in other threads (an experiment's cells)
+    neither push its entries out nor change the deque while it is being read."""
+
+    def __init__(self) -> None:
+        self.bodies: deque[tuple[tuple[Message, ...], list[Step]]] = deque(maxlen=8)
+
+
+_GROUPED = _Grouped()
 
 
 def remember_steps(body: Sequence[Message], steps: Sequence[Step]) -> None:
     """Record that `body` groups into `steps` (`group_steps(body) == steps`), for `steps_of`."""
     if steps:
-        _GROUPED.append((tuple(body), list(steps)))
+        _GROUPED.bodies.append((tuple(body), list(steps)))
 
 
 def steps_of(context: Context) -> list[Step]:
@@ -70,7 +79,7 @@ def steps_of(context: Context) -> list[Step]:
         return known
     body = context.body
     steps: list[Step] | None = None
-    for prefix, prefix_steps in reversed(_GROUPED):
+    for prefix, prefix_steps in reversed(_GROUPED.bodies):
         if len(prefix) <= len(body) and all(map(is_, prefix, body)):
             if len(prefix) == len(body):
                 steps = list(prefix_steps)
