@@ -287,13 +287,13 @@ class BoundModel:
         """
         if self._transport.get("api_key") or os.environ.get("OPENAI_API_KEY"):
             return False
+        litellm = load_litellm()
         if self._provider is None:
-            litellm = load_litellm()
             try:
                 self._provider = str(litellm.get_llm_provider(self.model, api_base=self.api_base)[1])
             except Exception:  # LiteLLM will say what is wrong with the model when it is called
                 self._provider = ""
-        return self._provider == "openai" and not (load_litellm().api_key or load_litellm().openai_key)
+        return self._provider == "openai" and not (litellm.api_key or litellm.openai_key)
 
     def _attempts(self, request: _Request) -> _Plan:
         if self._needs_openai_key():
