@@ -155,8 +155,9 @@ class FakeOpenAI(_Endpoint):
     responder: `f(request_body) -> str | Fault` used when the script queue is empty.
     port: 0 picks a free port.
 
-    Counters (thread-safe reads): `request_count`, `in_flight`, `max_in_flight`, `requests`
-    (the JSON bodies received, in arrival order), `headers` (each request's headers).
+    Counters (thread-safe reads): `request_count`, `in_flight`, `max_in_flight`, `connections`
+    (the client connections completions arrived on: distinct peer addresses), `requests` (the JSON
+    bodies received, in arrival order), `headers` (each request's headers).
     """
 
     def __init__(self, *, latency: float = 0.0, responder: Callable[[dict[str, Any]], str | Fault] | None = None,
@@ -173,6 +174,7 @@ class FakeOpenAI(_Endpoint):
         self.request_count = 0
         self.in_flight = 0
         self.max_in_flight = 0
+        self._peers: set[Any] = set()
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -204,6 +206,7 @@ class FakeOpenAI(_Endpoint):
         with self._lock:
             self.request_count = 0
             self.max_in_flight = self.in_flight
+            self._peers.clear()
             self.requests.clear()
             self.headers.clear()
 
@@ -296,11 +299,17 @@ class FakeOpenAI(_Endpoint):
 
         return web.json_response({"ok": True})
 
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._peers)
+
     def stats(self) -> dict[str, int]:
-        """request_count, in_flight, max_in_flight and pending (scripted items left)."""
+        """request_count, in_flight, max_in_flight, connections and pending (scripted items left)."""
         with self._lock:
             return {"request_count": self.request_count, "in_flight": self.in_flight,
-                    "max_in_flight": self.max_in_flight, "pending": len(self._script)}
+                    "max_in_flight": self.max_in_flight, "connections": len(self._peers),
+                    "pending": len(self._script)}
 
     async def _stats(self, request: Any) -> Any:
         from aiohttp import web
@@ -352,6 +361,7 @@ class FakeOpenAI(_Endpoint):
             self.request_count += 1
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+            self._peers.add(request.transport.get_extra_info("peername") if request.transport else None)
             if self.keep_requests:
                 self.requests.append(body)
                 self.headers.append(dict(request.headers))
@@ -490,6 +500,10 @@ class FakeOpenAIProcess(_Endpoint):
     @property
     def max_in_flight(self) -> int:
         return int(self.stats()["max_in_flight"])
+
+    @property
+    def connections(self) -> int:
+        return int(self.stats()["connections"])
 
     @property
     def requests(self) -> list[dict[str, Any]]:

@@ -35,6 +35,7 @@ from workbench.llm.options import (
 from workbench.llm.pricing import Prices, call_cost
 from workbench.llm.provider import load_litellm
 from workbench.llm.retry import RetryPolicy
+from workbench.llm.transport import lends_client
 
 __all__ = ["BoundModel", "GatewayAPI"]
 
@@ -95,6 +96,8 @@ class GatewayAPI(Protocol):
              error: BaseException | None = None) -> None: ...
 
     def note_unknown_cost(self, model: str) -> None: ...
+
+    def http_client(self) -> Any: ...
 
     def warm_up(self) -> None: ...
 _Plan = Generator[_Step, Any, Completion]
@@ -288,12 +291,23 @@ class BoundModel:
         if self._transport.get("api_key") or os.environ.get("OPENAI_API_KEY"):
             return False
         litellm = load_litellm()
+        return self._provider_name() == "openai" and not (litellm.api_key or litellm.openai_key)
+
+    def _provider_name(self) -> str:
+        """LiteLLM's provider for this model and endpoint ("" when LiteLLM cannot tell), asked once."""
         if self._provider is None:
             try:
-                self._provider = str(litellm.get_llm_provider(self.model, api_base=self.api_base)[1])
+                self._provider = str(load_litellm().get_llm_provider(self.model, api_base=self.api_base)[1])
             except Exception:  # LiteLLM will say what is wrong with the model when it is called
                 self._provider = ""
-        return self._provider == "openai" and not (litellm.api_key or litellm.openai_key)
+        return self._provider
+
+    def _send_kwargs(self, request: _Request) -> dict[str, Any]:
+        """The request's LiteLLM arguments, with the gateway's connection pool where LiteLLM's HTTP
+        transport takes it (`workbench.llm.transport`)."""
+        if lends_client(self._provider_name()):
+            return {**request.kwargs, "client": self.gateway.http_client()}
+        return request.kwargs
 
     def _attempts(self, request: _Request) -> _Plan:
         if self._needs_openai_key():
@@ -327,10 +341,11 @@ class BoundModel:
             try:
                 if isinstance(step, _Attempt):
                     litellm = load_litellm()
+                    kwargs = self._send_kwargs(step.request)
                     with self.limiter:
                         self.gateway.count(requests=1)
                         started = time.perf_counter()
-                        response = litellm.completion(**step.request.kwargs)
+                        response = litellm.completion(**kwargs)
                         value = (response, time.perf_counter() - started)
                 elif isinstance(step, _Wait):
                     step.flight.wait()

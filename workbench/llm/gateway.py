@@ -2,7 +2,8 @@
 
 It owns the cache, one concurrency `Limiter` per model and endpoint (shared by threads and event
 loops), the identical calls in flight (`Flight`: the first caller makes the call, the others
-wait for its result), the `RetryPolicy`, and the counters (`GatewayStats`). `Gateway.model(...)`
+wait for its result), the `RetryPolicy`, the counters (`GatewayStats`) and the HTTP connection
+pool lent to LiteLLM (`workbench.llm.transport`). `Gateway.model(...)`
 hands out a `BoundModel` (see `workbench.llm.binding`), which knows the gateway only through the
 `GatewayAPI` protocol (the public methods below).
 """
@@ -88,6 +89,7 @@ class Gateway:
         self._lock = threading.Lock()
         self._limiters: dict[str, Limiter] = {}
         self._flights: dict[str, Flight] = {}
+        self._http_client: Any = None
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Gateway:
@@ -112,6 +114,10 @@ class Gateway:
             return limiter
 
     def close(self) -> None:
+        with self._lock:
+            client, self._http_client = self._http_client, None
+        if client is not None:
+            client.client.close()  # the handler was lent the httpx client, so its own close() leaves it open
         close = getattr(self.cache, "close", None)
         if close is not None:
             close()
@@ -156,6 +162,17 @@ class Gateway:
         if first:
             log.warning("cost unknown for model %r: it is not in LiteLLM's price map; cost_usd is None "
                         "(set input_cost_per_token/output_cost_per_token in its options to price it)", model)
+
+    def http_client(self) -> Any:
+        """The connection pool lent to LiteLLM for synchronous calls (`workbench.llm.transport`),
+        made at first use and shared by every model of this gateway; closed with the gateway."""
+        with self._lock:
+            if self._http_client is None:
+                from workbench.llm.provider import load_litellm
+                from workbench.llm.transport import pooled_handler
+
+                self._http_client = pooled_handler(load_litellm())
+            return self._http_client
 
     def warm_up(self) -> None:
         """Pay the one-time start-up now (importing LiteLLM, registering the offline provider)."""

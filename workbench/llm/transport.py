@@ -1,0 +1,57 @@
+"""The HTTP connection pool the gateway lends LiteLLM for synchronous OpenAI-compatible calls.
+
+Left to itself, LiteLLM sends every synchronous call of a process through one cached httpx
+client with httpx's default pool: at most 20 idle connections kept. httpcore (1.0.9, the latest
+release) counts every pooled connection, busy or idle, against that bound. With more than 20
+calls in flight two things go wrong:
+- nearly every connection is closed as its response ends, so nearly every call opens a new one
+  (measured: 180-199 new connections for 200 calls at 40 in flight; with a real provider each is
+  a TLS handshake);
+- the pool can close a connection that another thread has just taken for its request, and that
+  request then waits for its whole read timeout (encode/httpcore#1110; measured here: one
+  400-call run in about twenty stalled for the timeout, 30 s, then retried).
+
+The gateway's client keeps alive every connection it opens, so neither can happen; how many it
+opens is bounded by the gateway's per-model limiters. It is lent only where LiteLLM's own HTTP
+transport serves the call (provider `openai` with `EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER`,
+which `workbench.offline.LITELLM_DEFAULTS` sets): the OpenAI SDK path takes SDK clients.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["LENDING_PROVIDERS", "lends_client", "pooled_handler"]
+
+#: Providers whose synchronous calls take an `HTTPHandler` as LiteLLM's `client` argument.
+LENDING_PROVIDERS = frozenset({"openai"})
+_SWITCH = "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"
+
+
+def lends_client(provider: str) -> bool:
+    """True when a synchronous call to `provider` goes through LiteLLM's HTTP transport (and so can
+    use the gateway's pool); read at each call, as LiteLLM reads the switch."""
+    if provider not in LENDING_PROVIDERS:
+        return False
+    return os.environ.get(_SWITCH, "").strip().lower() in ("true", "1", "yes", "on")
+
+
+def pooled_handler(litellm: Any) -> Any:
+    """A LiteLLM `HTTPHandler` over an httpx client that never drops an idle connection for being
+    one too many (no bound on kept connections; idle ones still expire after httpx's 5 s).
+
+    TLS verification and the client certificate follow LiteLLM's own settings (`SSL_VERIFY`,
+    `SSL_CERT_FILE`, `litellm.ssl_verify`, `SSL_CERTIFICATE`), as its cached client does.
+    """
+    import httpx
+    from litellm.llms.custom_httpx import http_handler
+
+    ssl = getattr(http_handler, "get_ssl_configuration", None)
+    verify: Any = ssl(None) if ssl is not None else True
+    cert = os.getenv("SSL_CERTIFICATE", getattr(litellm, "ssl_certificate", None))
+    headers = getattr(http_handler, "get_default_headers", None)
+    client = httpx.Client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+                          verify=verify, cert=cert, follow_redirects=True,
+                          headers=headers() if headers is not None else None)
+    return http_handler.HTTPHandler(client=client)
