@@ -238,6 +238,8 @@ class _Worker:
 
     def gateway(self, run: str, snapshot: Sequence[Any], settings: GatewaySettings) -> tuple[Gateway, SnapshotCache]:
         if self._run != run or self._gateway is None or self._cache is None:
+            if self._gateway is not None:
+                self._gateway.close()  # the previous run's connection pool (its snapshot has nothing to close)
             ray = _import_ray()
             self._cache = SnapshotCache(ray.get(snapshot[0]))
             self._gateway = settings.gateway(self._cache)
