@@ -27,6 +27,9 @@ __all__ = ["LENDING_PROVIDERS", "lends_client", "pooled_handler"]
 #: Providers whose synchronous calls take an `HTTPHandler` as LiteLLM's `client` argument.
 LENDING_PROVIDERS = frozenset({"openai"})
 _SWITCH = "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"
+#: LiteLLM passes each request the model's timeout; this only stands in for it if one is ever missing
+#: (httpx's own default, 5 s, would cut slow summaries short).
+_FALLBACK_TIMEOUT = 600.0
 
 
 def lends_client(provider: str) -> bool:
@@ -52,6 +55,6 @@ def pooled_handler(litellm: Any) -> Any:
     cert = os.getenv("SSL_CERTIFICATE", getattr(litellm, "ssl_certificate", None))
     headers = getattr(http_handler, "get_default_headers", None)
     client = httpx.Client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-                          verify=verify, cert=cert, follow_redirects=True,
+                          timeout=_FALLBACK_TIMEOUT, verify=verify, cert=cert, follow_redirects=True,
                           headers=headers() if headers is not None else None)
     return http_handler.HTTPHandler(client=client)
