@@ -29,20 +29,6 @@ def test_thread_concurrency_bound_is_respected(gateway, server):
     assert [r.text for r in results] == [bound.complete(ask(f"q{i}")).text for i in range(12)]
 
 
-def test_calls_past_twenty_in_flight_keep_their_connections(gateway, server):
-    """LiteLLM's own sync client keeps 20 idle connections, and its pool counts busy ones too: with
-    more in flight it closes nearly every connection as its response ends, and can close one a
-    request is waiting on (that request then hangs for its timeout). The gateway lends its own pool."""
-    server.latency = 0.25
-    bound = bind(gateway, server, concurrency=32)
-    bound.complete_many([ask(f"wave {i}") for i in range(32 * 4)], max_workers=32)
-    assert server.max_in_flight > 20 and server.request_count == 128
-    assert server.connections <= 32  # LiteLLM's own client: about 100 for these 128 calls
-    pool = gateway.http_client()
-    gateway.close()
-    assert pool.client.is_closed
-
-
 def test_async_concurrency_bound_is_respected(gateway, server):
     server.latency = 0.1
     bound = bind(gateway, server, concurrency=4)

@@ -34,10 +34,15 @@ _FALLBACK_TIMEOUT = 600.0
 
 def lends_client(provider: str) -> bool:
     """True when a synchronous call to `provider` goes through LiteLLM's HTTP transport (and so can
-    use the gateway's pool); read at each call, as LiteLLM reads the switch."""
+    use the gateway's pool): the switch is read at each call, by LiteLLM's own reader (only "true"
+    turns it on), so the two never disagree."""
     if provider not in LENDING_PROVIDERS:
         return False
-    return os.environ.get(_SWITCH, "").strip().lower() in ("true", "1", "yes", "on")
+    try:
+        from litellm.secret_managers.main import get_secret_bool
+    except ImportError:  # another LiteLLM layout: read the switch as this one does
+        return os.environ.get(_SWITCH, "").strip().lower() == "true"
+    return bool(get_secret_bool(_SWITCH))
 
 
 def pooled_handler(litellm: Any) -> Any:

@@ -1,0 +1,50 @@
+"""The connection pool the gateway lends LiteLLM (`workbench.llm.transport`)."""
+
+from __future__ import annotations
+
+import pytest
+from llm_support import ask, bind
+
+from workbench.llm.transport import lends_client
+
+pytest_plugins = ["llm_fixtures"]  # the gateway fixtures: litellm, server, gateway
+
+
+def test_calls_past_twenty_in_flight_keep_their_connections(gateway, server):
+    """LiteLLM's own sync client keeps 20 idle connections, and its pool counts busy ones too: with
+    more in flight it closes nearly every connection as its response ends, and can close one a
+    request is waiting on (that request then hangs for its timeout). The gateway lends its own pool."""
+    server.latency = 0.25
+    bound = bind(gateway, server, concurrency=32)
+    bound.complete_many([ask(f"wave {i}") for i in range(32 * 4)], max_workers=32)
+    assert server.max_in_flight > 20 and server.request_count == 128
+    assert server.connections <= 32  # LiteLLM's own client: about 100 for these 128 calls
+    pool = gateway.http_client()
+    gateway.close()
+    assert pool.client.is_closed
+
+
+
+@pytest.mark.parametrize(("provider", "switch", "lends"), [
+    ("openai", "true", True),
+    ("openai", "TRUE", True),
+    ("openai", "false", False),
+    ("openai", "1", False),  # LiteLLM turns its HTTP transport on for "true" only: the SDK path takes SDK clients
+    ("openai", None, False),
+    ("anthropic", "true", False),
+    ("workbench", "true", False),
+])
+def test_the_pool_is_lent_only_where_litellms_http_transport_serves_the_call(litellm, monkeypatch, provider, switch,
+                                                                               lends):
+    if switch is None:
+        monkeypatch.delenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", raising=False)
+    else:
+        monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", switch)
+    assert lends_client(provider) is lends
+
+
+def test_a_call_on_the_sdk_path_still_works(gateway, server, monkeypatch):
+    monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "false")
+    answer = bind(gateway, server).complete(ask("on the SDK path"))
+    assert answer.text and "x-stainless-lang" in {name.lower() for name in server.headers[-1]}  # the SDK stamps these
+    assert gateway._http_client is None  # nothing lent
