@@ -24,7 +24,6 @@ def test_calls_past_twenty_in_flight_keep_their_connections(gateway, server):
     assert pool.client.is_closed
 
 
-
 @pytest.mark.parametrize(("provider", "switch", "lends"), [
     ("openai", "true", True),
     ("openai", "TRUE", True),
