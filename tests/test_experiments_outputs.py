@@ -16,6 +16,7 @@ import pytest
 from workbench.errors import ConfigError
 from workbench.experiments import compare, compare_frames, export, regress, run_experiment
 from workbench.experiments.charts import pareto_front
+from workbench.experiments.export import format_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -95,6 +96,20 @@ def test_exports_in_all_four_formats_open(grid_run, tmp_path):
     assert report.count("Plotly.newPlot") >= 2 and "<script src=\"http" not in report
     assert "offline extractive baseline" in report
     assert not list(tmp_path.glob("**/.*.partial"))
+
+
+@pytest.mark.parametrize(("name", "expected"), [
+    ("r.csv", "csv"), ("r.parquet", "parquet"), ("r.pq", "parquet"), ("out/r.json", "json"),
+    ("Report.HTML", "html"), ("r.htm", "html"), ("r.tar.csv", "csv"),
+])
+def test_format_of_reads_the_file_ending(name, expected):
+    assert format_of(name) == expected
+
+
+@pytest.mark.parametrize("name", ["r.txt", "report", "r.xlsx", "csv"])
+def test_format_of_refuses_a_name_that_implies_no_format(name):
+    with pytest.raises(ConfigError, match=r"cannot tell the export format .* \.csv \(csv\)"):
+        format_of(name)
 
 
 def test_export_refuses_unknown_formats_and_runs(grid_run, tmp_path):
@@ -178,8 +193,11 @@ def test_cli_run_export_compare_regress(grid_db, tmp_path):
     dry = _cli("run", str(spec), "--db", str(db), "--dry-run")
     assert "9 cells, 9 already done, 0 to run" in dry.stdout
     out = tmp_path / "report.html"
-    assert _cli("export", run["run_id"], "--format", "html", "--out", str(out), "--db", str(db)).returncode == 0
-    assert out.stat().st_size > 1_000_000
+    assert _cli("export", run["run_id"], "-o", str(out), "--db", str(db)).returncode == 0  # html, from the name
+    assert out.stat().st_size > 1_000_000 and out.read_text().startswith("<!DOCTYPE html>")
+    unnamed = _cli("export", run["run_id"], "-o", str(tmp_path / "report.txt"), "--db", str(db))
+    assert unnamed.returncode == 2 and "cannot tell the export format" in unnamed.stderr
+    assert not (tmp_path / "report.txt").exists()
     compared = _cli("compare", run["run_id"], "--configs", "clear-12", "clear-4", "--db", str(db))
     assert compared.returncode == 0 and "billed_input_tokens" in compared.stdout and "B better" in compared.stdout
     assert _cli("regress", str(spec), "--db", str(db), "--update").returncode == 0

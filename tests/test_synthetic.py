@@ -146,7 +146,7 @@ def test_cli_generate_refuses_too_few_messages(tmp_path):
 
 def test_cli_generate_out_writes_jsonl(tmp_path):
     out = tmp_path / "data" / "synthetic.jsonl"
-    result = CliRunner().invoke(main, ["generate", "--sessions", "3", "--messages", "60", "--out", str(out)])
+    result = CliRunner().invoke(main, ["generate", "--sessions", "3", "--messages", "60", "-o", str(out)])
     assert result.exit_code == 0, result.output
     lines = out.read_text().splitlines()
     assert len(lines) == 3 and sum(len(json.loads(line)["messages"]) for line in lines) == 60

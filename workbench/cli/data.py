@@ -187,7 +187,7 @@ def init_cmd() -> None:
               help="How many messages in all (at least 4 per session).")
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same sessions (and ids).")
 @click.option("--dataset", default="synthetic", show_default=True, metavar="NAME", help="Dataset to file them under.")
-@click.option("--out", "out", default=None, metavar="FILE",
+@click.option("--out", "-o", "out", default=None, metavar="FILE",
               help="Write workbench JSONL (gzip if it ends in .gz) for `workbench import` instead of the database.")
 @click.option("--memory-limit", default=None, envvar="WORKBENCH_MEMORY_LIMIT", metavar="SIZE",
               help="Cap DuckDB's memory, e.g. 1GB [default: $WORKBENCH_MEMORY_LIMIT, else DuckDB's 80 % of RAM].")

@@ -140,14 +140,18 @@ def runs_cmd() -> None:
 
 @click.command("export")
 @click.argument("run_id", metavar="RUN_ID")
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "json", "html"]), required=True)
-@click.option("--out", "out", required=True, metavar="PATH", help="The file to write.")
+@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "json", "html"]), default=None,
+              help="[default: from the file's ending: .csv, .parquet, .json, .html]")
+@click.option("--out", "-o", "out", required=True, metavar="PATH", help="The file to write.")
 @click.option("--level", type=click.Choice(["cells", "calls", "compactions"]), default="cells", show_default=True,
               help="Which table csv/parquet export.")
 @shared_options
-def export_cmd(run_id: str, fmt: str, out: str, level: str) -> None:
+def export_cmd(run_id: str, fmt: str | None, out: str, level: str) -> None:
     """Export a run's results; html is a self-contained report with the charts."""
     from workbench.experiments import export
+    from workbench.experiments.export import format_of
+
+    fmt = fmt or format_of(out)
 
     path = export(run_id, fmt, out, db=_db_must_exist(), level=level)
     if options().as_json:

@@ -31,6 +31,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 FORMATS = ("csv", "parquet", "json", "html")
+#: The format each file name ending implies (`format_of`).
+SUFFIXES = {".csv": "csv", ".parquet": "parquet", ".pq": "parquet", ".json": "json", ".html": "html", ".htm": "html"}
 LEVELS = ("cells", "calls", "compactions")
 MAX_REPORT_SESSIONS = 4
 MAX_REPORT_SUMMARIES = 200
@@ -74,6 +76,17 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
     clean = frame.astype(object).where(pd.notna(frame), None)
     return [_json_ready(row) for row in clean.to_dict(orient="records")]
+
+
+def format_of(path: str | os.PathLike[str]) -> str:
+    """The export format a file name implies (`report.html` -> html, case ignored); a ConfigError
+    names the endings it knows when the name implies none."""
+    suffix = Path(path).suffix.lower()
+    if suffix not in SUFFIXES:
+        known = ", ".join(f"{end} ({fmt})" for end, fmt in SUFFIXES.items())
+        raise ConfigError(f"cannot tell the export format from {os.fspath(path)!r}; name the file with one of "
+                          f"{known}, or give the format")
+    return SUFFIXES[suffix]
 
 
 def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | None = None, *,
