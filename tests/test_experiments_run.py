@@ -80,9 +80,11 @@ def test_dry_run_lists_the_cells_without_running_them(grid_db):
 
 def test_an_empty_selection_names_the_datasets_there_are(grid_db, tmp_path):
     db, _, _ = grid_db
-    with pytest.raises(ConfigError, match="no sessions in dataset.*nope.*grid"):
-        run_experiment({"name": "x", "dataset": "nope", "config": [
-            {"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]}, db=str(db))
+    config = [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]
+    with pytest.raises(ConfigError, match="no sessions in dataset.*nope.*grid$"):
+        run_experiment({"name": "x", "dataset": "nope", "config": config}, db=str(db))
+    with pytest.raises(ConfigError, match="datasets in the database: grid; did you mean 'grid'\\?$"):
+        run_experiment({"name": "x", "dataset": "grdi", "config": config}, db=str(db))
 
 
 def test_repeats_are_separate_cells(grid_db):

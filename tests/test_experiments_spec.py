@@ -101,6 +101,35 @@ def test_errors_name_the_offending_key(raw, fragment):
     assert fragment in str(info.value)
 
 
+_CONFIG = {"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}
+
+
+@pytest.mark.parametrize("raw, message", [
+    ({"name": "x", "dataset": "d", "concurency": 2, "config": [_CONFIG]},
+     "unknown key 'concurency'; valid: .*; did you mean 'concurrency'\\?$"),
+    ({"name": "x", "dataset": "d", "config": [{**_CONFIG, "context_limt": 9000}]},
+     "^config 'a': unknown config key 'context_limt'; .*; did you mean 'context_limit'\\?$"),
+    ({"name": "x", "dataset": "d", "config": [{**_CONFIG, "trigger": {"kind": "utilisation"}}]},
+     "^config 'a': unknown trigger kind 'utilisation'; .*; did you mean 'utilization'\\?$"),
+    ({"name": "x", "dataset": "d", "config": [{**_CONFIG, "strategy": {"kind": "trim", "keep_recent_turn": 2}}]},
+     "unknown parameter 'keep_recent_turn'; .*; did you mean 'keep_recent_turns'\\?$"),
+    ({"name": "x", "dataset": "d", "config": [{"preset": "observation-maskin"}]},
+     "^config #1: unknown preset 'observation-maskin'; .*; did you mean 'observation-masking'\\?$"),
+    ({"name": "x", "dataset": "d", "metrics": ["fact_retention", "probe_acuracy"], "config": [_CONFIG]},
+     "^key 'metrics': unknown metric 'probe_acuracy'; valid: .*; did you mean 'probe_accuracy'\\?$"),
+    ({"name": "x", "dataset": "d", "config": [_CONFIG],
+      "regress": {"needed_fact_retenton": -0.02, "summaries": "exact"}},
+     "^\\[regress\\]: unknown metric 'needed_fact_retenton'; .*; did you mean 'needed_fact_retention'\\?$"),
+    ({"name": "x", "dataset": "d", "metrics": ["quality"], "config": [_CONFIG]},
+     "^key 'metrics': unknown metric 'quality'; valid: [a-z_, ]+$"),  # nothing close: no guess
+])
+def test_a_misspelt_name_is_refused_when_the_spec_loads_with_a_guess(raw, message):
+    """A typo in a metric or tolerance is caught before anything runs (not by every cell failing), and
+    every unknown name comes with the valid ones and, when one is close, a guess."""
+    with pytest.raises(ConfigError, match=message):
+        load_experiment(raw)
+
+
 def test_a_bad_kind_in_an_expanded_matrix_names_the_expanded_config():
     with pytest.raises(ConfigError, match="config 'w-0'.*window"):
         load_experiment({"name": "x", "dataset": "d",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.calibration import CALIBRATIONS
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, did_you_mean
 from workbench.registry import StrategySpec, TriggerSpec, fresh, param, spec_of, validate
 from workbench.tokens import get_tokenizer
 
@@ -139,7 +139,7 @@ def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayC
     unknown = sorted(set(spec) - set(_FIELDS))
     if unknown:
         raise ConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(_FIELDS)}")
+                          f"valid: {', '.join(_FIELDS)}{did_you_mean(unknown, _FIELDS)}")
     for required in ("trigger", "strategy"):
         if required not in spec:
             raise ConfigError(f"config {spec.get('name', '')!r} has no {required!r} table")

@@ -6,6 +6,17 @@ the offending name and the valid choices for a bad configuration.
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
+
+def did_you_mean(given: Iterable[str], valid: Iterable[str]) -> str:
+    """`; did you mean 'x'?` for the given names that are near misses of valid ones (typos), else ``:
+    the tail of an error that lists the valid names."""
+    candidates = list(valid)
+    guesses = [match for name in given for match in difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)]
+    return f"; did you mean {' or '.join(map(repr, dict.fromkeys(guesses)))}?" if guesses else ""
+
 
 class WorkbenchError(Exception):
     """Base class of every error the workbench raises on purpose."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, did_you_mean
 
 #: gent's documented example trigger: every 10 iterations, or a scratchpad of 20 (steps here).
 _GENT_TRIGGER = {"kind": "stat_threshold", "counters": {"iterations": 10}, "gauges": {"context_steps": 20}}
@@ -78,7 +78,8 @@ def preset(name: str) -> dict[str, Any]:
     """The config dict of preset `name` (a fresh copy with its `name` set)."""
     spec = _PRESETS.get(name)
     if spec is None:
-        raise ConfigError(f"unknown preset {name!r}; valid presets: {', '.join(_PRESETS)}")
+        raise ConfigError(f"unknown preset {name!r}; valid presets: {', '.join(_PRESETS)}"
+                          f"{did_you_mean([str(name)], _PRESETS)}")
     return {"name": name, **copy.deepcopy(spec)}
 
 

@@ -46,7 +46,7 @@ import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
 
@@ -398,7 +398,7 @@ def validate(cls: type, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | No
     if unknown:
         plural = "s" if len(unknown) > 1 else ""
         raise ConfigError(f"unknown parameter{plural} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(names) or '(none)'}")
+                          f"valid: {', '.join(names) or '(none)'}{did_you_mean(unknown, names)}")
     missing = [p for p in table.values() if p.required and p.name not in given]
     if missing:
         plural = "s" if len(missing) > 1 else ""
@@ -626,7 +626,9 @@ def lookup(family: str, name: str) -> type:
         cls = registry.get(name) or registry.get(_ALIASES[family].get(name.strip().lower(), ""))
         if cls is not None:
             return cls
-    raise ConfigError(f"unknown {family} kind {name!r}; valid kinds: {', '.join(sorted(registry)) or '(none)'}")
+    raise ConfigError(f"unknown {family} kind {name!r}; valid kinds: {', '.join(sorted(registry)) or '(none)'}"
+                      f"{did_you_mean([name] if isinstance(name, str) else [], registry)}")
+
 
 
 def _doc_line(cls: type) -> str:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench.errors import ConfigError, StoreError
+from workbench.errors import ConfigError, StoreError, did_you_mean
 from workbench.experiments import results as tables
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
@@ -190,7 +190,8 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
         known = [row["name"] for row in store.dataset_rows()] if hasattr(store, "dataset_rows") else []
         raise ConfigError(f"experiment {spec.name!r}: no sessions in dataset(s) {', '.join(spec.datasets)}"
                           + (f" matching {spec.where!r}" if spec.where else "")
-                          + (f"; datasets in the database: {', '.join(map(str, known))}" if known else ""))
+                          + (f"; datasets in the database: {', '.join(map(str, known))}" if known else "")
+                          + did_you_mean(spec.datasets, map(str, known)))
     seen: set[str] = set()
     unique = []
     for pair in pairs:

@@ -36,7 +36,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workbench.config import ReplayConfig, parse_config
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, did_you_mean
+from workbench.registry import kinds
 
 SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
              "defaults", "config", "regress", "preset", "presets")
@@ -173,7 +174,8 @@ def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
     preset_name = entry.get("preset")
     if preset_name is not None:
         if preset_name not in presets:
-            raise _fail(where, f"unknown preset {preset_name!r}; valid: {', '.join(sorted(presets)) or '(none)'}")
+            raise _fail(where, f"unknown preset {preset_name!r}; valid: {', '.join(sorted(presets)) or '(none)'}"
+                               f"{did_you_mean([str(preset_name)], presets)}")
         body = _merge(presets[preset_name], body)
         body.setdefault("name", preset_name)
     name = body.get("name")
@@ -295,7 +297,7 @@ def _validate(raw: dict[str, Any], origin: str | None,
     unknown = sorted(set(raw) - set(SPEC_KEYS))
     if unknown:
         raise ConfigError(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(SPEC_KEYS)}")
+                          f"valid: {', '.join(SPEC_KEYS)}{did_you_mean(unknown, SPEC_KEYS)}")
     name = raw.get("name") or (Path(origin).stem if origin else "")
     if not isinstance(name, str) or not _NAME.match(name):
         raise _fail("key 'name'", f"must be a name of letters, digits and -_.+=, not {name!r}")
@@ -330,13 +332,16 @@ def _validate(raw: dict[str, Any], origin: str | None,
             seen.add(cell_name)
             try:
                 config = parse_config(spec)
-            except ConfigError as exc:
-                raise _fail(f"config {cell_name!r}", str(exc)) from exc
+            except ConfigError as exc:  # the config's own error may name it already
+                raise _fail(f"config {cell_name!r}", str(exc).removeprefix(f"config {cell_name!r}: ")) from exc
             cells.append(ConfigCell(cell_name, spec, config, chosen))
     regress_raw = raw.get("regress", {})
     if not isinstance(regress_raw, Mapping):
         raise _fail("key 'regress'", "must be a table of metric = tolerance")
     regress = {metric: parse_tolerance(metric, value) for metric, value in regress_raw.items()}
+    metrics = _string_list(raw, "metrics")
+    _check_metrics("key 'metrics'", metrics)
+    _check_metrics("[regress]", [m for m in regress if m != "summaries"], also=("summaries",))
     for metric, tolerance in regress.items():
         if tolerance.kind == "exact" and metric != "summaries":
             raise _fail(f"[regress] {metric}", "'exact' applies to summaries only")
@@ -347,9 +352,19 @@ def _validate(raw: dict[str, Any], origin: str | None,
         raise _fail("key 'description'", "must be text")
     return ExperimentSpec(
         name=name, datasets=datasets, configs=tuple(cells), where=where,
-        metrics=_string_list(raw, "metrics"), concurrency=_positive_int(raw, "concurrency", 4),
+        metrics=metrics, concurrency=_positive_int(raw, "concurrency", 4),
         repeats=_positive_int(raw, "repeats", 1), regress=regress, description=description,
         source=origin, raw=raw)
+
+
+def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -> None:
+    """Every name must be a registered metric (a typo would otherwise fail every cell, or every check, later)."""
+    known = kinds("metric")
+    unknown = [name for name in names if name not in known]
+    if unknown:
+        valid = [*sorted(known), *also]
+        raise _fail(where, f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                           f"valid: {', '.join(valid)}{did_you_mean(unknown, valid)}")
 
 
 def grid(spec: ExperimentSpec, session_ids: Sequence[str]) -> list[tuple[str, str, int]]:
