@@ -122,6 +122,27 @@ def test_export_refuses_unknown_formats_and_runs(grid_run, tmp_path):
         export("nope", "csv", tmp_path / "r.csv", db=str(db))
 
 
+def test_a_replay_that_stopped_early_ends_its_token_curve_in_a_labelled_marker():
+    from workbench.experiments import charts
+    from workbench.experiments.export import report_html
+
+    calls = pd.DataFrame({"session_id": ["s"] * 5, "config": ["long", "long", "long", "short", "short"],
+                          "repeat": [0] * 5, "call_index": [0, 1, 2, 0, 1], "context_tokens": [5, 6, 7, 5, 9]})
+    reason = "context_overflow: call 2: context <9> + max_output 4 exceeds context_limit 12"
+    figure = charts.token_curves(calls, stopped={"short": reason})
+    ends = [t for t in figure.data if (t.name or "").endswith(" stopped")]
+    assert [(t.name, list(t.x), list(t.y)) for t in ends] == [("short stopped", [1], [9])]
+    assert "stopped after call 1" in ends[0].hovertext[0] and "&lt;9&gt;" in ends[0].hovertext[0]
+    assert not [t for t in charts.token_curves(calls).data if (t.name or "").endswith(" stopped")]
+
+    results = pd.DataFrame({"session_id": ["s", "s"], "config": ["long", "short"], "repeat": [0, 0],
+                            "termination": ["completed", "context_overflow"],
+                            "error": [None, "call 2: context 9 + max_output 4 exceeds context_limit 12"],
+                            "billed_input_tokens": [18, 14]})
+    page = report_html("t", results, calls, pd.DataFrame())
+    assert page.count("stopped after call") == 1 and "context_overflow: call 2: context 9" in page
+
+
 def test_html_report_escapes_session_text():
     from workbench.experiments.export import report_html
 

@@ -8,7 +8,7 @@ as a stored run. Text from sessions (summaries) is HTML-escaped before it reache
 from __future__ import annotations
 
 import html
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from workbench.experiments.compare import metric_direction
@@ -37,12 +37,15 @@ def color_of(index: int) -> str:
 
 
 def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *, context_limit: int | None = None,
-                 title: str = "Context tokens per call", config_column: str = "config") -> go.Figure:
+                 title: str = "Context tokens per call", config_column: str = "config",
+                 stopped: Mapping[str, str] | None = None) -> go.Figure:
     """Context tokens at every call, a line per config, each compaction a marker (hover: before/after, summary).
 
     `calls` needs `call_index` (or `index`), `context_tokens` and a config column; `compactions`
     needs `call_index`, `tokens_before`, `tokens_after`, `summary`. Recorded compaction points
-    (`recorded_compaction` true) are drawn as dotted vertical lines.
+    (`recorded_compaction` true) are drawn as dotted vertical lines. `stopped` maps the configs
+    whose replay ended early to why (e.g. `context_overflow: ...`): their line ends in a labelled
+    marker, so a short line does not read as a short session.
     """
     import plotly.graph_objects as go
 
@@ -67,6 +70,16 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
                     x=events["call_index"], y=events["tokens_after"], mode="markers", name=f"{config} compactions",
                     marker={"symbol": "x", "size": 10, "color": color, "line": {"width": 1}},
                     legendgroup=str(config), showlegend=False, hovertext=hover, hoverinfo="text"))
+        reason = (stopped or {}).get(str(config))
+        if reason and len(rows):
+            last = rows.iloc[-1]
+            figure.add_trace(go.Scatter(
+                x=[last[index_column]], y=[last["context_tokens"]], mode="markers+text", text=["stopped"],
+                textposition="top center", textfont={"color": color}, name=f"{config} stopped",
+                marker={"symbol": "square-x-open", "size": 13, "color": color, "line": {"width": 2}},
+                legendgroup=str(config), showlegend=False, hoverinfo="text",
+                hovertext=[f"{html.escape(str(config))} stopped after call {int(last[index_column])}<br>"
+                           f"{_escape(reason, 300)}"]))
     if "recorded_compaction" in calls.columns:
         recorded = sorted(set(calls.loc[calls["recorded_compaction"].fillna(False).astype(bool), index_column]))
         for call in recorded:

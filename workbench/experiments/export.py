@@ -198,6 +198,16 @@ def leaderboard_html(board: pd.DataFrame) -> str:
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
+def _stopped(results: pd.DataFrame, session_id: str) -> dict[str, str]:
+    """Why each config's replay of the session ended early (first repeat), for the token curves."""
+    if not len(results) or "termination" not in results.columns:
+        return {}
+    rows = results[(results["session_id"] == session_id) & (results["repeat"] == 0)
+                   & results["termination"].notna() & (results["termination"] != "completed")]
+    return {str(row["config"]): f"{row['termination']}: {row['error']}" if isinstance(row.get("error"), str)
+            and row["error"] else str(row["termination"]) for row in rows.to_dict(orient="records")}
+
+
 def _figure_html(figure: Any) -> str:
     return str(figure.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False,
                                                                                 "responsive": True}))
@@ -232,7 +242,7 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
             session_events = compactions[(compactions["session_id"] == session_id) & (compactions["repeat"] == 0)] \
                 if len(compactions) else None
             figure = charts.token_curves(session_calls, session_events, context_limit=context_limit,
-                                         title=f"session {session_id[:16]}")
+                                         title=f"session {session_id[:16]}", stopped=_stopped(results, session_id))
             parts.append(_figure_html(figure))
     if len(compactions):
         parts.append("<h2>Summaries</h2>")

@@ -204,8 +204,10 @@ def charts_panel(results: Sequence[Any], limit: int) -> None:
     from workbench.experiments import charts
 
     calls, compactions = chart_frames(results)
-    st.plotly_chart(charts.token_curves(calls, compactions, context_limit=limit), key="compare_tokens",
-                    width="stretch")
+    stopped = {r.config.name: f"{r.termination}: {r.error}" if r.error else r.termination
+               for r in results if r.termination != "completed"}
+    st.plotly_chart(charts.token_curves(calls, compactions, context_limit=limit, stopped=stopped),
+                    key="compare_tokens", width="stretch")
     st.plotly_chart(charts.cumulative_billed(calls), key="compare_billed", width="stretch")
 
 
