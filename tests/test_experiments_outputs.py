@@ -221,6 +221,8 @@ def test_cli_run_export_compare_regress(grid_db, tmp_path):
     assert not (tmp_path / "report.txt").exists()
     compared = _cli("compare", run["run_id"], "--configs", "clear-12", "clear-4", "--db", str(db))
     assert compared.returncode == 0 and "billed_input_tokens" in compared.stdout and "B better" in compared.stdout
+    calls_row = next(line for line in compared.stdout.splitlines() if line.startswith("calls "))
+    assert " none " in calls_row and " differ/" in calls_row  # no better direction: only differ / same
     assert _cli("regress", str(spec), "--db", str(db), "--update").returncode == 0
     assert _cli("regress", str(spec), "--db", str(db)).returncode == 0
     stored = json.loads((tmp_path / "baselines" / "tiny-grid.json").read_text())

@@ -205,11 +205,19 @@ def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, 
                f"{int(confidence * 100)} % bootstrap intervals")
     rows = [{"metric": m.metric, "better": m.direction, "A": _cell(m.mean_a), "B": _cell(m.mean_b),
              "B-A": _cell(m.mean_delta), "interval": f"[{_cell(m.ci_low)}, {_cell(m.ci_high)}]",
-             "p": _cell(m.p_value), "B better/worse/same": f"{m.improved}/{m.regressed}/{m.unchanged}",
+             "p": _cell(m.p_value), "B better/worse/same": _counts(m),
              "verdict": m.verdict} for m in result.metrics]
     print_table(rows, ["metric", "better", "A", "B", "B-A", "interval", "p", "B better/worse/same", "verdict"])
     if any(result.unmatched.values()):
         note(f"unpaired cells left out: {result.unmatched}")
+
+
+def _counts(metric: Any) -> str:
+    """Sessions where B is better / worse / the same; a metric with no better direction (calls,
+    compactions) has none better or worse, only sessions that differ."""
+    if metric.direction == "none":
+        return f"{metric.pairs - metric.unchanged} differ/{metric.unchanged} same"
+    return f"{metric.improved}/{metric.regressed}/{metric.unchanged}"
 
 
 COMMANDS = (run_cmd, runs_cmd, export_cmd, regress_cmd, compare_cmd)
