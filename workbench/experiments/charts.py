@@ -36,6 +36,11 @@ def color_of(index: int) -> str:
     return PALETTE[index % len(PALETTE)]
 
 
+def stop_reason(termination: Any, error: Any = None) -> str:
+    """How a replay that stopped early reads in a chart: `context_overflow: call 16: context ...`."""
+    return f"{termination}: {error}" if isinstance(error, str) and error else str(termination)
+
+
 def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *, context_limit: int | None = None,
                  title: str = "Context tokens per call", config_column: str = "config",
                  stopped: Mapping[str, str] | None = None) -> go.Figure:

@@ -204,8 +204,8 @@ def _stopped(results: pd.DataFrame, session_id: str) -> dict[str, str]:
         return {}
     rows = results[(results["session_id"] == session_id) & (results["repeat"] == 0)
                    & results["termination"].notna() & (results["termination"] != "completed")]
-    return {str(row["config"]): f"{row['termination']}: {row['error']}" if isinstance(row.get("error"), str)
-            and row["error"] else str(row["termination"]) for row in rows.to_dict(orient="records")}
+    return {str(row["config"]): charts.stop_reason(row["termination"], row.get("error"))
+            for row in rows.to_dict(orient="records")}
 
 
 def _figure_html(figure: Any) -> str:

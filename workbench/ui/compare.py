@@ -204,8 +204,8 @@ def charts_panel(results: Sequence[Any], limit: int) -> None:
     from workbench.experiments import charts
 
     calls, compactions = chart_frames(results)
-    stopped = {r.config.name: f"{r.termination}: {r.error}" if r.error else r.termination
-               for r in results if r.termination != "completed"}
+    stopped = {r.config.name: charts.stop_reason(r.termination, r.error) for r in results
+               if r.termination != "completed"}
     st.plotly_chart(charts.token_curves(calls, compactions, context_limit=limit, stopped=stopped),
                     key="compare_tokens", width="stretch")
     st.plotly_chart(charts.cumulative_billed(calls), key="compare_billed", width="stretch")
