@@ -630,7 +630,6 @@ def lookup(family: str, name: str) -> type:
                       f"{did_you_mean([name] if isinstance(name, str) else [], registry)}")
 
 
-
 def _doc_line(cls: type) -> str:
     doc = cls.__dict__.get("__doc__") or ""
     if dataclasses.is_dataclass(cls) and doc.startswith(cls.__name__ + "("):

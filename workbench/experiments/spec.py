@@ -37,7 +37,7 @@ from typing import Any, Literal
 
 from workbench.config import ReplayConfig, parse_config
 from workbench.errors import ConfigError, did_you_mean
-from workbench.registry import kinds
+from workbench.registry import kinds, lookup
 
 SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
              "defaults", "config", "regress", "preset", "presets")
@@ -360,11 +360,19 @@ def _validate(raw: dict[str, Any], origin: str | None,
 def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -> None:
     """Every name must be a registered metric (a typo would otherwise fail every cell, or every check, later)."""
     known = kinds("metric")
-    unknown = [name for name in names if name not in known]
+    unknown = [name for name in names if name not in known and not _metric_alias(name)]
     if unknown:
         valid = [*sorted(known), *also]
         raise _fail(where, f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                            f"valid: {', '.join(valid)}{did_you_mean(unknown, valid)}")
+
+
+def _metric_alias(name: str) -> bool:
+    try:
+        lookup("metric", name)
+    except ConfigError:
+        return False
+    return True
 
 
 def grid(spec: ExperimentSpec, session_ids: Sequence[str]) -> list[tuple[str, str, int]]:
