@@ -4,8 +4,9 @@ Per kind, two ratios of the replay alone, `replay(..., measure=False)` (results,
 asserted equal between the engines wherever both run, computed outside the timings):
 (a) speed-up over the naive engine that recounts the whole context at every call, both counting
     from cold (the best of three runs each, on fresh copies of the messages), on the longest shared
-    Claude Code recording (the 314-call session when present; a generated 300-call session
-    otherwise) in a 200k window, Claude's — goal >= 100x;
+    Claude Code recording (the issue's "314-call session": 314 assistant lines, which are 157 calls
+    since each API response is one call however many lines Claude Code wrote for it; a generated
+    300-call session otherwise) in a 200k window, Claude's — goal >= 100x;
 (b) warm replay time over the floor, one pass summing the cached per-message counts, on a
     generated 2,000-call session and on the recording — goal <= 5x.
 `strategy` is the share of the warm replay spent inside the strategies, `engine` the rest (the walk
@@ -33,7 +34,7 @@ CALLS = 2000
 COLD_RUNS = 3  # the cold runs of (a) are best of three for both engines (a 50 ms run is noisy)
 TOKENIZER = "cl100k_base"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "sessions" / "claude-code"
-TARGET_CALLS = 314
+TARGET_CALLS = 157  # the recording with 314 assistant lines (one line per content block of a response)
 WORDS = ("def", "return", "self", "import", "config", "value", "error", "path", "user", "session", "token",
          "assert", "result", "None", "for", "in", "if", "else", "raise", "ValueError", "src/app/models.py",
          "0x1f", "42", "True", "response", "request", "json", "parse", "line", "count", "=", "(", ")", ":")
@@ -81,7 +82,7 @@ def generate_session(calls: int = CALLS, seed: int = 7) -> Session:
 
 
 def recorded_session() -> tuple[str, Session]:
-    """The shared Claude Code recording with 314 calls (else the longest one), or a generated stand-in."""
+    """The shared Claude Code recording of `TARGET_CALLS` calls (else the longest one), or a generated stand-in."""
     if SHARED.is_dir():
         from workbench.importers import load
 
