@@ -74,6 +74,19 @@ def test_paired_interval_and_p_value_on_known_data():
         == "no clear difference"
 
 
+def test_cost_versus_quality_draws_a_free_run_against_billed_tokens():
+    from workbench.experiments import charts
+
+    results = pd.DataFrame({"config": ["a", "a", "b", "b"], "cost_usd": [0.0] * 4,
+                            "billed_input_tokens": [100, 120, 300, 280], "needed_fact_retention": [0.4, 0.5, 0.9, 0.8]})
+    figure = charts.cost_quality(results)
+    assert figure is not None and figure.layout.xaxis.title.text.startswith("billed_input_tokens")
+    assert list(figure.data[0].x) == [110, 290]
+    priced = results.assign(cost_usd=[0.01, 0.01, 0.03, 0.02])
+    assert charts.cost_quality(priced).layout.xaxis.title.text.startswith("cost_usd")
+    assert charts.pick_metric(["cost_usd"], charts.COST_PREFERENCE, results) == "cost_usd"  # the only one there
+
+
 def test_pareto_front_keeps_only_undominated_configs():
     points = pd.DataFrame({"billed_input_tokens": [100, 200, 150, 300], "fact_retention": [0.5, 0.9, 0.4, 0.8]},
                           index=["cheap", "good", "dominated", "worse"])

@@ -115,11 +115,16 @@ def cumulative_billed(calls: pd.DataFrame, *, config_column: str = "config",
 
 
 def pick_metric(columns: Sequence[str], preference: Sequence[str], frame: pd.DataFrame | None = None) -> str | None:
-    """The first preferred metric present (with at least one value when a frame is given)."""
-    for name in preference:
-        if name in columns and (frame is None or frame[name].notna().any()):
-            return name
-    return None
+    """The first preferred metric present. Given a frame: the first that tells its rows apart (two
+    values or more), else the first with any value, so that a run whose every call is free (the
+    offline model: $0 everywhere) is drawn against billed tokens rather than on one vertical line."""
+    present = [name for name in preference if name in columns]
+    if frame is None:
+        return present[0] if present else None
+    with_values = [name for name in present if frame[name].notna().any()]
+    varying = [name for name in with_values if frame[name].nunique(dropna=True) > 1]
+    chosen = varying or with_values
+    return chosen[0] if chosen else None
 
 
 def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:

@@ -239,7 +239,8 @@ def page() -> None:
             st.error(common.readable_error(exc))
         return
     if not len(runs):
-        st.info("No experiment run yet: `workbench run experiments/SPEC.toml` runs one into this database.")
+        st.info("No experiment run yet: launch one above, or run `workbench run experiments/SPEC.toml` "
+                "against this database.")
         return
     st.dataframe(runs, hide_index=True, width="stretch", key="exp_runs")
     labels = {str(r.id): f"{r.name} · {r.status} · {r.cells_done}/{r.cells_total} cells · {r.id}"
