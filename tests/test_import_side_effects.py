@@ -151,3 +151,14 @@ print(json.dumps({"sdk": "x-stainless-lang" in headers, "tokens": answer.input_t
 ''', **preset)
     assert out["sdk"] is sdk  # the OpenAI SDK stamps its x-stainless-* headers on every request
     assert out["tokens"] > 0 and out["cost"] > 0  # usage and price read alike on both paths
+
+
+def test_dir_offers_the_lazy_names_without_loading_them():
+    """Notebook completion reads `dir(wb)`: the experiment functions are there before their first use."""
+    found = run("""
+import sys, workbench
+names = dir(workbench)
+print(json.dumps({"names": [n for n in ("run_experiment", "results", "compare", "replay") if n in names],
+                  "loaded": "workbench.experiments" in sys.modules}))
+""")
+    assert found == {"names": ["run_experiment", "results", "compare", "replay"], "loaded": False}

@@ -73,3 +73,8 @@ def __getattr__(name: str) -> object:
     import importlib
 
     return getattr(importlib.import_module(module), name)
+
+
+def __dir__() -> list[str]:
+    """The module's names with the lazy ones, so that completion in a notebook offers `wb.run_experiment`."""
+    return sorted({*globals(), *_LAZY})
