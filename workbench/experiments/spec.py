@@ -359,15 +359,15 @@ def _validate(raw: dict[str, Any], origin: str | None,
 
 def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -> None:
     """Every name must be a registered metric (a typo would otherwise fail every cell, or every check, later)."""
-    known = kinds("metric")
-    unknown = [name for name in names if name not in known and not _metric_alias(name)]
+    unknown = [name for name in names if not _is_metric(name)]
     if unknown:
-        valid = [*sorted(known), *also]
+        valid = [*sorted(kinds("metric")), *also]
         raise _fail(where, f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                            f"valid: {', '.join(valid)}{did_you_mean(unknown, valid)}")
 
 
-def _metric_alias(name: str) -> bool:
+def _is_metric(name: str) -> bool:
+    """A registered metric's name or alias, as the registry resolves it."""
     try:
         lookup("metric", name)
     except ConfigError:

@@ -45,6 +45,8 @@ def pinned_flags(context: Context) -> list[bool]:
 
 
 _importance = attrgetter("importance")
+
+
 class _Grouped(threading.local):
     """(a body, its steps) for the last few bodies grouped or returned by a strategy in this thread
     (held strongly: a replay needs the previous compaction's result, a few entries back). Per
