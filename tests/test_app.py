@@ -146,6 +146,9 @@ def test_folder_import_reports_each_file_and_shows_the_new_sessions(tmp_path, mo
         assert {s.id for s in sessions} <= set(store.session_ids())
     at.run()
     assert "fresh" in set(at.dataframe[0].value["name"])
+    at.text_input(key="import_dataset").set_value("other").run()
+    at.button(key="import_run").click().run()  # the same recordings again, under another name: nothing added
+    assert any("2 already stored in dataset 'fresh', not added to 'other'" in i.value for i in at.info)
 
 
 def test_import_of_a_missing_folder_is_a_message(sessions_page):

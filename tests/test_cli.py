@@ -61,7 +61,7 @@ def test_import_good_and_bad_files(runner, files, tmp_path):
     again = invoke(runner, "import", good, "--db", db)
     assert again.exit_code == 0
     assert "imported 0 sessions" in again.stdout
-    assert "skipped 3 duplicate sessions (already imported)" in again.stdout
+    assert "skipped 3 duplicate sessions: 3 already stored in dataset" in again.stdout
 
 
 def test_import_json_report_and_dataset(runner, files, tmp_path):

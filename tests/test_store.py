@@ -183,9 +183,27 @@ def test_duplicates_are_skipped_and_counted(db_path):
         again = store.import_sessions([*sessions, rich_session("c"), rich_session("c")])
         assert first.sessions == 2
         assert (again.sessions, again.duplicates) == (1, 3)
-        assert "skipped 3 duplicates" in again.summary()
+        dataset = store.session_rows()[0]["dataset"]
+        assert (again.repeated, again.stored_in) == (1, {dataset: 2})
+        assert (f"skipped 3 duplicate sessions: 1 met more than once in this import; 2 already stored in dataset "
+                f"{dataset!r}") in again.summary()
         assert store.count() == 3
         assert store.count("messages") == sum(len(s.messages) for s in [*sessions, rich_session("c")])
+
+
+def test_a_session_imported_into_another_dataset_says_where_it_is_stored(db_path):
+    """A session is stored once: importing it again under a new dataset name adds nothing, and the
+    report says which dataset holds it rather than leaving the new dataset mysteriously empty."""
+    with Store(db_path) as store:
+        store.import_sessions([rich_session("a"), rich_session("b")], dataset="first")
+        again = store.import_sessions([rich_session("a"), rich_session("c")], dataset="second")
+        assert (again.sessions, again.stored_in, again.to_dict()["already_stored"]) == (1, {"first": 1}, {"first": 1})
+        assert again.duplicates_text() == (
+            "skipped 1 duplicate session: 1 already stored in dataset 'first', not added to 'second' "
+            "(a session is stored once, in the dataset it was first imported into)")
+        same = store.import_sessions([rich_session("b")], dataset="first")
+        assert same.duplicates_text() == "skipped 1 duplicate session: 1 already stored in dataset 'first'"
+        assert store.import_sessions([rich_session("d")]).duplicates_text() == "skipped 0 duplicate sessions"
 
 
 def test_many_batches_and_memory_friendly_streaming(db_path):

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 from builders import assistant, system, tool, user
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
 from workbench.registry import build_strategy, spec_of
-from workbench.session import Message, tool_pairing_problems
+from workbench.session import Message, Step, tool_pairing_problems
+from workbench.strategies.common import last_steps_for_messages
 
 
 def tool_step(i: int, importance: float = 0.0, results: int = 1) -> list[Message]:
@@ -311,3 +314,18 @@ def test_ptc_runner_defaults_pressure_and_trim_together():
             else:
                 assert call < 8
         context = [*context, *tool_step(call)]
+
+
+@given(sizes=st.lists(st.integers(1, 4), max_size=12), keep=st.integers(-1, 30))
+def test_the_trailing_steps_holding_the_last_messages_widen_to_step_boundaries(sizes, keep):
+    """`last_steps_for_messages`: the fewest trailing steps holding at least `keep` messages (all of
+    them when there are not that many), none for keep <= 0."""
+    steps = [Step(tuple(user(f"{i}.{j}") for j in range(size))) for i, size in enumerate(sizes)]
+    count = last_steps_for_messages(steps, keep)
+    held = sum(sizes[len(sizes) - count:]) if count else 0
+    if keep <= 0:
+        assert count == 0
+    elif held < keep:
+        assert count == len(steps)
+    else:
+        assert count == 0 or held - sizes[len(sizes) - count] < keep  # one step fewer would not hold them

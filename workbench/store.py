@@ -94,6 +94,9 @@ class ImportReport:
     messages: int = 0
     calls: int = 0
     duplicates: int = 0
+    repeated: int = 0  # of the duplicates: sessions met more than once in this import
+    stored_in: dict[str, int] = field(default_factory=dict)  # of the duplicates: already stored, per dataset
+    dataset: str | None = None  # the dataset asked for (None: each session's own)
     session_ids: list[str] = field(default_factory=list)
     files: list[FileOutcome] = field(default_factory=list)
     ignored: list[FileOutcome] = field(default_factory=list)  # walked past without reading (with why)
@@ -126,7 +129,8 @@ class ImportReport:
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for --json)."""
         return {"sessions": self.sessions, "messages": self.messages, "calls": self.calls,
-                "duplicates": self.duplicates, "files": len(self.files), "failed_files": len(self.errors),
+                "duplicates": self.duplicates, "repeated": self.repeated, "already_stored": dict(self.stored_in),
+                "files": len(self.files), "failed_files": len(self.errors),
                 "skipped_files": len(self.skipped_files),
                 "skipped": [{"path": f.path, "reason": f.skipped} for f in self.skipped_files],
                 "warnings": self.warnings,
@@ -134,11 +138,30 @@ class ImportReport:
                 "session_ids": list(self.session_ids), "seconds": round(self.seconds, 3),
                 "file_outcomes": [asdict(f) for f in self.files]}
 
+    def duplicates_text(self) -> str:
+        """What was skipped as a duplicate, and why: a session met twice in the files read, or one
+        already stored (a session is stored once, in the dataset it was first imported into)."""
+        text = f"skipped {self.duplicates} duplicate session{'s' * (self.duplicates != 1)}"
+        reasons = []
+        if self.repeated:
+            reasons.append(f"{self.repeated} met more than once in this import")
+        if self.stored_in:
+            stored = sum(self.stored_in.values())
+            if len(self.stored_in) == 1:
+                where = f" in dataset {next(iter(self.stored_in))!r}"
+            else:
+                where = " (" + ", ".join(f"{n} in {name!r}" for name, n in sorted(self.stored_in.items())) + ")"
+            elsewhere = self.dataset is not None and set(self.stored_in) != {self.dataset}
+            reasons.append(f"{stored} already stored{where}" + (
+                ", not added to " + repr(self.dataset) + " (a session is stored once, in the dataset it was "
+                "first imported into)" if elsewhere else ""))
+        return f"{text}: {'; '.join(reasons)}" if reasons else text
+
     def summary(self) -> str:
         """One line: what was imported and skipped."""
         text = (f"imported {self.sessions} session{'s' * (self.sessions != 1)} "
                 f"({self.messages} messages, {self.calls} calls)")
-        text += f"; skipped {self.duplicates} duplicate{'s' * (self.duplicates != 1)} (already imported)"
+        text += f"; {self.duplicates_text()}"
         if self.files:
             text += f"; {len(self.files)} file{'s' * (len(self.files) != 1)} read"
         if self.errors:
@@ -443,6 +466,12 @@ class Store:
             _unregister(con, "_wb_tokens")
         return sum(counts)
 
+    def datasets_of(self, ids: Iterable[str]) -> dict[str, int]:
+        """How many of the stored sessions `ids` each dataset holds (ids not stored are not counted)."""
+        rows = self._query("SELECT dataset, count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[])) "
+                           "GROUP BY dataset", [sorted(ids)])
+        return {str(name): int(count) for name, count in rows}
+
     def token_counts(self, session_id: str, tokenizer_name: str | None = None) -> dict[str, list[int]]:
         """Stored counts of one session: {tokenizer name: [tokens per message idx]}."""
         sql = "SELECT tokenizer, idx, tokens FROM token_counts WHERE session_id = ?"
@@ -707,6 +736,9 @@ class _Writer:
         report.messages = sum(m for m, _ in self.written.values())
         report.calls = sum(c for _, c in self.written.values())
         report.duplicates = self.repeats + len(self.existing)
+        report.repeated = self.repeats
+        report.dataset = self.dataset
+        report.stored_in = self.store.datasets_of(self.existing) if self.existing else {}
         for outcome, ids in self.files:
             if outcome.error is not None:
                 continue

@@ -98,7 +98,7 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
     else:
         click.echo(f"imported {_plural(report.sessions, 'session')} ({report.messages} messages, "
                    f"{report.calls} calls) into {path}")
-        click.echo(f"skipped {_plural(report.duplicates, 'duplicate session')} (already imported)")
+        click.echo(report.duplicates_text())
         for warning in report.warnings:
             note(f"warning: {warning}")
         skipped = report.skipped_files

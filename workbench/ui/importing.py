@@ -38,9 +38,12 @@ def run_import(path: str, sources: list[str], dataset: str | None) -> None:
             st.error(common.readable_error(exc))
             return
         failed = [f for f in report.files if f.error]
-        status.update(label=f"Imported {report.sessions} sessions ({report.duplicates} already there)"
+        status.update(label=f"Imported {report.sessions} sessions, skipped {report.duplicates} duplicates"
                       + (f", {len(failed)} files failed" if failed else ""),
                       state="error" if failed else "complete")
+    if report.duplicates:
+        text = report.duplicates_text()
+        st.info(text[:1].upper() + text[1:], icon=":material/content_copy:")
     rows = [_outcome_row(f) for f in report.files]
     if rows:
         st.dataframe(rows, hide_index=True, width="stretch", key="import_report")
