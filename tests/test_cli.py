@@ -89,6 +89,9 @@ def test_sessions_json_fields(runner, files, tmp_path):
     text = invoke(runner, "sessions", "--db", db).stdout
     assert text.splitlines()[0].split()[:5] == ["id", "dataset", "format", "messages", "calls"]
     assert json.loads(invoke(runner, "sessions", "--json", "--where", "calls > 1", "--db", db).stdout).__len__() == 3
+    bad = invoke(runner, "sessions", "--where", "cals > 1", "--db", db)
+    assert bad.exit_code == 2  # a usage error, like a bad config
+    assert bad.stderr.startswith("error: the condition 'cals > 1' over the sessions cannot run: Binder Error")
 
 
 def test_init_is_idempotent_and_loads_the_samples(runner, tmp_path):

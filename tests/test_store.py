@@ -12,7 +12,7 @@ import pytest
 
 from workbench import db
 from workbench import store as store_module
-from workbench.errors import StoreError
+from workbench.errors import ConfigError, SessionFilterError, StoreError
 from workbench.session import Message, Probe, Session, ToolCall
 from workbench.store import Store
 from workbench.tokens import message_tokens
@@ -170,8 +170,12 @@ def test_sessions_frame_datasets_and_counts(db_path):
         assert store.load_sessions(dataset="unit", where="call_count > 5") == []
         with pytest.raises(StoreError, match="count"):
             store.count("tokens")
-        with pytest.raises(StoreError):
-            store.load_sessions(where="no_such_column = 1")
+        for bad in ("no_such_column = 1", "calls >", "calls > 1; DROP TABLE sessions"):
+            with pytest.raises(SessionFilterError, match="sessions cannot run: .*; columns: id, dataset") as caught:
+                store.load_sessions(where=bad)
+            assert repr(bad) in str(caught.value) and "LINE" not in str(caught.value)  # not the query built around it
+            assert isinstance(caught.value, StoreError) and isinstance(caught.value, ConfigError)
+        assert store.count() == 2
         with pytest.raises(StoreError, match="no session"):
             store.load_session("missing")
 

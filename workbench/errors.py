@@ -58,3 +58,11 @@ class InvariantError(WorkbenchError):
 
 class StoreError(WorkbenchError):
     """The DuckDB store could not be opened or written (e.g. it is in use by another process)."""
+
+
+class SessionFilterError(ConfigError, StoreError):
+    """A `where` condition over the sessions that DuckDB cannot run (a usage error, like a bad config).
+
+    The message quotes the condition, says why (DuckDB's reason, without the query the store built
+    around it) and lists the columns a condition may use.
+    """

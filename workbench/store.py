@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from workbench import db
-from workbench.errors import FormatError, StoreError
+from workbench.errors import FormatError, SessionFilterError, StoreError
 from workbench.session import Message, Probe, Session, ToolCall
 
 if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
@@ -584,8 +584,22 @@ class Store:
                "(? IS NULL OR dataset = ?)")
         params: list[Any] = [dataset, dataset]
         if where and where.strip():
-            sql = f"SELECT * FROM ({sql}) WHERE ({where})"
+            filtered = f"SELECT * FROM ({sql}) WHERE ({where})"
+            try:
+                self.connection.execute(f"SELECT count(*) FROM ({filtered}) LIMIT 0", params)
+            except duckdb.Error as exc:
+                raise self._filter_error(where, sql, params, exc) from exc
+            sql = filtered
         return sql, params
+
+    def _filter_error(self, where: str, sql: str, params: list[Any], exc: duckdb.Error) -> SessionFilterError:
+        reason = str(exc).split("\n\nLINE ")[0].strip().replace("\n", " ")
+        try:
+            columns = [row[0] for row in self.connection.execute(f"DESCRIBE {sql}", params).fetchall()]
+        except duckdb.Error:
+            columns = []
+        listed = f"; columns: {', '.join(columns)}" if columns else ""
+        return SessionFilterError(f"the condition {where.strip()!r} over the sessions cannot run: {reason}{listed}")
 
     def _load(self, ids: Sequence[str]) -> list[Session]:
         if not ids:

@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from workbench.errors import ConfigError, StoreError, did_you_mean
+from workbench.errors import ConfigError, SessionFilterError, StoreError, did_you_mean
 from workbench.experiments import results as tables
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
@@ -184,7 +184,10 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
     """The (id, dataset) pairs of the sessions a spec covers, in a stable order."""
     pairs: list[tuple[str, str | None]] = []
     for dataset in spec.datasets:
-        ids = store.session_ids(dataset=dataset, where=spec.where)
+        try:
+            ids = store.session_ids(dataset=dataset, where=spec.where)
+        except SessionFilterError as exc:
+            raise SessionFilterError(f"experiment {spec.name!r}, key 'where': {exc}") from exc
         pairs.extend((session_id, dataset) for session_id in ids)
     if not pairs:
         known = [row["name"] for row in store.dataset_rows()] if hasattr(store, "dataset_rows") else []
