@@ -218,6 +218,21 @@ def test_replay_json_matches_the_library(runner, sample_db):
     assert data["calls"][0]["context_tokens"] == expected.calls[0].context_tokens
 
 
+def test_replay_takes_a_preset_by_name(runner, sample_db):
+    import workbench as wb
+
+    db, row = sample_db
+    result = runner.invoke(main, ["replay", row["id"], "--config", "ptc-runner-trim", "--db", db, "--json"])
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["config"]["name"] == "ptc-runner-trim" and data["config"]["strategy"]["kind"] == "trim"
+    with Store(db) as store:
+        assert data["metrics"] == json.loads(json.dumps(wb.replay(store.load_session(row["id"]),
+                                                                  wb.preset("ptc-runner-trim")).metrics))
+    typo = runner.invoke(main, ["replay", row["id"], "--config", "ptc-runner-trin", "--db", db])
+    assert typo.exit_code == 2 and "did you mean 'ptc-runner-trim'?" in typo.output
+
+
 def test_replay_errors_are_one_line(runner, sample_db):
     db, row = sample_db
     unknown = runner.invoke(main, ["replay", "zzzz", "--config", REPLAY_TOML, "--db", db])

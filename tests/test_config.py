@@ -72,6 +72,35 @@ def test_invalid_toml_names_the_file(tmp_path):
         parse_config(path)
 
 
+def test_a_config_may_start_from_a_preset():
+    """`preset = "NAME"` with the table's own keys on top: a parameter tunes the preset's kind, a table
+    with another kind replaces it; a preset's name alone is a config too."""
+    bare = parse_config("gent-sliding-window")
+    assert bare == parse_config(wb.preset("gent-sliding-window"))
+    assert bare.name == "gent-sliding-window" and bare.strategy["window"] == 10
+    tuned = parse_config('preset = "gent-sliding-window"\ncontext_limit = 64000\nstrategy = { window = 4 }')
+    assert (tuned.name, tuned.context_limit, tuned.strategy["kind"], tuned.strategy["window"]) == (
+        "gent-sliding-window", 64000, "sliding_window", 4)
+    assert tuned.trigger == bare.trigger
+    swapped = parse_config({"preset": "gent-sliding-window", "name": "mine", "strategy": {"kind": "trim"}})
+    assert (swapped.name, swapped.strategy["kind"], swapped.trigger) == ("mine", "trim", bare.trigger)
+    assert "window" not in swapped.strategy
+
+
+@pytest.mark.parametrize("spec, message", [
+    ({"preset": "gent-slidng-window"}, "unknown preset 'gent-slidng-window'; valid presets: as-recorded, .*; "
+                                       "did you mean 'gent-sliding-window'\\?"),
+    ({"preset": 3}, "'preset' must be a preset name, not 3"),
+    ("as-recordd", "config 'as-recordd' is neither a TOML file, inline TOML nor a preset; presets: as-recorded, .*"
+                   "did you mean 'as-recorded'\\?"),
+    ("missing.toml", "config file missing.toml does not exist"),
+    ({"presett": "as-recorded"}, "unknown config key 'presett'; .*did you mean 'preset'\\?"),
+])
+def test_a_preset_that_does_not_exist_is_named(spec, message):
+    with pytest.raises(wb.ConfigError, match=message):
+        parse_config(spec)
+
+
 def test_secrets_are_left_out_of_the_stored_spec():
     cfg = parse_config({"trigger": {"kind": "pressure"}, "strategy": {"kind": "sliding_window", "window": 2},
                         "summarizer_options": {"api_key": "sk-secret", "temperature": 0}})

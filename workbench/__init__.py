@@ -13,11 +13,13 @@ from workbench.errors import (
                               ConfigError,
                               FormatError,
                               InvariantError,
+                              SessionFilterError,
                               StoreError,
                               SummarizerError,
                               WorkbenchError,
 )
 from workbench.importers import load
+from workbench.presets import preset, presets
 from workbench.registry import (
     StrategySpec,
     TriggerSpec,
@@ -55,6 +57,7 @@ __all__ = [
     "parse_config", "register_strategy", "register_trigger", "replay", "spec_of",
     "RecordedCompaction", "iter_sessions", "recorded_input_tokens", "session", "sessions",
     "StrategySpec", "TriggerSpec", "describe", "kinds", "param", "register_importer", "register_metric",
+    "SessionFilterError", "preset", "presets",
 ]
 
 # Experiments load on first use (they bring pandas and numpy): `wb.run_experiment`, `wb.results`, ...

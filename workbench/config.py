@@ -21,6 +21,8 @@ are those of the built objects, defaults included, for storage.
 
 from __future__ import annotations
 
+import copy
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
@@ -128,22 +130,73 @@ _FIELDS = (*(f.name for f in fields(ReplayConfig) if f.init and f.name not in ("
            "trigger", "strategy")
 
 
+def merge_config(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
+    """`override` on top of `base`; nested tables merge key by key, except kind specs.
+
+    A table with a different `kind` replaces the base's whole (its parameters would not fit), so
+    `strategy = { window = 5 }` tunes a preset's strategy and `strategy = { kind = "trim" }` swaps it.
+    """
+    out = copy.deepcopy(dict(base))
+    for key, value in override.items():
+        current = out.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping) and \
+                value.get("kind", current.get("kind")) == current.get("kind"):
+            out[key] = merge_config(current, value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def with_preset(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """A config table with its `preset = "NAME"` key (if any) replaced by that preset, the table's
+    own keys on top (`merge_config`); its name defaults to the preset's."""
+    if "preset" not in spec:
+        return dict(spec)
+    from workbench.presets import preset
+
+    name = spec["preset"]
+    if not isinstance(name, str):
+        raise ConfigError(f"'preset' must be a preset name, not {name!r}")
+    return merge_config(preset(name), {k: v for k, v in spec.items() if k != "preset"})
+
+
 def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayConfig:
-    """A `ReplayConfig` from a config object (returned as it is), a dict, a TOML file path or inline TOML."""
+    """A `ReplayConfig` from a config object (returned as it is), a dict, a TOML file path, inline
+    TOML or a preset name (`"as-recorded"`). A table may start from a preset: `preset = "NAME"`
+    with its own keys on top (`with_preset`)."""
     if isinstance(spec, ReplayConfig):
         return spec
     if isinstance(spec, (str, Path)):
-        spec = load_toml(spec)
+        spec = _preset_named(spec) or load_toml(spec)
     if not isinstance(spec, Mapping):
         raise ConfigError(f"a config must be a table, not {type(spec).__name__}")
+    spec = with_preset(spec)
     unknown = sorted(set(spec) - set(_FIELDS))
     if unknown:
         raise ConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(_FIELDS)}{did_you_mean(unknown, _FIELDS)}")
+                          f"valid: {', '.join(_FIELDS)}, preset{did_you_mean(unknown, (*_FIELDS, 'preset'))}")
     for required in ("trigger", "strategy"):
         if required not in spec:
             raise ConfigError(f"config {spec.get('name', '')!r} has no {required!r} table")
     return ReplayConfig(**dict(spec))
+
+
+def _preset_named(source: str | Path) -> dict[str, Any] | None:
+    """The preset a bare name such as `as-recorded` names, else None (a file or TOML). A bare word
+    that names no preset and no file is an error that lists the presets."""
+    from workbench.presets import presets
+
+    text = str(source).strip()
+    if isinstance(source, Path) or not _BARE_WORD.fullmatch(text) or text.endswith(".toml") or Path(text).exists():
+        return None
+    known = presets()
+    if text not in known:
+        raise ConfigError(f"config {text!r} is neither a TOML file, inline TOML nor a preset; presets: "
+                          f"{', '.join(known)}{did_you_mean([text], known)}")
+    return with_preset({"preset": text})
+
+
+_BARE_WORD = re.compile(r"[\w.-]+")
 
 
 def load_toml(source: str | Path) -> dict[str, Any]:

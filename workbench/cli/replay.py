@@ -42,7 +42,8 @@ def _failed(event: Any) -> bool:
 @click.command("replay")
 @click.argument("session_id", metavar="SESSION_ID")
 @click.option("--config", "config_spec", required=True, metavar="SPEC",
-              help="A TOML file, or inline TOML (e.g. 'trigger = {kind=\"pressure\"}\\nstrategy = {...}').")
+              help="A TOML file, a preset name (e.g. as-recorded) or inline TOML "
+                   "(e.g. 'preset = \"goat-split-summary\"\\ncontext_limit = 64000').")
 @click.option("--calls/--no-calls", "show_calls", default=True,
               help="Include the per-call table (text) or the `calls` list (JSON).")
 @click.option("--save", is_flag=True, help="Store the result as a one-cell run (see `workbench runs`).")

@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.config import ReplayConfig, parse_config
+from workbench.config import ReplayConfig, merge_config, parse_config
 from workbench.errors import ConfigError, did_you_mean
 from workbench.registry import kinds, lookup
 
@@ -124,22 +124,6 @@ def _fail(where: str, message: str) -> ConfigError:
     return ConfigError(f"{where}: {message}")
 
 
-def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    """`override` on top of `base`; nested tables merge key by key, except kind specs.
-
-    A table with a different `kind` replaces the default one whole (its parameters would not fit).
-    """
-    out = copy.deepcopy(dict(base))
-    for key, value in override.items():
-        current = out.get(key)
-        if isinstance(value, Mapping) and isinstance(current, Mapping) and \
-                value.get("kind", current.get("kind")) == current.get("kind"):
-            out[key] = _merge(current, value)
-        else:
-            out[key] = copy.deepcopy(value)
-    return out
-
-
 def _set_path(spec: dict[str, Any], path: str, value: Any, where: str) -> None:
     keys = path.split(".")
     if not all(keys):
@@ -176,12 +160,12 @@ def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
         if preset_name not in presets:
             raise _fail(where, f"unknown preset {preset_name!r}; valid: {', '.join(sorted(presets)) or '(none)'}"
                                f"{did_you_mean([str(preset_name)], presets)}")
-        body = _merge(presets[preset_name], body)
+        body = merge_config(presets[preset_name], body)
         body.setdefault("name", preset_name)
     name = body.get("name")
     if not isinstance(name, str) or not name:
         raise _fail(where, "needs a 'name' (or a 'preset')")
-    base = _merge(defaults, body)
+    base = merge_config(defaults, body)
     matrix = entry.get("matrix") or {}
     if not isinstance(matrix, Mapping):
         raise _fail(where, "'matrix' must be a table of dotted keys to lists of values")
