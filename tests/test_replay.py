@@ -383,6 +383,24 @@ def test_repr_is_short_and_says_what_ran():
     result = replay(session_of(5), config({"kind": "pressure", "turns": 2}, {"kind": "sliding_window", "window": 2}))
     text = repr(result)
     assert text.startswith("<ReplayResult ") and "6 calls" in text and "completed" in text and len(text) < 200
+    assert f"{len(result.compactions)} compaction{'s' * (len(result.compactions) != 1)}," in text
+
+
+def test_a_notebook_shows_the_main_metrics_why_a_replay_stopped_and_what_summarized():
+    summarized = replay(session_of(8), config({"kind": "pressure", "turns": 2}, {"kind": "summarize_split"}))
+    html = summarized._repr_html_()
+    billed = summarized.metrics["billed_input_tokens"]
+    assert f"<th style='text-align:left'>billed_input_tokens</th><td style='text-align:right'>{billed:,}</td>" in html
+    assert "summaries by <code>workbench/extractive</code>: the offline extractive baseline (not a model)" in html
+    assert "stopped:" not in html
+    overflowing = replay(session_of(8), {"context_limit": 1_500, "max_output": 500,
+                                         "trigger": {"kind": "token_threshold", "threshold": 0},
+                                         "strategy": {"kind": "sliding_window", "window": 1}})
+    assert overflowing.termination == "context_overflow"
+    html = overflowing._repr_html_()
+    assert "stopped: call " in html and "exceeds context_limit 1500" in html
+    assert "summaries by" not in html  # no compaction, nothing summarized
+    assert "&lt;ReplayResult" in html and "<ReplayResult" not in html  # escaped
 
 
 def test_stat_threshold_token_counters_include_the_summarizer_usage():

@@ -185,6 +185,21 @@ def call_column(calls: Sequence[Any], name: str) -> Sequence[Any]:
     return [getattr(call, name) for call in calls]
 
 
+#: The metrics a notebook shows of a result (`ReplayResult._repr_html_`), when it has them.
+SHOWN_METRICS = ("calls", "compactions", "peak_context_tokens", "billed_input_tokens", "cached_input_tokens",
+                 "cost_usd", "fact_retention", "needed_fact_retention", "dangling_references", "probe_answerable")
+
+
+def _shown_value(name: str, value: Any) -> str:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return str(value)
+    if name == "cost_usd":
+        return f"${value:,.4f}"
+    if isinstance(value, float):
+        return f"{value:.3f}"
+    return f"{value:,}"
+
+
 @dataclass
 class ReplayResult:
     """What a replay produced: per-call records, compaction events, the final context, metrics.
@@ -214,8 +229,31 @@ class ReplayResult:
     _recorded: tuple[list[int | None], list[bool]] | None = field(default=None, repr=False, compare=False)
 
     def __repr__(self) -> str:
+        compactions = len(self.compactions)
         return (f"<ReplayResult {self.session_id} {self.config.name!r}: {len(self.calls)} calls, "
-                f"{len(self.compactions)} compactions, {self.termination}>")
+                f"{compactions} compaction{'s' * (compactions != 1)}, {self.termination}>")
+
+    def _repr_html_(self) -> str:
+        """What a notebook shows: the result's line, why it stopped early (if it did), its main
+        metrics, and the summarizer, labelled when it is the offline extractive baseline."""
+        from html import escape
+
+        from workbench.extractive import OFFLINE_BASELINE_LABEL, is_offline_baseline
+
+        parts = [f"<div><code>{escape(repr(self))}</code>"]
+        if self.error:
+            parts.append(f"<div style='color:#b00020'>stopped: {escape(self.error)}</div>")
+        rows = "".join(f"<tr><th style='text-align:left'>{escape(name)}</th><td style='text-align:right'>"
+                       f"{escape(_shown_value(name, self.metrics[name]))}</td></tr>"
+                       for name in SHOWN_METRICS if self.metrics.get(name) is not None)
+        if rows:
+            parts.append(f"<table>{rows}</table>")
+        summarizer = self.config.summarizer
+        if summarizer and (self.compactions or self.metrics.get("summarizer_calls")):
+            label = f": the {OFFLINE_BASELINE_LABEL}" if is_offline_baseline(summarizer) else ""
+            parts.append(f"<div>summaries by <code>{escape(summarizer)}</code>{escape(label)}</div>")
+        parts.append("<div><small>result.metrics, result.to_frame(), result.compactions_frame()</small></div></div>")
+        return "".join(parts)
 
     def measure(self, names: Sequence[str] = ()) -> ReplayResult:
         """Compute the metrics into `metrics` and `compaction_metrics` (every registered metric that
