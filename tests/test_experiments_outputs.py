@@ -271,3 +271,21 @@ def test_the_pytest_plugin_gates_regressions_in_a_users_project(grid_db, tmp_pat
     failed = subprocess.run(command, capture_output=True, text=True, cwd=project, timeout=600, env=env)
     assert failed.returncode == 1 and "summary snapshot(s) changed" in failed.stdout
     assert "-an older summary" in failed.stdout
+
+
+def test_the_run_table_names_each_metric_once(grid_db, tmp_path):
+    """The spec's metrics come first in the table `workbench run` prints, then the usual ones, none twice."""
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    db, spec, _ = grid_db
+    listed = tmp_path / "listed.toml"
+    listed.write_text(spec.read_text().replace('concurrency = 2\n',
+                                               'concurrency = 2\nmetrics = ["fact_retention", "compactions"]\n', 1))
+    result = CliRunner().invoke(main, ["run", str(listed), "--db", str(db), "-q"])
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.stdout.splitlines() if line.startswith("config "))
+    names = header.split()
+    assert names[:5] == ["config", "cells", "completed", "fact_retention", "compactions"]
+    assert len(names) == len(set(names)) and "billed_input_tokens" in names

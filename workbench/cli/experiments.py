@@ -63,7 +63,7 @@ def _leaderboard_rows(frame: Any, metrics: list[str]) -> tuple[list[dict[str, An
     from workbench.experiments.charts import leaderboard
 
     board = leaderboard(frame)
-    wanted = ["cells", "completed", *[m for m in metrics if m in board.columns]]
+    wanted = ["cells", "completed", *dict.fromkeys(m for m in metrics if m in board.columns)]
     rows = [{"config": str(config), **{str(c): _cell(row[c]) for c in wanted}} for config, row in board.iterrows()]
     return rows, ["config", *wanted]
 
