@@ -289,3 +289,29 @@ def test_the_run_table_names_each_metric_once(grid_db, tmp_path):
     names = header.split()
     assert names[:5] == ["config", "cells", "completed", "fact_retention", "compactions"]
     assert len(names) == len(set(names)) and "billed_input_tokens" in names
+
+
+@pytest.mark.parametrize(("metric", "shown"), [
+    ("completed", "percent"),
+    ("cost_usd", "$%.4f"),
+    ("summarizer_cost_usd", "$%.4f"),
+    ("billed_input_tokens", "localized"),
+    ("peak_context_tokens", "localized"),
+    ("compactions", "%.1f"),
+    ("dangling_references", "%.1f"),
+    ("needed_fact_retention", "%.3f"),
+    ("compression_ratio", "%.3f"),
+    ("cells", None),
+])
+def test_a_leaderboard_shows_each_metric_in_its_own_unit(metric, shown):
+    from workbench.experiments import charts
+
+    assert charts.display_format(metric) == shown
+
+
+def test_token_means_are_shown_as_whole_tokens():
+    from workbench.experiments import charts
+
+    board = pd.DataFrame({"billed_input_tokens": [682699.5714], "fact_retention": [0.86348]}, index=["a"])
+    shown = charts.displayed(board)
+    assert shown.loc["a", "billed_input_tokens"] == 682700 and shown.loc["a", "fact_retention"] == 0.86348

@@ -144,6 +144,33 @@ def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None) -> 
     return table
 
 
+#: Metrics that count things: a table shows their mean to one decimal.
+COUNT_METRICS = frozenset(("calls", "compactions", "no_progress_compactions", "fallbacks", "dangling_references",
+                           "summarizer_calls", "evaluator_calls", "evaluator_cache_hits"))
+
+
+def display_format(name: str) -> str | None:
+    """How a table shows a metric (a mean, in a leaderboard): `completed` as a percent, money in
+    dollars to 4 decimals, token counts whole with thousands separators ("localized"), counts to one
+    decimal, other numbers (shares, ratios, scores) to 3 decimals; None for the cell count."""
+    if name == "cells":
+        return None
+    if name == "completed":
+        return "percent"
+    if name.endswith("cost_usd"):
+        return "$%.4f"
+    if name.endswith("_tokens"):
+        return "localized"
+    if name in COUNT_METRICS:
+        return "%.1f"
+    return "%.3f"
+
+
+def displayed(board: pd.DataFrame) -> pd.DataFrame:
+    """`board` with token means rounded to whole tokens (a fraction of a token means nothing)."""
+    return board.round({c: 0 for c in board.columns if str(c).endswith("_tokens")})
+
+
 def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     """The rows no other row beats on both axes (each read in its metric's direction)."""
     x_lower = metric_direction(x) != "higher"

@@ -259,7 +259,9 @@ def page() -> None:
         return
     configs = [str(c) for c in dict.fromkeys(results["config"])]
     st.subheader("Leaderboard")
-    st.dataframe(charts.leaderboard(results), width="stretch", key=f"exp_leaderboard:{run_id}")
+    board = charts.displayed(charts.leaderboard(results))
+    st.dataframe(board, width="stretch", key=f"exp_leaderboard:{run_id}", column_config={
+        str(c): st.column_config.NumberColumn(format=charts.display_format(str(c))) for c in board.columns})
     scatter = charts.cost_quality(results)
     if scatter is None:
         st.info("No quality metric in this run: the cost-versus-quality chart needs one (e.g. fact_retention).")
