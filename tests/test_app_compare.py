@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from app_support import build_database, page_script
@@ -71,6 +72,9 @@ def test_metrics_context_summaries_and_export(compare_page):
     assert list(metrics.columns) == ["better", *PRESETS]
     assert {"billed_input_tokens", "compactions"} <= set(metrics.index)
     assert metrics.loc["billed_input_tokens", "better"] == "lower"
+    for preset in PRESETS:  # shown in their units: whole tokens with separators, shares to 3 decimals
+        assert re.fullmatch(r"\d{1,3}(,\d{3})*", metrics.loc["billed_input_tokens", preset])
+        assert re.fullmatch(r"\d\.\d{3}|1|0|", metrics.loc["fact_retention", preset])
 
     at.selectbox(key="compare_context_config").set_value("ptc-runner-trim").run()
     at.number_input(key="compare_call:ptc-runner-trim").set_value(3).run()
@@ -125,15 +129,19 @@ def test_summaries_panel_shows_what_a_compaction_replaced(compare_page):
     ("none", ["3", "1", "2"], ["", "", "", ""]),
     ("lower", ["2", "2", "2"], ["", "", "", ""]),
     ("higher", ["x", "1", None], ["", "", "", ""]),
+    ("lower", [3000, 1000, 2500.5], ["", "worst", "best", ""]),  # shown as "3,000", "1,000", "2,500.5"
 ])
 def test_metric_shading_follows_the_direction(direction, values, expected):
+    """The shading reads the numbers, not the text the table shows (thousands separators and all)."""
     import pandas as pd
 
     from workbench.ui.compare import BEST_STYLE, WORST_STYLE, _shade_by_direction
 
-    row = pd.Series([direction, *values], index=["better", "a", "b", "c"])
+    numeric = pd.DataFrame([values], index=["metric"], columns=["a", "b", "c"], dtype="object")
+    shown = [f"{v:,}" if isinstance(v, (int, float)) else v for v in values]
+    row = pd.Series([direction, *shown], index=["better", "a", "b", "c"], name="metric")
     styles = {"": "", "best": BEST_STYLE, "worst": WORST_STYLE}
-    assert _shade_by_direction(row) == [styles[e] for e in expected]
+    assert _shade_by_direction(row, numeric) == [styles[e] for e in expected]
 
 
 def replayed(presets: list[str], limit: int = 1500) -> list:

@@ -315,3 +315,22 @@ def test_token_means_are_shown_as_whole_tokens():
     board = pd.DataFrame({"billed_input_tokens": [682699.5714], "fact_retention": [0.86348]}, index=["a"])
     shown = charts.displayed(board)
     assert shown.loc["a", "billed_input_tokens"] == 682700 and shown.loc["a", "fact_retention"] == 0.86348
+
+
+@pytest.mark.parametrize(("metric", "value", "text"), [
+    ("billed_input_tokens", 85904, "85,904"),
+    ("cache_aware_input_tokens", 37975.4, "37,975"),
+    ("cost_usd", 0.01234, "$0.0123"),
+    ("completed", 4 / 7, "57%"),
+    ("compactions", 18, "18"),
+    ("compactions", 1.4286, "1.429"),
+    ("fact_retention", 0.863481, "0.863"),
+    ("fact_retention", None, ""),
+    ("fact_retention", float("nan"), ""),
+    ("termination", "completed", "completed"),
+    ("calls", True, "True"),
+])
+def test_one_metric_value_reads_in_its_unit(metric, value, text):
+    from workbench.experiments import charts
+
+    assert charts.format_metric(metric, value) == text

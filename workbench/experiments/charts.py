@@ -8,6 +8,8 @@ as a stored run. Text from sessions (summaries) is HTML-escaped before it reache
 from __future__ import annotations
 
 import html
+import math
+import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -164,6 +166,24 @@ def display_format(name: str) -> str | None:
     if name in COUNT_METRICS:
         return "%.1f"
     return "%.3f"
+
+
+def format_metric(name: str, value: Any) -> str:
+    """One metric value as text, in the units `display_format` uses: 85,904 (tokens), $0.0123,
+    57% (completed), 18 (a whole count), 0.864 (a share or ratio); "" when missing."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        return str(value)
+    if name.endswith("cost_usd"):
+        return f"${value:,.4f}"
+    if name.endswith("_tokens"):
+        return f"{round(value):,}"
+    if name == "completed":
+        return f"{value:.0%}"
+    if float(value).is_integer():
+        return f"{int(value):,}"
+    return f"{value:.3f}"
 
 
 def displayed(board: pd.DataFrame) -> pd.DataFrame:

@@ -215,12 +215,13 @@ BEST_STYLE = "background-color: rgba(44, 160, 44, 0.25)"
 WORST_STYLE = "background-color: rgba(214, 39, 40, 0.18)"
 
 
-def _shade_by_direction(row: Any) -> list[str]:
-    """Best value of a row green, worst red, read in the metric's declared direction."""
+def _shade_by_direction(row: Any, numeric: Any) -> list[str]:
+    """Best value of a row green, worst red, read in the metric's declared direction (the values
+    are read from `numeric`, the table before its numbers were formatted)."""
     import pandas as pd
 
     direction = row["better"]
-    values = pd.to_numeric(row.drop("better"), errors="coerce").astype("float64")  # NA -> NaN: never equal
+    values = pd.to_numeric(numeric.loc[row.name], errors="coerce").astype("float64")  # NA -> NaN: never equal
     styles = [""] * len(row)
     if direction not in ("higher", "lower") or values.notna().sum() < 2 or values.nunique() < 2:
         return styles
@@ -235,16 +236,18 @@ def _shade_by_direction(row: Any) -> list[str]:
 def metrics_panel(results: Sequence[Any]) -> None:
     import pandas as pd
 
+    from workbench.experiments import charts
     from workbench.experiments.compare import metric_direction
 
     frame = pd.DataFrame([{"config": r.config.name, "termination": r.termination, **dict(r.metrics)}
                           for r in results])
-    table = frame.set_index("config").T.astype("object")
-    table.insert(0, "better", [metric_direction(str(name)) for name in table.index])
+    numeric = frame.set_index("config").T.astype("object")
+    shown = numeric.apply(lambda row: row.map(lambda value: charts.format_metric(str(row.name), value)), axis=1)
+    shown.insert(0, "better", [metric_direction(str(name)) for name in shown.index])
     st.subheader("Metrics")
     st.caption("Green: the best configuration on that metric, red: the worst, in the direction the metric "
                "declares (better column).")
-    st.dataframe(table.astype("string").style.apply(_shade_by_direction, axis=1), width="stretch",
+    st.dataframe(shown.astype("string").style.apply(_shade_by_direction, numeric=numeric, axis=1), width="stretch",
                  key="compare_metrics")
 
 
@@ -273,7 +276,7 @@ def context_panel(results: Sequence[Any]) -> None:
                                     max_value=len(result.calls) - 1, value=0, key=f"compare_call:{name}"))
     messages = result.context_at(call)
     record = result.calls[call]
-    st.caption(f"{len(messages)} messages · {record.context_tokens:,} tokens"
+    st.caption(f"{len(messages)} message{'s' * (len(messages) != 1)} · {record.context_tokens:,} tokens"
                + (" · compacted just before" if record.compacted_before else ""))
     _show_messages(messages, key=f"context:{name}:{call}")
 
@@ -289,7 +292,8 @@ def summaries_panel(results: Sequence[Any]) -> None:
     for column, result in zip(columns, with_events, strict=True):
         with column:
             st.markdown(f"**{result.config.name}**")
-            if str(result.config.summarizer).startswith(OFFLINE_PREFIX):
+            summarized = any(e.summary for e in result.compactions)
+            if summarized and str(result.config.summarizer).startswith(OFFLINE_PREFIX):
                 st.caption(f"{result.config.summarizer}: the offline extractive baseline, not a language model")
             labels = [f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
                       for i, e in enumerate(result.compactions)]
