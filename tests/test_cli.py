@@ -552,3 +552,22 @@ def test_make_clean_never_deletes_a_database():
     assert recipe.returncode == 0, recipe.stderr
     assert "rm -rf .venv" in recipe.stdout
     assert "duckdb" not in recipe.stdout and "data" not in recipe.stdout.replace("__pycache__", "")
+
+
+@pytest.mark.parametrize(("value", "numeric"), [
+    (3, True), (2.5, True), (None, True), ("", True), ("1,234", True), ("-1,844", True), ("$0.0123", True),
+    ("57%", True), ("0.863", True), (True, False), ("completed", False), ("[0, 6]", False), ("2 differ/5 same", False),
+])
+def test_numbers_and_numbers_written_out_count_as_numeric(value, numeric):
+    from workbench.cli.common import _numeric
+
+    assert _numeric(value) is numeric
+
+
+def test_tables_right_align_numbers_even_when_written_out(capsys):
+    from workbench.cli.common import print_table
+
+    print_table([{"config": "a", "tokens": "1,234,567", "share": "57%"},
+                 {"config": "longer", "tokens": "89", "share": ""}], ["config", "tokens", "share"])
+    lines = capsys.readouterr().out.splitlines()
+    assert lines == ["config     tokens  share", "a       1,234,567    57%", "longer         89"]

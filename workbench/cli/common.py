@@ -13,6 +13,7 @@ closed), so the database never holds half a session and DuckDB is never torn dow
 from __future__ import annotations
 
 import json
+import re
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -109,13 +110,26 @@ def note(message: str) -> None:
         click.echo(message, err=True)
 
 
+_FORMATTED_NUMBER = re.compile(r"-?\$?-?[\d,]*\.?\d+%?")
+
+
+def _numeric(value: Any) -> bool:
+    """A number, a number as text (`1,234`, `$0.0123`, `57%`) or nothing: right-aligned in a table."""
+    if value is None or value == "":
+        return True
+    if isinstance(value, str):
+        return bool(_FORMATTED_NUMBER.fullmatch(value))
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    """Rows as aligned text columns (no pandas: keeps the command fast)."""
+    """Rows as aligned text columns (no pandas: keeps the command fast); numbers right-aligned."""
     if not rows:
         return
     cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    numeric = [all(isinstance(row.get(c), (int, float)) for row in rows) for c in columns]
+    numeric = [all(_numeric(row.get(c)) for row in rows) and any(row.get(c) not in (None, "") for row in rows)
+               for c in columns]
 
     def line(values: list[str]) -> str:
         return "  ".join(v.rjust(w) if num else v.ljust(w)

@@ -60,11 +60,12 @@ def _progress_bar() -> _ProgressBar | None:
 
 
 def _leaderboard_rows(frame: Any, metrics: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
-    from workbench.experiments.charts import leaderboard
+    from workbench.experiments.charts import format_metric, leaderboard
 
     board = leaderboard(frame)
     wanted = ["cells", "completed", *dict.fromkeys(m for m in metrics if m in board.columns)]
-    rows = [{"config": str(config), **{str(c): _cell(row[c]) for c in wanted}} for config, row in board.iterrows()]
+    rows = [{"config": str(config), **{str(c): format_metric(str(c), row[c]) for c in wanted}}
+            for config, row in board.iterrows()]
     return rows, ["config", *wanted]
 
 
@@ -203,8 +204,11 @@ def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, 
         return
     click.echo(f"A = {result.a}, B = {result.b}: {result.sessions} paired session(s), "
                f"{int(confidence * 100)} % bootstrap intervals")
-    rows = [{"metric": m.metric, "better": m.direction, "A": _cell(m.mean_a), "B": _cell(m.mean_b),
-             "B-A": _cell(m.mean_delta), "interval": f"[{_cell(m.ci_low)}, {_cell(m.ci_high)}]",
+    from workbench.experiments.charts import format_metric
+
+    rows = [{"metric": m.metric, "better": m.direction, "A": format_metric(m.metric, m.mean_a),
+             "B": format_metric(m.metric, m.mean_b), "B-A": format_metric(m.metric, m.mean_delta),
+             "interval": f"[{format_metric(m.metric, m.ci_low)}, {format_metric(m.metric, m.ci_high)}]",
              "p": _cell(m.p_value), "B better/worse/same": _counts(m),
              "verdict": m.verdict} for m in result.metrics]
     print_table(rows, ["metric", "better", "A", "B", "B-A", "interval", "p", "B better/worse/same", "verdict"])
