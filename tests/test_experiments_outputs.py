@@ -334,3 +334,34 @@ def test_one_metric_value_reads_in_its_unit(metric, value, text):
     from workbench.experiments import charts
 
     assert charts.format_metric(metric, value) == text
+
+
+def test_deleting_a_run_removes_it_at_every_level_and_nothing_else(grid_run, grid_db):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+    from workbench.errors import StoreError
+    from workbench.experiments import delete_runs, runs
+    from workbench.experiments.results import RUN_TABLES
+
+    db, _, _, run = grid_run
+    other = run_experiment({"name": "other", "dataset": "grid", "config": [
+        {"name": "w", "trigger": {"kind": "utilization", "ratio": 0.5},
+         "strategy": {"kind": "sliding_window", "window": 3}, "context_limit": 6000, "max_output": 500}]}, db=str(db))
+
+    def rows(run_id: str) -> dict[str, int]:
+        with duckdb.connect(str(db), read_only=True) as con:
+            return {table: con.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", [run_id]).fetchall()[0][0]
+                    for table, column in RUN_TABLES}
+
+    assert all(rows(run.id).values()) and all(rows(other.id).values())
+    with pytest.raises(StoreError, match="no run 'nope'"):
+        delete_runs([other.id, "nope"], db=str(db))  # all or nothing
+    assert all(rows(other.id).values())
+    assert delete_runs(other.id[:8], db=str(db)) == {other.id: 3}  # a unique prefix
+    assert not any(rows(other.id).values()) and all(rows(run.id).values())
+    result = CliRunner().invoke(main, ["runs", "--delete", run.id, "--db", str(db)])
+    assert result.exit_code == 0 and f"deleted run {run.id} (9 cells)" in result.stdout
+    assert runs(str(db)).empty
+    again = CliRunner().invoke(main, ["runs", "--delete", run.id, "--db", str(db)])
+    assert again.exit_code == 1 and "no run" in again.output

@@ -64,7 +64,7 @@ __all__ = [
 _LAZY = {
     "run_experiment": "workbench.experiments", "results": "workbench.experiments", "runs": "workbench.experiments",
     "compare": "workbench.experiments", "export": "workbench.experiments", "regress": "workbench.experiments",
-    "load_experiment": "workbench.experiments",
+    "load_experiment": "workbench.experiments", "delete_runs": "workbench.experiments",
 }
 __all__ += list(_LAZY)
 

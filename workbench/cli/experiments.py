@@ -125,11 +125,21 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
 
 
 @click.command("runs")
+@click.option("--delete", "delete", multiple=True, metavar="RUN_ID",
+              help="Delete this run (its id or a unique prefix; repeat for several), then list what is left. "
+                   "The model cache is kept.")
 @shared_options
-def runs_cmd() -> None:
-    """List stored runs, newest first."""
-    from workbench.experiments import runs
+def runs_cmd(delete: tuple[str, ...]) -> None:
+    """List stored runs, newest first (or delete some with --delete)."""
+    from workbench.experiments import delete_runs, runs
 
+    if delete:
+        deleted = delete_runs(delete, _db_must_exist())
+        if options().as_json:
+            print_json({"deleted": deleted})
+            return
+        for run_id, cells in deleted.items():
+            click.echo(f"deleted run {run_id} ({cells} cell{'s' * (cells != 1)})")
     frame = runs(_db_must_exist())
     records = [{str(k): _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
     if options().as_json:

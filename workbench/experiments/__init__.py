@@ -3,7 +3,7 @@
 See DESIGN §9.
 - `load_experiment(path)`: validate and expand a spec (`experiments/*.toml`);
 - `run_experiment(spec, db=None)`: run or resume it (`Run.id`, `Run.results`);
-- `results(run_id)`, `runs()`: stored results as DataFrames;
+- `results(run_id)`, `runs()`: stored results as DataFrames; `delete_runs(ids)` removes runs;
 - `compare(run_a, run_b=None, configs=None)`: paired comparison with a confidence interval;
 - `export(run_id, format, path)`: csv, parquet, json or a self-contained HTML report;
 - `regress(path, baseline=None)`: a fresh run against the stored baseline.
@@ -18,6 +18,7 @@ from workbench.experiments.run import (
     LocalExecutor,
     Run,
     RunProgress,
+    delete_runs,
     dry_run,
     results,
     run_experiment,
@@ -28,6 +29,7 @@ from workbench.experiments.spec import ConfigCell, ExperimentSpec, Tolerance, gr
 
 __all__ = [
     "CellTask", "Comparison", "ConfigCell", "Executor", "ExperimentSpec", "LocalExecutor", "MetricComparison",
-    "RegressionReport", "Run", "RunProgress", "Tolerance", "compare", "compare_frames", "dry_run", "export", "grid",
-    "load_experiment", "parse_tolerance", "regress", "results", "run_experiment", "runs", "save_replay",
+    "RegressionReport", "Run", "RunProgress", "Tolerance", "compare", "compare_frames", "delete_runs", "dry_run",
+    "export", "grid", "load_experiment", "parse_tolerance", "regress", "results", "run_experiment", "runs",
+    "save_replay",
 ]

@@ -272,6 +272,41 @@ def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
     raise StoreError(f"no run {run_id!r}" + (f"; recent runs: {', '.join(known)}" if known else "; no runs yet"))
 
 
+#: The tables holding a run, children first (a run is deleted from all of them in one transaction).
+RUN_TABLES = (("cell_compactions", "run_id"), ("cell_calls", "run_id"), ("cell_metrics", "run_id"),
+              ("cells", "run_id"), ("run_configs", "run_id"), ("runs", "id"))
+
+
+def exact_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
+    """A stored run id from the id or a unique prefix of it (never a run name: what is named must be exact)."""
+    if run_exists(con, run_id):
+        return run_id
+    rows = con.execute("SELECT id FROM runs WHERE starts_with(id, ?) ORDER BY started_at DESC", [run_id]).fetchall()
+    if len(rows) == 1:
+        return str(rows[0][0])
+    if rows:
+        raise StoreError(f"run id {run_id!r} is ambiguous: {', '.join(str(r[0]) for r in rows[:5])}")
+    known = [str(r[0]) for r in con.execute("SELECT id FROM runs ORDER BY started_at DESC LIMIT 5").fetchall()]
+    raise StoreError(f"no run {run_id!r}" + (f"; recent runs: {', '.join(known)}" if known else "; no runs yet"))
+
+
+def delete_runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[str, int]:
+    """Delete whole runs (their cells at every level, configs and the run itself) in one transaction;
+    returns the cells deleted per run id. Every id is resolved first: one unknown id deletes nothing."""
+    resolved = list(dict.fromkeys(exact_run_id(con, run_id) for run_id in run_ids))
+    cells = {run_id: int(con.execute("SELECT count(*) FROM cells WHERE run_id = ?", [run_id]).fetchall()[0][0])
+             for run_id in resolved}
+    con.execute("BEGIN TRANSACTION")
+    try:
+        for table, column in RUN_TABLES:
+            con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [resolved])
+        con.execute("COMMIT")
+    except BaseException:
+        con.execute("ROLLBACK")
+        raise
+    return cells
+
+
 def runs_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     return _frame(con, """
         SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id) AS cells_done,

@@ -484,6 +484,17 @@ def runs(db: str | None = None) -> pd.DataFrame:
         con.close()
 
 
+def delete_runs(run_ids: str | Sequence[str], db: str | None = None) -> dict[str, int]:
+    """Delete stored runs, each named by its id or a unique prefix of it; returns the cells deleted
+    per run. All or nothing: an unknown or ambiguous id raises `StoreError` and deletes nothing. The
+    model cache is kept (a re-run asks no model again)."""
+    con = tables.connect_existing(db)
+    try:
+        return tables.delete_runs(con, [run_ids] if isinstance(run_ids, str) else list(run_ids))
+    finally:
+        con.close()
+
+
 def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | None = None) -> str:
     """Store a single replay as a one-cell run (`workbench replay --save`); returns the run id."""
     con = tables.connect_existing(db)
