@@ -323,7 +323,7 @@ def test_token_means_are_shown_as_whole_tokens():
     ("cost_usd", 0.01234, "$0.0123"),
     ("completed", 4 / 7, "57%"),
     ("compactions", 18, "18"),
-    ("compactions", 1.4286, "1.429"),
+    ("compactions", 1.4286, "1.4"),
     ("fact_retention", 0.863481, "0.863"),
     ("fact_retention", None, ""),
     ("fact_retention", float("nan"), ""),

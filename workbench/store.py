@@ -139,7 +139,7 @@ class ImportReport:
                 "file_outcomes": [asdict(f) for f in self.files]}
 
     def duplicates_text(self) -> str:
-        """What was skipped as a duplicate, and why: a session met twice in the files read, or one
+        """What was skipped as a duplicate, and why: a session met twice in this import, or one
         already stored (a session is stored once, in the dataset it was first imported into)."""
         text = f"skipped {self.duplicates} duplicate session{'s' * (self.duplicates != 1)}"
         reasons = []
@@ -586,7 +586,7 @@ class Store:
         if where and where.strip():
             filtered = f"SELECT * FROM ({sql}) WHERE ({where})"
             try:
-                self.connection.execute(f"SELECT count(*) FROM ({filtered}) LIMIT 0", params)
+                self.connection.execute(f"SELECT * FROM ({filtered}) LIMIT 0", params)  # binds it, reads nothing
             except duckdb.Error as exc:
                 raise self._filter_error(where, sql, params, exc) from exc
             sql = filtered

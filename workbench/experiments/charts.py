@@ -151,39 +151,47 @@ COUNT_METRICS = frozenset(("calls", "compactions", "no_progress_compactions", "f
                            "summarizer_calls", "evaluator_calls", "evaluator_cache_hits"))
 
 
-def display_format(name: str) -> str | None:
-    """How a table shows a metric (a mean, in a leaderboard): `completed` as a percent, money in
-    dollars to 4 decimals, token counts whole with thousands separators ("localized"), counts to one
-    decimal, other numbers (shares, ratios, scores) to 3 decimals; None for the cell count."""
+def metric_unit(name: str) -> str:
+    """The unit a table shows a metric (or a leaderboard column) in: `cells` (a plain count of cells),
+    `percent` (`completed`), `dollars`, `tokens` (whole, with thousands separators), `count` (a mean
+    to one decimal) or `number` (a share, ratio or score, to 3 decimals)."""
     if name == "cells":
-        return None
+        return "cells"
     if name == "completed":
         return "percent"
     if name.endswith("cost_usd"):
-        return "$%.4f"
+        return "dollars"
     if name.endswith("_tokens"):
-        return "localized"
-    if name in COUNT_METRICS:
-        return "%.1f"
-    return "%.3f"
+        return "tokens"
+    return "count" if name in COUNT_METRICS else "number"
+
+
+_STREAMLIT_FORMATS = {"cells": None, "percent": "percent", "dollars": "$%.4f", "tokens": "localized",
+                      "count": "%.1f", "number": "%.3f"}
+
+
+def display_format(name: str) -> str | None:
+    """The format of a metric's column in a Streamlit table (`metric_unit`)."""
+    return _STREAMLIT_FORMATS[metric_unit(name)]
 
 
 def format_metric(name: str, value: Any) -> str:
-    """One metric value as text, in the units `display_format` uses: 85,904 (tokens), $0.0123,
-    57% (completed), 18 (a whole count), 0.864 (a share or ratio); "" when missing."""
+    """One metric value as text in its unit (`metric_unit`): 85,904 tokens, $0.0123, 57%, 18 or 1.4
+    (counts), 0.864; "" when missing."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return str(value)
-    if name.endswith("cost_usd"):
+    unit = metric_unit(name)
+    if unit == "dollars":
         return f"${value:,.4f}"
-    if name.endswith("_tokens"):
+    if unit == "tokens":
         return f"{round(value):,}"
-    if name == "completed":
+    if unit == "percent":
         return f"{value:.0%}"
     if float(value).is_integer():
         return f"{int(value):,}"
-    return f"{value:.3f}"
+    return f"{value:.1f}" if unit == "count" else f"{value:.3f}"
 
 
 def displayed(board: pd.DataFrame) -> pd.DataFrame:

@@ -256,16 +256,17 @@ def run_exists(con: duckdb.DuckDBPyConnection, run_id: str) -> bool:
     return bool(con.execute("SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchall()[0][0])
 
 
-def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
-    """A stored run id from an id, a unique id prefix, or a run name (its newest run)."""
+def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str, *, by_name: bool = True) -> str:
+    """A stored run id from an id, a unique id prefix, or (when `by_name`) a run name (its newest run)."""
     if run_exists(con, run_id):
         return run_id
     rows = con.execute("SELECT id FROM runs WHERE starts_with(id, ?) ORDER BY started_at DESC", [run_id]).fetchall()
     if len(rows) == 1:
         return str(rows[0][0])
-    by_name = con.execute("SELECT id FROM runs WHERE name = ? ORDER BY started_at DESC LIMIT 1", [run_id]).fetchall()
-    if by_name:
-        return str(by_name[0][0])
+    named = con.execute("SELECT id FROM runs WHERE name = ? ORDER BY started_at DESC LIMIT 1",
+                        [run_id]).fetchall() if by_name else []
+    if named:
+        return str(named[0][0])
     if rows:
         raise StoreError(f"run id {run_id!r} is ambiguous: {', '.join(str(r[0]) for r in rows[:5])}")
     known = [str(r[0]) for r in con.execute("SELECT id FROM runs ORDER BY started_at DESC LIMIT 5").fetchall()]
@@ -277,23 +278,11 @@ RUN_TABLES = (("cell_compactions", "run_id"), ("cell_calls", "run_id"), ("cell_m
               ("cells", "run_id"), ("run_configs", "run_id"), ("runs", "id"))
 
 
-def exact_run_id(con: duckdb.DuckDBPyConnection, run_id: str) -> str:
-    """A stored run id from the id or a unique prefix of it (never a run name: what is named must be exact)."""
-    if run_exists(con, run_id):
-        return run_id
-    rows = con.execute("SELECT id FROM runs WHERE starts_with(id, ?) ORDER BY started_at DESC", [run_id]).fetchall()
-    if len(rows) == 1:
-        return str(rows[0][0])
-    if rows:
-        raise StoreError(f"run id {run_id!r} is ambiguous: {', '.join(str(r[0]) for r in rows[:5])}")
-    known = [str(r[0]) for r in con.execute("SELECT id FROM runs ORDER BY started_at DESC LIMIT 5").fetchall()]
-    raise StoreError(f"no run {run_id!r}" + (f"; recent runs: {', '.join(known)}" if known else "; no runs yet"))
-
-
 def delete_runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[str, int]:
     """Delete whole runs (their cells at every level, configs and the run itself) in one transaction;
-    returns the cells deleted per run id. Every id is resolved first: one unknown id deletes nothing."""
-    resolved = list(dict.fromkeys(exact_run_id(con, run_id) for run_id in run_ids))
+    returns the cells deleted per run id. Every id (an id or a unique prefix, never a name: what is
+    deleted must be named exactly) is resolved first: one unknown id deletes nothing."""
+    resolved = list(dict.fromkeys(resolve_run_id(con, run_id, by_name=False) for run_id in run_ids))
     cells = {run_id: int(con.execute("SELECT count(*) FROM cells WHERE run_id = ?", [run_id]).fetchall()[0][0])
              for run_id in resolved}
     con.execute("BEGIN TRANSACTION")
