@@ -182,16 +182,16 @@ def format_metric(name: str, value: Any) -> str:
         return ""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         return str(value)
-    unit = metric_unit(name)
+    number, unit = float(value), metric_unit(name)
     if unit == "dollars":
-        return f"${value:,.4f}"
+        return f"${number:,.4f}"
     if unit == "tokens":
-        return f"{round(value):,}"
+        return f"{round(number):,}"
     if unit == "percent":
-        return f"{value:.0%}"
-    if float(value).is_integer():
-        return f"{int(value):,}"
-    return f"{value:.1f}" if unit == "count" else f"{value:.3f}"
+        return f"{number:.0%}"
+    if number.is_integer():
+        return f"{int(number):,}"
+    return f"{number:.1f}" if unit == "count" else f"{number:.3f}"
 
 
 def displayed(board: pd.DataFrame) -> pd.DataFrame:
