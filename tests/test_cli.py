@@ -109,6 +109,18 @@ def test_init_is_idempotent_and_loads_the_samples(runner, tmp_path):
     assert datasets[0]["name"] == "samples" and datasets[0]["sessions"] == samples.DEFAULT_N
 
 
+def test_init_samples_adds_the_samples_to_a_database_of_other_sessions(runner, files, tmp_path):
+    """The shipped experiments run on the samples; a database filled with one's own recordings gets them on asking."""
+    good, _, _ = files
+    db = tmp_path / "wb.duckdb"
+    invoke(runner, "import", good, "--db", db)
+    assert "nothing to import" in invoke(runner, "init", "--db", db).stdout  # not asked: left alone
+    added = json.loads(invoke(runner, "init", "--samples", "--db", db, "--json").stdout)
+    assert added["imported"] == samples.DEFAULT_N and added["sessions"] == samples.DEFAULT_N + 3
+    again = invoke(runner, "init", "--samples", "--db", db)
+    assert again.exit_code == 0 and "the samples are there already" in again.stdout
+
+
 def test_db_from_environment_and_group_option(runner, files, tmp_path, monkeypatch):
     good, _, _ = files
     env_db = tmp_path / "env.duckdb"

@@ -149,15 +149,16 @@ def datasets_cmd() -> None:
         click.echo("no datasets")
 
 
-def init_database(path: str) -> dict[str, Any]:
-    """Create the database; when it holds no session, load the bundled samples as `samples`."""
+def init_database(path: str, *, with_samples: bool = False) -> dict[str, Any]:
+    """Create the database; when it holds no session (or `with_samples`), load the bundled samples
+    as `samples` (sessions already stored are skipped)."""
     from workbench import samples
     from workbench.store import Store
 
     existed = os.path.exists(path)
     with Store(path) as store:
         imported = 0
-        if store.count() == 0:
+        if with_samples or store.count() == 0:
             report = store.import_sessions(samples.bundled_samples(), dataset=SAMPLES_DATASET,
                                            source="datasets/samples/samples.jsonl.gz")
             store.describe_dataset(SAMPLES_DATASET, "Generated coding-agent sessions with planted facts and "
@@ -167,17 +168,21 @@ def init_database(path: str) -> dict[str, Any]:
 
 
 @click.command("init")
+@click.option("--samples", "with_samples", is_flag=True,
+              help="Load the bundled samples even when the database holds other sessions (the shipped "
+                   "experiments run on them).")
 @shared_options
-def init_cmd() -> None:
+def init_cmd(with_samples: bool) -> None:
     """Create the database and, if it has no sessions, load the bundled sample sessions (idempotent)."""
-    result = init_database(options().db_path)
+    result = init_database(options().db_path, with_samples=with_samples)
     if options().as_json:
         print_json(result)
     elif result["imported"]:
         click.echo(f"initialised {result['db']}: imported {result['imported']} sample sessions "
                    f"(dataset {SAMPLES_DATASET!r})")
     else:
-        click.echo(f"{result['db']} is ready: {result['sessions']} sessions (nothing to import)")
+        click.echo(f"{result['db']} is ready: {result['sessions']} sessions (nothing to import"
+                   + (": the samples are there already)" if with_samples else ")"))
 
 
 @click.command("generate")
