@@ -35,11 +35,12 @@ def test_compare_two_configs_reads_each_metric_in_its_direction(grid_run):
     assert billed.direction == "lower"
     assert billed.pairs == 3 and billed.improved == 3 and billed.regressed == 0
     assert billed.mean_delta < 0 and billed.ci_high < 0
-    assert billed.verdict == "B better"
+    # the interval excludes zero, but 3 sessions cannot make the exact test significant (p = 2/8)
+    assert billed.p_value == pytest.approx(0.25) and billed.verdict == "B better, not significant"
     same = result.metric("calls")
     assert same.mean_delta == 0 and same.verdict == "no clear change"
     assert compare(run.id, configs=("clear-4", "clear-12"), db=str(db)).metric("billed_input_tokens").verdict \
-        == "B worse"
+        == "B worse, not significant"
 
 
 def test_compare_two_runs_pairs_cells_by_session_config_and_repeat(grid_run, grid_db):
@@ -69,6 +70,11 @@ def test_paired_interval_and_p_value_on_known_data():
     item = result.metric("fact_retention")
     assert item.improved == 8 and item.p_value == pytest.approx(2 / 256)
     assert 0.05 < item.ci_low < item.mean_delta < item.ci_high < 0.2
+    assert item.verdict == "B better"  # interval and test agree
+    worse = compare_frames(b, a, metrics=["fact_retention"]).metric("fact_retention")
+    assert worse.verdict == "B worse"
+    strict = compare_frames(a, b, metrics=["fact_retention"], confidence=0.999).metric("fact_retention")
+    assert strict.alpha == pytest.approx(0.001) and strict.verdict == "B better, not significant"  # 2/256 > 0.001
     noisy = a.assign(fact_retention=[0.6, 0.4, 0.55, 0.45, 0.5, 0.52, 0.48, 0.5])
     assert compare_frames(a, noisy, metrics=["fact_retention"]).metric("fact_retention").verdict \
         == "no clear difference"

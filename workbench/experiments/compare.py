@@ -3,8 +3,10 @@
 Cells are aligned by session (and repeat), so every session is its own control. For each metric
 the per-session deltas B − A are read in the metric's direction (higher or lower is better): the
 counts of sessions B improved / regressed, the mean delta with a bootstrap confidence interval,
-and a paired sign-flip permutation test's p-value. "B better" is said only when the interval
-excludes zero.
+and a paired sign-flip permutation test's p-value. "B better" is said only when both agree: the
+interval excludes zero and p < 1 − confidence. When only the interval does, the verdict adds "not
+significant": with few sessions the percentile bootstrap is too narrow, and the exact test says
+so (with n sessions that differ, its p-value cannot go below 2/2^n, 0.25 for 3).
 
     cmp = wb.compare("run-a", "run-b")                       # same configs in two runs
     cmp = wb.compare("run-a", configs=("window-5", "window-20"))   # two configs of one run
@@ -64,17 +66,20 @@ class MetricComparison:
     improved: int
     regressed: int
     unchanged: int
+    alpha: float = 0.05  # 1 - the confidence of the interval: the level the p-value must be under
 
     @property
     def verdict(self) -> str:
         if self.pairs == 0:
             return "no pairs"
-        if self.direction == "none":
-            return "changed" if (self.ci_low > 0 or self.ci_high < 0) else "no clear change"
         if self.ci_low <= 0 <= self.ci_high:
-            return "no clear difference"
+            return "no clear change" if self.direction == "none" else "no clear difference"
         b_higher = self.ci_low > 0
-        return "B better" if b_higher == (self.direction == "higher") else "B worse"
+        if self.direction == "none":
+            label = "changed"
+        else:
+            label = "B better" if b_higher == (self.direction == "higher") else "B worse"
+        return label if self.p_value < self.alpha else f"{label}, not significant"
 
     @property
     def relative_delta(self) -> float | None:
@@ -174,7 +179,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
         direction = metric_direction(name)
         if len(pair) == 0:
             items.append(MetricComparison(name, direction, 0, float("nan"), float("nan"), float("nan"),
-                                          float("nan"), float("nan"), 1.0, 0, 0, 0))
+                                          float("nan"), float("nan"), 1.0, 0, 0, 0, alpha=1 - confidence))
             continue
         deltas = values_b - values_a
         low, high = _bootstrap_ci(deltas, confidence, resamples, rng)
@@ -187,7 +192,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
             metric=name, direction=direction, pairs=len(deltas), mean_a=float(values_a.mean()),
             mean_b=float(values_b.mean()), mean_delta=float(deltas.mean()), ci_low=low, ci_high=high,
             p_value=_sign_flip_p(deltas, resamples, rng), improved=int(better.sum()), regressed=int(worse.sum()),
-            unchanged=int(len(deltas) - up.sum() - down.sum())))
+            unchanged=int(len(deltas) - up.sum() - down.sum()), alpha=1 - confidence))
     return Comparison(a=a_label, b=b_label, metrics=tuple(items), confidence=confidence,
                       sessions=int(merged["session_id"].nunique()) if "session_id" in merged else len(merged),
                       unmatched=unmatched)
