@@ -371,3 +371,14 @@ def test_deleting_a_run_removes_it_at_every_level_and_nothing_else(grid_run, gri
     assert runs(str(db)).empty
     again = CliRunner().invoke(main, ["runs", "--delete", run.id, "--db", str(db)])
     assert again.exit_code == 1 and "no run" in again.output
+
+
+def test_the_report_leaderboard_shows_metrics_in_their_units():
+    from workbench.experiments.export import leaderboard_html
+
+    board = pd.DataFrame({"cells": [7, 7], "completed": [4 / 7, 1.0], "billed_input_tokens": [682699.57, 1939756.1],
+                          "fact_retention": [None, 0.59194]}, index=["as-recorded", "masking"])
+    html = leaderboard_html(board)
+    for shown in ("57%", "100%", "682,700", "1,939,756", "0.592"):
+        assert f">{shown}</td>" in html
+    assert 'class="best">1,939,756' not in html and 'class="best">682,700</td>' in html  # fewer billed tokens win

@@ -164,16 +164,6 @@ details { margin: 6px 0; }
 """
 
 
-def _number(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
-    if isinstance(value, int):
-        return f"{value:,}"
-    return html.escape(str(value))
-
-
 def leaderboard_html(board: pd.DataFrame) -> str:
     """The leaderboard as an HTML table; per metric, the best config is green and the worst red."""
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in board.columns)
@@ -192,7 +182,7 @@ def leaderboard_html(board: pd.DataFrame) -> str:
         for column in board.columns:
             marker = " class=\"best\"" if best.get(column) == config else \
                 " class=\"worst\"" if worst.get(column) == config else ""
-            cells.append(f"<td{marker}>{_number(row[column])}</td>")
+            cells.append(f"<td{marker}>{html.escape(charts.format_metric(str(column), row[column]))}</td>")
         rows.append(f"<tr><td class=\"text\">{html.escape(str(config))}</td>{''.join(cells)}</tr>")
     return (f"<table><thead><tr><th class=\"text\">config</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>")
