@@ -163,3 +163,19 @@ def test_the_shipped_specs_are_offered(tmp_path, monkeypatch):
     at = open_page(path, monkeypatch)
     offered = [Path(o).name for o in at.selectbox(key="exp_spec_file").options]
     assert {"window-sweep.toml", "reference-designs.toml"} <= set(offered)
+
+
+def test_a_run_is_deleted_from_the_page_behind_a_second_click(tmp_path, monkeypatch):
+    from workbench.experiments import run_experiment, runs
+
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    spec = tmp_path / "app-grid.toml"
+    spec.write_text(SPEC)
+    run = run_experiment(str(spec), db=path, concurrency=1)
+    at = open_page(path, monkeypatch)
+    assert list(at.dataframe[0].value["id"]) == [run.id]
+    at.button(key=f"exp_delete:{run.id}").click().run()
+    assert not at.exception and not at.error
+    assert runs(path).empty
+    assert any("No experiment run yet" in i.value for i in at.info)
+    assert [s.value for s in at.success] == [f"Deleted run {run.id} ({run.progress.cells_done} cells)."]

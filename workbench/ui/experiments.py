@@ -138,6 +138,26 @@ def launched_jobs() -> list[Job]:
     return jobs
 
 
+def delete_panel(path: str, run_id: str) -> None:
+    """Delete the chosen run (every level, the model cache kept), behind a second click."""
+    from workbench.experiments import delete_runs
+
+    busy = running()
+    with st.popover("Delete this run", disabled=busy,
+                    help="Not while a launched experiment is writing to the database." if busy else None):
+        st.caption(f"Removes run `{run_id}`: its cells, calls, compactions and summaries. The model cache "
+                   "is kept, so running the spec again asks no model.")
+        if st.button("Delete", type="primary", key=f"exp_delete:{run_id}"):
+            try:
+                deleted = delete_runs(run_id, path)
+            except Exception as exc:  # shown as a message (e.g. the database in use elsewhere)
+                st.error(common.readable_error(exc))
+                return
+            st.session_state.pop("exp_run", None)
+            st.session_state["exp_deleted"] = f"Deleted run {run_id} ({deleted.get(run_id, 0)} cells)."
+            st.rerun()
+
+
 def running() -> bool:
     return any(not job.done for job in launched_jobs())
 
@@ -224,6 +244,9 @@ def page() -> None:
 
     path = common.database_path()
     st.title("Experiments")
+    deleted = st.session_state.pop("exp_deleted", None)
+    if deleted:
+        st.success(deleted)
     if not os.path.exists(path):
         st.info(f"No database at `{path}` yet: `workbench init --db {path}` creates it with the samples.")
         return
@@ -246,6 +269,7 @@ def page() -> None:
     labels = {str(r.id): f"{r.name} · {r.status} · {r.cells_done}/{r.cells_total} cells · {r.id}"
               for r in runs.itertuples()}
     run_id = st.selectbox("Run", list(labels), format_func=lambda key: labels[key], key="exp_run")
+    delete_panel(path, run_id)
     try:
         results = load_results(path, stamp, run_id)
     except Exception as exc:  # shown as a message
