@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.experiments.compare import metric_direction
+from workbench.experiments.compare import declared_unit, metric_direction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -146,24 +146,27 @@ def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None) -> 
     return table
 
 
-#: Metrics that count things: a table shows their mean to one decimal.
-COUNT_METRICS = frozenset(("calls", "compactions", "no_progress_compactions", "fallbacks", "dangling_references",
-                           "summarizer_calls", "evaluator_calls", "evaluator_cache_hits"))
+#: The table unit of each unit a metric declares to the registry (`register_metric(unit=...)`);
+#: any other declared unit (share, ratio, score) is a `number`.
+_DECLARED_UNITS = {"tokens": "tokens", "usd": "dollars", "calls": "count", "compactions": "count"}
 
 
 def metric_unit(name: str) -> str:
     """The unit a table shows a metric (or a leaderboard column) in: `cells` (a plain count of cells),
     `percent` (`completed`), `dollars`, `tokens` (whole, with thousands separators), `count` (a mean
-    to one decimal) or `number` (a share, ratio or score, to 3 decimals)."""
+    to one decimal) or `number` (a share, ratio or score, to 3 decimals). A registered metric's is
+    the unit it declares; a column the registry does not know (e.g. `summarizer_cost_usd`) is read
+    by its name's ending."""
     if name == "cells":
         return "cells"
     if name == "completed":
         return "percent"
+    declared = declared_unit(name)
+    if declared is not None:
+        return _DECLARED_UNITS.get(declared, "number")
     if name.endswith("cost_usd"):
         return "dollars"
-    if name.endswith("_tokens"):
-        return "tokens"
-    return "count" if name in COUNT_METRICS else "number"
+    return "tokens" if name.endswith("_tokens") else "number"
 
 
 _STREAMLIT_FORMATS = {"cells": None, "percent": "percent", "dollars": "$%.4f", "tokens": "localized",

@@ -30,15 +30,26 @@ Direction = Literal["higher", "lower", "none"]
 KEY_COLUMNS = ("run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s")
 
 
-def metric_direction(name: str) -> Direction:
-    """The direction a registered metric declares ("none" for unknown names and counts)."""
+def _metric_kind(name: str) -> Any:
+    """The registered metric class named `name`, or None (unknown names, or no metric family)."""
     try:
         from workbench import registry
 
-        kinds = registry.kinds("metric")
-    except Exception:  # the registry without a metric family: no direction known
-        return "none"
-    kind = kinds.get(name)
+        return registry.kinds("metric").get(name)
+    except Exception:  # the registry without a metric family: nothing known
+        return None
+
+
+def declared_unit(name: str) -> str | None:
+    """The unit a registered metric declares (`register_metric(unit=...)`: tokens, usd, calls,
+    share...); None for a name the registry does not know."""
+    kind = _metric_kind(name)
+    return None if kind is None else str(getattr(kind, "unit", "") or "")
+
+
+def metric_direction(name: str) -> Direction:
+    """The direction a registered metric declares ("none" for unknown names and counts)."""
+    kind = _metric_kind(name)
     if kind is None:
         return "none"
     for attribute in ("direction", "better"):
