@@ -31,6 +31,7 @@ from typing import Any
 
 from workbench.calibration import CALIBRATIONS
 from workbench.errors import ConfigError, did_you_mean
+from workbench.presets import preset, presets
 from workbench.registry import StrategySpec, TriggerSpec, fresh, param, spec_of, validate
 from workbench.tokens import get_tokenizer
 
@@ -152,8 +153,6 @@ def with_preset(spec: Mapping[str, Any]) -> dict[str, Any]:
     own keys on top (`merge_config`); its name defaults to the preset's."""
     if "preset" not in spec:
         return dict(spec)
-    from workbench.presets import preset
-
     name = spec["preset"]
     if not isinstance(name, str):
         raise ConfigError(f"'preset' must be a preset name, not {name!r}")
@@ -184,8 +183,6 @@ def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayC
 def _preset_named(source: str | Path) -> dict[str, Any] | None:
     """The preset a bare name such as `as-recorded` names, else None (a file or TOML). A bare word
     that names no preset and no file is an error that lists the presets."""
-    from workbench.presets import presets
-
     text = str(source).strip()
     if isinstance(source, Path) or not _BARE_WORD.fullmatch(text) or text.endswith(".toml") or Path(text).exists():
         return None
