@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import threading
+
 import pytest
 from llm_support import ask, bind
 
-from workbench.llm.transport import lends_client
+from workbench.llm.transport import POOLS, lends_client
 
 pytest_plugins = ["llm_fixtures"]  # the gateway fixtures: litellm, server, gateway
 
@@ -19,9 +21,24 @@ def test_calls_past_twenty_in_flight_keep_their_connections(gateway, server):
     bound.complete_many([ask(f"wave {i}") for i in range(32 * 4)], max_workers=32)
     assert server.max_in_flight > 20 and server.request_count == 128
     assert server.connections <= 32  # LiteLLM's own client: about 100 for these 128 calls
-    pool = gateway.http_client()
+    pools = list(gateway._http_clients.values())
+    assert len(pools) == POOLS  # 32 threads share them, in turn
     gateway.close()
-    assert pool.client.is_closed
+    assert all(pool.client.is_closed for pool in pools) and not gateway._http_clients
+
+
+def test_a_thread_keeps_its_pool_and_threads_take_the_pools_in_turn(gateway):
+    mine = gateway.http_client()
+    assert gateway.http_client() is mine
+    others: list = []
+    for _ in range(POOLS):  # one thread after another
+        thread = threading.Thread(target=lambda: others.append(gateway.http_client()))
+        thread.start()
+        thread.join()
+    assert len({id(client) for client in [mine, *others]}) == POOLS
+    assert others[-1] is mine  # the thread after the last pool's takes the first
+    gateway.close()
+    assert mine.client.is_closed
 
 
 @pytest.mark.parametrize(("provider", "switch", "lends"), [
@@ -46,4 +63,4 @@ def test_a_call_on_the_sdk_path_still_works(gateway, server, monkeypatch):
     monkeypatch.setenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", "false")
     answer = bind(gateway, server).complete(ask("on the SDK path"))
     assert answer.text and "x-stainless-lang" in {name.lower() for name in server.headers[-1]}  # the SDK stamps these
-    assert gateway._http_client is None  # nothing lent
+    assert not gateway._http_clients  # nothing lent

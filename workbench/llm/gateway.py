@@ -89,7 +89,9 @@ class Gateway:
         self._lock = threading.Lock()
         self._limiters: dict[str, Limiter] = {}
         self._flights: dict[str, Flight] = {}
-        self._http_client: Any = None
+        self._http_clients: dict[int, Any] = {}
+        self._http_local = threading.local()  # the index of the calling thread's pool
+        self._threads_seen = 0
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Gateway:
@@ -115,8 +117,8 @@ class Gateway:
 
     def close(self) -> None:
         with self._lock:
-            client, self._http_client = self._http_client, None
-        if client is not None:
+            clients, self._http_clients = self._http_clients, {}
+        for client in clients.values():
             client.client.close()  # the handler was lent the httpx client, so its own close() leaves it open
         close = getattr(self.cache, "close", None)
         if close is not None:
@@ -164,15 +166,23 @@ class Gateway:
                         "(set input_cost_per_token/output_cost_per_token in its options to price it)", model)
 
     def http_client(self) -> Any:
-        """The connection pool lent to LiteLLM for synchronous calls (`workbench.llm.transport`),
-        made at first use and shared by every model of this gateway; closed with the gateway."""
+        """The calling thread's connection pool lent to LiteLLM for synchronous calls
+        (`workbench.llm.transport`): one of `POOLS`, handed to threads in turn at their first call,
+        shared by every model of this gateway, made at first use and closed with the gateway."""
+        from workbench.llm.transport import POOLS
+
+        index = getattr(self._http_local, "index", None)
         with self._lock:
-            if self._http_client is None:
+            if index is None:
+                index = self._http_local.index = self._threads_seen % POOLS
+                self._threads_seen += 1
+            client = self._http_clients.get(index)
+            if client is None:
                 from workbench.llm.provider import load_litellm
                 from workbench.llm.transport import pooled_handler
 
-                self._http_client = pooled_handler(load_litellm())
-            return self._http_client
+                client = self._http_clients[index] = pooled_handler(load_litellm())
+            return client
 
     def warm_up(self) -> None:
         """Pay the one-time start-up now (importing LiteLLM, registering the offline provider)."""

@@ -11,9 +11,15 @@ calls in flight two things go wrong:
   request then waits for its whole read timeout (encode/httpcore#1110; measured here: one
   400-call run in about twenty stalled for the timeout, 30 s, then retried).
 
-The gateway's client keeps alive every connection it opens, so neither can happen; how many it
-opens is bounded by the gateway's per-model limiters. It is lent only where LiteLLM's own HTTP
-transport serves the call (provider `openai` with `EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER`,
+The gateway's clients keep alive every connection they open, so neither can happen; how many
+they open is bounded by the gateway's per-model limiters.
+
+The gateway keeps `POOLS` such clients and hands each thread one of them, in turn. httpcore's pool
+looks at every one of its connections whenever it hands out or takes back one, so a single pool
+costs time quadratic in the calls in flight: at 40 in flight, 200 calls made 358,000 of those
+looks, and the run lost about 3 % of its wall time to them (`make bench`, experiments).
+
+A client is lent only where LiteLLM's own HTTP transport serves the call (provider `openai` with `EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER`,
 which `workbench.offline.LITELLM_DEFAULTS` sets): the OpenAI SDK path takes SDK clients.
 """
 
@@ -22,10 +28,12 @@ from __future__ import annotations
 import os
 from typing import Any
 
-__all__ = ["LENDING_PROVIDERS", "lends_client", "pooled_handler"]
+__all__ = ["LENDING_PROVIDERS", "POOLS", "lends_client", "pooled_handler"]
 
 #: Providers whose synchronous calls take an `HTTPHandler` as LiteLLM's `client` argument.
 LENDING_PROVIDERS = frozenset({"openai"})
+#: Connection pools per gateway (a thread keeps the one it was given at its first call).
+POOLS = 8
 _SWITCH = "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER"
 #: LiteLLM passes each request the model's timeout; this only stands in for it if one is ever missing
 #: (httpx's own default, 5 s, would cut slow summaries short).
