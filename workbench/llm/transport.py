@@ -19,8 +19,9 @@ looks at every one of its connections whenever it hands out or takes back one, s
 costs time quadratic in the calls in flight: at 40 in flight, 200 calls made 358,000 of those
 looks, and the run lost about 3 % of its wall time to them (`make bench`, experiments).
 
-A client is lent only where LiteLLM's own HTTP transport serves the call (provider `openai` with `EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER`,
-which `workbench.offline.LITELLM_DEFAULTS` sets): the OpenAI SDK path takes SDK clients.
+A client is lent only where LiteLLM's own HTTP transport serves the call (provider `openai`
+with `EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER`, which `workbench.offline.LITELLM_DEFAULTS`
+sets): the OpenAI SDK path takes SDK clients.
 """
 
 from __future__ import annotations
