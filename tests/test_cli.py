@@ -51,6 +51,7 @@ def test_import_good_and_bad_files(runner, files, tmp_path):
     result = invoke(runner, "import", good, bad, other, "--db", db)
     assert result.exit_code == 1
     assert "imported 4 sessions (17 messages, 7 calls)" in result.stdout
+    assert "duplicate" not in result.stdout  # nothing skipped, nothing said
     error_lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
     assert len(error_lines) == 1 and "bad.json" in error_lines[0]
     assert "Traceback" not in result.output

@@ -161,7 +161,8 @@ class ImportReport:
         """One line: what was imported and skipped."""
         text = (f"imported {self.sessions} session{'s' * (self.sessions != 1)} "
                 f"({self.messages} messages, {self.calls} calls)")
-        text += f"; {self.duplicates_text()}"
+        if self.duplicates:
+            text += f"; {self.duplicates_text()}"
         if self.files:
             text += f"; {len(self.files)} file{'s' * (len(self.files) != 1)} read"
         if self.errors:

@@ -98,7 +98,8 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
     else:
         click.echo(f"imported {_plural(report.sessions, 'session')} ({report.messages} messages, "
                    f"{report.calls} calls) into {path}")
-        click.echo(report.duplicates_text())
+        if report.duplicates:
+            click.echo(report.duplicates_text())
         for warning in report.warnings:
             note(f"warning: {warning}")
         skipped = report.skipped_files
