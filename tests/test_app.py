@@ -157,3 +157,12 @@ def test_import_of_a_missing_folder_is_a_message(sessions_page):
     at.button(key="import_run").click().run()
     assert not at.exception
     assert any("No such file or folder" in e.value for e in at.error)
+
+
+def test_counts_show_thousands_separators(sessions_page):
+    """The tables' counts read like the totals above them (3,434, not 3434)."""
+    import json
+
+    for table, column in ((0, "messages"), (1, "characters")):
+        config = json.loads(sessions_page.dataframe[table].proto.columns)
+        assert config[column]["type_config"]["format"] == "localized", config.get(column)

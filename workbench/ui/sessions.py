@@ -135,6 +135,11 @@ def render_detail(path: str, stamp: float, session_id: str) -> None:
                 render_recorded_compaction(event)
 
 
+#: Counts with thousands separators, like the totals above the tables.
+_COUNTS = {name: st.column_config.NumberColumn(format="localized")
+           for name in ("sessions", "messages", "calls", "characters", "recorded_compactions", "probes")}
+
+
 def page() -> None:
     path = common.database_path()
     st.title("Compaction Workbench")
@@ -152,7 +157,7 @@ def page() -> None:
     totals[1].metric("Messages", f"{sum(d['messages'] for d in datasets):,}")
     totals[2].metric("Calls", f"{sum(d['calls'] for d in datasets):,}")
     st.dataframe([{k: d[k] for k in ("name", "sessions", "messages", "calls", "description")} for d in datasets],
-                 hide_index=True, width="stretch")
+                 hide_index=True, width="stretch", column_config=_COUNTS)
 
     st.header("Sessions")
     filters = st.columns(4)
@@ -167,7 +172,7 @@ def page() -> None:
             and (not search or search in s["id"] or search in str(s["source"] or ""))]
     st.dataframe([{k: s[k] for k in ("id", "dataset", "format", "messages", "calls", "characters",
                                      "recorded_compactions", "probes", "source")} for s in rows],
-                 hide_index=True, width="stretch")
+                 hide_index=True, width="stretch", column_config=_COUNTS)
     if not rows:
         st.info("No session matches these filters.")
         return
