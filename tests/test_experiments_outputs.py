@@ -93,6 +93,21 @@ def test_cost_versus_quality_draws_a_free_run_against_billed_tokens():
     assert charts.pick_metric(["cost_usd"], charts.COST_PREFERENCE, results) == "cost_usd"  # the only one there
 
 
+@pytest.mark.parametrize(("xs", "ys", "expected"), [
+    # the reference designs on the samples: two summaries cost and keep about the same
+    ([378_780, 867_894, 977_007, 2_097_925], [0.289, 0.95, 0.944, 0.983],
+     ["top center", "top center", "bottom center", "top center"]),
+    ([100, 200, 300], [0.1, 0.5, 0.9], ["top center"] * 3),  # far apart: every label above its point
+    ([100, 105, 110, 200], [0.5] * 4, ["top center", "bottom center", "bottom center", "top center"]),
+    ([5], [0.5], ["top center"]),
+    ([], [], []),
+])
+def test_labels_of_nearby_points_go_below_rather_than_over_each_other(xs, ys, expected):
+    from workbench.experiments import charts
+
+    assert charts.label_positions(xs, ys) == expected
+
+
 def test_pareto_front_keeps_only_undominated_configs():
     points = pd.DataFrame({"billed_input_tokens": [100, 200, 150, 300], "fact_retention": [0.5, 0.9, 0.4, 0.8]},
                           index=["cheap", "good", "dominated", "worse"])

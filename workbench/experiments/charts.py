@@ -224,6 +224,22 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return points.loc[keep].sort_values(x)
 
 
+def label_positions(xs: Sequence[float], ys: Sequence[float], *, near_x: float = 0.2,
+                    near_y: float = 0.06) -> list[str]:
+    """Where each point's label goes: above it, or below it when a label already placed above a
+    point that close (within `near_x` and `near_y` of each axis's span) would cover it."""
+    x_span = (max(xs) - min(xs) if xs else 0.0) or 1.0
+    y_span = (max(ys) - min(ys) if ys else 0.0) or 1.0
+    positions = ["top center"] * len(xs)
+    above: list[int] = []
+    for i in sorted(range(len(xs)), key=lambda k: xs[k]):
+        if any(abs(xs[i] - xs[j]) < near_x * x_span and abs(ys[i] - ys[j]) < near_y * y_span for j in above):
+            positions[i] = "bottom center"
+        else:
+            above.append(i)
+    return positions
+
+
 def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None = None,
                  title: str = "Cost versus quality") -> go.Figure | None:
     """A point per config (means over its cells) with the Pareto front; None without a quality metric."""
@@ -239,7 +255,8 @@ def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None =
     front = pareto_front(means, x, y)
     figure = go.Figure()
     figure.add_trace(go.Scatter(x=means[x], y=means[y], mode="markers+text", text=[str(i) for i in means.index],
-                                textposition="top center", name="configs",
+                                textposition=label_positions(list(means[x]), list(means[y])), name="configs",
+                                showlegend=False,  # each point carries its name; one legend colour would be wrong
                                 marker={"size": 11, "color": [color_of(i) for i in range(len(means))]}))
     figure.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines", name="Pareto front",
                                 line={"dash": "dash", "color": "#444"}))
