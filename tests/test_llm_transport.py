@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
-from llm_support import ask, bind
+from llm_support import MODEL, ask, bind, closed_port
+
+from workbench.llm import LLMError
+from workbench.testing import Fault
 
 from workbench.llm.transport import POOLS, lends_client
 
@@ -64,3 +68,48 @@ def test_a_call_on_the_sdk_path_still_works(gateway, server, monkeypatch):
     answer = bind(gateway, server).complete(ask("on the SDK path"))
     assert answer.text and "x-stainless-lang" in {name.lower() for name in server.headers[-1]}  # the SDK stamps these
     assert not gateway._http_clients  # nothing lent
+
+
+def test_a_call_holds_its_slot_only_while_its_request_is_on_the_wire(gateway, server, monkeypatch):
+    """With one slot, a second call's request goes out while the first call is still in LiteLLM's
+    own work on its answer: the slot bounds requests to the provider, not LiteLLM's CPU."""
+    from litellm.llms.openai.chat.gpt_transformation import OpenAIGPTConfig
+
+    reading = threading.Event()
+    original = OpenAIGPTConfig.transform_response
+
+    def slow_reading(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        reading.set()
+        time.sleep(0.5)
+        return result
+
+    monkeypatch.setattr(OpenAIGPTConfig, "transform_response", slow_reading)
+    server.latency = 0.1
+    bound = bind(gateway, server, concurrency=1)
+    threads = [threading.Thread(target=bound.complete, args=(ask(f"call {n}"),)) for n in range(2)]
+    for thread in threads:
+        thread.start()
+    assert reading.wait(10)
+    deadline = time.monotonic() + 0.3
+    while server.request_count < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert server.request_count == 2  # sent while the first answer was still being read
+    for thread in threads:
+        thread.join()
+    assert server.max_in_flight == 1 and bound.limiter.max_in_use == 1 and bound.limiter.in_use == 0
+
+
+@pytest.mark.parametrize("failure", ["closed port", "server error"])
+def test_a_request_that_fails_gives_its_slot_back(gateway, server, failure):
+    if failure == "closed port":
+        bound = gateway.model(MODEL, {"api_base": f"http://127.0.0.1:{closed_port()}/v1", "api_key": "sk-dummy",
+                                      "num_retries": 0, "concurrency": 1})
+    else:
+        server.script(*[Fault.error(500, "the model is down")] * 3)
+        bound = bind(gateway, server, concurrency=1, num_retries=2, backoff_base=0.01)
+    with pytest.raises(LLMError):
+        bound.complete(ask())
+    assert bound.limiter.in_use == 0
+    if failure == "server error":
+        assert server.request_count == 3 and bound.complete(ask("and now")).text  # the slot is free again

@@ -35,7 +35,7 @@ from workbench.llm.options import (
 from workbench.llm.pricing import Prices, call_cost
 from workbench.llm.provider import load_litellm
 from workbench.llm.retry import RetryPolicy
-from workbench.llm.transport import lends_client
+from workbench.llm.transport import lends_client, on_the_wire
 
 __all__ = ["BoundModel", "GatewayAPI"]
 
@@ -342,7 +342,7 @@ class BoundModel:
                 if isinstance(step, _Attempt):
                     litellm = load_litellm()
                     kwargs = self._send_kwargs(step.request)
-                    with self.limiter:
+                    with on_the_wire(self.limiter) if "client" in kwargs else self.limiter:
                         self.gateway.count(requests=1)
                         started = time.perf_counter()
                         response = litellm.completion(**kwargs)

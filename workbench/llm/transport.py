@@ -19,6 +19,9 @@ looks at every one of its connections whenever it hands out or takes back one, s
 costs time quadratic in the calls in flight: at 40 in flight, 200 calls made 358,000 of those
 looks, and the run lost about 3 % of its wall time to them (`make bench`, experiments).
 
+A call through a lent pool holds its model's concurrency slot only while its request is on the
+wire (`on_the_wire`), so LiteLLM's own work before and after it never delays another call.
+
 A client is lent only where LiteLLM's own HTTP transport serves the call (provider `openai`
 with `EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER`, which `workbench.offline.LITELLM_DEFAULTS`
 sets): the OpenAI SDK path takes SDK clients.
@@ -27,9 +30,20 @@ sets): the OpenAI SDK path takes SDK clients.
 from __future__ import annotations
 
 import os
-from typing import Any
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any, Protocol
 
-__all__ = ["LENDING_PROVIDERS", "POOLS", "lends_client", "pooled_handler"]
+
+class Slots(Protocol):
+    """What `on_the_wire` needs of a limiter (`workbench.llm.concurrency.Limiter` is one)."""
+
+    def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
+
+__all__ = ["LENDING_PROVIDERS", "POOLS", "lends_client", "on_the_wire", "pooled_handler"]
 
 #: Providers whose synchronous calls take an `HTTPHandler` as LiteLLM's `client` argument.
 LENDING_PROVIDERS = frozenset({"openai"})
@@ -70,5 +84,48 @@ def pooled_handler(litellm: Any) -> Any:
     headers = getattr(http_handler, "get_default_headers", None)
     client = httpx.Client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
                           timeout=_FALLBACK_TIMEOUT, verify=verify, cert=cert, follow_redirects=True,
-                          headers=headers() if headers is not None else None)
+                          headers=headers() if headers is not None else None,
+                          event_hooks={"request": [_take_slot], "response": [_give_slot_back]})
     return http_handler.HTTPHandler(client=client)
+
+
+_wire = threading.local()
+
+
+@contextmanager
+def on_the_wire(limiter: Slots) -> Iterator[None]:
+    """Inside the block, a request this thread sends through a `pooled_handler` pool holds a slot
+    of `limiter` from the moment it goes out until its whole answer is read.
+
+    Held around the whole `litellm.completion` call instead, a slot would also cover LiteLLM's
+    own work before the request and after the answer (a few milliseconds of CPU each, more when
+    many threads share the interpreter), and a call waiting for the slot could only start that
+    work once it had one. Calls in flight to the provider stay bounded by the limiter all the same.
+    """
+    outer = getattr(_wire, "limiter", None), getattr(_wire, "held", None)
+    _wire.limiter, _wire.held = limiter, None
+    try:
+        yield
+    finally:
+        held = _wire.held
+        _wire.limiter, _wire.held = outer
+        if held is not None:  # the request failed before its answer came back
+            held.release()
+
+
+def _take_slot(request: Any) -> None:
+    limiter = getattr(_wire, "limiter", None)
+    if limiter is not None and getattr(_wire, "held", None) is None:
+        limiter.acquire()
+        _wire.held = limiter
+
+
+def _give_slot_back(response: Any) -> None:
+    held = getattr(_wire, "held", None)
+    if held is None:
+        return
+    try:
+        response.read()  # the gateway never streams: the answer is read here rather than just after
+    finally:
+        _wire.held = None
+        held.release()
