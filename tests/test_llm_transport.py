@@ -9,9 +9,8 @@ import pytest
 from llm_support import MODEL, ask, bind, closed_port
 
 from workbench.llm import LLMError
-from workbench.testing import Fault
-
 from workbench.llm.transport import POOLS, lends_client
+from workbench.testing import Fault
 
 pytest_plugins = ["llm_fixtures"]  # the gateway fixtures: litellm, server, gateway
 
