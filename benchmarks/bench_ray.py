@@ -12,7 +12,9 @@ Each size gets its own local Ray (`num_cpus` 1, then 2) and each grid a warm-up 
 have not run model cells, which here compute about 30 % slower and would flatter the 1-worker
 baseline); the timed runs recompute every cell (`fresh=True`) and
 ask new questions each time (a per-run `seed` option), so neither the result store nor the model
-cache short-cuts them. Skipped, with a line saying so, when Ray (the `ray` extra) is absent.
+cache short-cuts them. The CPU-bound grid is timed `CPU_RUNS` times per size and the fastest run
+kept (every run is printed): on a shared machine, other processes' work lengthens runs at random.
+Skipped, with a line saying so, when Ray (the `ray` extra) is absent.
 Run: `python -m benchmarks ray`.
 """
 
@@ -34,6 +36,8 @@ from workbench.store import Store
 from workbench.testing import FakeOpenAIProcess
 
 CPU_SESSIONS = 16
+CPU_RUNS = 3  # the CPU-bound grid is timed this many times per size, the fastest kept: a neighbour on the
+# machine's cores slows a run down, never speeds it up
 CPU_STEPS = 60
 LLM_SESSIONS = 16
 LLM_LATENCY = 0.5
@@ -107,6 +111,7 @@ def run() -> None:
             store.import_sessions([_session(1000 + i, 8) for i in range(LLM_SESSIONS)], dataset="llm")
         figures: dict[str, dict[int, tuple[float, int, float]]] = {"cpu": {}, "llm": {}}
         driver_cpu: dict[int, float] = {}
+        cpu_walls: dict[int, list[float]] = {}
         for workers in (1, 2):
             ray.init(num_cpus=workers, include_dashboard=False, object_store_memory=200 * 1024 * 1024,
                      log_to_driver=False, configure_logging=False)
@@ -116,9 +121,13 @@ def run() -> None:
                 # run model cells computes CPU-bound cells about 30 % slower here, which would flatter the
                 # 1-worker baseline
                 _timed(_cpu_spec("ray-warm-up", seed=-workers), db, executor)
-                started = time.process_time()
-                figures["cpu"][workers] = _timed(_cpu_spec("ray-cpu", seed=workers), db, executor)
-                driver_cpu[workers] = time.process_time() - started
+                for attempt in range(CPU_RUNS):
+                    started = time.process_time()
+                    timed = _timed(_cpu_spec("ray-cpu", seed=10 * workers + attempt), db, executor)
+                    driver_s = time.process_time() - started
+                    cpu_walls.setdefault(workers, []).append(timed[0])
+                    if workers not in figures["cpu"] or timed[0] < figures["cpu"][workers][0]:
+                        figures["cpu"][workers], driver_cpu[workers] = timed, driver_s
                 _timed(_llm_spec("ray-warm-up", server, seed=-workers), db, executor)  # LiteLLM start-up
                 figures["llm"][workers] = _timed(_llm_spec("ray-llm", server, seed=workers), db, executor)
             finally:
@@ -131,6 +140,10 @@ def run() -> None:
         print(f"{label} grid, {cells} cells: 1 worker {one:.2f} s, 2 workers {two:.2f} s; "
               f"speedup {one / two:.2f}x{goal}; mean cell {cell_one * 1000:.0f} ms with 1 worker, "
               f"{cell_two * 1000:.0f} ms with 2")
+        if grid == "cpu":
+            runs = "; ".join(f"{n} worker{'s' * (n > 1)} " + ", ".join(f"{w:.2f}" for w in cpu_walls[n])
+                             for n in (1, 2))
+            print(f"  (best of {CPU_RUNS} runs each: {runs} s)")
     two = figures["cpu"][2][0]
     print(f"the driver (outcomes, the database writer) used {driver_cpu[2]:.2f} s of CPU during the 2-worker "
           f"CPU-bound run ({driver_cpu[2] / two:.0%} of a core), taken from the workers' two cores")
