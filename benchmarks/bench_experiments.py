@@ -51,7 +51,9 @@ def _session(number: int) -> Session:
 
 def _spec(server: FakeOpenAIProcess, seed: int = 0) -> dict:
     options = {"api_base": server.api_base, "api_key": "sk-bench-dummy", "max_tokens": 128, "timeout": 30,
-               "concurrency": CONCURRENCY, "seed": seed}
+               "concurrency": CONCURRENCY, "seed": seed,
+               # priced as a user prices a model LiteLLM does not know, so each call's cost is computed
+               "input_cost_per_token": 1.5e-7, "output_cost_per_token": 6e-7}
     configs = [{"name": f"full-{n}", "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
                 "strategy": {"kind": "summarize_full"}} for n in (5, 6, 7, 8)]
     configs.append({"name": "split-5", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 5}},
