@@ -35,15 +35,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-
-class Slots(Protocol):
-    """What `on_the_wire` needs of a limiter (`workbench.llm.concurrency.Limiter` is one)."""
-
-    def acquire(self) -> None: ...
-
-    def release(self) -> None: ...
-
-__all__ = ["LENDING_PROVIDERS", "POOLS", "lends_client", "on_the_wire", "pooled_handler"]
+__all__ = ["LENDING_PROVIDERS", "POOLS", "Slots", "lends_client", "on_the_wire", "pooled_handler"]
 
 #: Providers whose synchronous calls take an `HTTPHandler` as LiteLLM's `client` argument.
 LENDING_PROVIDERS = frozenset({"openai"})
@@ -87,6 +79,14 @@ def pooled_handler(litellm: Any) -> Any:
                           headers=headers() if headers is not None else None,
                           event_hooks={"request": [_take_slot], "response": [_give_slot_back]})
     return http_handler.HTTPHandler(client=client)
+
+
+class Slots(Protocol):
+    """What `on_the_wire` needs of a limiter (`workbench.llm.concurrency.Limiter` is one)."""
+
+    def acquire(self) -> None: ...
+
+    def release(self) -> None: ...
 
 
 _wire = threading.local()
