@@ -138,7 +138,7 @@ def run() -> None:
         (one, cells, cell_one), (two, _, cell_two) = figures[grid][1], figures[grid][2]
         goal = " (goal >= 1.6)" if grid == "cpu" else ""
         print(f"{label} grid, {cells} cells: 1 worker {one:.2f} s, 2 workers {two:.2f} s; "
-              f"speedup {one / two:.2f}x{goal}; mean cell {cell_one * 1000:.0f} ms with 1 worker, "
+              f"speedup {one / two:.3f}x{goal}; mean cell {cell_one * 1000:.0f} ms with 1 worker, "
               f"{cell_two * 1000:.0f} ms with 2")
         if grid == "cpu":
             runs = "; ".join(f"{n} worker{'s' * (n > 1)} " + ", ".join(f"{w:.2f}" for w in cpu_walls[n])
