@@ -313,7 +313,7 @@ def test_the_run_table_names_each_metric_once(grid_db, tmp_path):
 
 
 @pytest.mark.parametrize(("metric", "shown"), [
-    ("completed", "percent"),
+    ("completed", "%.0f%%"),
     ("cost_usd", "$%.4f"),
     ("summarizer_cost_usd", "$%.4f"),
     ("billed_input_tokens", "localized"),
@@ -330,12 +330,15 @@ def test_a_leaderboard_shows_each_metric_in_its_own_unit(metric, shown):
     assert charts.display_format(metric) == shown
 
 
-def test_token_means_are_shown_as_whole_tokens():
+def test_token_means_are_shown_whole_and_completion_as_a_percent():
     from workbench.experiments import charts
 
-    board = pd.DataFrame({"billed_input_tokens": [682699.5714], "fact_retention": [0.86348]}, index=["a"])
+    board = pd.DataFrame({"billed_input_tokens": [682699.5714], "fact_retention": [0.86348], "completed": [5 / 6]},
+                         index=["a"])
     shown = charts.displayed(board)
     assert shown.loc["a", "billed_input_tokens"] == 682700 and shown.loc["a", "fact_retention"] == 0.86348
+    assert shown.loc["a", "completed"] == pytest.approx(500 / 6)  # shown as "83%" by display_format's "%.0f%%"
+    assert board.loc["a", "completed"] == 5 / 6  # the board itself is left alone
 
 
 @pytest.mark.parametrize(("metric", "value", "text"), [

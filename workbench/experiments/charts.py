@@ -169,7 +169,7 @@ def metric_unit(name: str) -> str:
     return "tokens" if name.endswith("_tokens") else "number"
 
 
-_STREAMLIT_FORMATS = {"cells": None, "percent": "percent", "dollars": "$%.4f", "tokens": "localized",
+_STREAMLIT_FORMATS = {"cells": None, "percent": "%.0f%%", "dollars": "$%.4f", "tokens": "localized",
                       "count": "%.1f", "number": "%.3f"}
 
 
@@ -198,8 +198,14 @@ def format_metric(name: str, value: Any) -> str:
 
 
 def displayed(board: pd.DataFrame) -> pd.DataFrame:
-    """`board` with token means rounded to whole tokens (a fraction of a token means nothing)."""
-    return board.round({c: 0 for c in board.columns if str(c).endswith("_tokens")})
+    """`board` as a Streamlit table shows it with `display_format`: token means rounded to whole
+    tokens (a fraction of a token means nothing) and percent columns scaled to 0-100 (Streamlit's
+    own percent format has two decimals: 83.33% where the terminal says 83%)."""
+    shown = board.round({c: 0 for c in board.columns if str(c).endswith("_tokens")})
+    for column in shown.columns:
+        if metric_unit(str(column)) == "percent":
+            shown[column] = shown[column] * 100
+    return shown
 
 
 def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
