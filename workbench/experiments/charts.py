@@ -174,7 +174,8 @@ _STREAMLIT_FORMATS = {"cells": None, "percent": "%.0f%%", "dollars": "$%.4f", "t
 
 
 def display_format(name: str) -> str | None:
-    """The format of a metric's column in a Streamlit table (`metric_unit`)."""
+    """The format of a metric's column in a Streamlit table (`metric_unit`), for the values `displayed`
+    gives (percents scaled to 0-100)."""
     return _STREAMLIT_FORMATS[metric_unit(name)]
 
 
