@@ -16,6 +16,7 @@ from typing import Any
 
 import streamlit as st
 
+from workbench.extractive import OFFLINE_BASELINE_LABEL, is_offline_baseline
 from workbench.ui import common
 
 MIN_CONFIGS, MAX_CONFIGS = 2, 6
@@ -32,7 +33,6 @@ ratio = 0.7
 kind = "sliding_window"
 window = 8
 """
-OFFLINE_PREFIX = "workbench/"
 
 
 def available_presets() -> dict[str, dict[str, Any]]:
@@ -293,8 +293,8 @@ def summaries_panel(results: Sequence[Any]) -> None:
         with column:
             st.markdown(f"**{result.config.name}**")
             summarized = any(e.summary for e in result.compactions)
-            if summarized and str(result.config.summarizer).startswith(OFFLINE_PREFIX):
-                st.caption(f"{result.config.summarizer}: the offline extractive baseline, not a language model")
+            if summarized and is_offline_baseline(result.config.summarizer):
+                st.caption(f"{result.config.summarizer}: the {OFFLINE_BASELINE_LABEL}")
             labels = [f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
                       for i, e in enumerate(result.compactions)]
             index = int(st.selectbox("Compaction", range(len(labels)), format_func=labels.__getitem__,
@@ -360,8 +360,8 @@ def page() -> None:
     labels = {s["id"]: common.session_label(s) for s in overview["sessions"]}
     session_id = st.selectbox("Session", list(labels), format_func=lambda key: labels[key], key="compare_session")
     window = window_settings()
-    if window["summarizer"].startswith(OFFLINE_PREFIX):
-        st.caption(f"Summaries by {window['summarizer']}: the offline extractive baseline, not a language model.")
+    if is_offline_baseline(window["summarizer"]):
+        st.caption(f"Summaries by {window['summarizer']}: the {OFFLINE_BASELINE_LABEL}.")
     configs, valid = pick_configs(window)
     request = {"session": session_id, "configs": configs, "stamp": stamp}
     if st.button("Run replays", type="primary", disabled=not valid, key="compare_run"):
