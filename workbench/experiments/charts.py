@@ -202,9 +202,12 @@ def displayed(board: pd.DataFrame) -> pd.DataFrame:
     """`board` as a Streamlit table shows it with `display_format`: token means rounded to whole
     tokens (a fraction of a token means nothing) and percent columns scaled to 0-100 (Streamlit's
     own percent format has two decimals: 83.33% where the terminal says 83%)."""
-    shown = board.round({c: 0 for c in board.columns if str(c).endswith("_tokens")})
+    shown = board.copy()
     for column in shown.columns:
-        if metric_unit(str(column)) == "percent":
+        unit = metric_unit(str(column))
+        if unit == "tokens":
+            shown[column] = shown[column].round(0)
+        elif unit == "percent":
             shown[column] = shown[column] * 100
     return shown
 
