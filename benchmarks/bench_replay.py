@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.naive_replay import naive_replay
-from workbench.config import parse_config
-from workbench.replay import ReplayResult, _Replay, replay
+from workbench.replay import ReplayResult, _parsed, _Replay, replay
 from workbench.session import Message, Session, ToolCall
 from workbench.tokens import message_tokens, prime
 
@@ -99,8 +98,10 @@ def _timed(fn, clock=time.perf_counter):
 
 
 def _cpu(fn):
-    """CPU time of the process: steadier than wall time on a shared machine (the warm runs are single-threaded)."""
-    return _timed(fn, time.process_time)
+    """CPU time of this thread: steadier than wall time on a shared machine (the warm runs are
+    single-threaded). Not the process's: numpy's idle BLAS threads spin on it now and then, which
+    doubled some runs' figures without the replay doing any more work."""
+    return _timed(fn, time.thread_time)
 
 
 def fresh_copy(session: Session) -> Session:
@@ -128,11 +129,11 @@ class _StrategyClock:
         return getattr(self._strategy, name)
 
     def compact(self, context: Any, env: Any) -> Any:
-        started = time.process_time()
+        started = time.thread_time()
         try:
             return self._strategy.compact(context, env)
         finally:
-            self.seconds += time.process_time() - started
+            self.seconds += time.thread_time() - started
 
 
 class _TimedReplay(_Replay):
@@ -147,11 +148,12 @@ class _TimedReplay(_Replay):
 
 
 def _timed_replay(session: Session, config: dict) -> tuple[ReplayResult, float, float]:
-    """(result, CPU s of the replay as `replay(..., measure=False)` does it, CPU s inside the strategy)."""
-    started = time.process_time()
-    runner = _TimedReplay(session, parse_config(config), None, None)
+    """(result, CPU s of the replay as `replay(..., measure=False)` does it, CPU s inside the strategy).
+    The config is parsed as `replay()` parses it (remembered, an experiment replays a spec many times)."""
+    started = time.thread_time()
+    runner = _TimedReplay(session, _parsed(config), None, None)
     result = runner.run()
-    return result, time.process_time() - started, runner.clock.seconds
+    return result, time.thread_time() - started, runner.clock.seconds
 
 
 def _warm(session: Session, config: dict) -> tuple[float, float, float, float, ReplayResult]:

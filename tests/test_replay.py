@@ -8,12 +8,13 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
-from builders import ScriptedSummarizer, agent_turns, assistant, conversation, system, user
+from builders import ScriptedSummarizer, agent_turns, assistant, conversation, conversations, system, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
 from benchmarks.naive_replay import naive_replay
+from workbench.compaction import CompactionEnv, Context
 from workbench.replay import check_invariants, compact, replay
 from workbench.tokens import messages_tokens
 
@@ -596,3 +597,59 @@ print(json.dumps({"threaded": threaded, "alone": [run(s) for s in sessions * 3]}
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["threaded"] == out["alone"]
     assert all(isinstance(counts, list) and counts[0] > 0 for counts in out["alone"])
+
+
+# -- what a replay remembers between compactions and between replays ----------------------------
+
+TOOL_KINDS = [
+    {"kind": "tool_result_truncation", "max_chars": 100},
+    {"kind": "observation_masking", "keep_recent": 2},
+    {"kind": "clear_tool_uses", "keep": 1, "clear_inputs": True},
+    {"kind": "clear_tool_uses", "keep": 2, "exclude_tools": ["grep"]},
+    {"kind": "pipeline", "steps": [{"kind": "tool_result_truncation", "max_chars": 50},
+                                   {"kind": "sliding_window", "window": 4}]},
+    {"kind": "pipeline", "steps": [{"kind": "observation_masking", "keep_recent": 1},
+                                   {"kind": "hard_clear", "keep_recent": 6}]},
+    {"kind": "pipeline", "steps": [{"kind": "clear_tool_uses", "keep": 2},
+                                   {"kind": "trim", "keep_recent_turns": 2}]},
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations(max_steps=30), st.sampled_from(TOOL_KINDS), st.sampled_from(TOOL_KINDS), st.integers(1, 4))
+def test_remembered_steps_and_rewrites_equal_compacting_afresh(messages, strategy, other, turns):
+    """Every compaction of a replay that reuses what earlier compactions and replays settled, grouped
+    and rewrote gives what the strategy makes of fresh copies of the same messages (nothing remembered)."""
+    session = wb.Session.from_messages(messages)
+
+    def spec(kind):
+        return {"tokenizer": "heuristic", "trigger": {"kind": "pressure", "turns": turns}, "strategy": kind,
+                "context_limit": 1_000_000, "max_output": 100}
+
+    runs = [(kind, replay(session, spec(kind), measure=False)) for kind in (strategy, other, strategy)]
+    assert runs[2][1].calls == runs[0][1].calls
+    for kind, result in runs:
+        built = wb.build_strategy(kind)
+        for index in range(len(result.compactions)):
+            before, after = result.compaction_contexts(index)
+            assert after == built.compact(Context(tuple(m.replace() for m in before)), CompactionEnv())
+            check_invariants(before, after)
+
+
+def test_the_invariant_check_does_not_trust_steps_a_strategy_recorded_wrongly():
+    """A strategy may record the steps of its output (`remember_steps`) for the next one; the
+    invariant check's shortcut through them still catches an orphaned tool result."""
+    from workbench.errors import InvariantError
+    from workbench.session import Step, group_steps
+    from workbench.strategies.common import remember_steps
+
+    before = conversation(4)
+    call_at = next(i for i, m in enumerate(before) if m.tool_calls)
+    after = [m for i, m in enumerate(before) if i != call_at]  # its result is now an orphan
+    leading = 1
+    remember_steps(after[leading:], group_steps(before[leading:]))  # paired steps, of another body
+    with pytest.raises(InvariantError, match="tool pairing"):
+        check_invariants(before, after)
+    remember_steps(after[leading:], [Step(tuple(after[leading:]))])  # one chunk: not a paired step
+    with pytest.raises(InvariantError, match="tool pairing"):
+        check_invariants(before, after)

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 import workbench as wb
 from workbench.session import (
     RecordedCompaction,
+    Step,
     group_steps,
     recorded_input_tokens,
     split_leading_system,
@@ -99,6 +100,34 @@ def test_the_fast_pairing_check_agrees_with_the_readable_one(messages, dropped, 
         if messages:
             messages.append(messages.pop(position % len(messages)))
     assert tools_paired(messages) == (not tool_pairing_problems(messages))
+
+
+@given(conversations(max_steps=8), st.lists(st.integers(min_value=0, max_value=200), max_size=4),
+       st.lists(st.integers(min_value=0, max_value=200), max_size=3))
+def test_steps_that_each_pair_their_calls_make_a_paired_context(messages, dropped, cuts):
+    """Any split of a context into chunks that are each `Step.paired` is paired as a whole (what the
+    replay's invariant check takes as a shortcut); grouped well-formed conversations are."""
+    messages = list(messages)
+    for position in dropped:
+        if messages:
+            messages.pop(position % len(messages))
+    bounds = sorted({0, len(messages), *(c % (len(messages) + 1) for c in cuts)})
+    for chunks in (group_steps(messages), [Step(tuple(messages[a:b])) for a, b in zip(bounds, bounds[1:],
+                                                                                   strict=False)]):
+        if all(chunk.paired for chunk in chunks):
+            assert tools_paired(messages)
+    if not dropped:
+        assert all(step.paired for step in group_steps(messages))
+
+
+def test_a_step_pairs_its_calls_only_with_tool_results():
+    call = assistant("calling", calls=(("c1", "bash"),))
+    assert Step((call, tool("c1", "ok"))).paired
+    impostor = wb.Message(role="user", content="not a result", tool_call_id="c1")
+    assert not Step((call, impostor)).paired and not tools_paired([call, impostor])
+    assert not Step((call,)).paired and not Step((call, tool("c1", "a"), tool("c1", "b"))).paired
+    assert not Step((tool("c1", "stray"),)).paired
+    assert Step((user("hi"),)).paired and not Step((user("hi"), tool("c1", "ok"))).paired
 
 
 @given(st.lists(st.sampled_from(["system", "user", "assistant"]), max_size=12))

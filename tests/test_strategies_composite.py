@@ -14,7 +14,7 @@ from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError, SummarizerError
 from workbench.registry import build_strategy, register_strategy, spec_of
 from workbench.session import Message, Step, ToolCall, group_steps, split_leading_system, tool_pairing_problems
-from workbench.strategies.common import keep_last_fraction, steps_of
+from workbench.strategies.common import Grouping, keep_last_fraction, lend_grouping, steps_of
 from workbench.strategies.composite import GuardSelect, Pipeline, severity_of
 
 
@@ -302,6 +302,28 @@ def test_known_steps_equal_a_fresh_grouping(messages, first, second, appended):
     piped = Pipeline(steps=(build_strategy(first), build_strategy(second))).compact(Context(tuple(messages)),
                                                                                     CompactionEnv())
     assert piped == expected
+
+
+@settings(max_examples=80, deadline=None)
+@given(conversations(), st.data())
+def test_a_lent_grouping_gives_the_steps_of_any_run_from_a_step_start(messages, data):
+    grouping = Grouping(messages)
+    start = data.draw(st.integers(0, len(messages)))
+    stop = data.draw(st.integers(start, len(messages)))
+    run = messages[start:stop]
+    found = grouping.group(run)
+    if run and start not in grouping.starts:
+        assert found is None  # a run must begin where a step of the grouping begins
+    else:
+        assert found == group_steps(run)
+        first = grouping.starts.index(start) if run else 0
+        # whole steps are the grouping's own objects (what settles and rewrites are remembered on)
+        assert all(step is grouping.steps[first + i] for i, step in enumerate(found[:-1]))
+    if run:
+        assert grouping.group([m.replace() for m in run]) is None  # equal copies are not the messages
+    with lend_grouping(grouping):
+        body = split_leading_system(messages)[1]
+        assert steps_of(Context(tuple(messages))) == group_steps(body)
 
 
 def test_a_stray_tool_result_next_to_a_call_after_a_drop_is_grouped_afresh():

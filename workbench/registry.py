@@ -736,7 +736,13 @@ def fresh(obj: T) -> T:
     Triggers keep per-replay state; every replay starts from a fresh one.
     """
     cls = type(obj)
-    return cls(**{name: _fresh_value(getattr(obj, name)) for name in params_of(cls)})
+    values = {name: _fresh_value(getattr(obj, name)) for name in params_of(cls)}
+    unchecked = getattr(cls.__init__, "__wrapped_init__", None)
+    if unchecked is None:
+        return cls(**values)
+    new = cls.__new__(cls)  # the values come from a built kind: validated once already
+    unchecked(new, **values)
+    return new
 
 
 # --------------------------------------------------------------------------------------------

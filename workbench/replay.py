@@ -28,7 +28,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import attrgetter, is_, itemgetter
 from typing import Any, overload
 
@@ -57,7 +57,7 @@ from workbench.session import (
     tool_pairing_problems,
     tools_paired,
 )
-from workbench.strategies.common import keep_last_fraction
+from workbench.strategies.common import Grouping, keep_last_fraction, lend_grouping, remembered_steps
 from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, prime
 
 NO_PROGRESS_FRACTION = 0.10
@@ -479,6 +479,7 @@ class _Recording:
     finish_reasons: list[str | None]
     model_keys: list[str]
     model_names: list[str]
+    grouping: Grouping
     _arrays: _RecordingArrays | None = None
 
     @classmethod
@@ -494,7 +495,8 @@ class _Recording:
                    assistant_at=assistant_at, ends=[*assistant_at[1:], len(messages)],
                    completion=[counts[i] - MESSAGE_OVERHEAD for i in assistant_at],
                    finish_reasons=[m.get("finish_reason") if m else None for m in metadata],
-                   model_keys=model_keys, model_names=list(dict.fromkeys(model_keys)))
+                   model_keys=model_keys, model_names=list(dict.fromkeys(model_keys)),
+                   grouping=Grouping(messages))
 
     def arrays(self) -> _RecordingArrays:
         if self._arrays is None:
@@ -544,13 +546,26 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
         for index, message in enumerate(before):
             if message.importance >= PINNED_IMPORTANCE and id(message) not in kept and message not in after:
                 raise InvariantError(f"{prefix}pinned message {index} ({message.role}) was dropped or changed")
-    if tools_paired(after):
+    if _paired_steps(after[leading:]) or tools_paired(after):
         return
     problems = tool_pairing_problems(after)
     if problems and not tool_pairing_problems(before):
         raise InvariantError(f"{prefix}tool pairing broken: {problems[0]}")
 
 
+def _paired_steps(body: Sequence[Message]) -> bool:
+    """True when the strategy recorded steps that split `body` (checked by identity) and each pairs
+    its own tool calls and results (`Step.paired`, memoised per step): then so does the whole body.
+    False says nothing."""
+    steps = remembered_steps(body)
+    if steps is None or False in map(_paired, steps):
+        return False
+    parts = list(chain.from_iterable(map(_messages, steps)))
+    return len(parts) == len(body) and all(map(is_, parts, body))
+
+
+_paired = attrgetter("paired")
+_messages = attrgetter("messages")
 _importance = attrgetter("importance")
 _token_cache = attrgetter("_token_cache")
 _role = attrgetter("role")
@@ -758,18 +773,19 @@ class _Replay:
         if not callable(firing):
             firing = None
         call_index, calls = 0, len(assistant_at)
-        while call_index < calls:
-            if firing is not None and call_index > 0 and not self.only_system:
-                try:
-                    call_index = self._skip(call_index, firing)
-                except NotImplementedError:
-                    firing = None
-                    continue
-                if call_index >= calls:
+        with lend_grouping(recording.grouping):
+            while call_index < calls:
+                if firing is not None and call_index > 0 and not self.only_system:
+                    try:
+                        call_index = self._skip(call_index, firing)
+                    except NotImplementedError:
+                        firing = None
+                        continue
+                    if call_index >= calls:
+                        break
+                if not self._call(call_index):
                     break
-            if not self._call(call_index):
-                break
-            call_index += 1
+                call_index += 1
         return self._measured(ReplayResult(session_id=self.session.id, config=self.config,
                               calls=CallRecords(self.columns), compactions=self.events,
                               final_context=list(self.context), termination=self.termination, error=self.error,

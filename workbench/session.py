@@ -12,7 +12,8 @@ import hashlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from functools import cached_property
+from typing import Any, ClassVar, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["original", "compacted_synthetic", "compacted_modified", "retrieved_history"]
@@ -196,12 +197,28 @@ class Step:
     """
 
     messages: tuple[Message, ...]
+    #: Names of the per-step rewrites this step is a fixed point of (`strategies.common.settle`).
+    settled: ClassVar[frozenset[str]] = frozenset()
 
     @property
     def kind(self) -> str:
         return self.messages[0].role
 
-    @property
+    @cached_property
+    def paired(self) -> bool:
+        """Whether this step is an assistant message whose every tool call the step's tool results
+        answer once each (and nothing else), or a step with no tool traffic at all: a context made
+        of such steps pairs every call with its result (`tools_paired`)."""
+        head, rest = self.messages[0], self.messages[1:]
+        if head.role == "tool" or any(m.role != "tool" for m in rest):
+            return False
+        answers = [m.tool_call_id for m in rest]
+        if head.role != "assistant":
+            return not answers
+        ids = [call.id for call in head.tool_calls]
+        return len(answers) == len(ids) == len(set(ids)) and set(answers) == set(ids)
+
+    @cached_property
     def pinned(self) -> bool:
         return any(m.pinned for m in self.messages)
 

@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import threading
 import weakref
+from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Hashable, Sequence
-from functools import partial
-from operator import attrgetter, is_
+from collections.abc import Callable, Hashable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import cached_property, partial
+from itertools import accumulate, repeat
+from operator import attrgetter, contains, is_, itemgetter
 from typing import Any, TypeVar, cast
 
 from workbench.compaction import CompactionEnv, Context
-from workbench.session import PINNED_IMPORTANCE, Message, Step, flatten, group_steps
+from workbench.session import Message, Step, flatten, group_steps
 
 DEFAULT_FALLBACK_FRACTION = 0.4
 
@@ -23,41 +26,157 @@ def last_steps_for_messages(steps: Sequence[Step], keep_messages: int) -> int:
     """
     if keep_messages <= 0:
         return 0
-    kept_messages = 0
-    count = 0
-    for step in reversed(steps):
-        if kept_messages >= keep_messages:
-            break
-        kept_messages += len(step.messages)
-        count += 1
-    return count
+    from_the_end = list(accumulate(map(len, map(_messages, reversed(steps)))))
+    return min(bisect_left(from_the_end, keep_messages) + 1, len(steps))
+
+
+def step_offsets(steps: Sequence[Step]) -> list[int]:
+    """Where each step starts among the messages of `steps` joined, and (last) their total."""
+    return list(accumulate(map(len, map(_messages, steps)), initial=0))
 
 
 def has_pins(context: Context) -> bool:
     """Whether any body message is pinned (most contexts have none: then no step needs asking)."""
-    return max(map(_importance, context.body), default=0.0) >= PINNED_IMPORTANCE
+    return True in map(_pinned, steps_of(context))
 
 
 def pinned_flags(context: Context) -> list[bool]:
-    """`step.pinned` for each step of the context's body (one quick scan when nothing is pinned)."""
-    steps = steps_of(context)
-    return [s.pinned for s in steps] if has_pins(context) else [False] * len(steps)
+    """`step.pinned` for each step of the context's body."""
+    return list(map(_pinned, steps_of(context)))
 
 
 _importance = attrgetter("importance")
+_messages = attrgetter("messages")
+_pinned = attrgetter("pinned")
+_settled = attrgetter("settled")
+_first = itemgetter(0)
+_role = attrgetter("role")
+
+
+def settled_steps(steps: Sequence[Step], key: str) -> int:
+    """How many leading steps are fixed points of the per-step rewrite named `key` (`settle`).
+
+    A strategy that rewrites each step on its own (truncating, masking, clearing) marks what it
+    returns; the next compaction of a replay starts with those very steps, so it skips them in one
+    scan rather than asking about each again.
+    """
+    flags = list(map(contains, map(_settled, steps), repeat(key)))
+    return flags.index(False) if False in flags else len(flags)
+
+
+def settle(step: Step, key: str) -> Step:
+    """Mark `step` as a fixed point of the rewrite named `key`: rewriting it gives it back unchanged.
+
+    `key` must name the rewrite and everything it depends on besides the step (the kind and its
+    parameters); the step is immutable, so the mark never goes stale."""
+    if key not in step.settled:
+        object.__setattr__(step, "settled", step.settled | {key})
+    return step
+
+
+def has_stray_tool_step(steps: Sequence[Step]) -> bool:
+    """Whether a step starts with a tool message (a result with no call before it)."""
+    return "tool" in map(_role, map(_first, map(_messages, steps)))
+
+
+class Grouping:
+    """A message sequence (a session's recorded messages) grouped into steps once, on first use.
+
+    A replay's context is the previous compaction's result followed by recorded messages; the
+    replay lends its session's grouping (`lend_grouping`) so `steps_of` takes the steps of those
+    messages from here instead of grouping them again at every compaction and in every replay.
+    """
+
+    def __init__(self, messages: Sequence[Message]):
+        self.messages = tuple(messages)
+        #: per rewrite name (`rewrite_run`), the rewrite of each step (None: not asked yet)
+        self.rewrites: dict[str, list[Step | None]] = {}
+
+    @cached_property
+    def steps(self) -> list[Step]:
+        return group_steps(self.messages)
+
+    @cached_property
+    def starts(self) -> list[int]:
+        return step_offsets(self.steps)[:-1]
+
+    @cached_property
+    def step_at(self) -> dict[int, int]:
+        """id(message) -> index of the step it starts."""
+        return {id(self.messages[start]): index for index, start in enumerate(self.starts)}
+
+    def group(self, messages: Sequence[Message]) -> list[Step] | None:
+        """`group_steps(messages)` when `messages` is a run of this sequence starting at one of its
+        steps (else None). Grouping decides each message from the ones since its step began, so
+        from a step's start the steps are this sequence's own, the last one cut where the run ends."""
+        if not messages:
+            return []
+        index = self.step_at.get(id(messages[0]))
+        if index is None:
+            return None
+        start = self.starts[index]
+        end = start + len(messages)
+        if end > len(self.messages) or not all(map(is_, messages, self.messages[start:end])):
+            return None
+        stop = bisect_left(self.starts, end)
+        steps = self.steps[index:stop]
+        last_start = self.starts[stop - 1]
+        if last_start + len(steps[-1].messages) > end:
+            steps[-1] = Step(tuple(self.messages[last_start:end]))
+        return steps
+
+
+def rewrite_run(steps: list[Step], start: int, stop: int, key: str, rewrite: Callable[[Step], Step]) -> list[Step]:
+    """`[rewrite(step) for step in steps[start:stop]]`, remembered per step of the grouping the replay
+    lends when the steps are a run of it: a replay meets the same steps compaction after compaction
+    and replay after replay, and takes their rewrites as one slice. `key` must name everything the
+    rewrite depends on besides the step (the kind and its parameters)."""
+    lent = _GROUPED.lent
+    count = stop - start
+    index = lent.step_at.get(id(steps[start].messages[0])) if lent is not None and count > 0 else None
+    if lent is None or index is None or index + count > len(lent.steps) \
+            or not all(map(is_, steps[start:stop], lent.steps[index:index + count])):
+        return [rewrite(step) for step in steps[start:stop]]
+    remembered = lent.rewrites.get(key)
+    if remembered is None:
+        remembered = lent.rewrites[key] = [None] * len(lent.steps)
+    outputs = remembered[index:index + count]
+    if True in map(is_, outputs, repeat(None)):
+        for offset, output in enumerate(outputs):
+            if output is None:
+                outputs[offset] = remembered[index + offset] = rewrite(steps[start + offset])
+    return cast("list[Step]", outputs)
 
 
 class _Grouped(threading.local):
     """(a body, its steps) for the last few bodies grouped or returned by a strategy in this thread
-    (held strongly: a replay needs the previous compaction's result, a few entries back). Per
-    thread: a replay runs in one thread, and replays in other threads (an experiment's cells)
-    neither push its entries out nor change the deque while it is being read."""
+    (held strongly: a replay needs the previous compaction's result, a few entries back), and the
+    grouping lent by the replay running in this thread. Per thread: a replay runs in one thread,
+    and replays in other threads (an experiment's cells) neither push its entries out nor change
+    the deque while it is being read."""
 
     def __init__(self) -> None:
         self.bodies: deque[tuple[tuple[Message, ...], list[Step]]] = deque(maxlen=8)
+        self.lent: Grouping | None = None
 
 
 _GROUPED = _Grouped()
+
+
+@contextmanager
+def lend_grouping(grouping: Grouping) -> Iterator[None]:
+    """While inside, `steps_of` in this thread takes the steps of `grouping`'s messages from it."""
+    previous, _GROUPED.lent = _GROUPED.lent, grouping
+    try:
+        yield
+    finally:
+        _GROUPED.lent = previous
+
+
+def _group(messages: Sequence[Message]) -> list[Step]:
+    lent = _GROUPED.lent
+    found = lent.group(messages) if lent is not None else None
+    return group_steps(messages) if found is None else found
 
 
 def remember_steps(body: Sequence[Message], steps: Sequence[Step]) -> None:
@@ -66,15 +185,25 @@ def remember_steps(body: Sequence[Message], steps: Sequence[Step]) -> None:
         _GROUPED.bodies.append((tuple(body), list(steps)))
 
 
+def remembered_steps(body: Sequence[Message]) -> list[Step] | None:
+    """The steps `body` groups into, when a strategy in this thread just recorded them (else None)."""
+    for prefix, steps in reversed(_GROUPED.bodies):
+        if len(prefix) == len(body) and all(map(is_, prefix, body)):
+            return steps
+    return None
+
+
 def steps_of(context: Context) -> list[Step]:
     """`context.steps`, grouping only what follows a body recorded by `remember_steps` or grouped before.
 
     A replay compacts a context that is the previous compaction's result with the recorded
-    messages since appended: the steps of that result are known, so only the last of them and the
-    new messages are grouped. This is exact: `group_steps` decides each message from the ones
-    before it, so a body's steps before its last are steps of any longer body it begins, and
-    grouping again from a step's start gives the same steps. The steps found are stored in the
-    context, where its `steps` property finds them.
+    messages since appended: the steps of that result are known, so only the new messages are
+    grouped (with the last known step, when the first of them is a tool result that may join it),
+    taken from the session's grouping the replay lends when it does. This is exact:
+    `group_steps` decides each message from the ones since its step began, so a body's steps
+    before its last are steps of any longer body it begins, a message that is not a tool result
+    always begins a step, and grouping again from a step's start gives the same steps. The steps
+    found are stored in the context, where its `steps` property finds them.
     """
     known = context.__dict__.get("steps")
     if known is not None:
@@ -85,12 +214,14 @@ def steps_of(context: Context) -> list[Step]:
         if len(prefix) <= len(body) and all(map(is_, prefix, body)):
             if len(prefix) == len(body):
                 steps = list(prefix_steps)
+            elif body[len(prefix)].role != "tool":  # a step of its own: the prefix's last step is whole
+                steps = prefix_steps + _group(body[len(prefix):])
             else:
                 start = len(prefix) - len(prefix_steps[-1].messages)
-                steps = prefix_steps[:-1] + group_steps(body[start:])
+                steps = prefix_steps[:-1] + _group(body[start:])
             break
     if steps is None:
-        steps = group_steps(body)
+        steps = _group(body)
     context.__dict__["steps"] = steps  # where the `steps` cached_property keeps its value
     remember_steps(body, steps)
     return steps
@@ -219,5 +350,5 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
 
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
            "derived", "has_pins", "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
-           "last_steps_for_messages", "pinned_flags", "remember_steps", "render_transcript",
+           "last_steps_for_messages", "pinned_flags", "remember_steps", "remembered_steps", "render_transcript",
            "steps_of", "summary_max_tokens", "task_index", "usable_window"]

@@ -17,16 +17,27 @@ and a result is only replaced by a placeholder when the placeholder is shorter t
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
+from itertools import accumulate, chain, repeat
+from operator import attrgetter, eq, is_, itemgetter, mul
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
 from workbench.registry import param, register_strategy
 from workbench.session import Message, Step, ToolCall
-from workbench.strategies.common import derived, has_pins, remember_steps, steps_of
+from workbench.strategies.common import (
+    derived,
+    remember_steps,
+    rewrite_run,
+    settle,
+    settled_steps,
+    step_offsets,
+    steps_of,
+)
 
 TRUNCATION_MARKER = "[truncated]"
 TRUNCATION_SEPARATOR = "\n"
@@ -34,6 +45,10 @@ CLEARED_ARGUMENTS = '{"cleared": true}'
 #: Fields a placeholder may use: `{chars}` (length of the replaced text) and `{tool}` (tool name).
 PLACEHOLDER_FIELDS = ("chars", "tool")
 METADATA_KEY = "compaction"  # "truncated" | "masked" | "cleared" on messages these kinds changed
+_first = itemgetter(0)
+_messages = attrgetter("messages")
+_role = attrgetter("role")
+_tool_calls = attrgetter("tool_calls")
 
 
 def _placeholder_param(name: str, value: str) -> str:
@@ -90,38 +105,78 @@ def _masked(message: Message, step: Step, placeholder: str, how: str) -> Message
 
 
 class _Rewriter:
-    """Builds a strategy's output step by step; keeps the input list when nothing changed.
+    """Builds a strategy's output from ranges of rewritten steps; keeps the input list when nothing changed.
 
+    A strategy rewrites each step on its own (`rewrite` takes a function of the step alone that
+    gives the output step, the step itself when nothing changes). Every output of such a function
+    is marked settled under the strategy's `key` (`common.settle`): the next compaction starts
+    after the leading settled steps, which a rewrite would give back unchanged. A rewritten step is
+    built once per original (`common.derived`), and per step of the session the replay lends
+    (`common.rewrite_run`), so later compactions and replays meet the very same steps in one look.
     The output's steps are recorded (`common.remember_steps`) for the next strategy or compaction:
     a replacement has its original's role, tool_call_id and tool call ids, so the output groups the
     same as the input.
     """
 
-    def __init__(self, context: Context):
+    def __init__(self, context: Context, key: str, steps: list[Step], start: int):
+        """Steps before `start` are kept as they are."""
         self.context = context
-        self.out = list(context.system)
-        self.new_steps: dict[int, Step] = {}
+        self.key = key
+        self.steps = steps
+        self.offsets = step_offsets(steps)
+        self.out = [*context.system, *context.body[:self.offsets[start]]]
+        self.new = list(steps)
+        self.changed = False
 
-    def keep(self, messages: Sequence[Message]) -> None:
-        self.out.extend(messages)
-
-    def put(self, index: int, step: Step, replacements: Sequence[Message | None]) -> None:
-        """Step `index`, each message swapped for its replacement (None: kept as it is)."""
-        if not any(replacements):
-            self.out.extend(step.messages)
+    def rewrite(self, start: int, stop: int, rewrite: Callable[[Step], Step]) -> None:
+        """Steps [start:stop] replaced by `rewrite(step)` (a function of the step and the strategy alone)."""
+        if stop <= start:
             return
-        messages = tuple(m if r is None else r for m, r in zip(step.messages, replacements, strict=True))
-        self.new_steps[index] = Step(messages)
-        self.out.extend(messages)
+        outputs = rewrite_run(self.steps, start, stop, self.key, rewrite)
+        self._put(start, stop, outputs)
 
-    def result(self) -> list[Message]:
-        if not self.new_steps:
+    def rewrite_one(self, index: int, new: Step | None) -> None:
+        """Step `index` replaced by `new` (None: kept as it is), not settled: a later compaction may change more."""
+        self._put(index, index + 1, [new or self.steps[index]])
+
+    def _put(self, start: int, stop: int, outputs: list[Step]) -> None:
+        self.out += chain.from_iterable(map(_messages, outputs))
+        if not self.changed and not all(map(is_, outputs, self.steps[start:stop])):
+            self.changed = True
+        self.new[start:stop] = outputs
+
+    def result(self, rest: int | None = None) -> list[Message]:
+        """The output, with the steps from `rest` on kept as they are."""
+        if not self.changed:
             return list(self.context.messages)
-        steps = list(steps_of(self.context))
-        for index, new in self.new_steps.items():
-            steps[index] = new
-        remember_steps(self.out[len(self.context.system):], steps)
+        if rest is not None:
+            self.out += self.context.body[self.offsets[rest]:]
+        remember_steps(self.out[len(self.context.system):], self.new)
         return self.out
+
+
+def _rewritten(step: Step, rewrite: Callable[[Message], Message | None]) -> Step | None:
+    """`step` with each message rewritten, or None when no message changes."""
+    replacements = [rewrite(m) for m in step.messages]
+    if not any(replacements):
+        return None
+    return Step(tuple(m if r is None else r for m, r in zip(step.messages, replacements, strict=True)))
+
+
+def _step_rewrite(step: Step, *, key: str, detail: Hashable, rewrite: Callable[[Message], Message | None],
+                  settled: bool = True) -> Step:
+    """`step` with each message rewritten (`rewrite` gives None to keep one), built once per step and
+    (`key`, `detail`), and marked settled under `key` (unless `settled` is False); a pinned step is
+    kept as it is."""
+    if step.pinned:
+        return settle(step, key)
+    new = derived(step, (key, detail), partial(_rewritten, step, rewrite)) or step
+    return settle(new, key) if settled else new
+
+
+def _strategy_key(strategy: Any) -> str:
+    """The name of a strategy's per-step rewrite: its kind and parameters (`repr` of the frozen dataclass)."""
+    return repr(strategy)
 
 
 @register_strategy("tool_result_truncation")
@@ -140,17 +195,17 @@ class ToolResultTruncation:
         return text[: self.max_chars] + TRUNCATION_SEPARATOR + TRUNCATION_MARKER
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        rewriter = _Rewriter(context)
-        pins = has_pins(context)
-        limit = self.max_chars
-        for index, step in enumerate(steps_of(context)):
-            if pins and step.pinned:
-                rewriter.keep(step.messages)
-                continue
-            rewriter.put(index, step, [
-                derived(m, self, partial(self._cut, m)) if m.role == "tool" and len(m.text) > limit else None
-                for m in step.messages])
+        key = _strategy_key(self)
+        steps = steps_of(context)
+        start = settled_steps(steps, key)
+        rewriter = _Rewriter(context, key, steps, start)
+        rewriter.rewrite(start, len(steps), partial(_step_rewrite, key=key, detail=None, rewrite=self._rewrite))
         return rewriter.result()
+
+    def _rewrite(self, message: Message) -> Message | None:
+        if message.role != "tool" or len(message.text) <= self.max_chars:
+            return None
+        return derived(message, self, partial(self._cut, message))
 
     def _cut(self, message: Message) -> Message | None:
         """`message` cut to `max_chars`, or None when this strategy (at this size) cut it before or
@@ -178,21 +233,26 @@ class ObservationMasking:
         _placeholder_param("placeholder", self.placeholder)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        key = _strategy_key(self)
         steps = steps_of(context)
         cut = max(0, len(steps) - self.keep_recent)
-        rewriter = _Rewriter(context)
-        pins = has_pins(context)
-        placeholder = self.placeholder
-        masked_messages = 0
-        for index, step in enumerate(steps[:cut]):
-            masked_messages += len(step.messages)
-            if pins and step.pinned:
-                rewriter.keep(step.messages)
-                continue
-            rewriter.put(index, step, [_masked(m, step, placeholder, "masked") if m.role == "tool" else None
-                                       for m in step.messages])
-        rewriter.keep(context.body[masked_messages:])
-        return rewriter.result()
+        start = settled_steps(steps[:cut], key)
+        rewriter = _Rewriter(context, key, steps, start)
+        rewriter.rewrite(start, cut, partial(self._mask_step, key=key))
+        return rewriter.result(rest=cut)
+
+    def _mask_step(self, step: Step, *, key: str) -> Step:
+        mask = partial(_mask_result, step=step, placeholder=self.placeholder, how="masked")
+        return _step_rewrite(step, key=key, detail=None, rewrite=mask)
+
+
+def _mask_result(message: Message, *, step: Step, placeholder: str, how: str,
+                 only: frozenset[str] | None = None) -> Message | None:
+    """The placeholder version of `message` when it is a tool result (answering one of the calls
+    `only` names, when given), else None."""
+    if message.role != "tool" or (only is not None and message.tool_call_id not in only):
+        return None
+    return _masked(message, step, placeholder, how)
 
 
 @register_strategy("clear_tool_uses")
@@ -215,39 +275,41 @@ class ClearToolUses:
         _placeholder_param("placeholder", self.placeholder)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        key = _strategy_key(self)
         steps = steps_of(context)
-        total = sum(len(s.head.tool_calls) for s in steps if s.kind == "assistant")
-        clear_before = total - self.keep  # tool uses with a lower ordinal are old enough to clear
-        excluded = set(self.exclude_tools)
-        placeholder = self.placeholder
-        rewriter = _Rewriter(context)
-        pins = has_pins(context)
-        seen = 0  # tool uses before the current step
-        done = 0  # body messages handled
-        for index, step in enumerate(steps):
-            if seen >= clear_before:
-                break  # every later use is recent enough
-            done += len(step.messages)
+        heads = list(map(_first, map(_messages, steps)))
+        calls_per_step = map(mul, map(len, map(_tool_calls, heads)), map(eq, map(_role, heads), repeat("assistant")))
+        uses_before = list(accumulate(calls_per_step, initial=0))  # tool uses before each step
+        clear_before = uses_before[-1] - self.keep  # tool uses with a lower ordinal are old enough to clear
+        stop = min(bisect_left(uses_before, clear_before), len(steps))  # every later use is recent enough
+        whole = max(0, min(bisect_right(uses_before, clear_before) - 1, stop))  # steps before: every use old enough
+        start = settled_steps(steps[:whole], key)
+        rewriter = _Rewriter(context, key, steps, start)
+        rewriter.rewrite(start, whole, partial(self._clear_step, key=key, cleared=None))
+        if whole < stop:  # the step holding the oldest uses kept: only its older uses are cleared
+            step = steps[whole]
             calls = step.head.tool_calls
-            if step.kind != "assistant" or not calls or (pins and step.pinned):
-                seen += len(calls) if step.kind == "assistant" else 0
-                rewriter.keep(step.messages)
-                continue
-            cleared = frozenset(c.id for i, c in enumerate(calls, start=seen)
-                                if i < clear_before and c.name not in excluded)
-            seen += len(calls)
-            if not cleared:
-                rewriter.keep(step.messages)
-                continue
-            head = step.head
-            new_head = None
-            if self.clear_inputs:
-                new_head = derived(head, ("cleared_inputs", cleared), partial(self._clear_arguments, head, cleared))
-            rewriter.put(index, step, [new_head, *(
-                _masked(m, step, placeholder, "cleared") if m.role == "tool" and m.tool_call_id in cleared else None
-                for m in step.messages[1:])])
-        rewriter.keep(context.body[done:])
-        return rewriter.result()
+            cleared = frozenset(c.id for i, c in enumerate(calls, start=uses_before[whole])
+                                if i < clear_before and c.name not in self.exclude_tools)
+            rewriter.rewrite_one(whole, self._clear_step(step, key=key, cleared=cleared, settled=False))
+        return rewriter.result(rest=stop)
+
+    def _clear_step(self, step: Step, *, key: str, cleared: frozenset[str] | None, settled: bool = True) -> Step:
+        """`step` with the uses named in `cleared` cleared (None: every use whose tool is not excluded)."""
+        calls = step.head.tool_calls if step.kind == "assistant" else ()
+        if cleared is None:
+            cleared = frozenset(c.id for c in calls if c.name not in self.exclude_tools)
+        rewrite = partial(self._clear, step=step, cleared=cleared)
+        return _step_rewrite(step, key=key, detail=cleared, rewrite=rewrite, settled=settled)
+
+    def _clear(self, message: Message, *, step: Step, cleared: frozenset[str]) -> Message | None:
+        if not cleared:
+            return None
+        if message is step.head:
+            if not self.clear_inputs:
+                return None
+            return derived(message, ("cleared_inputs", cleared), partial(self._clear_arguments, message, cleared))
+        return _mask_result(message, step=step, placeholder=self.placeholder, how="cleared", only=cleared)
 
     @staticmethod
     def _clear_arguments(message: Message, cleared: frozenset[str]) -> Message | None:

@@ -16,30 +16,53 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
+from itertools import accumulate, compress
+from operator import not_
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.registry import param, register_strategy
 from workbench.session import Message, Step
-from workbench.strategies.common import last_steps_for_messages, pinned_flags, remember_steps, steps_of, task_index
+from workbench.strategies.common import (
+    has_stray_tool_step,
+    last_steps_for_messages,
+    pinned_flags,
+    remember_steps,
+    step_offsets,
+    steps_of,
+    task_index,
+)
 
 
 def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
     """Leading system messages plus the body steps whose flag in `keep` is true, in order.
 
     When every step is kept the original message list is returned (as a new list of the same objects).
+    The kept steps are copied as runs of the body (a window keeps one or two runs, whatever its size).
     """
     steps = steps_of(context)
-    flags = list(keep)
-    if all(flags):
+    flags = keep if isinstance(keep, list) else list(keep)
+    if False not in flags:
         return list(context.messages)
+    body, offsets = context.body, step_offsets(steps)
     out = list(context.system)
-    kept_steps = [step for step, kept in zip(steps, flags, strict=True) if kept]
-    for step in kept_steps:
-        out.extend(step.messages)
+    start = _next(flags, True, 0)
+    while start < len(flags):
+        stop = _next(flags, False, start)
+        out += body[offsets[start]:offsets[stop]]
+        start = _next(flags, True, stop)
+    kept_steps = list(compress(steps, flags))
     # whole steps group as before, unless one is a stray tool result (it may join the step now before it)
-    if all(s.kind != "tool" for s in kept_steps):
+    if not has_stray_tool_step(kept_steps):
         remember_steps(out[len(context.system):], kept_steps)
     return out
+
+
+def _next(flags: list[bool], value: bool, start: int) -> int:
+    """The index of the next `value` in `flags` from `start`, or `len(flags)`."""
+    try:
+        return flags.index(value, start)
+    except ValueError:
+        return len(flags)
 
 
 @register_strategy("sliding_window")
@@ -59,18 +82,17 @@ class SlidingWindow:
     window: int = param(doc="unpinned steps kept (pinned steps and the task come on top)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        bonus = pinned_flags(context)
+        keep = pinned_flags(context)  # the bonus slots: pinned steps and the task
         task = task_index(steps_of(context))
         if task is not None:
-            bonus[task] = True
-        to_skip = bonus.count(False) - self.window  # oldest steps outside the bonus slots to drop
-        keep: list[bool] = []
-        for step_bonus in bonus:
-            if step_bonus or to_skip <= 0:
-                keep.append(True)
-            else:
-                keep.append(False)
-                to_skip -= 1
+            keep[task] = True
+        to_skip = keep.count(False) - self.window  # oldest steps outside the bonus slots to drop
+        if to_skip > 0:
+            # every step outside the bonus slots after the `to_skip`-th of them is kept
+            last_dropped = list(accumulate(map(int, map(not_, keep)))).index(to_skip)
+            keep[last_dropped + 1:] = [True] * (len(keep) - last_dropped - 1)
+        else:
+            keep = [True] * len(keep)
         return rebuild(context, keep)
 
 
@@ -90,7 +112,9 @@ class HardClear:
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = steps_of(context)
         cut = len(steps) - last_steps_for_messages(steps, self.keep_recent)
-        return rebuild(context, (i >= cut or pinned for i, pinned in enumerate(pinned_flags(context))))
+        keep = pinned_flags(context)
+        keep[cut:] = [True] * (len(steps) - cut)
+        return rebuild(context, keep)
 
 
 def turn_numbers(steps: list[Step]) -> tuple[list[int], int]:
