@@ -28,7 +28,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate, chain
+from itertools import accumulate
 from operator import attrgetter, is_, itemgetter
 from typing import Any, overload
 
@@ -554,18 +554,14 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
 
 
 def _paired_steps(body: Sequence[Message]) -> bool:
-    """True when the strategy recorded steps that split `body` (checked by identity) and each pairs
-    its own tool calls and results (`Step.paired`, memoised per step): then so does the whole body.
-    False says nothing."""
+    """True when the strategy recorded steps that split `body` (`remembered_steps` checks that by
+    identity) and each pairs its own tool calls and results (`Step.paired`, memoised per step):
+    then so does the whole body. False says nothing."""
     steps = remembered_steps(body)
-    if steps is None or False in map(_paired, steps):
-        return False
-    parts = list(chain.from_iterable(map(_messages, steps)))
-    return len(parts) == len(body) and all(map(is_, parts, body))
+    return steps is not None and False not in map(_paired, steps)
 
 
 _paired = attrgetter("paired")
-_messages = attrgetter("messages")
 _importance = attrgetter("importance")
 _token_cache = attrgetter("_token_cache")
 _role = attrgetter("role")

@@ -9,7 +9,7 @@ from collections import deque
 from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property, partial
-from itertools import accumulate, repeat
+from itertools import accumulate, chain, repeat
 from operator import attrgetter, contains, is_, itemgetter
 from typing import Any, TypeVar, cast
 
@@ -186,9 +186,11 @@ def remember_steps(body: Sequence[Message], steps: Sequence[Step]) -> None:
 
 
 def remembered_steps(body: Sequence[Message]) -> list[Step] | None:
-    """The steps `body` groups into, when a strategy in this thread just recorded them (else None)."""
+    """The steps a strategy in this thread just recorded for a body of `body`'s length, whose
+    messages are `body`'s (checked by identity), else None."""
     for prefix, steps in reversed(_GROUPED.bodies):
-        if len(prefix) == len(body) and all(map(is_, prefix, body)):
+        if len(prefix) == len(body) and sum(map(len, map(_messages, steps))) == len(body) \
+                and all(map(is_, chain.from_iterable(map(_messages, steps)), body)):
             return steps
     return None
 
