@@ -35,11 +35,6 @@ def step_offsets(steps: Sequence[Step]) -> list[int]:
     return list(accumulate(map(len, map(_messages, steps)), initial=0))
 
 
-def has_pins(context: Context) -> bool:
-    """Whether any body message is pinned (most contexts have none: then no step needs asking)."""
-    return True in map(_pinned, steps_of(context))
-
-
 def pinned_flags(context: Context) -> list[bool]:
     """`step.pinned` for each step of the context's body."""
     return list(map(_pinned, steps_of(context)))
@@ -350,7 +345,8 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
     env.summaries[:] = [s for s in env.summaries if s in texts]
 
 
-__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
-           "derived", "has_pins", "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
-           "last_steps_for_messages", "pinned_flags", "remember_steps", "remembered_steps", "render_transcript",
+__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "Grouping",
+           "derived", "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction",
+           "keep_summaries_in", "last_steps_for_messages", "lend_grouping", "pinned_flags", "remember_steps",
+           "remembered_steps", "render_transcript", "rewrite_run", "settle", "settled_steps", "step_offsets",
            "steps_of", "summary_max_tokens", "task_index", "usable_window"]
