@@ -186,14 +186,18 @@ class Context:
             object.__setattr__(self, "messages", tuple(self.messages))
 
     @cached_property
+    def _split(self) -> tuple[list[Message], list[Message]]:
+        return split_leading_system(self.messages)
+
+    @cached_property
     def system(self) -> list[Message]:
         """The leading system messages (every strategy keeps them)."""
-        return split_leading_system(self.messages)[0]
+        return self._split[0]
 
     @cached_property
     def body(self) -> list[Message]:
         """Everything after the leading system messages."""
-        return split_leading_system(self.messages)[1]
+        return self._split[1]
 
     @cached_property
     def steps(self) -> list[Step]:

@@ -28,7 +28,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate
+from itertools import accumulate, islice
 from operator import attrgetter, is_, itemgetter
 from typing import Any, overload
 
@@ -634,11 +634,8 @@ class _Replay:
 
     def _set_context(self, messages: list[Message]) -> None:
         self.context = messages
-        tokenizer = self.tokenizer
-        name = tokenizer.name
-        caches = list(map(_token_cache, messages))
         try:
-            counts = list(map(itemgetter(name), caches))
+            counts = list(map(itemgetter(self.tokenizer.name), map(_token_cache, messages)))
         except KeyError:  # a strategy's new messages: counted in one batch
             counts = self._counts(messages)
         roles = list(map(_role, messages))
@@ -920,8 +917,11 @@ class _Replay:
     def _shared_prefix_tokens(self, previous: list[Message], previous_length: int) -> int:
         """Tokens of the longest prefix the current context shares (by identity) with the previous
         call's, the fixed preamble (tool schemas, calibrated overhead) included."""
-        same = list(map(is_, previous[:previous_length], self.context))
-        shared = same.index(False) if False in same else len(same)
+        same = list(map(is_, islice(previous, previous_length), self.context))
+        try:
+            shared = same.index(False)
+        except ValueError:
+            shared = len(same)
         head = self.context[:shared]
         try:
             return self.fixed_tokens + sum(map(itemgetter(self.tokenizer.name), map(_token_cache, head)))
