@@ -151,7 +151,8 @@ class _Endpoint:
 class FakeOpenAI(_Endpoint):
     """An OpenAI-compatible `/v1/chat/completions` server on 127.0.0.1, as a context manager.
 
-    latency: seconds each request waits before answering (asyncio sleep: requests overlap).
+    latency: seconds from a request's arrival to its answer, the server's own reading and answering
+    included, as a provider's latency is measured (asyncio sleep: requests overlap).
     responder: `f(request_body) -> str | Fault` used when the script queue is empty.
     port: 0 picks a free port.
 
@@ -351,7 +352,10 @@ class FakeOpenAI(_Endpoint):
         return item
 
     async def _handle(self, request: Any) -> Any:
+        from aiohttp import web
 
+        loop = asyncio.get_running_loop()
+        arrived = loop.time()
         raw = await request.read()
         try:
             body = json.loads(raw or b"{}")
@@ -367,9 +371,12 @@ class FakeOpenAI(_Endpoint):
                 self.headers.append(dict(request.headers))
         try:
             item = self._next_item(body)
+            # a text answer is serialised before the wait: many answers falling due together are
+            # then not each late by the time the others took to build
+            ready = web.json_response(self._completion(body, item)) if isinstance(item, str) else None
             if self.latency > 0:
-                await asyncio.sleep(self.latency)
-            return await self._answer(body, item)
+                await asyncio.sleep(max(0.0, arrived + self.latency - loop.time()))
+            return ready if ready is not None else await self._answer(body, item)
         finally:
             with self._lock:
                 self.in_flight -= 1
