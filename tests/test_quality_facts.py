@@ -129,3 +129,21 @@ def test_a_collection_under_the_cache_lock_does_not_deadlock():
     worker.start()
     worker.join(timeout=10)
     assert not worker.is_alive(), "a weak-reference callback waited for a lock its own thread holds"
+
+
+def test_facts_come_in_order_of_first_mention_in_every_process():
+    """Which spelling of a fact is kept, and which facts a probe asks about, follow the order facts
+    are found in: it must not depend on the interpreter's string hashing (`PYTHONHASHSEED`)."""
+    import os
+    import subprocess
+    import sys
+
+    text = ("Edit ./src/app.py, then src/app.py again; helper_value and HelperClass in lib/util.py, "
+            "bump v1.2.3 to v1.2.4, see docs.example.com and tests/test_app.py, run_tests_now, 42%, "
+            "ConfigError in config_loader, parse_args_fast, src/other_module.py, TOKEN_LIMIT, cacheWarmup.")
+    script = ("import sys; from workbench.quality.facts import message_facts; from workbench.session import Message; "
+              "print([f.text for f in message_facts(Message(role='user', content=sys.argv[1])).values()])")
+    outputs = {subprocess.run([sys.executable, "-c", script, text], capture_output=True, text=True, check=True,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(1, 6)}
+    assert len(outputs) == 1
+    assert message_facts(Message(role="user", content=text))["src/app.py"].text == "./src/app.py"  # first spelling

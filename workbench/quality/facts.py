@@ -226,7 +226,7 @@ def _extract(text: str) -> list[Fact]:
     if not text:
         return out
     add = out.append
-    _token_facts(set(_TOKEN.findall(text)), out)
+    _token_facts(dict.fromkeys(_TOKEN.findall(text)), out)  # in order of first mention: the same in every process
     if "://" in text:
         for match in _URL.finditer(text):
             url = match.group().rstrip(_TRAILING)
