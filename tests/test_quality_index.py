@@ -3,14 +3,14 @@ against a plain set-based computation of the same definitions."""
 
 from __future__ import annotations
 
-from builders import assistant, system, tool, user
+from builders import assistant, conversations, system, tool, user
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality.facts import message_facts, normalize_text
-from workbench.quality.index import positions, session_index
-from workbench.quality.retention import analyse, last_use
+from workbench.quality.index import messages_index, positions, session_index
+from workbench.quality.retention import _PrefixUnions, analyse, last_use
 from workbench.quality.trace import compaction_contexts
 from workbench.session import Message, Session
 
@@ -143,3 +143,18 @@ def test_bit_accounting_equals_the_set_definitions(messages, strategy):
         "context_limit": 100_000, "max_output": 100})
     got = [(set(a.removed), set(a.retained), set(a.needed)) for a in analyse(result).compactions]
     assert got == _naive(result)
+
+
+@settings(max_examples=60, deadline=None)
+@given(conversations(max_steps=12), st.lists(st.tuples(st.integers(0, 60), st.lists(st.integers(0, 60), max_size=4),
+                                                       st.booleans()), max_size=6))
+def test_unions_carried_over_from_the_previous_context_equal_a_fresh_union(messages, edits):
+    """The fact accounting takes each compaction's union from where its result stops sharing the
+    previous result's messages; whatever the contexts, that is the union of the whole context."""
+    index = messages_index(messages[: len(messages) // 2])  # the rest are foreign to the index
+    unions = _PrefixUnions(index, None)
+    context: list[Message] = []
+    for keep, added, copies in edits:
+        picked = [messages[i % len(messages)] for i in added] if messages else []
+        context = context[: keep % (len(context) + 1)] + [m.replace() if copies else m for m in picked]
+        assert unions.union(context) == index.union(context)

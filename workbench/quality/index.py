@@ -21,6 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
 from operator import or_
+from typing import cast
 
 from workbench.quality.facts import Fact, message_facts, message_text
 from workbench.quality.trace import assistant_positions, memo
@@ -115,6 +116,10 @@ class FactIndex:
 
     def union(self, messages: Sequence[Message], seen: dict[int, int] | None = None) -> int:
         """The mask of every fact the messages state (`seen`: see `FactIndex.seen`)."""
+        return reduce(or_, self.every_of(messages, seen), 0)
+
+    def every_of(self, messages: Sequence[Message], seen: dict[int, int] | None = None) -> list[int]:
+        """Each message's mask of every fact it states (`seen`: see `FactIndex.seen`)."""
         known = self._every if seen is None else seen
         found = list(map(known.get, map(id, messages)))
         if None in found:
@@ -123,7 +128,7 @@ class FactIndex:
                     mask = found[place] = self.masks(message).every
                     if seen is not None:
                         seen[id(message)] = mask
-        return reduce(or_, found, 0)
+        return cast("list[int]", found)  # every None was replaced
 
     def seen_texts(self) -> dict[int, str]:
         """Like `seen`, for `texts`."""

@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from itertools import compress
-from operator import not_
+from itertools import accumulate, compress
+from operator import is_, not_, or_
 from typing import Any, ClassVar
 
 from workbench.quality.facts import Fact, content_words, message_facts, message_text, normalize_text, text_words
@@ -181,11 +181,33 @@ def last_use(session: Session) -> dict[str, int]:
 
 # -- one compaction -----------------------------------------------------------------------------
 
+class _PrefixUnions:
+    """The facts stated by successive contexts of one replay, each from where it stops sharing the
+    previous one's messages (by identity): a compaction's result begins with most of the previous
+    result, whose running unions (`ors[i]`: the facts of its first i + 1 messages) are kept."""
+
+    def __init__(self, index: FactIndex, seen: dict[int, int] | None):
+        self.index, self.seen = index, seen
+        self.messages: Sequence[Message] = ()
+        self.ors: list[int] = []
+
+    def union(self, messages: Sequence[Message]) -> int:
+        same = list(map(is_, self.messages, messages))
+        try:
+            shared = same.index(False)
+        except ValueError:
+            shared = len(same)
+        tail = self.index.every_of(messages[shared:], self.seen)
+        self.ors = self.ors[:shared] + list(accumulate(tail, or_, initial=self.ors[shared - 1] if shared else 0))[1:]
+        self.messages = messages
+        return self.ors[-1] if self.ors else 0
+
+
 def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Message], *, event_index: int,
              call_index: int, used_later: int, calls: int, tokenizer: Any,
-             seen: dict[int, int] | None = None) -> CompactionFacts:
+             seen: dict[int, int] | None = None, unions: _PrefixUnions | None = None) -> CompactionFacts:
     """The accounting of one compaction given the mask of the facts used at or after its call (`seen`:
-    see `FactIndex.union`)."""
+    see `FactIndex.union`; `unions`: the union of the previous compaction's result, kept to go on from)."""
     after_ids = set(map(id, after))
     removed_messages = tuple(compress(before, map(not_, map(after_ids.__contains__, map(id, before)))))
     removed_masks = tuple(map(index.masks, removed_messages))
@@ -194,7 +216,7 @@ def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Messag
         removed |= masks.every
         constraint |= masks.constraint
         fuzzy |= masks.fuzzy
-    present = index.union(after, seen)
+    present = unions.union(after) if unions is not None else index.union(after, seen)
     retained = removed & present
     accounting = CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=0,
                                  removed_mask=removed, retained_mask=retained, needed_mask=0, after_mask=present,
@@ -301,12 +323,14 @@ def analyse(result: Any) -> RunFacts:
         used_from = index.used_from
         analyses: list[CompactionFacts] = []
         seen = index.seen()
+        unions = _PrefixUnions(index, seen)
         for event_index in applied_events(result):
             before, after = compaction_contexts(result, event_index)
             call = result.compactions[event_index].call_index
             used_later = used_from[call] if 0 <= call < len(used_from) else 0
             analyses.append(_account(index, before, after, event_index=event_index, call_index=call,
-                                     used_later=used_later, calls=calls, tokenizer=tokenizer, seen=seen))
+                                     used_later=used_later, calls=calls, tokenizer=tokenizer, seen=seen,
+                                     unions=unions))
         return RunFacts(compactions=tuple(analyses), dangling_references=_dangling(result, session, index, analyses))
 
     found: RunFacts = memo(result, "quality_facts", compute)
