@@ -29,7 +29,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate, islice
-from operator import attrgetter, is_, itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any, overload
 
 from workbench.calibration import CALIBRATIONS, CalibrationFit, ScaledTokenizer, fit_recorded, prime_scaled, schema_text
@@ -57,8 +57,14 @@ from workbench.session import (
     tool_pairing_problems,
     tools_paired,
 )
-from workbench.strategies.common import Grouping, keep_last_fraction, lend_grouping, remembered_steps
-from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, prime
+from workbench.strategies.common import (
+    Grouping,
+    keep_last_fraction,
+    lend_grouping,
+    remembered_steps,
+    shared_prefix_length,
+)
+from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, messages_tokens, prime
 
 NO_PROGRESS_FRACTION = 0.10
 TERMINATIONS = ("completed", "compaction_failed", "context_overflow")
@@ -917,16 +923,8 @@ class _Replay:
     def _shared_prefix_tokens(self, previous: list[Message], previous_length: int) -> int:
         """Tokens of the longest prefix the current context shares (by identity) with the previous
         call's, the fixed preamble (tool schemas, calibrated overhead) included."""
-        same = list(map(is_, islice(previous, previous_length), self.context))
-        try:
-            shared = same.index(False)
-        except ValueError:
-            shared = len(same)
-        head = self.context[:shared]
-        try:
-            return self.fixed_tokens + sum(map(itemgetter(self.tokenizer.name), map(_token_cache, head)))
-        except KeyError:
-            return self.fixed_tokens + sum(message_tokens(m, self.tokenizer) for m in head)
+        shared = shared_prefix_length(islice(previous, previous_length), self.context)
+        return self.fixed_tokens + messages_tokens(self.context[:shared], self.tokenizer)
 
     #: Metrics that require a model, computed on request (`replay(..., metrics=[...])`).
     metric_names: tuple[str, ...] = ()

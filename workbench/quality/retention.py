@@ -30,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import accumulate, compress
-from operator import is_, not_, or_
+from operator import not_, or_
 from typing import Any, ClassVar
 
 from workbench.quality.facts import Fact, content_words, message_facts, message_text, normalize_text, text_words
@@ -45,6 +45,7 @@ from workbench.quality.trace import (
 from workbench.registry import register_metric
 from workbench.replay import call_column
 from workbench.session import Message, Session
+from workbench.strategies.common import shared_prefix_length
 from workbench.tokens import messages_tokens
 
 __all__ = ["FUZZY_KINDS", "CompactionFacts", "RunFacts", "analyse", "analyse_compaction", "last_use"]
@@ -192,11 +193,7 @@ class _PrefixUnions:
         self.ors: list[int] = []
 
     def union(self, messages: Sequence[Message]) -> int:
-        same = list(map(is_, self.messages, messages))
-        try:
-            shared = same.index(False)
-        except ValueError:
-            shared = len(same)
+        shared = shared_prefix_length(self.messages, messages)
         tail = self.index.every_of(messages[shared:], self.seen)
         self.ors = self.ors[:shared] + list(accumulate(tail, or_, initial=self.ors[shared - 1] if shared else 0))[1:]
         self.messages = messages

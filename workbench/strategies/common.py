@@ -6,7 +6,7 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property, partial
 from itertools import accumulate, chain, repeat
@@ -55,8 +55,20 @@ def settled_steps(steps: Sequence[Step], key: str) -> int:
     returns; the next compaction of a replay starts with those very steps, so it skips them in one
     scan rather than asking about each again.
     """
-    flags = list(map(contains, map(_settled, steps), repeat(key)))
-    return flags.index(False) if False in flags else len(flags)
+    return next_index(list(map(contains, map(_settled, steps), repeat(key))), False)
+
+
+def next_index(items: list[Any], value: Any, start: int = 0) -> int:
+    """The index of the next `value` in `items` from `start`, or `len(items)` when there is none."""
+    try:
+        return items.index(value, start)
+    except ValueError:
+        return len(items)
+
+
+def shared_prefix_length(first: Iterable[Any], second: Iterable[Any]) -> int:
+    """How many leading items the two sequences share by identity (the very same objects)."""
+    return next_index(list(map(is_, first, second)), False)
 
 
 def settle(step: Step, key: str) -> Step:
@@ -347,6 +359,6 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
 
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "Grouping",
            "derived", "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction",
-           "keep_summaries_in", "last_steps_for_messages", "lend_grouping", "pinned_flags", "remember_steps",
-           "remembered_steps", "render_transcript", "rewrite_run", "settle", "settled_steps", "step_offsets",
-           "steps_of", "summary_max_tokens", "task_index", "usable_window"]
+           "keep_summaries_in", "last_steps_for_messages", "lend_grouping", "next_index", "pinned_flags",
+           "remember_steps", "remembered_steps", "render_transcript", "rewrite_run", "settle", "settled_steps",
+           "shared_prefix_length", "step_offsets", "steps_of", "summary_max_tokens", "task_index", "usable_window"]

@@ -25,6 +25,7 @@ from workbench.session import Message, Step
 from workbench.strategies.common import (
     has_stray_tool_step,
     last_steps_for_messages,
+    next_index,
     pinned_flags,
     remember_steps,
     step_offsets,
@@ -45,24 +46,16 @@ def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
         return list(context.messages)
     body, offsets = context.body, step_offsets(steps)
     out = list(context.system)
-    start = _next(flags, True, 0)
+    start = next_index(flags, True, 0)
     while start < len(flags):
-        stop = _next(flags, False, start)
+        stop = next_index(flags, False, start)
         out += body[offsets[start]:offsets[stop]]
-        start = _next(flags, True, stop)
+        start = next_index(flags, True, stop)
     kept_steps = list(compress(steps, flags))
     # whole steps group as before, unless one is a stray tool result (it may join the step now before it)
     if not has_stray_tool_step(kept_steps):
         remember_steps(out[len(context.system):], kept_steps)
     return out
-
-
-def _next(flags: list[bool], value: bool, start: int) -> int:
-    """The index of the next `value` in `flags` from `start`, or `len(flags)`."""
-    try:
-        return flags.index(value, start)
-    except ValueError:
-        return len(flags)
 
 
 @register_strategy("sliding_window")
