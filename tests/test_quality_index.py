@@ -43,6 +43,19 @@ def test_masks_hold_exactly_each_message_facts():
         assert [f.key for f in masks.facts] == list(facts)
 
 
+@given(st.data())
+def test_chosen_facts_are_those_of_the_mask_in_order_of_mention(data):
+    session = _session()
+    index = session_index(session)
+    message = data.draw(st.sampled_from([m for m in session.messages if message_facts(m)]))
+    masks = index.masks(message)
+    keys = data.draw(st.sets(st.sampled_from(index.keys)))
+    limit = data.draw(st.none() | st.integers(min_value=0, max_value=5))
+    expected = [f for f in masks.facts if f.key in keys][:limit]
+    assert masks.chosen(index.mask_of(keys), limit) == expected
+    assert index.masks_of([message, Message(role="user", content="Retry src/app/net.py")])[0] is masks
+
+
 def test_used_from_is_the_backward_pass_of_last_use():
     session = _session()
     index = session_index(session)

@@ -33,13 +33,21 @@ FUZZY_KINDS = ("error", "command", "constraint")
 @dataclass(frozen=True, slots=True)
 class Masks:
     """The facts of one message as bit masks (all of them, its constraints, its error/command/constraint
-    facts), with its facts in order of mention and, per bit position, the fact's place in that order."""
+    facts), with its facts in order of mention and each bit position's place in that order (`rank`)."""
 
     every: int
     constraint: int
     fuzzy: int
     facts: tuple[Fact, ...]
     rank: dict[int, int]
+
+    def chosen(self, mask: int, limit: int | None = None) -> list[Fact]:
+        """This message's facts whose bits are in `mask`, in order of mention (the first `limit`)."""
+        hit = self.every & mask
+        if hit == self.every:
+            return list(self.facts[:limit])
+        facts, rank = self.facts, self.rank
+        return [facts[i] for i in sorted([rank[p] for p in positions(hit)])[:limit]]
 
 
 class FactIndex:
@@ -108,6 +116,14 @@ class FactIndex:
         with self._lock:
             self._foreign[id(facts)] = (facts, masks)
         return masks
+
+    def masks_of(self, messages: Sequence[Message]) -> list[Masks]:
+        """`[self.masks(m) for m in messages]`, looked up by identity in one pass where it can."""
+        found = list(map(self._own.get, map(id, messages)))
+        if not all(found):  # (`None in found` would call the dataclass's __eq__ on each)
+            found = [self.masks(message) if masks is None else masks
+                     for message, masks in zip(messages, found, strict=True)]
+        return cast("list[Masks]", found)
 
     def seen(self) -> dict[int, int]:
         """A copy of the own messages' masks by identity, for `union` to add other messages to while
@@ -185,8 +201,9 @@ def positions(mask: int) -> list[int]:
     """The positions of a mask's set bits (in no particular order)."""
     if not mask:
         return []
-    digits = format(mask, "b")
-    top = len(digits) - 1
+    low = (mask & -mask).bit_length() - 1  # a message's facts sit close together: format only their span
+    digits = format(mask >> low, "b")
+    top = len(digits) - 1 + low
     out: list[int] = []
     at = digits.find("1")
     while at >= 0:

@@ -28,13 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import cached_property
-from itertools import accumulate, compress
-from operator import not_, or_
+from functools import cached_property, reduce
+from itertools import accumulate, compress, repeat
+from operator import attrgetter, not_, or_
 from typing import Any, ClassVar
 
 from workbench.quality.facts import Fact, content_words, message_facts, message_text, normalize_text, text_words
-from workbench.quality.index import FUZZY_KINDS, FactIndex, Masks, messages_index, positions, session_index
+from workbench.quality.index import FUZZY_KINDS, FactIndex, Masks, messages_index, session_index
 from workbench.quality.trace import (
     applied_events,
     assistant_positions,
@@ -84,11 +84,11 @@ class CompactionFacts:
         if not remaining or limit == 0:
             return out
         for message, masks in zip(self.removed_messages, self.removed_masks, strict=True):
-            hit = masks.every & remaining
+            every = masks.every
+            hit = every & remaining
             if not hit:
                 continue
-            facts, rank = masks.facts, masks.rank
-            out += [(facts[place], message) for place in sorted(rank[p] for p in positions(hit))]
+            out += zip(masks.facts if hit == every else masks.chosen(hit), repeat(message))
             if limit is not None and len(out) >= limit:
                 return out[:limit]
             remaining ^= hit
@@ -182,6 +182,9 @@ def last_use(session: Session) -> dict[str, int]:
 
 # -- one compaction -----------------------------------------------------------------------------
 
+_every, _constraint, _fuzzy = attrgetter("every"), attrgetter("constraint"), attrgetter("fuzzy")
+
+
 class _PrefixUnions:
     """The facts stated by successive contexts of one replay, each from where it stops sharing the
     previous one's messages (by identity): a compaction's result begins with most of the previous
@@ -207,27 +210,27 @@ def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Messag
     see `FactIndex.union`; `unions`: the union of the previous compaction's result, kept to go on from)."""
     after_ids = set(map(id, after))
     removed_messages = tuple(compress(before, map(not_, map(after_ids.__contains__, map(id, before)))))
-    removed_masks = tuple(map(index.masks, removed_messages))
-    removed = constraint = fuzzy = 0
-    for masks in removed_masks:
-        removed |= masks.every
-        constraint |= masks.constraint
-        fuzzy |= masks.fuzzy
+    removed_masks = tuple(index.masks_of(removed_messages))
+    removed = reduce(or_, map(_every, removed_masks), 0)
+    constraint = reduce(or_, map(_constraint, removed_masks), 0)
+    fuzzy = reduce(or_, map(_fuzzy, removed_masks), 0)
     present = unions.union(after) if unions is not None else index.union(after, seen)
     retained = removed & present
-    accounting = CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=0,
-                                 removed_mask=removed, retained_mask=retained, needed_mask=0, after_mask=present,
-                                 constraint_mask=0, index=index, removed_messages=removed_messages,
-                                 removed_masks=removed_masks)
     missing = removed & ~retained & fuzzy
+    stated_constraints = removed & constraint
+    if missing or stated_constraints:  # both need the removed facts in order of mention
+        accounting = CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=0,
+                                     removed_mask=removed, retained_mask=retained, needed_mask=0, after_mask=present,
+                                     constraint_mask=0, index=index, removed_messages=removed_messages,
+                                     removed_masks=removed_masks)
     if missing:
         before_ids = set(map(id, before))
         written = list(compress(after, map(not_, map(before_ids.__contains__, map(id, after)))))
         if written:
             retained |= _rephrased(accounting, missing, written)
     constraints = 0
-    if removed & constraint:
-        for fact, _ in accounting.mentions(removed & constraint):
+    if stated_constraints:
+        for fact, _ in accounting.mentions(stated_constraints):
             if fact.kind == "constraint":
                 constraints |= index.bit(fact.key)
     needed = (removed & ~constraints & used_later) | (constraints if call_index < calls else 0)
@@ -315,7 +318,7 @@ def analyse(result: Any) -> RunFacts:
     def compute() -> RunFacts:
         session = session_of(result)
         index = session_index(session)
-        calls = session.calls
+        calls = len(assistant_positions(session))
         tokenizer = getattr(result.config, "tokenizer", "heuristic")
         used_from = index.used_from
         analyses: list[CompactionFacts] = []
