@@ -22,6 +22,8 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
+from operator import contains
 from typing import Any, ClassVar
 
 from workbench.quality.evaluator import evaluator_model, record_spend, transcript
@@ -130,10 +132,9 @@ def _contexts_by_call(result: Any, probes: Sequence[AskedProbe]) -> dict[int, li
 
 
 def answerable(result: Any) -> list[bool]:
-    """For each asked probe: its expected answer appears in the context at its call (memoised).
-
-    Normalised texts hold no line breaks, so one search of the context's texts joined by line
-    breaks finds exactly what a search of each message would."""
+    """For each asked probe: its expected answer appears in a message of the context at its call
+    (normalised texts, memoised). Each message is searched on its own: joining the context's
+    texts first would copy all of them for every call asked at, and cost more than the searches."""
     def compute() -> list[bool]:
         probes = asked_probes(result)
         flags = [False] * len(probes)
@@ -146,9 +147,9 @@ def answerable(result: Any) -> list[bool]:
             index = session_index(session_of(result))
             seen = index.seen_texts()
             for call in sorted(by_call):
-                text = "\n".join(index.texts(context_at(result, call), seen))
+                texts = index.texts(context_at(result, call), seen)
                 for position, wanted in by_call[call]:
-                    flags[position] = wanted in text
+                    flags[position] = any(map(contains, texts, repeat(wanted)))
         return flags
 
     found: list[bool] = memo(result, "quality_answerable", compute)
