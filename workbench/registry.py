@@ -385,6 +385,8 @@ def parameters(cls: type) -> dict[str, Any]:
 def validate(cls: type, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The keyword arguments that construct `cls`, checked and converted (ConfigError otherwise)."""
     table = params_of(cls)
+    if not table and not args and not kwargs:
+        return {}  # a kind without parameters (most metrics), built for every replay
     names = list(table)
     if len(args) > len(names):
         raise ConfigError(f"takes at most {len(names)} positional parameters ({', '.join(names)})")
@@ -610,13 +612,20 @@ def _family(family: str) -> dict[str, type]:
     if family not in _REGISTRIES:
         raise ConfigError(f"unknown kind family {family!r}; valid: {', '.join(FAMILIES)}")
     load_kinds()
-    registry = _REGISTRIES[family]
-    return dict(sorted(registry.items(), key=lambda item: _builtin_rank(item[1])))
+    registered = tuple(_REGISTRIES[family].items())
+    ordered = _ORDERED.get(family)
+    if ordered is None or ordered[0] != registered:  # sorted again only when a kind came or went
+        ordered = _ORDERED[family] = (registered, dict(sorted(registered, key=lambda item: _builtin_rank(item[1]))))
+    return ordered[1]
+
+
+#: per family, the registry's items when last sorted and the sorted mapping (`_family`)
+_ORDERED: dict[str, tuple[tuple[tuple[str, type], ...], dict[str, type]]] = {}
 
 
 def kinds(family: str) -> dict[str, type]:
     """The registered kinds of a family (`trigger`, `strategy`, `importer`, `metric`), by name."""
-    return _family(family)
+    return dict(_family(family))
 
 
 def lookup(family: str, name: str) -> type:
