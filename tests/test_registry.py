@@ -353,3 +353,25 @@ def test_kinds_are_listed_in_the_same_order_whatever_was_imported_first():
                              check=True).stdout.strip() for first in ("workbench", "workbench.quality.probes")}
     assert len(orders) == 1, orders
     assert orders.pop().startswith("calls,compactions,peak_context_tokens")
+
+
+def test_the_listing_follows_registration_and_is_the_callers_own():
+    """`kinds` keeps its sorted listing between calls, so it must notice a kind that comes or goes."""
+    name = "keep_first_listing_test"
+
+    @dataclass(frozen=True)
+    class KeepFirst:
+        def compact(self, context: Any, env: Any) -> list[Message]:
+            return list(context.messages[:1])
+
+    assert name not in kinds("strategy")
+    wb.register_strategy(name)(KeepFirst)
+    try:
+        listed = kinds("strategy")
+        assert listed[name] is KeepFirst
+        assert list(listed)[-1] == name  # a user's kind comes after the built-in ones
+        listed.pop(name)
+        assert name in kinds("strategy")  # the caller's copy, not the registry's listing
+    finally:
+        registry.unregister("strategy", name)
+    assert name not in kinds("strategy")
