@@ -84,13 +84,12 @@ class CompactionFacts:
         if not remaining or limit == 0:
             return out
         for message, masks in zip(self.removed_messages, self.removed_masks, strict=True):
-            every = masks.every
-            hit = every & remaining
+            hit = masks.every & remaining
             if not hit:
                 continue
-            out += zip(masks.facts if hit == every else masks.chosen(hit), repeat(message))
+            out += zip(masks.chosen(hit, None if limit is None else limit - len(out)), repeat(message))
             if limit is not None and len(out) >= limit:
-                return out[:limit]
+                return out
             remaining ^= hit
             if not remaining:
                 break

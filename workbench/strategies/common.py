@@ -40,7 +40,6 @@ def pinned_flags(context: Context) -> list[bool]:
     return list(map(_pinned, steps_of(context)))
 
 
-_importance = attrgetter("importance")
 _messages = attrgetter("messages")
 _pinned = attrgetter("pinned")
 _settled = attrgetter("settled")
