@@ -115,6 +115,45 @@ def test_save_replay_stores_a_one_cell_run(grid_db):
     assert frame.loc[0, "billed_input_tokens"] == result.metrics["billed_input_tokens"]
 
 
+
+def test_cells_finishing_close_together_share_a_commit_and_closing_commits_at_once(grid_db, monkeypatch):
+    """While cells keep finishing the writer commits at most once per `COMMIT_INTERVAL` (cells of one
+    transaction share `finished_at`); a cell after a quiet spell is committed at once, and the end of
+    the run commits what is pending without waiting for the interval."""
+    import threading
+    import time
+
+    from workbench.experiments import run as run_module
+    from workbench.experiments.run import LocalExecutor
+
+    db, spec, _ = grid_db
+    monkeypatch.setattr(run_module, "COMMIT_INTERVAL", 5.0)
+    first_stored = threading.Event()
+
+    class Burst(LocalExecutor):
+        """Computes every cell, then hands over the first, waits until it is stored, and hands over
+        the others 50 ms apart (each on its own, the writer would need far less than 50 ms)."""
+
+        def map(self, work, tasks):
+            outcomes = list(super().map(work, tasks))
+            yield outcomes[0]
+            assert first_stored.wait(10), "the first cell was not committed at once"
+            for outcome in outcomes[1:]:
+                time.sleep(0.05)
+                yield outcome
+
+    def progress(state):
+        if state.cells_done >= 1:
+            first_stored.set()
+
+    run = run_experiment(spec, db=str(db), executor=Burst(2), progress=progress)
+    assert run.progress.cells_done == 9 and run.progress.failed_cells == 0
+    con = duckdb.connect(str(db))
+    commits = con.execute("SELECT finished_at, count(*) FROM cells GROUP BY ALL ORDER BY finished_at").fetchall()
+    con.close()
+    assert [count for _, count in commits] == [1, 8]
+    assert (commits[1][0] - commits[0][0]).total_seconds() < 5.0  # the run's end did not wait out the interval
+
 KILLABLE = textwrap.dedent("""
     import sys, time
     from workbench.experiments import run_experiment
