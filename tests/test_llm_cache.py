@@ -106,6 +106,46 @@ def test_memory_cache_roundtrip():
     assert cache.get_many(["k", "x"]) == {"k": entry} and len(cache) == 1
 
 
+
+@pytest.mark.parametrize("kind", ["memory", "duckdb"])
+def test_a_request_given_as_its_canonical_json_is_stored_like_the_mapping(tmp_path, kind):
+    from workbench.llm.cache import canonical_json
+
+    material = key_material("m", ask("naïve question"), {"max_tokens": 5}, repeat=2)
+    entry = CacheEntry("t", 1, 2, None, "stop", 0.1)
+    stored = []
+    for name, request in (("as-mapping", material), ("as-json", canonical_json(material))):
+        if kind == "memory":
+            memory = MemoryCache()
+            memory.put(name, "m", request, entry)
+            stored.append(memory.requests[name])
+        else:
+            cache = DuckDBCache(tmp_path / f"{name}.duckdb", write_behind=False)
+            cache.put(name, "m", request, entry)
+            cache.close()
+            from workbench import db
+
+            connection = db.connect(tmp_path / f"{name}.duckdb")
+            stored.append(connection.execute("SELECT request FROM llm_cache").fetchall()[0][0])
+            connection.close()
+    assert stored[0] == stored[1]
+    assert (json.loads(stored[0]) if kind == "duckdb" else stored[0]) == json.loads(canonical_json(material))
+
+
+def test_the_stored_request_is_the_text_its_key_hashes(tmp_path, server, monkeypatch):
+    import hashlib
+
+    monkeypatch.setenv("OPENAI_API_KEY", ENV_SECRET)
+    path = tmp_path / "hashes.duckdb"
+    with Gateway(DuckDBCache(path), num_retries=0) as gw:
+        gw.model(MODEL, {"api_base": server.api_base}).complete(ask("what does the key hash?"))
+    from workbench import db
+
+    connection = db.connect(path)
+    [(key, request)] = connection.execute("SELECT key, request FROM llm_cache").fetchall()
+    connection.close()
+    assert hashlib.sha256(request.encode()).hexdigest() == key
+
 def test_api_keys_never_reach_the_database_file(tmp_path, server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", ENV_SECRET)
     path = tmp_path / "secrets.duckdb"

@@ -36,13 +36,13 @@ class CellTask:
 @dataclass(frozen=True)
 class CellOutcome:
     """A computed cell. `cache_entries` are the model answers a worker outside this process made
-    (key, model, request, entry): the driver commits them to the database's `llm_cache`."""
+    (key, model, request as canonical JSON, entry): the driver commits them to the database's `llm_cache`."""
 
     task: CellTask
     result: ReplayResult | None
     duration_s: float
     error: BaseException | None = None
-    cache_entries: tuple[tuple[str, str, Mapping[str, Any], CacheEntry], ...] = ()
+    cache_entries: tuple[tuple[str, str, str, CacheEntry], ...] = ()
 
 
 @dataclass(frozen=True)

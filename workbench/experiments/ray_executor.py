@@ -135,7 +135,7 @@ class SnapshotCache:
         self._rows = {key: row for row, key in enumerate(snapshot.column("key").to_pylist())}
         self._lock = threading.Lock()
         self._made: dict[str, CacheEntry] = {}
-        self._unsent: list[tuple[str, str, Mapping[str, Any], CacheEntry]] = []
+        self._unsent: list[tuple[str, str, str, CacheEntry]] = []
 
     def get(self, key: str) -> CacheEntry | None:
         from workbench.llm.cache import ENTRY_COLUMNS, CacheEntry
@@ -158,14 +158,18 @@ class SnapshotCache:
                 found[key] = entry
         return found
 
-    def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None:
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
+        """Answers travel to the driver with their request as canonical JSON (`request_json`): one
+        string to pickle, and the driver's cache stores it as it is."""
+        from workbench.llm.cache import request_json
+
         with self._lock:
             if key in self._made or key in self._rows:
                 return
             self._made[key] = entry
-            self._unsent.append((key, model, dict(request), entry))
+            self._unsent.append((key, model, request_json(request), entry))
 
-    def drain(self) -> tuple[tuple[str, str, Mapping[str, Any], CacheEntry], ...]:
+    def drain(self) -> tuple[tuple[str, str, str, CacheEntry], ...]:
         with self._lock:
             unsent, self._unsent = self._unsent, []
         return tuple(unsent)

@@ -45,7 +45,7 @@ log = logging.getLogger("workbench.llm")
 @dataclass
 class _Request:
     key: str
-    material: dict[str, Any]
+    material_json: str  # the canonical JSON the key hashes, which the cache stores
     kwargs: dict[str, Any]
     use_cache: bool
 
@@ -164,11 +164,11 @@ class BoundModel:
         if max_tokens is not None:
             params["max_tokens"] = int(max_tokens)
         repeat = self.repeat if repeat is None else int(repeat)
-        material = key_material(self.model, plain, params, repeat)
-        key = hashlib.sha256(canonical_json(material).encode()).hexdigest()
+        material_json = canonical_json(key_material(self.model, plain, params, repeat))
+        key = hashlib.sha256(material_json.encode()).hexdigest()
         kwargs = {**params, **self._transport, "model": self.model, "messages": plain,
                   "timeout": self.timeout, "num_retries": 0, "max_retries": 0}
-        return _Request(key, material, kwargs, self.use_cache)
+        return _Request(key, material_json, kwargs, self.use_cache)
 
     def cache_key(self, messages: Sequence[Any], *, max_tokens: int | None = None, repeat: int | None = None) -> str:
         return self._request(messages, max_tokens, repeat).key
@@ -220,7 +220,7 @@ class BoundModel:
                            output_tokens=completion.output_tokens, cost_usd=completion.cost_usd,
                            finish_reason=completion.finish_reason, duration_s=completion.duration_s)
         try:
-            self.gateway.cache.put(request.key, self.model, request.material, entry)
+            self.gateway.cache.put(request.key, self.model, request.material_json, entry)
         except Exception as exc:
             log.warning("could not store a response of %s in the cache: %s", self.model, redact(str(exc)))
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, runtime_checkable
 from workbench.llm.options import GATEWAY_OPTIONS, TRANSPORT_OPTIONS, is_secret_option, redact
 
 __all__ = ["KEY_VERSION", "Cache", "CacheEntry", "DuckDBCache", "MemoryCache", "cache_key", "canonical_json",
-           "key_material"]
+           "key_material", "request_json"]
 
 log = logging.getLogger("workbench.llm")
 
@@ -40,6 +40,12 @@ def key_material(model: str, messages: Sequence[Mapping[str, Any]], params: Mapp
 def canonical_json(material: Mapping[str, Any]) -> str:
     """The JSON a key hashes and the cache stores: sorted keys, no spaces."""
     return json.dumps(material, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def request_json(request: Mapping[str, Any] | str) -> str:
+    """The canonical JSON of a request given as its key material or, when the caller already made
+    it to hash the key, as that JSON itself (a summarizer request can be tens of kilobytes)."""
+    return request if isinstance(request, str) else canonical_json(request)
 
 
 def cache_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], repeat: int = 0) -> str:
@@ -77,7 +83,9 @@ class Cache(Protocol):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]: ...
 
-    def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None: ...
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
+        """Store `entry` under `key` unless the key is there; `request` is what the key hashes, as
+        key material or its canonical JSON (`request_json`)."""
 
 
 class MemoryCache:
@@ -96,10 +104,11 @@ class MemoryCache:
         with self._lock:
             return {k: self._entries[k] for k in keys if k in self._entries}
 
-    def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None:
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
         with self._lock:
             self._entries.setdefault(key, entry)
-            self.requests.setdefault(key, json.loads(canonical_json(request)))
+            if key not in self.requests:
+                self.requests[key] = json.loads(request_json(request))
 
     def __len__(self) -> int:
         with self._lock:
@@ -235,8 +244,8 @@ class DuckDBCache:
             found.update(self._select(missing[start:start + 1000]))
         return found
 
-    def put(self, key: str, model: str, request: Mapping[str, Any], entry: CacheEntry) -> None:
-        row = [key, model, canonical_json(request), entry.text, entry.input_tokens, entry.output_tokens, entry.cost_usd,
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
+        row = [key, model, request_json(request), entry.text, entry.input_tokens, entry.output_tokens, entry.cost_usd,
                entry.finish_reason, entry.duration_s]
         if not self.write_behind or self._closed:
             self._insert([row])
