@@ -29,7 +29,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate, islice
-from operator import attrgetter, itemgetter
+from operator import attrgetter
 from typing import Any, overload
 
 from workbench.calibration import CALIBRATIONS, CalibrationFit, ScaledTokenizer, fit_recorded, prime_scaled, schema_text
@@ -547,7 +547,7 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
     if len(after) < leading or any(
             a is not b and a != b for a, b in zip(before[:leading], after[:leading], strict=True)):
         raise InvariantError(f"{prefix}the leading system messages were not kept")
-    if before and max(map(_importance, before)) >= PINNED_IMPORTANCE:
+    if before and max([m.importance for m in before]) >= PINNED_IMPORTANCE:
         kept = {id(m) for m in after}
         for index, message in enumerate(before):
             if message.importance >= PINNED_IMPORTANCE and id(message) not in kept and message not in after:
@@ -568,9 +568,6 @@ def _paired_steps(body: Sequence[Message]) -> bool:
 
 
 _paired = attrgetter("paired")
-_importance = attrgetter("importance")
-_token_cache = attrgetter("_token_cache")
-_role = attrgetter("role")
 
 
 class _Replay:
@@ -640,11 +637,12 @@ class _Replay:
 
     def _set_context(self, messages: list[Message]) -> None:
         self.context = messages
+        name = self.tokenizer.name
         try:
-            counts = list(map(itemgetter(self.tokenizer.name), map(_token_cache, messages)))
+            counts = [m._token_cache[name] for m in messages]
         except KeyError:  # a strategy's new messages: counted in one batch
             counts = self._counts(messages)
-        roles = list(map(_role, messages))
+        roles = [m.role for m in messages]
         leading = 0
         while leading < len(roles) and roles[leading] == "system":
             leading += 1

@@ -10,7 +10,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property, partial
 from itertools import accumulate, chain, repeat
-from operator import attrgetter, contains, is_, itemgetter
+from operator import attrgetter, is_
 from typing import Any, TypeVar, cast
 
 from workbench.compaction import CompactionEnv, Context
@@ -26,25 +26,21 @@ def last_steps_for_messages(steps: Sequence[Step], keep_messages: int) -> int:
     """
     if keep_messages <= 0:
         return 0
-    from_the_end = list(accumulate(map(len, map(_messages, reversed(steps)))))
+    from_the_end = list(accumulate([len(s.messages) for s in reversed(steps)]))
     return min(bisect_left(from_the_end, keep_messages) + 1, len(steps))
 
 
 def step_offsets(steps: Sequence[Step]) -> list[int]:
     """Where each step starts among the messages of `steps` joined, and (last) their total."""
-    return list(accumulate(map(len, map(_messages, steps)), initial=0))
+    return list(accumulate([len(s.messages) for s in steps], initial=0))
 
 
 def pinned_flags(context: Context) -> list[bool]:
     """`step.pinned` for each step of the context's body."""
-    return list(map(_pinned, steps_of(context)))
+    return [step.pinned for step in steps_of(context)]
 
 
 _messages = attrgetter("messages")
-_pinned = attrgetter("pinned")
-_settled = attrgetter("settled")
-_first = itemgetter(0)
-_role = attrgetter("role")
 
 
 def settled_steps(steps: Sequence[Step], key: str) -> int:
@@ -54,7 +50,7 @@ def settled_steps(steps: Sequence[Step], key: str) -> int:
     returns; the next compaction of a replay starts with those very steps, so it skips them in one
     scan rather than asking about each again.
     """
-    return next_index(list(map(contains, map(_settled, steps), repeat(key))), False)
+    return next_index([key in step.settled for step in steps], False)
 
 
 def next_index(items: list[Any], value: Any, start: int = 0) -> int:
@@ -82,7 +78,7 @@ def settle(step: Step, key: str) -> Step:
 
 def has_stray_tool_step(steps: Sequence[Step]) -> bool:
     """Whether a step starts with a tool message (a result with no call before it)."""
-    return "tool" in map(_role, map(_first, map(_messages, steps)))
+    return "tool" in [step.messages[0].role for step in steps]
 
 
 class Grouping:
