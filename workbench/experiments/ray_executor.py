@@ -12,7 +12,8 @@ executor. Only the computing moves:
   the driver never builds them as Python objects. A worker loads the batch into an in-memory
   workbench database and reads sessions with the same `Store.load_session` the local path uses,
   so both see identical sessions. A batch is exported when its first cell is submitted and
-  released when its last cell returns, so the object store holds only the batches in flight.
+  released when its last cell returns, so the object store holds only the batches in flight; a
+  worker fetches a batch once, with the first of its cells that reaches it.
 - Each worker runs `CellWork.compute` (the same function the local executor calls) and returns
   the `CellOutcome` with the replay result `detached()`: without the session, the per-call context
   snapshots and the final context, which the writer does not store (the recorded usage per call it
@@ -193,19 +194,21 @@ class _Worker:
         self._gateway: Gateway | None = None
         self._cache: SnapshotCache | None = None
 
-    def session(self, batch_id: str, batch: Mapping[str, pa.Table], session_id: str) -> Session:
+    def session(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]], session_id: str) -> Session:
+        """The session from this worker's copy of its batch; `fetch` gets the batch (from the object
+        store) only when this worker has not loaded it yet."""
         session = self._sessions.get(session_id)
         if session is not None:
             self._sessions.move_to_end(session_id)
             return session
-        store = self._load_batch(batch_id, batch)
+        store = self._load_batch(batch_id, fetch)
         session = store.load_session(session_id)
         self._sessions[session_id] = session
         while len(self._sessions) > self.SESSIONS_KEPT:
             self._sessions.popitem(last=False)
         return session
 
-    def _load_batch(self, batch_id: str, batch: Mapping[str, pa.Table]) -> Store:
+    def _load_batch(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]]) -> Store:
         from workbench.db import insert_rows
         from workbench.store import Store
 
@@ -215,6 +218,7 @@ class _Worker:
         if batch_id in self._batches:
             self._batches.move_to_end(batch_id)
             return self._store
+        batch = fetch()
         ids = batch["sessions"].column("id").to_pylist()
         incoming = set(ids)
         for kept in self._batches.values():  # a session sent again (another run) now belongs to this batch
@@ -263,10 +267,13 @@ def _worker() -> _Worker:
         return _WORKER
 
 
-def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Mapping[str, pa.Table],
+def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Sequence[Any],
              snapshot: Sequence[Any], settings: GatewaySettings) -> CellOutcome:
     """A cell on a worker (the body of the Ray task): the session from its batch, the gateway on the
-    cache snapshot; returns the outcome with the model answers this cell obtained."""
+    cache snapshot; returns the outcome with the model answers this cell obtained.
+
+    `batch` and `snapshot` each hold one object reference, in a list so that Ray does not fetch
+    and deserialise the object for every cell: a worker gets each once (`ray.get`) and keeps it."""
     from workbench.tokens import set_counting_threads
 
     ray = _import_ray()
@@ -275,7 +282,8 @@ def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Map
     state = _worker()
     gateway, cache = state.gateway(run, snapshot, settings)
     cache.drain()  # answers of an earlier cell whose outcome never left this process (none, normally)
-    outcome = work.compute(task, lambda: state.session(batch_id, batch, task.session_id), gateway)
+    outcome = work.compute(task, lambda: state.session(batch_id, lambda: ray.get(batch[0]), task.session_id),
+                           gateway)
     result = outcome.result.detached() if outcome.result is not None else None
     return dataclasses.replace(outcome, result=result, cache_entries=cache.drain())
 
@@ -373,7 +381,8 @@ class _RayRun:
                     position += 1
                     if index not in batch_refs:
                         batch_refs[index] = self._export(self.batches[index][0])
-                    ref = remote.remote(work_ref, task, run, f"{run}-{index}", batch_refs[index], snapshot, settings)
+                    ref = remote.remote(work_ref, task, run, f"{run}-{index}", [batch_refs[index]], snapshot,
+                                        settings)
                     pending[ref] = (task, index)
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
