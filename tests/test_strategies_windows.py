@@ -11,7 +11,7 @@ from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
 from workbench.registry import build_strategy, spec_of
 from workbench.session import Message, Step, tool_pairing_problems
-from workbench.strategies.common import last_steps_for_messages
+from workbench.strategies.common import last_steps_for_messages, shared_prefix_length
 
 
 def tool_step(i: int, importance: float = 0.0, results: int = 1) -> list[Message]:
@@ -329,3 +329,15 @@ def test_the_trailing_steps_holding_the_last_messages_widen_to_step_boundaries(s
         assert count == len(steps)
     else:
         assert count == 0 or held - sizes[len(sizes) - count] < keep  # one step fewer would not hold them
+
+
+@given(st.lists(st.integers(0, 3), max_size=12), st.lists(st.integers(0, 3), max_size=12))
+def test_shared_prefix_length_counts_leading_identical_objects(first_ids, second_ids):
+    """Equal values that are different objects do not count: the prompt cache is keyed by identity."""
+    pool = [Message(role="user", content="same text") for _ in range(4)]  # four equal, distinct messages
+    first, second = [pool[i] for i in first_ids], [pool[i] for i in second_ids]
+    expected = 0
+    while expected < min(len(first), len(second)) and first[expected] is second[expected]:
+        expected += 1
+    assert shared_prefix_length(first, second) == expected
+    assert shared_prefix_length(tuple(first), second) == expected

@@ -28,7 +28,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate, islice
+from itertools import accumulate
 from operator import attrgetter
 from typing import Any, overload
 
@@ -921,7 +921,7 @@ class _Replay:
     def _shared_prefix_tokens(self, previous: list[Message], previous_length: int) -> int:
         """Tokens of the longest prefix the current context shares (by identity) with the previous
         call's, the fixed preamble (tool schemas, calibrated overhead) included."""
-        shared = shared_prefix_length(islice(previous, previous_length), self.context)
+        shared = shared_prefix_length(previous[:previous_length], self.context)
         return self.fixed_tokens + messages_tokens(self.context[:shared], self.tokenizer)
 
     #: Metrics that require a model, computed on request (`replay(..., metrics=[...])`).

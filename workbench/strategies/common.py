@@ -6,11 +6,11 @@ import threading
 import weakref
 from bisect import bisect_left
 from collections import deque
-from collections.abc import Callable, Hashable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import contextmanager
 from functools import cached_property, partial
-from itertools import accumulate, chain, repeat
-from operator import attrgetter, is_
+from itertools import accumulate, chain, compress, count, repeat
+from operator import attrgetter, is_, is_not
 from typing import Any, TypeVar, cast
 
 from workbench.compaction import CompactionEnv, Context
@@ -61,9 +61,13 @@ def next_index(items: list[Any], value: Any, start: int = 0) -> int:
         return len(items)
 
 
-def shared_prefix_length(first: Iterable[Any], second: Iterable[Any]) -> int:
-    """How many leading items the two sequences share by identity (the very same objects)."""
-    return next_index(list(map(is_, first, second)), False)
+def shared_prefix_length(first: Sequence[Any], second: Sequence[Any]) -> int:
+    """How many leading items the two sequences share by identity (the very same objects).
+
+    Stops at the first difference: after a compaction that dropped the oldest steps that is a few
+    messages in, however long the contexts are."""
+    different = next(compress(count(), map(is_not, first, second)), None)
+    return min(len(first), len(second)) if different is None else different
 
 
 def settle(step: Step, key: str) -> Step:
