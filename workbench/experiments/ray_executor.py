@@ -4,8 +4,8 @@
     run = wb.run_experiment(spec, db=..., executor=RayExecutor(address="ray://head:10001"))   # a cluster
 
 The driver (the process calling `run_experiment`) keeps the database: it selects the cells, and
-its one writer thread stores each finished cell in its own transaction, exactly as with the local
-executor. Only the computing moves:
+its one writer thread stores the finished cells, whole cells per transaction, exactly as with the
+local executor. Only the computing moves:
 
 - Sessions travel as Arrow tables exported by DuckDB (the rows of `sessions`, `messages`,
   `probes` and `token_counts`, a batch of sessions at a time) and placed in Ray's object store;

@@ -14,8 +14,8 @@ Tables (created by the migration `0004_experiment_results` in `workbench.db`):
 Views: `results_long` (cells joined with their metrics) and `config_metrics` (per run, config and
 metric: mean, min, max, count) are what the app, the exports and notebooks read alike.
 
-A cell is written in one transaction, so a run that is killed holds only whole cells and resumes
-where it stopped.
+A cell is written whole, in one transaction (with the others that finished at about the same
+time), so a run that is killed holds only whole cells and resumes where it stopped.
 """
 
 from __future__ import annotations
