@@ -1,7 +1,7 @@
 """Ray executor benchmark: the speedup of 1 -> 2 local Ray workers on two experiment grids.
 
 (a) CPU-bound: generated sessions summarized by the offline extractive model (no network, no
-    waiting: each cell is a third of a second of computing); goal: 2 workers >= 1.6x faster than 1.
+    waiting: each cell is 0.1-0.2 s of computing); goal: 2 workers >= 1.6x faster than 1.
 (b) LLM-bound: every cell summarizes through a local OpenAI-compatible server in a child process
     (`FakeOpenAIProcess`, fixed latency); the cell mostly waits, so 2 workers should approach 2x.
 The driver's CPU time during the 2-worker CPU-bound run is printed too: on a 2-core machine it comes
@@ -65,7 +65,7 @@ def _session(number: int, steps: int) -> Session:
 
 
 def _cpu_spec(name: str, seed: int) -> dict:
-    """Summaries by the offline extractive model: computed in the worker, about 30 ms each, a dozen per cell."""
+    """Summaries by the offline extractive model, computed in the worker: several per cell, most of its CPU."""
     return {"name": name, "dataset": "bench",
             "defaults": {"tokenizer": "cl100k_base", "context_limit": 12000, "max_output": 1000,
                          "summarizer": "workbench/extractive", "summarizer_options": {"seed": seed}},
