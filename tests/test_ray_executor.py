@@ -194,3 +194,25 @@ def test_executor_names_and_addresses_are_checked(grid_db):
         list(RayExecutor().map(lambda task: task, []))
     usage = CliRunner().invoke(main, ["run", str(spec), "--db", str(db), "--address", "auto"])
     assert usage.exit_code == 2 and "--executor ray" in usage.output
+
+
+@pytest.mark.parametrize(("sessions", "configs", "slots"), [(16, 3, 2), (2, 50, 8), (5, 1, 2), (1, 1, 4), (40, 7, 3)])
+def test_a_sessions_cells_travel_together_except_the_last_ones(sessions, configs, slots):
+    """Each Ray task holds cells of one session (the worker analyses the session once), at most a quarter
+    of a slot's share of the run, and the last 2 x slots cells go one per task to even out the end."""
+    from workbench.experiments.cells import CellTask
+    from workbench.experiments.ray_executor import _batches, _units
+
+    tasks = [CellTask(f"s{s}", "d", f"c{c}", 0) for s in range(sessions) for c in range(configs)]
+    batches = _batches(tasks, 4)
+    units = _units([cells for _, cells in batches], slots)
+    assert [cell for _, cells in units for cell in cells] == [cell for _, cells in batches for cell in cells]
+    assert all(cell in batches[index][1] for index, cells in units for cell in cells)
+    assert all(len({cell.session_id for cell in cells}) == 1 for _, cells in units)
+    assert max(len(cells) for _, cells in units) <= max(1, len(tasks) // (4 * slots))
+    tail = min(2 * slots, len(tasks))
+    assert all(len(cells) == 1 for _, cells in units[-tail:])
+    if len(tasks) // (4 * slots) >= configs:  # room for whole sessions: whole ones first, then the singles
+        sizes = [len(cells) for _, cells in units]
+        first_single = sizes.index(1) if 1 in sizes else len(sizes)
+        assert set(sizes[:first_single]) <= {configs} and set(sizes[first_single:]) <= {1}

@@ -14,15 +14,19 @@ local executor. Only the computing moves:
   so both see identical sessions. A batch is exported when its first cell is submitted and
   released when its last cell returns, so the object store holds only the batches in flight; a
   worker fetches a batch once, with the first of its cells that reaches it.
+- A Ray task holds cells of one session (`_units`): the worker that reads and analyses a session
+  (its facts, its steps, its token prefix sums) computes the session's other cells from memory.
+  Sent one per task, a session's cells spread over the workers and each analysed it again. The
+  last few cells of a run go one per task, so that no worker idles while another finishes.
 - Each worker runs `CellWork.compute` (the same function the local executor calls) and returns
   the `CellOutcome` with the replay result `detached()`: without the session, the per-call context
   snapshots and the final context, which the writer does not store (the recorded usage per call it
   does store travels as two columns).
 - A cell counts tokens on as many threads as the CPUs its task reserved (one by default, see
   `cpus_per_cell`), not on every core of the machine, so workers side by side do not oversubscribe it.
-- Ray retries a cell whose worker process dies (`max_retries`); a retried cell still returns one
-  outcome, and the writer skips a cell already stored, so a crash neither loses nor duplicates a
-  cell. A cell that raises is a failed cell, as locally, and is not retried.
+- Ray retries a task whose worker process dies (`max_retries`); a retried task still returns one
+  outcome per cell, and the writer skips a cell already stored, so a crash neither loses nor
+  duplicates a cell. A cell that raises is a failed cell, as locally, and is not retried.
 
 The model cache. DuckDB allows one writing process, and the driver holds the database open for
 writing for the whole run, so workers can open it neither for writing nor read-only. At the
@@ -288,17 +292,26 @@ def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Seq
     return dataclasses.replace(outcome, result=result, cache_entries=cache.drain())
 
 
+def run_cells(work: CellWork, tasks: Sequence[CellTask], run: str, batch_id: str, batch: Sequence[Any],
+              snapshot: Sequence[Any], settings: GatewaySettings) -> list[CellOutcome]:
+    """Cells of one session on one worker (the body of the Ray task): `run_cell` for each, in order.
+    The first reads and analyses the session; the others find it in this worker's memory."""
+    return [run_cell(work, task, run, batch_id, batch, snapshot, settings) for task in tasks]
+
+
 @dataclass
 class RayExecutor:
-    """Runs experiment cells as Ray tasks (one CPU each) and yields their outcomes as they finish.
+    """Runs experiment cells as Ray tasks (a session's cells together, one CPU each) and yields their
+    outcomes as they finish.
 
     address: the cluster (`"auto"`, `"ray://host:10001"`); None starts a local Ray with
     `num_cpus` CPUs (default: all). A Ray already initialised in this process is used as it is.
-    max_in_flight: cells submitted at a time (default: twice the cells the cluster runs at once), which also
-    bounds the session batches held in the object store. sessions_per_batch: sessions exported
-    per batch. max_retries: re-runs of a cell whose worker died. cpus_per_cell: the CPUs Ray
-    reserves per cell; below 1 lets cells that mostly wait on a model share a CPU (0.25: four per
-    CPU). init_options: more `ray.init` arguments (e.g. `runtime_env`).
+    max_in_flight: tasks submitted at a time (default: twice the tasks the cluster runs at once),
+    which also bounds the session batches held in the object store. sessions_per_batch: sessions
+    exported per batch. max_retries: re-runs of a task whose worker died. cpus_per_cell: the CPUs
+    Ray reserves per task, whose cells run one after another; below 1 lets cells that mostly wait
+    on a model share a CPU (0.25: four per CPU). init_options: more `ray.init` arguments (e.g.
+    `runtime_env`).
     """
 
     address: str | None = None
@@ -342,6 +355,7 @@ class _RayRun:
         self.cursor = work.store.connection.cursor()
         self.batches = _batches(tasks, max(1, executor.sessions_per_batch))
         slots = float(ray.cluster_resources().get("CPU", 1)) / max(executor.cpus_per_cell, 0.01)
+        self.slots = max(1, int(slots))
         self.limit = executor.max_in_flight or max(2, int(2 * slots))
 
     def _export(self, session_ids: Sequence[str]) -> Any:
@@ -364,41 +378,66 @@ class _RayRun:
 
         ray = self.ray
         run = uuid.uuid4().hex
-        remote = ray.remote(run_cell).options(num_cpus=self.executor.cpus_per_cell,
-                                              max_retries=self.executor.max_retries, retry_exceptions=False)
+        remote = ray.remote(run_cells).options(num_cpus=self.executor.cpus_per_cell,
+                                               max_retries=self.executor.max_retries, retry_exceptions=False)
         work_ref = ray.put(self.work.cell)
         snapshot = [self._snapshot()]  # in a list: workers fetch it once per run, not with every cell
         settings = GatewaySettings.of(self.work.gateway)
-        pending: dict[Any, tuple[CellTask, int]] = {}
+        pending: dict[Any, tuple[list[CellTask], int]] = {}
         batch_refs: dict[int, Any] = {}
         remaining = [len(cells) for _, cells in self.batches]
-        queue = [(index, task) for index, (_, cells) in enumerate(self.batches) for task in cells]
+        units = _units([cells for _, cells in self.batches], self.slots)
         position = 0
         try:
-            while position < len(queue) or pending:
-                while position < len(queue) and len(pending) < self.limit:
-                    index, task = queue[position]
+            while position < len(units) or pending:
+                while position < len(units) and len(pending) < self.limit:
+                    index, tasks = units[position]
                     position += 1
                     if index not in batch_refs:
                         batch_refs[index] = self._export(self.batches[index][0])
-                    ref = remote.remote(work_ref, task, run, f"{run}-{index}", [batch_refs[index]], snapshot,
+                    ref = remote.remote(work_ref, tasks, run, f"{run}-{index}", [batch_refs[index]], snapshot,
                                         settings)
-                    pending[ref] = (task, index)
+                    pending[ref] = (tasks, index)
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
-                    task, index = pending.pop(ref)
+                    tasks, index = pending.pop(ref)
                     try:
-                        outcome = ray.get(ref)
+                        outcomes = ray.get(ref)
                     except Exception as exc:  # the worker died more often than retried, or the result did not travel
-                        outcome = CellOutcome(task, None, 0.0, exc)
-                    remaining[index] -= 1
+                        outcomes = [CellOutcome(task, None, 0.0, exc) for task in tasks]
+                    remaining[index] -= len(tasks)
                     if remaining[index] == 0:
                         batch_refs.pop(index, None)
-                    yield outcome
+                    yield from outcomes
         finally:
             for ref in pending:
                 ray.cancel(ref)
             self.cursor.close()
+
+
+def _units(batches: Sequence[Sequence[CellTask]], slots: int) -> list[tuple[int, list[CellTask]]]:
+    """The Ray tasks of a run, as (batch index, cells): the cells of one session together, so the
+    worker that reads and analyses a session computes its other cells from memory (with cells one
+    per task, a session's cells spread over the workers and each analysed it again); at most a
+    quarter of a slot's share of the run per task, and the last `2 * slots` cells one per task,
+    so that no worker idles at the end while another finishes a long task."""
+    total = sum(map(len, batches))
+    cap = max(1, total // (4 * slots))
+    units: list[tuple[int, list[CellTask]]] = []
+    for index, cells in enumerate(batches):
+        start = 0
+        while start < len(cells):
+            session = cells[start].session_id
+            stop = start
+            while stop < len(cells) and stop - start < cap and cells[stop].session_id == session:
+                stop += 1
+            units.append((index, list(cells[start:stop])))
+            start = stop
+    singles: list[tuple[int, list[CellTask]]] = []
+    while units and len(singles) < 2 * slots:
+        index, cells = units.pop()
+        singles[:0] = [(index, [cell]) for cell in cells]
+    return units + singles
 
 
 def _batches(tasks: Sequence[CellTask], sessions_per_batch: int) -> list[tuple[list[str], list[CellTask]]]:
