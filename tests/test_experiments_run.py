@@ -115,7 +115,6 @@ def test_save_replay_stores_a_one_cell_run(grid_db):
     assert frame.loc[0, "billed_input_tokens"] == result.metrics["billed_input_tokens"]
 
 
-
 def test_cells_finishing_close_together_share_a_commit_and_closing_commits_at_once(grid_db, monkeypatch):
     """While cells keep finishing the writer commits at most once per `COMMIT_INTERVAL` (cells of one
     transaction share `finished_at`); a cell after a quiet spell is committed at once, and the end of
@@ -153,6 +152,7 @@ def test_cells_finishing_close_together_share_a_commit_and_closing_commits_at_on
     con.close()
     assert [count for _, count in commits] == [1, 8]
     assert (commits[1][0] - commits[0][0]).total_seconds() < 5.0  # the run's end did not wait out the interval
+
 
 KILLABLE = textwrap.dedent("""
     import sys, time

@@ -24,7 +24,8 @@ from click.testing import CliRunner  # noqa: E402  (after the skip: nothing to i
 from workbench.cli import main  # noqa: E402
 from workbench.errors import ConfigError  # noqa: E402
 from workbench.experiments import run as runner  # noqa: E402
-from workbench.experiments.ray_executor import RayExecutor  # noqa: E402
+from workbench.experiments.cells import CellTask  # noqa: E402
+from workbench.experiments.ray_executor import RayExecutor, _batches, _units  # noqa: E402
 from workbench.experiments.results import (  # noqa: E402
     calls_frame,
     compactions_frame,
@@ -200,9 +201,6 @@ def test_executor_names_and_addresses_are_checked(grid_db):
 def test_a_sessions_cells_travel_together_except_the_last_ones(sessions, configs, slots):
     """Each Ray task holds cells of one session (the worker analyses the session once), at most a quarter
     of a slot's share of the run, and the last 2 x slots cells go one per task to even out the end."""
-    from workbench.experiments.cells import CellTask
-    from workbench.experiments.ray_executor import _batches, _units
-
     tasks = [CellTask(f"s{s}", "d", f"c{c}", 0) for s in range(sessions) for c in range(configs)]
     batches = _batches(tasks, 4)
     units = _units([cells for _, cells in batches], slots)

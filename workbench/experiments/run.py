@@ -397,20 +397,19 @@ def _execute(spec: ExperimentSpec, todo: list[CellTask], store: Store, gateway: 
 
 class _CellWriter:
     """The one thread that writes cells: it commits whatever has finished, at most once per
-    `commit_interval` seconds.
+    `COMMIT_INTERVAL` seconds.
 
     A cell that finishes after a quiet spell is committed at once; cells that finish while a commit
-    is under way or within `commit_interval` of the last one are written together in the next, so
+    is under way or within `COMMIT_INTERVAL` of the last one are written together in the next, so
     the database keeps up with any number of cells in flight and a busy run pays one transaction
     (a few milliseconds of CPU, whatever its size) per interval rather than per cell. A crash loses
     at most the cells of the last interval, which a resumed run computes again. `close()` writes
     what is pending at once (also on Ctrl-C) and re-raises a write error.
     """
 
-    def __init__(self, con: Any, run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None,
-                 commit_interval: float | None = None):
+    def __init__(self, con: Any, run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None):
         self._con = con
-        self._commit_interval = COMMIT_INTERVAL if commit_interval is None else commit_interval
+        self._commit_interval = COMMIT_INTERVAL
         self._run_id = run_id
         self._state = state
         self._progress = progress
