@@ -68,7 +68,7 @@ if TYPE_CHECKING:
     from workbench.session import Session
     from workbench.store import Store
 
-__all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "run_cell"]
+__all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "run_cell", "run_cells"]
 
 # The tables a session is made of, with the column naming the session, in insertion order.
 SESSION_TABLES = (("sessions", "id"), ("messages", "session_id"), ("probes", "session_id"),
