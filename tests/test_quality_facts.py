@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from hypothesis import given
+from hypothesis import example, given
 from hypothesis import strategies as st
 
 from workbench.quality.facts import (
@@ -60,6 +60,23 @@ def test_plain_text_gives_no_salient_facts(text):
 ])
 def test_user_constraints_are_sentences(text, key):
     assert [f.key for f in extract_constraints(f"Hello there. {text} Thanks a lot")] == [key]
+
+
+_CUE_WORDS = ["must", "MUST", "Don't", "do not", "never", "Should", "avoid", "instead of", "Please use", "keep it",
+              "compatible", "rather than", "decided to", "\u212aeep it", "mu\u017ft", "\u00e9must", "must\u00e9"]
+_FILLER = ["we", "the", "API", "x.py", "3.9", ".", "!", "?", "..", "\n", " ", "  ", "\u2192", "caf\u00e9", "_", "-", "'"]
+
+
+@given(st.lists(st.sampled_from(_CUE_WORDS + _FILLER), max_size=40).map(" ".join))
+@example("We mu\u017ft keep it. Fine \u2192 ok")  # the long s matches "s" only when case is ignored
+def test_constraints_match_every_sentence_searched_on_its_own_ignoring_case(text):
+    """The whole-text shortcut and the lower-cased search for ASCII give what searching each sentence,
+    ignoring case, gives (non-ASCII letters that match ASCII ones ignoring case included)."""
+    from workbench.quality.facts import _CONSTRAINT_CUES, _SENTENCES
+
+    expected = [sentence for sentence in (m.group().strip() for m in _SENTENCES.finditer(text))
+                if len(sentence) >= 8 and _CONSTRAINT_CUES.search(sentence)]
+    assert [fact.text for fact in extract_constraints(text)] == expected
 
 
 def test_constraints_come_from_user_messages_only():

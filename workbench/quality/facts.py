@@ -66,10 +66,12 @@ _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]|_[A-Za-
 _ERROR_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*(?:" + "|".join(_ERROR_ENDINGS) + ")")
 _TOKEN_EDGES = ".:-~#+$@"
 _SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|$)", re.MULTILINE)
-_CONSTRAINT_CUES = re.compile(
-    r"\b(?:must|mustn't|don't|do not|never|always|should|shouldn't|avoid|instead of|prefer|only use|"
-    r"make sure|required?|requires|we decided|decided to|from now on|stay compatible|keep (?:it|the|them|\w+) "
-    r"[\w ]*compatible|no new|not allowed|forbidden|please use|stick to|rather than)\b", re.IGNORECASE)
+_CUES = (r"\b(?:must|mustn't|don't|do not|never|always|should|shouldn't|avoid|instead of|prefer|only use|"
+         r"make sure|required?|requires|we decided|decided to|from now on|stay compatible|keep (?:it|the|them|\w+) "
+         r"[\w ]*compatible|no new|not allowed|forbidden|please use|stick to|rather than)\b")
+_CONSTRAINT_CUES = re.compile(_CUES, re.IGNORECASE)
+#: The same cues for lower-cased ASCII text, where ignoring case changes nothing else (and costs twice as much).
+_LOWER_CONSTRAINT_CUES = re.compile(_CUES)
 _COMMAND_LINE = re.compile(r"^[ \t]*\$[ \t]+(\S[^\n]{1,200})$", re.MULTILINE)
 _SPACES = re.compile(r"\s+")
 _QUOTES = str.maketrans("", "", "`\"'“”‘’")
@@ -271,10 +273,18 @@ def _extract(text: str) -> list[Fact]:
 
 
 def extract_constraints(text: str) -> Iterator[Fact]:
-    """The sentences of a user's text that state a constraint or a decision."""
+    """The sentences of a user's text that state a constraint or a decision.
+
+    An ASCII text with no cue anywhere has none: a cue found in a sentence is found in the whole
+    text too (no cue crosses a sentence's end, and a sentence is bounded by non-word characters,
+    so the cue's word boundaries hold there as well).
+    """
+    if text.isascii() and not _LOWER_CONSTRAINT_CUES.search(text.lower()):
+        return
     for match in _SENTENCES.finditer(text):
         sentence = match.group().strip()
-        if 8 <= len(sentence) and _CONSTRAINT_CUES.search(sentence):
+        if 8 <= len(sentence) and (_LOWER_CONSTRAINT_CUES.search(sentence.lower()) if sentence.isascii()
+                                   else _CONSTRAINT_CUES.search(sentence)):
             yield Fact("constraint", normalize(sentence, "constraint"), sentence)
 
 
