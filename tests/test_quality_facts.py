@@ -64,7 +64,8 @@ def test_user_constraints_are_sentences(text, key):
 
 _CUE_WORDS = ["must", "MUST", "Don't", "do not", "never", "Should", "avoid", "instead of", "Please use", "keep it",
               "compatible", "rather than", "decided to", "\u212aeep it", "mu\u017ft", "\u00e9must", "must\u00e9"]
-_FILLER = ["we", "the", "API", "x.py", "3.9", ".", "!", "?", "..", "\n", " ", "  ", "\u2192", "caf\u00e9", "_", "-", "'"]
+_FILLER = ["we", "the", "API", "x.py", "3.9", ".", "!", "?", "..", "\n", " ", "  ", "\u2192", "caf\u00e9", "_", "-",
+           "'"]
 
 
 @given(st.lists(st.sampled_from(_CUE_WORDS + _FILLER), max_size=40).map(" ".join))
