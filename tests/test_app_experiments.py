@@ -92,6 +92,22 @@ def test_cost_quality_chart_with_the_pareto_front(run_db, monkeypatch):
     assert list(data[0]["text"]) == ["window", "masking"]  # a point per config
 
 
+def test_a_run_summarized_offline_is_labelled_under_its_leaderboard(run_db, tmp_path, monkeypatch):
+    from workbench.experiments import run_experiment
+
+    path, _, _ = run_db
+    assert not any("offline extractive" in c.value for c in open_page(path, monkeypatch).caption)  # no summaries
+    own = build_database(str(tmp_path / "wb.duckdb"))
+    spec = tmp_path / "split.toml"
+    split = 'strategy = { kind = "summarize_split", preserve = 0.4 }'
+    spec.write_text(SPEC.replace('name = "app-grid"', 'name = "split"').replace(
+        'strategy = { kind = "sliding_window", window = 6 }', split))
+    run_experiment(str(spec), db=own, concurrency=1)
+    captions = [c.value for c in open_page(own, monkeypatch).caption]
+    labelled = [c for c in captions if c.startswith("Summaries by workbench/extractive: the offline extractive")]
+    assert len(labelled) == 2  # under the leaderboard, and under the comparison of its two configs
+
+
 def test_database_without_runs_says_how_to_start_one(tmp_path, monkeypatch):
     path = build_database(str(tmp_path / "wb.duckdb"))
     at = open_page(path, monkeypatch)

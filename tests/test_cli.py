@@ -231,6 +231,33 @@ def test_replay_json_matches_the_library(runner, sample_db):
     assert data["calls"][0]["context_tokens"] == expected.calls[0].context_tokens
 
 
+def test_replay_shows_what_each_compaction_kept_and_labels_the_offline_summaries(runner, sample_db):
+    import workbench as wb
+
+    db, row = sample_db
+    text = runner.invoke(main, ["replay", row["id"], "--config", REPLAY_TOML, "--db", db, "--no-calls"])
+    assert text.exit_code == 0, text.output
+    with Store(db) as store:
+        expected = wb.replay(store.load_session(row["id"]), REPLAY_TOML)
+    header = next(line for line in text.output.splitlines() if line.startswith("call "))
+    assert "facts kept" in header and "needed kept" in header
+    first = next(line for line in text.output.splitlines() if line.split()[:1] == [str(expected.compactions[0]
+                                                                                       .call_index)])
+    assert f"{expected.compaction_metrics[0]['fact_retention']:.2f}" in first
+    assert f"facts kept {expected.metrics['fact_retention']:.3f}" in text.output
+    assert "Summaries by workbench/extractive: the offline extractive baseline (not a model)" in text.output
+    data = json.loads(runner.invoke(main, ["replay", row["id"], "--config", REPLAY_TOML, "--db", db, "--json",
+                                           "--no-calls"]).output)
+    assert data["note"] == expected.baseline_note() and "offline extractive baseline" in data["note"]
+    assert [c["fact_retention"] for c in data["compactions"]] == \
+        [m["fact_retention"] for m in expected.compaction_metrics]
+    assert data["compactions"][0]["lost_facts"] == expected.compaction_metrics[0]["lost_facts"]
+    window = REPLAY_TOML.replace('{ kind = "summarize_split", preserve = 0.4 }',
+                                 '{ kind = "sliding_window", window = 4 }')
+    plain = runner.invoke(main, ["replay", row["id"], "--config", window, "--db", db, "--no-calls"])
+    assert plain.exit_code == 0 and "facts kept" in plain.output and "offline extractive" not in plain.output
+
+
 def test_replay_takes_a_preset_by_name(runner, sample_db):
     import workbench as wb
 

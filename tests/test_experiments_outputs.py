@@ -43,6 +43,24 @@ def test_compare_two_configs_reads_each_metric_in_its_direction(grid_run):
         == "B worse, not significant"
 
 
+def test_results_whose_summaries_the_offline_baseline_wrote_say_so(grid_run):
+    """A run, a comparison and a regression check whose summaries came from `workbench/extractive` carry
+    the baseline's note; a comparison of configs that summarized nothing does not."""
+    db, spec, _, run = grid_run
+    note = run.summaries_note()
+    assert note is not None and note.startswith("Summaries by workbench/extractive: the offline extractive baseline")
+    assert compare(run.id, configs=("split", "clear-4"), db=str(db)).note == note
+    assert compare(run.id, configs=("clear-12", "clear-4"), db=str(db)).note is None
+    regress(spec, db=str(db), update=True)
+    assert note in regress(spec, db=str(db)).notes
+    windows = run_experiment({"name": "windows", "dataset": "grid", "config": [
+        {"name": "clear", "trigger": {"kind": "utilization", "ratio": 0.5},
+         "strategy": {"kind": "hard_clear", "keep_recent": 6}, "context_limit": 6000, "max_output": 500}]},
+        db=str(db))
+    assert windows.summaries_note() is None
+    assert "offline extractive" not in export(windows.id, "html", db.parent / "windows.html", db=str(db)).read_text()
+
+
 def test_compare_two_runs_pairs_cells_by_session_config_and_repeat(grid_run, grid_db):
     db, _, _, run = grid_run
     other = run_experiment({"name": "other", "dataset": "grid", "config": [
@@ -125,7 +143,7 @@ def test_exports_in_all_four_formats_open(grid_run, tmp_path):
     assert duckdb.sql(f"SELECT count(DISTINCT session_id) FROM '{calls}'").fetchall() == [(3,)]
     document = json.loads(export(run.id, "json", tmp_path / "r.json", db=str(db)).read_text())
     assert document["run"]["id"] == run.id and len(document["results"]) == 9
-    assert any(c["summary"] for c in document["compactions"])
+    assert any(c["summary"] for c in document["compactions"]) and document["note"] == run.summaries_note()
     report = export(run.id, "html", tmp_path / "r.html", db=str(db)).read_text()
     assert report.count("Plotly.newPlot") >= 2 and "<script src=\"http" not in report
     assert "offline extractive baseline" in report
@@ -245,6 +263,7 @@ def test_cli_run_export_compare_regress(grid_db, tmp_path):
     assert again["run_id"] == run["run_id"] and again["cells_reused"] == 9 and again["model_calls"] == 0
     text = _cli("run", str(spec), "--db", str(db))
     assert run["run_id"] in text.stdout and "clear-4" in text.stdout
+    assert "the offline extractive baseline" in text.stdout and run["note"] in text.stdout
     dry = _cli("run", str(spec), "--db", str(db), "--dry-run")
     assert "9 cells, 9 already done, 0 to run" in dry.stdout
     out = tmp_path / "report.html"
@@ -255,6 +274,7 @@ def test_cli_run_export_compare_regress(grid_db, tmp_path):
     assert not (tmp_path / "report.txt").exists()
     compared = _cli("compare", run["run_id"], "--configs", "clear-12", "clear-4", "--db", str(db))
     assert compared.returncode == 0 and "billed_input_tokens" in compared.stdout and "B better" in compared.stdout
+    assert "offline extractive" not in compared.stdout  # neither config summarized
     calls_row = next(line for line in compared.stdout.splitlines() if line.startswith("calls "))
     assert " none " in calls_row and " differ/" in calls_row  # no better direction: only differ / same
     assert _cli("regress", str(spec), "--db", str(db), "--update").returncode == 0

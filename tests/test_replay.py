@@ -404,6 +404,17 @@ def test_a_notebook_shows_the_main_metrics_why_a_replay_stopped_and_what_summari
     assert "&lt;ReplayResult" in html and "<ReplayResult" not in html  # escaped
 
 
+def test_the_baseline_note_goes_with_results_the_offline_summarizer_summarized():
+    spec = config({"kind": "pressure", "turns": 2}, {"kind": "summarize_split"})
+    offline = replay(session_of(8), spec)
+    assert offline.baseline_note() == ("Summaries by workbench/extractive: the offline extractive baseline (not a "
+                                       "model). Read its quality figures as a floor, not as a model's.")
+    model = replay(session_of(8), {**spec, "summarizer": "openai/gpt-4o-mini"}, summarizer=ScriptedSummarizer())
+    assert model.compactions and model.baseline_note() is None
+    window = replay(session_of(8), config({"kind": "pressure", "turns": 2}, {"kind": "sliding_window", "window": 2}))
+    assert window.compactions and window.baseline_note() is None  # nothing summarized
+
+
 def test_stat_threshold_token_counters_include_the_summarizer_usage():
     """Seed 000, summarization case 11: the summarizer's call increments the token counters."""
     seen = []

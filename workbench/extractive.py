@@ -90,6 +90,16 @@ def is_offline_baseline(model: str | None) -> bool:
     return name == MODEL_STRING or name.endswith(f"/{MODEL_STRING}")
 
 
+def baseline_note(models: Iterable[str | None]) -> str | None:
+    """The sentence that goes with results whose summaries came from this baseline, naming which of
+    `models` (the summarizers behind the results) it is; None when none of them is."""
+    offline = sorted({str(m) for m in models if is_offline_baseline(m)})
+    if not offline:
+        return None
+    return (f"Summaries by {', '.join(offline)}: the {OFFLINE_BASELINE_LABEL}. "
+            "Read its quality figures as a floor, not as a model's.")
+
+
 # ---------------------------------------------------------------------------------------------
 # the requested length
 
@@ -856,6 +866,6 @@ def request_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
-__all__ = ["DEFAULT_BUDGET_TOKENS", "MODEL_STRING", "OFFLINE_BASELINE_LABEL", "extractive_summary",
+__all__ = ["DEFAULT_BUDGET_TOKENS", "MODEL_STRING", "OFFLINE_BASELINE_LABEL", "baseline_note", "extractive_summary",
            "instructions_and_material", "is_offline_baseline", "read_input", "request_tokens", "stated_budget",
            "summary_budget"]

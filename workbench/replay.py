@@ -275,6 +275,14 @@ class ReplayResult:
         self.compaction_metrics = rows
         return self
 
+    def baseline_note(self) -> str | None:
+        """The sentence labelling this result's summaries as the offline extractive baseline's
+        (`workbench.extractive.baseline_note`), when its summarizer is that baseline and was called."""
+        from workbench.extractive import baseline_note
+
+        summarized = any(event.summarizer_usage.get("calls") for event in self.compactions)
+        return baseline_note([self.config.summarizer]) if summarized else None
+
     def context_at(self, call_index: int) -> list[Message]:
         """The messages sent at call `call_index` (0-based; negative counts from the end)."""
         made = len(self.calls) if self._sent else 0

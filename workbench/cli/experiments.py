@@ -114,12 +114,15 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
         print_json({"run_id": run.id, "status": run.status, "cells": run.progress.cells_total,
                     "cells_reused": run.progress.cells_reused, "model_calls": run.progress.model_calls,
                     "cache_hits": run.progress.cache_hits, "cost_usd": run.progress.cost_usd,
-                    "failed_cells": run.progress.failed_cells,
+                    "failed_cells": run.progress.failed_cells, "note": run.summaries_note(),
                     "results": [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]})
     else:
         click.echo(f"run {run.id}: {run.status}, {run.progress.line()}")
         rows, columns = _leaderboard_rows(frame, [*run.spec.metrics, *DEFAULT_COLUMNS])
         print_table(rows, columns)
+        summaries = run.summaries_note()
+        if summaries:
+            click.echo(summaries)
     if run.progress.failed_cells:
         raise CommandFailed(f"{run.progress.failed_cells} cell(s) failed; run again to retry them")
 
@@ -222,6 +225,8 @@ def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, 
              "p": _cell(m.p_value), "B better/worse/same": _counts(m),
              "verdict": m.verdict} for m in result.metrics]
     print_table(rows, ["metric", "better", "A", "B", "B-A", "interval", "p", "B better/worse/same", "verdict"])
+    if result.note:
+        click.echo(result.note)
     if any(result.unmatched.values()):
         note(f"unpaired cells left out: {result.unmatched}")
 

@@ -17,6 +17,8 @@ from workbench.cli.common import CommandFailed, open_store, options, print_json,
 from workbench.errors import ConfigError
 
 FAILED_TERMINATIONS = ("compaction_failed", "context_overflow")
+QUALITY_SHOWN = (("fact_retention", "facts kept"), ("needed_fact_retention", "needed facts kept"),
+                 ("dangling_references", "dangling references"), ("probe_answerable", "probes answerable"))
 
 
 def find_session_id(store: Any, prefix: str) -> str:
@@ -72,12 +74,13 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool) 
     if options().as_json:
         data: dict[str, Any] = {"session_id": result.session_id, "config": result.config.to_dict(),
                 "termination": result.termination, "error": result.error, "metrics": result.metrics,
-                "compaction_count": len(done), "failed_compactions": failed}
+                "compaction_count": len(done), "failed_compactions": failed, "note": result.baseline_note()}
         if run_id:
             data["run_id"] = run_id
         if show_calls:
             data["calls"] = _records(result.calls)
-        data["compactions"] = _records(result.compactions)
+        data["compactions"] = [{**event, **metrics} for event, metrics in
+                               zip(_records(result.compactions), _compaction_metrics(result), strict=True)]
         print_json(data)
     else:
         _print_text(result, session, done, failed, show_calls)
@@ -85,6 +88,16 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool) 
             click.echo(f"saved as run {run_id}")
     if result.termination in FAILED_TERMINATIONS:
         raise CommandFailed("" if options().as_json else f"stopped: {result.error or result.termination}")
+
+
+def _compaction_metrics(result: Any) -> list[dict[str, Any]]:
+    """Each compaction's metrics (fact retention, lost facts...), empty for events without them."""
+    rows = list(result.compaction_metrics)
+    return [dict(row) for row in rows] + [{} for _ in range(len(result.compactions) - len(rows))]
+
+
+def _share(value: Any) -> str:
+    return "" if value is None else f"{value:.2f}"
 
 
 def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_calls: bool) -> None:
@@ -98,9 +111,12 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_ca
     events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",
                "tokens": f"{e.tokens_before}->{e.tokens_after}", "seconds": round(e.duration_s, 3),
                "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
-               "summary": (e.summary or "")[:60].replace("\n", " ")} for e in result.compactions]
+               "facts kept": _share(m.get("fact_retention")), "needed kept": _share(m.get("needed_fact_retention")),
+               "summary": (e.summary or "")[:60].replace("\n", " ")}
+              for e, m in zip(result.compactions, _compaction_metrics(result), strict=True)]
     click.echo(f"\n{len(done)} compaction(s)" + (f", {failed} failed" if failed else ""))
-    print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "summary"])
+    print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "facts kept",
+                         "needed kept", "summary"])
     metrics = result.metrics
 
     def count(name: str) -> str:
@@ -109,6 +125,15 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_ca
 
     click.echo(f"\nbilled input {count('billed_input_tokens')} tokens, cached {count('cached_input_tokens')}, "
                f"peak context {count('peak_context_tokens')}, summarizer calls {count('summarizer_calls')}")
+    from workbench.experiments.charts import format_metric
+
+    quality = [f"{label} {format_metric(name, metrics[name])}" for name, label in QUALITY_SHOWN
+               if metrics.get(name) is not None]
+    if quality:
+        click.echo(", ".join(quality))
+    note = result.baseline_note()
+    if note:
+        click.echo(note)
 
 
 COMMANDS = (replay_cmd,)

@@ -16,7 +16,7 @@ so (with n sessions that differ, its p-value cannot go below 2/2^n, 0.25 for 3).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import numpy as np
@@ -107,6 +107,8 @@ class Comparison:
     confidence: float = 0.95
     sessions: int = 0
     unmatched: Mapping[str, int] = field(default_factory=dict)
+    #: Set when either side's summaries came from the offline extractive baseline (`run.summaries_note`).
+    note: str | None = None
 
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -125,7 +127,7 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "confidence": self.confidence, "sessions": self.sessions,
-                "unmatched": dict(self.unmatched),
+                "unmatched": dict(self.unmatched), "note": self.note,
                 "metrics": [{**vars(m), "verdict": m.verdict} for m in self.metrics]}
 
 
@@ -215,7 +217,28 @@ def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | No
     """Paired comparison of two runs, or of two configs (`configs=(A, B)`) of one or two runs.
 
     Two runs without `configs` pair cells on session, config and repeat (the configs both have).
+    The comparison's `note` says so when either side's summaries came from the offline extractive baseline.
     """
+    comparison = _compare(run_a, run_b, configs=configs, db=db, metrics=metrics, confidence=confidence,
+                          resamples=resamples, seed=seed)
+    return replace(comparison, note=_summaries_note(run_a, run_b, configs, db))
+
+
+def _summaries_note(run_a: str, run_b: str | None, configs: Sequence[str] | None, db: str | None) -> str | None:
+    from workbench.experiments.results import connect_existing, resolve_run_id, summarizers_used
+    from workbench.extractive import baseline_note
+
+    sides = [(run_a, [configs[0]] if configs else None), (run_b or run_a, [configs[1]] if configs else None)]
+    con = connect_existing(db)
+    try:
+        return baseline_note([model for run, names in sides
+                              for model in summarizers_used(con, resolve_run_id(con, run), names)])
+    finally:
+        con.close()
+
+
+def _compare(run_a: str, run_b: str | None, *, configs: Sequence[str] | None, db: str | None,
+             metrics: Sequence[str] | None, confidence: float, resamples: int, seed: int) -> Comparison:
     from workbench.experiments.run import results
 
     frame_a = results(run_a, db=db)
@@ -239,8 +262,8 @@ def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | No
         if len(names) != 2:
             raise ConfigError(f"run {run_a!r} has {len(names)} configs ({', '.join(names)}): "
                               "name two with --configs A B or give a second run")
-        return compare(run_a, configs=tuple(names), db=db, metrics=metrics, confidence=confidence,
-                       resamples=resamples, seed=seed)
+        return _compare(run_a, None, configs=tuple(names), db=db, metrics=metrics, confidence=confidence,
+                        resamples=resamples, seed=seed)
     return compare_frames(frame_a, frame_b, a_label=run_a, b_label=run_b, metrics=metrics,
                           align=("session_id", "config", "repeat"), confidence=confidence, resamples=resamples,
                           seed=seed)

@@ -25,7 +25,7 @@ from workbench.errors import ConfigError
 from workbench.experiments import charts
 from workbench.experiments import results as tables
 from workbench.experiments.compare import metric_direction
-from workbench.extractive import is_offline_baseline
+from workbench.extractive import baseline_note
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -143,6 +143,7 @@ def _document(con: Any, run_id: str) -> dict[str, Any]:
         "run": _json_ready(vars(info)), "spec": tables.run_spec(con, run_id),
         "configs": [{"name": name, **(json.loads(spec) if isinstance(spec, str) else spec)} for name, spec in configs],
         "results": _records(cells), "compactions": _records(compactions),
+        "note": baseline_note(tables.summarizers_used(con, run_id)),
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -213,10 +214,9 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
     if meta:
         parts.append("<p class=\"meta\">" + " · ".join(f"{html.escape(k)}: {html.escape(str(v))}" for k, v in meta)
                      + "</p>")
-    offline = sorted({m for m in summarizers if is_offline_baseline(m)})
-    if offline:
-        parts.append(f"<div class=\"banner\">Summaries by {html.escape(', '.join(offline))}: the offline extractive "
-                     "baseline, not a language model. Read its quality figures as a floor, not as a model's.</div>")
+    note = baseline_note(summarizers)
+    if note:
+        parts.append(f"<div class=\"banner\">{html.escape(note)}</div>")
     parts.append("<h2>Leaderboard</h2>")
     board = charts.leaderboard(results) if len(results) else None
     parts.append(leaderboard_html(board) if board is not None else "<p>No finished cells.</p>")
@@ -261,5 +261,5 @@ def render_report(con: Any, run_id: str) -> str:
             ("code", info.code_version or "?"), ("dataset version", info.dataset_version or "?"),
             ("started", info.started_at.isoformat(timespec="seconds") if info.started_at else "?")]
     return report_html(f"Experiment {info.name}", results, calls, compactions, meta=meta,
-                       summarizers=[str(s.get("summarizer", "")) for s in specs if isinstance(s, Mapping)],
+                       summarizers=tables.summarizers_used(con, run_id),
                        context_limit=limits.pop() if len(limits) == 1 else None)

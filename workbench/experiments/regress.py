@@ -248,4 +248,8 @@ def regress(path: str | os.PathLike[str] | ExperimentSpec, baseline: str | os.Pa
         raise ConfigError(f"{target}: not a baseline (invalid JSON at line {exc.lineno}: {exc.msg})") from exc
     if not isinstance(stored, Mapping) or "metrics" not in stored:
         raise ConfigError(f"{target}: not a baseline (expected an object with 'metrics')")
-    return check(current, stored, spec, target)
+    report = check(current, stored, spec, target)
+    summaries = run.summaries_note()
+    if summaries:
+        report.notes.append(summaries)
+    return report

@@ -325,6 +325,21 @@ def results_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return frame
 
 
+def summarizers_used(con: duckdb.DuckDBPyConnection, run_id: str, configs: Sequence[str] | None = None) -> list[str]:
+    """The summarizer models of a run's configs (of `configs`, when given) whose cells called one:
+    what the run's summaries came from."""
+    called = {name for (name,) in con.execute(
+        "SELECT DISTINCT config FROM cells WHERE run_id = ? "
+        "AND coalesce(TRY_CAST(json_extract(metrics, '$.summarizer_calls') AS BIGINT), 0) > 0", [run_id]).fetchall()}
+    rows = con.execute("SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position", [run_id]).fetchall()
+    models = []
+    for name, spec in rows:
+        config = json.loads(spec) if isinstance(spec, str) else (spec or {})
+        if name in called and (configs is None or name in configs) and config.get("summarizer"):
+            models.append(str(config["summarizer"]))
+    return list(dict.fromkeys(models))
+
+
 def calls_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     return _frame(con, "SELECT * FROM cell_calls WHERE run_id = ? ORDER BY session_id, config, repeat, call_index",
                   [run_id])

@@ -149,6 +149,10 @@ class Run:
             self._results = results(self.id, db=self.db)
         return self._results
 
+    def summaries_note(self) -> str | None:
+        """`summaries_note` of this run."""
+        return summaries_note(self.id, db=self.db)
+
     def __repr__(self) -> str:
         return f"Run({self.id!r}, {self.status}, {self.progress.line()})"
 
@@ -488,6 +492,19 @@ def results(run_id: str, db: str | None = None) -> pd.DataFrame:
     con = tables.connect_existing(db)
     try:
         return tables.results_frame(con, tables.resolve_run_id(con, run_id))
+    finally:
+        con.close()
+
+
+def summaries_note(run_id: str, *, db: str | None = None, configs: Sequence[str] | None = None) -> str | None:
+    """The sentence labelling a run's summaries as the offline extractive baseline's
+    (`workbench.extractive.baseline_note`), when its configs (those of `configs`, when given)
+    summarized with it; None otherwise."""
+    from workbench.extractive import baseline_note
+
+    con = tables.connect_existing(db)
+    try:
+        return baseline_note(tables.summarizers_used(con, tables.resolve_run_id(con, run_id), configs))
     finally:
         con.close()
 

@@ -43,13 +43,22 @@ def load_results(path: str, stamp: float, run_id: str) -> pd.DataFrame:
     return results(run_id, path)
 
 
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_summaries_note(path: str, stamp: float, run_id: str) -> str | None:
+    from workbench.experiments.run import summaries_note
+
+    return summaries_note(run_id, db=path)
+
+
 @st.cache_data(show_spinner=False, max_entries=32)
 def load_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None,
-                    b: str | None) -> pd.DataFrame:
+                    b: str | None) -> tuple[pd.DataFrame, str | None]:
+    """The comparison's table and its note (set when a side's summaries are the offline baseline's)."""
     from workbench.experiments import compare
 
     configs = (a, b) if a is not None and b is not None else None
-    return compare(run_a, run_b, configs=configs, db=path).to_frame()
+    comparison = compare(run_a, run_b, configs=configs, db=path)
+    return comparison.to_frame(), comparison.note
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -69,12 +78,14 @@ def build_report(path: str, stamp: float, run_id: str) -> bytes:
 def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None, b: str | None,
                      key: str) -> None:
     try:
-        table = load_comparison(path, stamp, run_a, run_b, a, b)
+        table, summaries = load_comparison(path, stamp, run_a, run_b, a, b)
     except Exception as exc:  # the comparison's own validation message
         st.error(common.readable_error(exc))
         return
     st.caption("Cells paired on session and repeat; delta = B − A with its confidence interval.")
     st.dataframe(table, hide_index=True, width="stretch", key=key)
+    if summaries:
+        st.caption(summaries)
 
 
 @st.fragment
@@ -286,6 +297,9 @@ def page() -> None:
     board = charts.displayed(charts.leaderboard(results))
     st.dataframe(board, width="stretch", key=f"exp_leaderboard:{run_id}", column_config={
         str(c): st.column_config.NumberColumn(format=charts.display_format(str(c))) for c in board.columns})
+    summaries = load_summaries_note(path, stamp, run_id)
+    if summaries:
+        st.caption(summaries)
     scatter = charts.cost_quality(results)
     if scatter is None:
         st.info("No quality metric in this run: the cost-versus-quality chart needs one (e.g. fact_retention).")
