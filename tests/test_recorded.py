@@ -188,3 +188,24 @@ def test_recorded_kinds_are_bound_inside_combinators_and_pipelines():
     result = replay(session, spec)
     assert [e.summary for e in result.compactions] == [SUMMARY]
     assert result.compactions[0].call_index == session.recorded_compactions[0].call_index
+
+
+def test_stored_sessions_list_their_recorded_compactions_and_filter_on_them(tmp_path):
+    """`workbench sessions` shows how many compactions the agent recorded (what `as-recorded` replays),
+    and `--where recorded_compactions > 0` finds the sessions to compare the production agent on."""
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+    from workbench.store import Store
+
+    plain = wb.Session.from_messages([system(), user("Fix it"), *agent_turns(3), assistant("Done.")])
+    db = str(tmp_path / "wb.duckdb")
+    with Store(db) as store:
+        store.import_sessions([recorded_session(), plain], dataset="mine")
+        assert {r["id"]: r["recorded_compactions"] for r in store.session_rows()} == \
+            {recorded_session().id: 1, plain.id: 0}
+        assert list(store.sessions(where="recorded_compactions > 0").id) == [recorded_session().id]
+    listed = CliRunner().invoke(main, ["sessions", "--db", db], catch_exceptions=False)
+    header, *rows = listed.output.splitlines()
+    column = header.split().index("recorded")
+    assert sorted(row.split()[column] for row in rows) == ["0", "1"]

@@ -42,6 +42,9 @@ if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
 DEFAULT_BATCH_MESSAGES = 10_000
 DEFAULT_BATCH_BYTES = 24_000_000
 COUNTABLE = ("sessions", "messages", "calls", "probes")
+#: The columns of `Store.session_rows` and `Store.sessions()`.
+SESSION_COLUMNS = ("id", "dataset", "format", "messages", "calls", "recorded_compactions", "probes", "source",
+                   "imported_at")
 
 _MESSAGE_INSERT = """
     INSERT INTO messages (session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
@@ -487,25 +490,24 @@ class Store:
 
     # -- reading ----------------------------------------------------------------------------------
     def session_rows(self, dataset: str | None = None, where: str | None = None) -> list[dict[str, Any]]:
-        """One dict per session (id, dataset, format, messages, calls, probes, source, imported_at);
-        the pandas-free form of `sessions()`."""
+        """One dict per session (id, dataset, format, messages, calls, recorded_compactions (the
+        agent's own, which `as-recorded` replays), probes, source, imported_at); the pandas-free form
+        of `sessions()`."""
         sql, params = self._select_sessions(dataset, where)
         rows = self._query(f"""
-            SELECT s.id, s.dataset, s.format, s.message_count, s.call_count,
+            SELECT s.id, s.dataset, s.format, s.message_count, s.call_count, s.recorded_compactions,
                    coalesce(p.n, 0), s.source, s.imported_at
             FROM ({sql}) s LEFT JOIN (SELECT session_id, count(*) AS n FROM probes GROUP BY session_id) p
                  ON p.session_id = s.id
             ORDER BY s.dataset, s.imported_at, s.id""", params)
-        keys = ("id", "dataset", "format", "messages", "calls", "probes", "source", "imported_at")
-        return [dict(zip(keys, row, strict=False)) for row in rows]
+        return [dict(zip(SESSION_COLUMNS, row, strict=False)) for row in rows]
 
     def sessions(self, dataset: str | None = None, where: str | None = None) -> pd.DataFrame:
-        """A DataFrame with one row per session: id, dataset, format, messages, calls, probes,
-        source, imported_at."""
+        """A DataFrame with one row per session: id, dataset, format, messages, calls,
+        recorded_compactions, probes, source, imported_at."""
         import pandas as pd
 
-        columns = ["id", "dataset", "format", "messages", "calls", "probes", "source", "imported_at"]
-        return pd.DataFrame(self.session_rows(dataset, where), columns=columns)
+        return pd.DataFrame(self.session_rows(dataset, where), columns=list(SESSION_COLUMNS))
 
     def dataset_rows(self) -> list[dict[str, Any]]:
         """One dict per dataset (name, description, sessions, messages, calls, created_at)."""
@@ -581,8 +583,9 @@ class Store:
             yield from self._load(wanted[start:start + step])
 
     def _select_sessions(self, dataset: str | None, where: str | None) -> tuple[str, list[Any]]:
-        sql = ("SELECT *, message_count AS messages, call_count AS calls FROM sessions WHERE "
-               "(? IS NULL OR dataset = ?)")
+        sql = ("SELECT *, message_count AS messages, call_count AS calls, "
+               "coalesce(json_array_length(metadata -> '$.recorded_compactions'), 0) AS recorded_compactions "
+               "FROM sessions WHERE (? IS NULL OR dataset = ?)")
         params: list[Any] = [dataset, dataset]
         if where and where.strip():
             filtered = f"SELECT * FROM ({sql}) WHERE ({where})"

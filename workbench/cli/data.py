@@ -118,12 +118,14 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
 @click.command("sessions")
 @click.option("--dataset", default=None, metavar="NAME", help="Only this dataset.")
 @click.option("--where", default=None, metavar="SQL",
-              help="SQL condition over the sessions (columns: id, dataset, format, source, messages, calls, ...).")
+              help="SQL condition over the sessions (columns: id, dataset, format, source, messages, calls, "
+                   "recorded_compactions, ...).")
 @click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N",
               help="Show only the first N sessions (in the listing's order).")
 @shared_options
 def sessions_cmd(dataset: str | None, where: str | None, limit: int | None) -> None:
-    """List the imported sessions (id, dataset, format, messages, calls, probes, source)."""
+    """List the imported sessions (id, dataset, format, messages, calls, the agent's own recorded
+    compactions, probes, source)."""
     with open_store(must_exist=True) as store:
         rows = store.session_rows(dataset=dataset, where=where)
     if limit is not None:
@@ -133,7 +135,8 @@ def sessions_cmd(dataset: str | None, where: str | None, limit: int | None) -> N
     elif not rows:
         click.echo("no sessions" + (f" in dataset {dataset!r}" if dataset else ""))
     else:
-        print_table(rows, ["id", "dataset", "format", "messages", "calls", "probes", "source"])
+        print_table([{**row, "recorded": row["recorded_compactions"]} for row in rows],
+                    ["id", "dataset", "format", "messages", "calls", "recorded", "probes", "source"])
 
 
 @click.command("datasets")

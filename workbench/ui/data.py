@@ -44,15 +44,11 @@ def overview(path: str) -> dict[str, list[dict[str, Any]]]:
 
     with Store(path, read_only=True) as store:
         sessions = store.session_rows()
-        extra = {row[0]: row[1:] for row in store.connection.execute("""
-            SELECT s.id, coalesce(json_array_length(s.metadata -> '$.recorded_compactions'), 0),
-                   coalesce(m.chars, 0)
-            FROM sessions s LEFT JOIN (SELECT session_id, sum(length(coalesce(text, '')))::BIGINT AS chars
-                                       FROM message_texts GROUP BY session_id) m ON m.session_id = s.id""").fetchall()}
+        characters = dict(store.connection.execute(
+            "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
+        ).fetchall())
         for row in sessions:
-            compactions, chars = extra.get(row["id"], (0, 0))
-            row["recorded_compactions"] = int(compactions)
-            row["characters"] = int(chars)
+            row["characters"] = int(characters.get(row["id"], 0))
         return {"datasets": store.dataset_rows(), "sessions": sessions}
 
 
