@@ -7,7 +7,8 @@ For every imported session that records compactions, each configuration replays 
 offline quality metrics: fact retention, needed-fact retention, dangling references, and the
 tokens of what the compactions wrote (summary tokens) and left (tokens after). `as-recorded` is
 the production agent's own summary; `workbench/extractive` rows are the offline extractive
-baseline summarizer (no model), labelled as such. Prints a Markdown table (means over sessions,
+baseline summarizer (no model), labelled as such; the capped ones write summaries of at most the
+recorded summary's tokens, as they enter the context. Prints a Markdown table (means over sessions,
 and per session with `--per-session`).
 """
 
@@ -52,7 +53,12 @@ def recorded_sessions(paths: Sequence[str | Path]) -> list[Any]:
 
 
 class CappedSummarizer:
-    """The configured summarizer, asked for at most `cap` tokens per summary (a budget-matched baseline)."""
+    """The configured summarizer, whose summaries hold at most `cap` tokens of the table's tokenizer
+    (a budget-matched baseline). A summarizer measures its `max_tokens` its own way (the extractive
+    one in characters / 4, which code-heavy text exceeds in cl100k tokens), so a summary over the cap
+    is asked for again with the budget shrunk by the overshoot, at most `TRIES` times."""
+
+    TRIES = 6
 
     def __init__(self, model: str, cap: int):
         from workbench.llm import default_gateway
@@ -63,13 +69,19 @@ class CappedSummarizer:
 
     def complete(self, messages: Any, *, purpose: str = "summary", max_tokens: int | None = None) -> Any:
         budget = self.cap if max_tokens is None else min(max_tokens, self.cap)
-        return self._bound.complete(messages, purpose=purpose, max_tokens=budget)
+        for _ in range(self.TRIES):
+            completion = self._bound.complete(messages, purpose=purpose, max_tokens=budget)
+            used = count_tokens(completion.text, TOKENIZER)
+            if used <= self.cap or budget <= 1:
+                break
+            budget = max(1, min(budget - 1, budget * self.cap // used))
+        return completion
 
 
 def recorded_summary_tokens(session: Any) -> int:
-    """Mean tokens (heuristic, the extractive summarizer's own measure) of the session's recorded summaries."""
+    """Mean tokens (the table's tokenizer) of the session's recorded summaries."""
     summaries = [r.summary for r in session.recorded_compactions if r.summary]
-    return max(1, sum(count_tokens(s) for s in summaries) // max(1, len(summaries)))
+    return max(1, sum(count_tokens(s, TOKENIZER) for s in summaries) // max(1, len(summaries)))
 
 
 def score(session: Any, spec: dict[str, Any]) -> dict[str, Any]:
@@ -79,8 +91,16 @@ def score(session: Any, spec: dict[str, Any]) -> dict[str, Any]:
     capped = spec.pop("cap", False)
     config = {"name": "recorded-points", "tokenizer": TOKENIZER, "context_limit": 200_000, "max_output": 8192,
               "trigger": {"kind": "recorded"}, **spec}
-    summarizer = CappedSummarizer("workbench/extractive", recorded_summary_tokens(session)) if capped else None
-    result = replay(session, config, summarizer=summarizer)
+    cap = budget = recorded_summary_tokens(session)
+    for _ in range(CappedSummarizer.TRIES):
+        # a strategy may add to the summary (summarize_full appends the last user request): the summary as
+        # it enters the context must fit the cap, so the summarizer's budget shrinks by what the longest overshot
+        summarizer = CappedSummarizer("workbench/extractive", budget) if capped else None
+        result = replay(session, config, summarizer=summarizer)
+        longest = max((count_tokens(e.summary, TOKENIZER) for e in result.compactions if e.summary), default=0)
+        if not capped or longest <= cap or budget <= 1:
+            break
+        budget = max(1, budget - (longest - cap))
     values, _ = evaluate_metrics(result)
     summaries = [e.summary for e in result.compactions if e.summary]
     done = [e for e in result.compactions if not e.failed]
