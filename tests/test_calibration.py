@@ -101,6 +101,35 @@ def test_calibrated_replay_matches_the_recorded_input_and_reports_the_fit():
     assert calibrated.calibration.error_after < 0.01
 
 
+def test_the_fit_is_reported_where_users_read_a_replay(tmp_path):
+    """One line on the fit and its error: in `workbench replay` (text and JSON) and in a notebook."""
+    import json
+
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+    from workbench.store import Store
+
+    session = billed_session()
+    fitted = replay(session, no_compaction(calibration="recorded"))
+    line = fitted.calibration.describe()
+    assert line.startswith(f"calibration: +{OVERHEAD:,} tokens per call, text tokens x {SCALE:.3f} (fitted on ")
+    assert f"{fitted.calibration.error_after:.1%} calibrated" in line and line in fitted._repr_html_()
+    plain = wb.Session.from_messages(session.messages[:2] + (assistant("no usage"),))
+    assert "none applied (" in replay(plain, no_compaction(calibration="recorded")).calibration.describe()
+    db = str(tmp_path / "wb.duckdb")
+    with Store(db) as store:
+        store.import_sessions([session])
+    config = 'preset = "no-compaction"\ncalibration = "recorded"\ntokenizer = "heuristic"'
+    text = CliRunner().invoke(main, ["replay", session.id, "--config", config, "--db", db, "--no-calls"])
+    assert text.exit_code == 0 and line in text.output.splitlines()
+    data = json.loads(CliRunner().invoke(main, ["replay", session.id, "--config", config, "--db", db, "--json",
+                                                "--no-calls"]).output)
+    assert data["calibration"] == fitted.calibration.to_dict()
+    assert "calibration" not in CliRunner().invoke(main, ["replay", session.id, "--config", "no-compaction",
+                                                          "--db", db, "--no-calls"]).output
+
+
 def test_calibrated_counts_reach_triggers_and_billing():
     session = billed_session()
     calibrated = replay(session, no_compaction(calibration="recorded"))

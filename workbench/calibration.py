@@ -58,6 +58,18 @@ class CalibrationFit:
     def identity(self) -> bool:
         return self.overhead == 0 and self.scale == 1.0
 
+    def describe(self) -> str:
+        """One line: the fit and its error (what `workbench replay` prints under a calibrated config)."""
+        if self.identity and self.note:
+            return f"calibration: none applied ({self.note})"
+        errors = ""
+        if self.error_before is not None and self.error_after is not None:
+            errors = (f"; median error against the billed input {self.error_before:.1%} raw, "
+                      f"{self.error_after:.1%} calibrated")
+        return (f"calibration: {self.overhead:+,} tokens per call, text tokens x {self.scale:.3f} (fitted on "
+                f"{self.calls_used} of {self.calls_with_usage} calls with usage, {self.outliers} outliers left out)"
+                f"{errors}")
+
     def to_dict(self) -> dict[str, Any]:
         return {"tokenizer": self.tokenizer, "overhead": self.overhead, "scale": self.scale,
                 "calls_used": self.calls_used, "calls_with_usage": self.calls_with_usage,

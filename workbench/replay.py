@@ -254,6 +254,8 @@ class ReplayResult:
                        for name in SHOWN_METRICS if self.metrics.get(name) is not None)
         if rows:
             parts.append(f"<table>{rows}</table>")
+        if self.calibration is not None:
+            parts.append(f"<div>{escape(self.calibration.describe())}</div>")
         summarizer = self.config.summarizer
         if summarizer and (self.compactions or self.metrics.get("summarizer_calls")):
             label = f": the {OFFLINE_BASELINE_LABEL}" if is_offline_baseline(summarizer) else ""

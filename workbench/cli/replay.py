@@ -74,7 +74,8 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool) 
     if options().as_json:
         data: dict[str, Any] = {"session_id": result.session_id, "config": result.config.to_dict(),
                 "termination": result.termination, "error": result.error, "metrics": result.metrics,
-                "compaction_count": len(done), "failed_compactions": failed, "note": result.baseline_note()}
+                "compaction_count": len(done), "failed_compactions": failed, "note": result.baseline_note(),
+                "calibration": result.calibration.to_dict() if result.calibration else None}
         if run_id:
             data["run_id"] = run_id
         if show_calls:
@@ -137,6 +138,8 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_ca
                if metrics.get(name) is not None]
     if quality:
         click.echo(", ".join(quality))
+    if result.calibration is not None:
+        click.echo(result.calibration.describe())
     note = result.baseline_note()
     if note:
         click.echo(note)
