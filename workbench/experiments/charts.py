@@ -25,6 +25,8 @@ COST_PREFERENCE = ("cost_usd", "billed_input_tokens", "cache_aware_input_tokens"
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f")
 HOVER_SUMMARY_CHARS = 400
+#: The name of the token chart's line of the input the provider billed for the recorded calls.
+BILLED_TRACE = "billed (recorded)"
 
 
 def _escape(text: Any, limit: int = HOVER_SUMMARY_CHARS) -> str:
@@ -50,9 +52,12 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
 
     `calls` needs `call_index` (or `index`), `context_tokens` and a config column; `compactions`
     needs `call_index`, `tokens_before`, `tokens_after`, `summary`. Recorded compaction points
-    (`recorded_compaction` true) are drawn as dotted vertical lines. `stopped` maps the configs
-    whose replay ended early to why (e.g. `context_overflow: ...`): their line ends in a labelled
-    marker, so a short line does not read as a short session.
+    (`recorded_compaction` true) are drawn as dotted vertical lines, and the input the provider
+    billed for each recorded call (`recorded_input_tokens`, when the recording has usage) as a
+    dotted grey line (hidden until picked in the legend when it rises far above `context_limit`):
+    the gap to it is what `calibration = "recorded"` closes. `stopped` maps the
+    configs whose replay ended early to why (e.g. `context_overflow: ...`): their line ends in a
+    labelled marker, so a short line does not read as a short session.
     """
     import plotly.graph_objects as go
 
@@ -87,6 +92,16 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
                 legendgroup=str(config), showlegend=False, hoverinfo="text",
                 hovertext=[f"{html.escape(str(config))} stopped after call {int(last[index_column])}<br>"
                            f"{_escape(reason, 300)}"]))
+    if "recorded_input_tokens" in calls.columns:
+        billed = calls.dropna(subset=["recorded_input_tokens"]).drop_duplicates(index_column).sort_values(index_column)
+        if len(billed):
+            # far above the simulated window (the agent ran in a larger one) it would flatten every replay's
+            # line: then it starts hidden, one click on its legend entry away
+            above = bool(context_limit) and billed["recorded_input_tokens"].max() > 1.5 * (context_limit or 0)
+            figure.add_trace(go.Scatter(
+                x=billed[index_column], y=billed["recorded_input_tokens"], mode="lines", name=BILLED_TRACE,
+                line={"color": "#888", "dash": "dot", "width": 1.5}, visible="legendonly" if above else True,
+                hovertemplate="call %{x}<br>%{y:,} tokens billed by the provider<extra>recorded</extra>"))
     if "recorded_compaction" in calls.columns:
         recorded = sorted(set(calls.loc[calls["recorded_compaction"].fillna(False).astype(bool), index_column]))
         for call in recorded:

@@ -181,16 +181,18 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
 
     from workbench.replay import call_column
 
-    calls: dict[str, list[Any]] = {"config": [], "call_index": [], "context_tokens": [], "recorded_compaction": []}
+    calls: dict[str, list[Any]] = {"config": [], "call_index": [], "context_tokens": [], "recorded_compaction": [],
+                                    "recorded_input_tokens": []}
     events: dict[str, list[Any]] = {"config": [], "call_index": [], "tokens_before": [], "tokens_after": [],
                                     "summary": []}
     for result in results:
         name = result.config.name
-        _, recorded = result.recorded_columns()
+        billed, recorded = result.recorded_columns()
         calls["config"] += [name] * len(result.calls)
         calls["call_index"] += call_column(result.calls, "index")
         calls["context_tokens"] += call_column(result.calls, "context_tokens")
         calls["recorded_compaction"] += recorded
+        calls["recorded_input_tokens"] += billed
         events["config"] += [name] * len(result.compactions)
         events["call_index"] += [e.call_index for e in result.compactions]
         events["tokens_before"] += [e.tokens_before for e in result.compactions]
