@@ -66,6 +66,13 @@ def test_three_presets_draw_a_trace_per_config_with_compaction_markers(compare_p
     assert any(shape.get("y0") == 1500 for shape in tokens["layout"].get("shapes", []))  # the window line
 
 
+def test_calibration_is_a_choice_and_its_fit_is_reported(compare_page):
+    compare_page.checkbox(key="compare_calibrate").check().run()
+    at = run(compare_page)
+    fits = [c.value for c in at.caption if c.value.startswith("calibration:")]
+    assert len(fits) == 1 and fits[0].startswith("calibration: none applied (no recorded usage")  # samples carry none
+
+
 def test_metrics_context_summaries_and_export(compare_page):
     at = run(compare_page)
     metrics = at.dataframe[0].value

@@ -74,7 +74,12 @@ def window_settings() -> dict[str, Any]:
 
     summarizer = cols[2].text_input("Summarizer model", value=DEFAULT_SUMMARIZER, key="compare_summarizer",
                                     help="workbench/extractive is the offline extractive baseline (no model).")
-    return {"context_limit": int(limit), "max_output": int(max_output), "summarizer": summarizer.strip()}
+    calibrated = st.checkbox("Calibrate token counts to the input the provider billed", key="compare_calibrate",
+                             help="calibration = \"recorded\": per session, a constant overhead (the system prompt "
+                                  "and tools the transcript lacks) and a tokenizer scale, fitted on the recorded "
+                                  "calls before the agent's first compaction. Needs a recording with usage.")
+    return {"context_limit": int(limit), "max_output": int(max_output), "summarizer": summarizer.strip(),
+            "calibration": "recorded" if calibrated else "none"}
 
 
 @st.cache_data(show_spinner=False, max_entries=1)
@@ -379,6 +384,9 @@ def page() -> None:
         return
     limit = int(last["configs"][0]["context_limit"])
     charts_panel(results, limit)  # first: nothing below delays the charts
+    fitted = next((r.calibration for r in results if r.calibration is not None), None)
+    if fitted is not None:  # one fit per session, the same under every config
+        st.caption(fitted.describe())
     metrics_panel(results)
     context_panel(results)
     summaries_panel(results)
