@@ -179,12 +179,12 @@ def test_the_token_chart_draws_the_billed_input_once_when_the_recording_has_it()
 
     calls = pd.DataFrame({"config": ["a", "a", "a", "b", "b"], "call_index": [0, 1, 2, 0, 1],
                           "context_tokens": [5, 6, 7, 5, 9], "recorded_input_tokens": [50, None, 70, 50, None]})
-    billed = [t for t in charts.token_curves(calls).data if t.name == charts.BILLED_TRACE]
+    billed = [t for t in charts.token_curves(calls).data if t.name == charts.RECORDED_INPUT_TRACE]
     assert [(list(t.x), list(t.y), t.visible) for t in billed] == [([0, 2], [50, 70], True)]
-    small_window = [t for t in charts.token_curves(calls, context_limit=40).data if t.name == charts.BILLED_TRACE]
-    assert small_window[0].visible == "legendonly"  # 70 > 1.5 x 40: it would flatten the replays' lines
+    small_window = charts.token_curves(calls, context_limit=40).data
+    assert [t.visible for t in small_window if t.name == charts.RECORDED_INPUT_TRACE] == ["legendonly"]  # 70 > 1.5 x 40
     without = calls.assign(recorded_input_tokens=None)
-    assert not [t for t in charts.token_curves(without).data if t.name == charts.BILLED_TRACE]
+    assert not [t for t in charts.token_curves(without).data if t.name == charts.RECORDED_INPUT_TRACE]
 
 
 def test_a_replay_that_stopped_early_ends_its_token_curve_in_a_labelled_marker():

@@ -212,7 +212,7 @@ def test_stored_sessions_list_their_recorded_compactions_and_filter_on_them(tmp_
     replayed = CliRunner().invoke(main, ["replay", recorded_session().id, "--config", "as-recorded", "--db", db],
                                   catch_exceptions=False)
     lines = replayed.output.splitlines()
-    assert lines[1].split()[-2:] == ["agent", "compacted"] and "billed" not in lines[1]  # no usage recorded
+    assert lines[1].split()[-2:] == ["agent", "compacted"] and "recorded input" not in lines[1]  # no usage
     call = recorded_session().recorded_compactions[0].call_index
     assert next(line for line in lines[2:] if line.split()[0] == str(call)).split()[-2:] == ["yes", "yes"]
     plain_replay = CliRunner().invoke(main, ["replay", plain.id, "--config", "as-recorded", "--db", db])

@@ -26,7 +26,7 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
            "#7f7f7f")
 HOVER_SUMMARY_CHARS = 400
 #: The name of the token chart's line of the input the provider billed for the recorded calls.
-BILLED_TRACE = "billed (recorded)"
+RECORDED_INPUT_TRACE = "recorded input"
 
 
 def _escape(text: Any, limit: int = HOVER_SUMMARY_CHARS) -> str:
@@ -99,7 +99,7 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
             # line: then it starts hidden, one click on its legend entry away
             above = bool(context_limit) and billed["recorded_input_tokens"].max() > 1.5 * (context_limit or 0)
             figure.add_trace(go.Scatter(
-                x=billed[index_column], y=billed["recorded_input_tokens"], mode="lines", name=BILLED_TRACE,
+                x=billed[index_column], y=billed["recorded_input_tokens"], mode="lines", name=RECORDED_INPUT_TRACE,
                 line={"color": "#888", "dash": "dot", "width": 1.5}, visible="legendonly" if above else True,
                 hovertemplate="call %{x}<br>%{y:,} tokens billed by the provider<extra>recorded</extra>"))
     if "recorded_compaction" in calls.columns:
