@@ -105,15 +105,15 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_ca
     click.echo(f"session {result.session_id} ({session.format}, {session.calls} calls) under "
                f"{result.config.name!r}: {result.termination}")
     if show_calls:
-        billed, agent_compacted = result.recorded_columns()
+        recorded_input, agent_compacted = result.recorded_columns()
         calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
                   "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
                   "compacted": "yes" if c.compacted_before else "", "recorded input": "" if tokens is None else tokens,
                   "agent compacted": "yes" if agent else ""}
-                 for c, tokens, agent in zip(result.calls, billed, agent_compacted, strict=True)]
+                 for c, tokens, agent in zip(result.calls, recorded_input, agent_compacted, strict=True)]
         # beside the replay, what the recording says when it says it: the input the provider billed, the
         # agent's compactions
-        extra = [name for name, values in (("recorded input", billed), ("agent compacted", agent_compacted))
+        extra = [name for name, values in (("recorded input", recorded_input), ("agent compacted", agent_compacted))
                  if any(value not in (None, False) for value in values)]
         print_table(calls, ["call", "messages", "tokens", "cached", "output", "compacted", *extra])
     events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",

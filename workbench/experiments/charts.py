@@ -93,8 +93,9 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
                 hovertext=[f"{html.escape(str(config))} stopped after call {int(last[index_column])}<br>"
                            f"{_escape(reason, 300)}"]))
     if "recorded_input_tokens" in calls.columns:
-        billed = calls.dropna(subset=["recorded_input_tokens"]).drop_duplicates(index_column).sort_values(index_column)
+        billed = calls.dropna(subset=["recorded_input_tokens"]).drop_duplicates(index_column)
         if len(billed):
+            billed = billed.sort_values(index_column)
             # far above the simulated window (the agent ran in a larger one) it would flatten every replay's
             # line: then it starts hidden, one click on its legend entry away
             above = bool(context_limit) and billed["recorded_input_tokens"].max() > 1.5 * (context_limit or 0)

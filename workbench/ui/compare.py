@@ -192,12 +192,12 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
                                     "summary": []}
     for result in results:
         name = result.config.name
-        billed, recorded = result.recorded_columns()
+        recorded_input, recorded = result.recorded_columns()
         calls["config"] += [name] * len(result.calls)
         calls["call_index"] += call_column(result.calls, "index")
         calls["context_tokens"] += call_column(result.calls, "context_tokens")
         calls["recorded_compaction"] += recorded
-        calls["recorded_input_tokens"] += billed
+        calls["recorded_input_tokens"] += recorded_input
         events["config"] += [name] * len(result.compactions)
         events["call_index"] += [e.call_index for e in result.compactions]
         events["tokens_before"] += [e.tokens_before for e in result.compactions]
