@@ -4,9 +4,10 @@ On the largest shared Claude Code recording (by calls; a generated stand-in when
 few configurations: replay time and the time of the offline quality metrics (fact retention,
 needed-fact retention, dangling references, probe answerability, run values and per-compaction
 columns) on its result.
-- cold: fresh copies of the messages and the quality module's process-wide caches cleared, so
-  the replay counts every token and the metrics extract every fact and build the session's fact
-  index (both are then cached on the messages / the session, as token counts are);
+- cold: fresh copies of the messages and the process-wide caches cleared (the quality module's, and
+  the offline summarizer's memo of terms), so the replay counts every token and summarizes from
+  scratch, and the metrics extract every fact and build the session's fact index (both are then
+  cached on the messages / the session, as token counts are);
 - warm: a second replay of the same messages, as every configuration after the first of an
   experiment grid runs: token counts, facts and the session's fact index are reused, the
   compaction accounting, dangling walk and probes are computed afresh for the new result.
@@ -21,6 +22,7 @@ import time
 from typing import Any
 
 from benchmarks.bench_replay import SHARED, fresh_copy, generate_session
+from workbench.extractive import _terms_of
 from workbench.quality.facts import clear_process_caches
 from workbench.quality.probes import ProbeAnswerable
 from workbench.quality.retention import DanglingReferences, FactRetention, NeededFactRetention
@@ -87,6 +89,7 @@ def run(repeats: int = 3) -> None:
         for _ in range(repeats):
             cold = fresh_copy(session)
             clear_process_caches()
+            _terms_of.cache_clear()
             result, replay_times = _timed_replay(cold, config)
             cold_runs.append((replay_times, _quality(result, metrics)))
         cold_replay, cold_quality = min(r[0] for r, _ in cold_runs), min(q[0] for _, q in cold_runs)

@@ -10,9 +10,10 @@ out of the workers' cores.
 Each size gets its own local Ray (`num_cpus` 1, then 2) and each grid a warm-up run of its own kind
 (worker start-up and imports are not what this measures; the CPU-bound grid runs on workers that
 have not run model cells, which here compute about 30 % slower and would flatter the 1-worker
-baseline); the timed runs recompute every cell (`fresh=True`) and ask new questions each time (a
-per-run `seed` option), so neither the result store nor the model cache short-cuts them, and each
-starts from the database as imported (see `_restore`). The CPU-bound grid is timed `CPU_RUNS`
+baseline); the timed runs recompute every cell (`fresh=True`), ask new questions each time (a
+per-run `seed` option) and read sessions of their own (`_cpu_dataset`), so neither the result
+store, the model cache nor a worker's process-level memos short-cut them, and each starts from the
+database as imported (see `_restore`). The CPU-bound grid is timed `CPU_RUNS`
 times per size and the fastest run kept (every run is printed): on a shared machine, other
 processes' work lengthens runs at random.
 Skipped, with a line saying so, when Ray (the `ray` extra) is absent.
@@ -64,9 +65,15 @@ def _session(number: int, steps: int) -> Session:
     return Session.from_messages(messages, dataset="bench")
 
 
-def _cpu_spec(name: str, seed: int) -> dict:
+def _cpu_dataset(workers: int, attempt: int) -> str:
+    """The sessions of one CPU-bound run (attempt -1: the warm-up): every run reads sessions of its own, so
+    no process-level memo of a worker (terms, classified tokens) carries work over from an earlier run."""
+    return f"bench-{workers}-{attempt}"
+
+
+def _cpu_spec(name: str, seed: int, dataset: str) -> dict:
     """Summaries by the offline extractive model, computed in the worker: several per cell, most of its CPU."""
-    return {"name": name, "dataset": "bench",
+    return {"name": name, "dataset": dataset,
             "defaults": {"tokenizer": "cl100k_base", "context_limit": 12000, "max_output": 1000,
                          "summarizer": "workbench/extractive", "summarizer_options": {"seed": seed}},
             "config": [*({"name": f"split-{n}", "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
@@ -122,7 +129,11 @@ def run() -> None:
     with tempfile.TemporaryDirectory() as folder, FakeOpenAIProcess(latency=LLM_LATENCY) as server:
         db = str(Path(folder) / "bench.duckdb")
         with Store(db) as store:
-            store.import_sessions([_session(i, CPU_STEPS) for i in range(CPU_SESSIONS)], dataset="bench")
+            for workers in (1, 2):
+                for attempt in range(-1, CPU_RUNS):
+                    first = 10_000 * workers + 100 * (attempt + 1)  # distinct numbers: distinct texts
+                    store.import_sessions([_session(first + i, CPU_STEPS) for i in range(CPU_SESSIONS)],
+                                          dataset=_cpu_dataset(workers, attempt))
             store.import_sessions([_session(1000 + i, 8) for i in range(LLM_SESSIONS)], dataset="llm")
         shutil.copyfile(db, db + ".imported")
         figures: dict[str, dict[int, tuple[float, int, float]]] = {"cpu": {}, "llm": {}}
@@ -136,10 +147,11 @@ def run() -> None:
                 # each grid after a warm-up of its own kind (worker start-up, imports): a worker that has
                 # run model cells computes CPU-bound cells about 30 % slower here, which would flatter the
                 # 1-worker baseline
-                _timed(_cpu_spec("ray-warm-up", seed=-workers), db, executor)
+                _timed(_cpu_spec("ray-warm-up", seed=-workers, dataset=_cpu_dataset(workers, -1)), db, executor)
                 for attempt in range(CPU_RUNS):
                     started = time.process_time()
-                    timed = _timed(_cpu_spec("ray-cpu", seed=10 * workers + attempt), db, executor)
+                    timed = _timed(_cpu_spec("ray-cpu", seed=10 * workers + attempt,
+                                             dataset=_cpu_dataset(workers, attempt)), db, executor)
                     driver_s = time.process_time() - started
                     cpu_walls.setdefault(workers, []).append(timed[0])
                     if workers not in figures["cpu"] or timed[0] < figures["cpu"][workers][0]:

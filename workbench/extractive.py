@@ -34,6 +34,7 @@ the chosen lines are written in the order they happened.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -429,14 +430,19 @@ _DIGIT_NAME = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b"
                          r"|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b")               # gpt-4o, issue-12
 
 
-def _terms_of(text: str) -> tuple[list[str], list[str]]:
-    """(paths, identifiers) of a text, in order of appearance."""
+@functools.lru_cache(maxsize=4096)
+def _terms_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(paths, identifiers) of a text, in order of appearance.
+
+    Memoised: a cell's summaries read overlapping transcripts (each split summary reads the history
+    again), the lines a summary scores repeat its blocks, and every config of an experiment reads
+    the same session."""
     files = _files(text)
     names = _identifiers(text, set(files))
     names.extend(h for h in _HASH.findall(text) if not h.isdigit() and not h.isalpha())
     for pattern in (_ARITY, _DIGIT_NAME):
         names.extend(m.group(0) for m in pattern.finditer(text))
-    return files, names
+    return tuple(files), tuple(names)
 
 
 def _call_arguments(call_line: str) -> Any:
@@ -654,7 +660,7 @@ def _score_lines(material: _Material) -> None:
             continue
         for line in bucket.values():
             files, names = _terms_of(line.text)
-            carried = sum(salience.get(t, 0.0) for t in dict.fromkeys(files + names))
+            carried = sum(salience.get(t, 0.0) for t in dict.fromkeys((*files, *names)))
             line.score += 2.0 * min(3.0, carried)
 
 
