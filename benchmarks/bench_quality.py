@@ -22,7 +22,7 @@ import time
 from typing import Any
 
 from benchmarks.bench_replay import SHARED, fresh_copy, generate_session
-from workbench.extractive import _terms_of
+from workbench.extractive import clear_caches as clear_summarizer_caches
 from workbench.quality.facts import clear_process_caches
 from workbench.quality.probes import ProbeAnswerable
 from workbench.quality.retention import DanglingReferences, FactRetention, NeededFactRetention
@@ -89,7 +89,7 @@ def run(repeats: int = 3) -> None:
         for _ in range(repeats):
             cold = fresh_copy(session)
             clear_process_caches()
-            _terms_of.cache_clear()
+            clear_summarizer_caches()
             result, replay_times = _timed_replay(cold, config)
             cold_runs.append((replay_times, _quality(result, metrics)))
         cold_replay, cold_quality = min(r[0] for r, _ in cold_runs), min(q[0] for _, q in cold_runs)

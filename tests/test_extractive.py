@@ -177,15 +177,16 @@ def test_deterministic_within_and_across_processes() -> None:
 def test_a_transcript_read_again_takes_its_terms_from_the_memo_and_summarizes_the_same() -> None:
     """Split summaries of one cell read overlapping transcripts, and an experiment's configs the same
     session: the terms of a text read before come from the memo, and the summary is the same."""
-    from workbench.extractive import _terms_of
+    from workbench.extractive import _terms_of, clear_caches
 
     session = generated_session(60)
-    _terms_of.cache_clear()
+    clear_caches()
     first = extractive_summary(session, budget_tokens=400)
     computed = _terms_of.cache_info().misses
     assert extractive_summary(session, budget_tokens=400) == first
     assert _terms_of.cache_info().misses == computed and _terms_of.cache_info().hits >= computed
-    _terms_of.cache_clear()
+    clear_caches()
+    assert _terms_of.cache_info().currsize == 0
     assert extractive_summary(session, budget_tokens=400) == first  # and so does a cold memo
 
 

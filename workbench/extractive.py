@@ -445,6 +445,11 @@ def _terms_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     return tuple(files), tuple(names)
 
 
+def clear_caches() -> None:
+    """Forget the memoised terms of texts: the next summary reads every text afresh (for benchmarks)."""
+    _terms_of.cache_clear()
+
+
 def _call_arguments(call_line: str) -> Any:
     """The decoded arguments of a rendered tool call (`-> call name({...})`); None when not JSON."""
     start, end = call_line.find("("), call_line.rfind(")")
@@ -872,6 +877,6 @@ def request_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
-__all__ = ["DEFAULT_BUDGET_TOKENS", "MODEL_STRING", "OFFLINE_BASELINE_LABEL", "baseline_note", "extractive_summary",
-           "instructions_and_material", "is_offline_baseline", "read_input", "request_tokens", "stated_budget",
-           "summary_budget"]
+__all__ = ["DEFAULT_BUDGET_TOKENS", "MODEL_STRING", "OFFLINE_BASELINE_LABEL", "baseline_note", "clear_caches",
+           "extractive_summary", "instructions_and_material", "is_offline_baseline", "read_input", "request_tokens",
+           "stated_budget", "summary_budget"]
