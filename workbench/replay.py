@@ -647,11 +647,7 @@ class _Replay:
 
     def _set_context(self, messages: list[Message]) -> None:
         self.context = messages
-        name = self.tokenizer.name
-        try:
-            counts = [m._token_cache[name] for m in messages]
-        except KeyError:  # a strategy's new messages: counted in one batch
-            counts = self._counts(messages)
+        counts = self._counts(messages)
         roles = [m.role for m in messages]
         leading = 0
         while leading < len(roles) and roles[leading] == "system":
