@@ -413,7 +413,6 @@ class _CellWriter:
 
     def __init__(self, con: Any, run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None):
         self._con = con
-        self._commit_interval = COMMIT_INTERVAL
         self._run_id = run_id
         self._state = state
         self._progress = progress
@@ -432,7 +431,7 @@ class _CellWriter:
         last_commit = -math.inf
         while not closing:
             batch = [self._queue.get()]
-            due = last_commit + self._commit_interval
+            due = last_commit + COMMIT_INTERVAL
             while batch[-1] is not None:
                 wait = due - time.monotonic()
                 try:
