@@ -225,16 +225,12 @@ def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | No
 
 
 def _summaries_note(run_a: str, run_b: str | None, configs: Sequence[str] | None, db: str | None) -> str | None:
-    from workbench.experiments.results import connect_existing, resolve_run_id, summarizers_used
+    """`run.summaries_note` of both sides, in one sentence."""
+    from workbench.experiments.run import summarizers_used
     from workbench.extractive import baseline_note
 
     sides = [(run_a, [configs[0]] if configs else None), (run_b or run_a, [configs[1]] if configs else None)]
-    con = connect_existing(db)
-    try:
-        return baseline_note([model for run, names in sides
-                              for model in summarizers_used(con, resolve_run_id(con, run), names)])
-    finally:
-        con.close()
+    return baseline_note([model for run, names in sides for model in summarizers_used(run, db=db, configs=names)])
 
 
 def _compare(run_a: str, run_b: str | None, *, configs: Sequence[str] | None, db: str | None,

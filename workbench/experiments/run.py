@@ -495,17 +495,22 @@ def results(run_id: str, db: str | None = None) -> pd.DataFrame:
         con.close()
 
 
+def summarizers_used(run_id: str, *, db: str | None = None, configs: Sequence[str] | None = None) -> list[str]:
+    """The summarizer models that wrote a run's summaries (of its configs in `configs`, when given)."""
+    con = tables.connect_existing(db)
+    try:
+        return tables.summarizers_used(con, tables.resolve_run_id(con, run_id), configs)
+    finally:
+        con.close()
+
+
 def summaries_note(run_id: str, *, db: str | None = None, configs: Sequence[str] | None = None) -> str | None:
     """The sentence labelling a run's summaries as the offline extractive baseline's
     (`workbench.extractive.baseline_note`), when its configs (those of `configs`, when given)
     summarized with it; None otherwise."""
     from workbench.extractive import baseline_note
 
-    con = tables.connect_existing(db)
-    try:
-        return baseline_note(tables.summarizers_used(con, tables.resolve_run_id(con, run_id), configs))
-    finally:
-        con.close()
+    return baseline_note(summarizers_used(run_id, db=db, configs=configs))
 
 
 def runs(db: str | None = None) -> pd.DataFrame:
