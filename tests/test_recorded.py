@@ -39,6 +39,7 @@ def test_as_recorded_compacts_once_at_the_recorded_call_with_the_recorded_summar
     result = replay(session, as_recorded())
     assert [e.call_index for e in result.compactions] == [record.call_index]
     assert result.compactions[0].summary == SUMMARY
+    assert result.baseline_note() is None  # the agent wrote this summary, not the offline baseline
     assert result.calls[record.call_index].compacted_before
     sent = result.context_at(record.call_index)
     assert sent[0] == session.messages[0]

@@ -299,9 +299,9 @@ def summaries_panel(results: Sequence[Any]) -> None:
     for column, result in zip(columns, with_events, strict=True):
         with column:
             st.markdown(f"**{result.config.name}**")
-            summarized = any(e.summary for e in result.compactions)
-            if summarized and is_offline_baseline(result.config.summarizer):
-                st.caption(f"{result.config.summarizer}: the {OFFLINE_BASELINE_LABEL}")
+            note = result.baseline_note()
+            if note:
+                st.caption(note)
             labels = [f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
                       for i, e in enumerate(result.compactions)]
             index = int(st.selectbox("Compaction", range(len(labels)), format_func=labels.__getitem__,
