@@ -182,5 +182,8 @@ def test_the_export_is_the_html_report_or_a_readable_error():
     report = report_or_error("generated-12", results, 1500)
     assert report.startswith("<!DOCTYPE html>") and "Comparison on session generated-12" in report
     assert all(name in report for name in PRESETS)
+    assert "offline extractive baseline" not in report  # none of the three called a summarizer
+    summarized = report_or_error("generated-12", replayed(["goat-split-summary", "gent-sliding-window"]), 1500)
+    assert "Summaries by workbench/extractive: the offline extractive baseline" in summarized
     broken = report_or_error("generated-12", [*results, object()], 1500)
     assert "The report could not be built: AttributeError" in broken

@@ -277,13 +277,18 @@ class ReplayResult:
         self.compaction_metrics = rows
         return self
 
+    @property
+    def summarized(self) -> bool:
+        """Whether the config's summarizer was called (cache hits included): a recorded summary or a
+        window's cut calls none."""
+        return any(event.summarizer_usage.get("calls") for event in self.compactions)
+
     def baseline_note(self) -> str | None:
         """The sentence labelling this result's summaries as the offline extractive baseline's
         (`workbench.extractive.baseline_note`), when its summarizer is that baseline and was called."""
         from workbench.extractive import baseline_note
 
-        summarized = any(event.summarizer_usage.get("calls") for event in self.compactions)
-        return baseline_note([self.config.summarizer]) if summarized else None
+        return baseline_note([self.config.summarizer]) if self.summarized else None
 
     def context_at(self, call_index: int) -> list[Message]:
         """The messages sent at call `call_index` (0-based; negative counts from the end)."""

@@ -335,7 +335,7 @@ def comparison_report(session_id: str, results: Sequence[Any], limit: int) -> st
 
     frame, calls, compactions = charts.frames_from_results(results)
     return report_html(f"Comparison on session {session_id}", frame, calls, compactions,
-                       summarizers=[str(r.config.summarizer) for r in results], context_limit=limit,
+                       summarizers=[str(r.config.summarizer) for r in results if r.summarized], context_limit=limit,
                        meta=[("session", session_id), ("window", f"{limit:,} tokens")])
 
 
