@@ -413,6 +413,7 @@ def test_the_baseline_note_goes_with_results_the_offline_summarizer_summarized()
     assert model.compactions and model.baseline_note() is None
     window = replay(session_of(8), config({"kind": "pressure", "turns": 2}, {"kind": "sliding_window", "window": 2}))
     assert window.compactions and window.baseline_note() is None  # nothing summarized
+    assert "summaries by" not in window._repr_html_()
 
 
 def test_stat_threshold_token_counters_include_the_summarizer_usage():

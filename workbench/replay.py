@@ -257,7 +257,7 @@ class ReplayResult:
         if self.calibration is not None:
             parts.append(f"<div>{escape(self.calibration.describe())}</div>")
         summarizer = self.config.summarizer
-        if summarizer and (self.compactions or self.metrics.get("summarizer_calls")):
+        if summarizer and self.summarized:
             label = f": the {OFFLINE_BASELINE_LABEL}" if is_offline_baseline(summarizer) else ""
             parts.append(f"<div>summaries by <code>{escape(summarizer)}</code>{escape(label)}</div>")
         parts.append("<div><small>result.metrics, result.to_frame(), result.compactions_frame()</small></div></div>")
