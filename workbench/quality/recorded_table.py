@@ -96,7 +96,7 @@ def score(session: Any, spec: dict[str, Any]) -> dict[str, Any]:
         # a strategy may add to the summary (summarize_full appends the last user request): the summary as
         # it enters the context must fit the cap, so the summarizer's budget shrinks by what the longest overshot
         summarizer = CappedSummarizer("workbench/extractive", budget) if capped else None
-        result = replay(session, config, summarizer=summarizer)
+        result = replay(session, config, summarizer=summarizer, measure=False)  # measured once, below
         longest = max((count_tokens(e.summary, TOKENIZER) for e in result.compactions if e.summary), default=0)
         if not capped or longest <= cap or budget <= 1:
             break
