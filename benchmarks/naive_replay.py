@@ -7,6 +7,7 @@ incremental engine against (their results must be equal).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from workbench.config import parse_config
 from workbench.replay import ReplayResult, _Replay, as_session
@@ -30,8 +31,8 @@ class NaiveReplay(_Replay):
         self.only_system = not split_leading_system(self.context)[1]
         self.steps = sum(1 for m in self.context if m.role != "tool")
 
-    def _set_context(self, messages: list[Message]) -> None:
-        self.context = messages
+    def _set_context(self, messages: list[Message], known: Any = None) -> None:
+        self.context = messages  # what is known of its steps is of no use to a full recount
         self._recount()
 
     def _append(self, messages: Sequence[Message]) -> None:

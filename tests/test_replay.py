@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import ClassVar
 
 import pytest
-from builders import ScriptedSummarizer, agent_turns, assistant, conversation, conversations, system, user
+from builders import ScriptedSummarizer, agent_turns, assistant, conversation, conversations, system, tool, user
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -648,20 +648,119 @@ def test_remembered_steps_and_rewrites_equal_compacting_afresh(messages, strateg
             check_invariants(before, after)
 
 
-def test_the_invariant_check_does_not_trust_steps_a_strategy_recorded_wrongly():
-    """A strategy may record the steps of its output (`remember_steps`) for the next one; the
-    invariant check's shortcut through them still catches an orphaned tool result."""
+STEP_LIST_CHANGES = {
+    "__setitem__": lambda out, at: out.__setitem__(at, out[at]),
+    "__delitem__": lambda out, at: out.__delitem__(at),
+    "__iadd__": lambda out, at: out.__iadd__([]),
+    "__imul__": lambda out, at: out.__imul__(1),
+    "append": lambda out, at: out.append(out[at]),
+    "extend": lambda out, at: out.extend([]),
+    "insert": lambda out, at: out.insert(at, out[at]),
+    "pop": lambda out, at: out.pop(at),
+    "remove": lambda out, at: out.remove(out[at]),
+    "clear": lambda out, at: out.clear(),
+    "sort": lambda out, at: out.sort(key=lambda m: 0),
+    "reverse": lambda out, at: out.reverse(),
+}
+
+
+@pytest.mark.parametrize("change", sorted(STEP_LIST_CHANGES))
+def test_a_strategy_output_changed_after_it_was_built_is_grouped_afresh(change):
+    """A strategy's output carries its steps (`StepList`) for the invariant check and the next
+    strategy; any change to the list forgets them, so an edit that orphans a tool result is caught
+    and the next strategy groups what it is given."""
     from workbench.errors import InvariantError
-    from workbench.session import Step, group_steps
-    from workbench.strategies.common import remember_steps
+    from workbench.strategies.common import StepList, context_of, known_steps
 
     before = conversation(4)
-    call_at = next(i for i, m in enumerate(before) if m.tool_calls)
-    after = [m for i, m in enumerate(before) if i != call_at]  # its result is now an orphan
-    leading = 1
-    remember_steps(after[leading:], group_steps(before[leading:]))  # paired steps, of another body
-    with pytest.raises(InvariantError, match="tool pairing"):
-        check_invariants(before, after)
-    remember_steps(after[leading:], [Step(tuple(after[leading:]))])  # one chunk: not a paired step
-    with pytest.raises(InvariantError, match="tool pairing"):
-        check_invariants(before, after)
+    out = wb.build_strategy({"kind": "sliding_window", "window": 10}).compact(Context(tuple(before)), CompactionEnv())
+    assert isinstance(out, StepList) and known_steps(out, 1) is not None
+    assert context_of(out).__dict__["steps"] == Context(tuple(out)).steps
+    call_at = next(i for i, m in enumerate(out) if m.tool_calls)
+    STEP_LIST_CHANGES[change](out, call_at)
+    assert known_steps(out, 1) is None and "steps" not in context_of(out).__dict__
+    if change in ("__delitem__", "pop", "remove"):  # the call is gone: its result is an orphan
+        with pytest.raises(InvariantError, match="tool pairing"):
+            check_invariants(before, out)
+
+
+@st.composite
+def irregular_conversations(draw):
+    """`conversations` with, now and then, a tool result that answers no call (a stray step of its own)
+    or a system message in the middle, inserted between two steps after the leading system messages
+    (not between a call and its result: a window may then keep the result and drop its call)."""
+    messages = draw(conversations(max_steps=30))
+    leading = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
+    for _ in range(draw(st.integers(0, 2))):
+        at = draw(st.sampled_from([i for i in range(leading, len(messages) + 1)
+                                   if i == len(messages) or messages[i].role != "tool"]))
+        stray = tool("nobody", "a result nobody asked for " + "s" * 300)
+        extra = draw(st.sampled_from([stray, system("mid-run note")]))
+        messages.insert(at, extra)
+    return messages
+
+
+@settings(max_examples=80, deadline=None)
+@given(irregular_conversations(), st.sampled_from(TOOL_KINDS + [{"kind": "sliding_window", "window": 3},
+                                                                {"kind": "hard_clear", "keep_recent": 4}]),
+       st.integers(1, 4))
+def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(messages, strategy, turns):
+    """What a strategy's output says of its steps (`StepList`) and what the replay's next context is
+    given (`continue_steps`) equal grouping the messages afresh: the steps, their offsets, the pinned
+    ones, no stray step when it says none; and the steps it says are settled under a rewrite are."""
+    import sys
+    from unittest import mock
+
+    from workbench.session import group_steps
+    from workbench.strategies.common import BodySteps, body_steps
+
+    engine = sys.modules["workbench.replay"]
+    checked = {"outputs": 0, "contexts": 0}
+
+    def holds(known: BodySteps, body) -> None:
+        fresh = BodySteps.of(group_steps(body))
+        assert (known.steps, known.offsets, known.pinned) == (fresh.steps, fresh.offsets, fresh.pinned)
+        assert known.strays or not fresh.strays
+        for key, count in known.settled.items():
+            assert all(key in step.settled for step in known.steps[:count])
+
+    def known_steps(messages, leading):
+        known = real_known(messages, leading)
+        if known is not None:
+            holds(known, list(messages)[leading:])
+            checked["outputs"] += 1
+        return known
+
+    def continue_steps(context, prefix, length):
+        real_continue(context, prefix, length)
+        if "body_steps" in context.__dict__:
+            holds(body_steps(context), context.body)
+            checked["contexts"] += 1
+
+    real_known, real_continue = engine.known_steps, engine.continue_steps
+    session = wb.Session.from_messages(messages)
+    spec = {"tokenizer": "heuristic", "trigger": {"kind": "pressure", "turns": turns}, "strategy": strategy,
+            "context_limit": 1_000_000, "max_output": 100}
+    with mock.patch.object(engine, "known_steps", known_steps), \
+            mock.patch.object(engine, "continue_steps", continue_steps):
+        for _ in range(2):  # the second replay meets the steps the first settled
+            replay(session, spec, measure=False)
+    assert checked["contexts"] <= checked["outputs"]
+
+
+def test_continuing_steps_regroups_a_last_step_whose_results_go_on():
+    """A context whose body goes on with a tool result answering the known body's last step: that
+    step is grouped again with it, and is no longer known to be settled (it is a new step)."""
+    from workbench.session import group_steps
+    from workbench.strategies.common import BodySteps, continue_steps, settle
+
+    head = [system("s"), user("go"), assistant("", calls=(("a", "grep"), ("b", "bash"))), tool("a", "one")]
+    steps = group_steps(head[1:])
+    for step in steps:
+        settle(step, "k")
+    prefix = BodySteps(steps, [0, 1, 3], False, [], {"k": 2})
+    context = Context((*head, tool("b", "two"), user("next")))
+    continue_steps(context, prefix, 3)
+    assert context.steps == group_steps(context.body) and len(context.steps) == 3
+    assert context.__dict__["body_steps"].offsets == [0, 1, 4, 5]
+    assert context.__dict__["body_steps"].settled == {"k": 1}

@@ -11,7 +11,6 @@ from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
 from workbench.registry import build_strategy, spec_of
 from workbench.session import Message, ToolCall, tool_pairing_problems
-from workbench.strategies import common
 from workbench.strategies.tools import CLEARED_ARGUMENTS, TRUNCATION_MARKER
 
 
@@ -290,7 +289,6 @@ def test_the_derived_memo_does_not_keep_messages_alive():
     derived_ref = weakref.ref(run({"kind": "observation_masking", "keep_recent": 0}, messages)[3])
     assert original() is not None
     del messages
-    common._GROUPED.bodies.clear()  # the step memo holds the last few contexts (bounded) on purpose
     gc.collect()
     assert original() is None and derived_ref() is None
 

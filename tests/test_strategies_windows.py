@@ -341,3 +341,14 @@ def test_shared_prefix_length_counts_leading_identical_objects(first_ids, second
         expected += 1
     assert shared_prefix_length(first, second) == expected
     assert shared_prefix_length(tuple(first), second) == expected
+
+
+@given(st.lists(st.booleans(), max_size=60), st.integers(1, 60))
+def test_nth_false_is_where_the_count_of_false_flags_reaches_n(flags, n):
+    from itertools import accumulate
+
+    from workbench.strategies.windows import nth_false
+
+    falses = list(accumulate(not flag for flag in flags))
+    if n <= flags.count(False):
+        assert nth_false(flags, n) == falses.index(n)

@@ -52,16 +52,19 @@ from workbench.session import (
     Message,
     MessageLike,
     Session,
+    Step,
     as_messages,
     recorded_input_tokens,
     tool_pairing_problems,
     tools_paired,
 )
 from workbench.strategies.common import (
+    BodySteps,
     Grouping,
+    continue_steps,
     keep_last_fraction,
+    known_steps,
     lend_grouping,
-    remembered_steps,
     shared_prefix_length,
 )
 from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, messages_tokens, prime
@@ -553,8 +556,12 @@ def _recording_of(session: Session, tokenizer: str, counts: Callable[[], Sequenc
     return found
 
 
-def check_invariants(before: Sequence[Message], after: Sequence[Message], *, where: str = "") -> None:
-    """Raise `InvariantError` if a compaction lost the system prefix, a pinned message or tool pairing."""
+def check_invariants(before: Sequence[Message], after: Sequence[Message], *, where: str = "",
+                     pinned_before: bool | None = None) -> None:
+    """Raise `InvariantError` if a compaction lost the system prefix, a pinned message or tool pairing.
+
+    When `after` is a strategy's `StepList` its steps shortcut the pairing check; `pinned_before`
+    says whether `before` holds a pinned message, when the caller knows (None: look)."""
     prefix = f"{where}: " if where else ""
     leading = 0
     while leading < len(before) and before[leading].role == "system":
@@ -562,24 +569,25 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
     if len(after) < leading or any(
             a is not b and a != b for a, b in zip(before[:leading], after[:leading], strict=True)):
         raise InvariantError(f"{prefix}the leading system messages were not kept")
-    if before and max([m.importance for m in before]) >= PINNED_IMPORTANCE:
+    if pinned_before is None:
+        pinned_before = bool(before) and max([m.importance for m in before]) >= PINNED_IMPORTANCE
+    if pinned_before:
         kept = {id(m) for m in after}
         for index, message in enumerate(before):
             if message.importance >= PINNED_IMPORTANCE and id(message) not in kept and message not in after:
                 raise InvariantError(f"{prefix}pinned message {index} ({message.role}) was dropped or changed")
-    if _paired_steps(after[leading:]) or tools_paired(after):
+    known = known_steps(after, leading)
+    if (known is not None and _paired_steps(known.steps)) or tools_paired(after):
         return
     problems = tool_pairing_problems(after)
     if problems and not tool_pairing_problems(before):
         raise InvariantError(f"{prefix}tool pairing broken: {problems[0]}")
 
 
-def _paired_steps(body: Sequence[Message]) -> bool:
-    """True when the strategy recorded steps that split `body` (`remembered_steps` checks that by
-    identity) and each pairs its own tool calls and results (`Step.paired`, memoised per step):
-    then so does the whole body. False says nothing."""
-    steps = remembered_steps(body)
-    return steps is not None and False not in map(_paired, steps)
+def _paired_steps(steps: Sequence[Step]) -> bool:
+    """True when each of the steps an output's body splits into pairs its own tool calls and results
+    (`Step.paired`, memoised per step): then so does the whole body. False says nothing."""
+    return False not in map(_paired, steps)
 
 
 _paired = attrgetter("paired")
@@ -636,6 +644,9 @@ class _Replay:
         self.previous_context: list[Message] = []
         self.previous_length = 0
         self.previous_tokens = 0
+        #: (leading system messages, steps, body length) of the last compaction's result, when its
+        #: strategy returned a `StepList`: the next compaction's context begins with that body
+        self.known_steps: tuple[int, BodySteps, int] | None = None
 
     # -- accounting -------------------------------------------------------------------------
     def _counts(self, messages: Sequence[Message]) -> list[int]:
@@ -650,17 +661,22 @@ class _Replay:
                 prime(messages, self.tokenizer)
             return [m._token_cache[name] for m in messages]
 
-    def _set_context(self, messages: list[Message]) -> None:
+    def _set_context(self, messages: list[Message], known: tuple[int, BodySteps] | None = None) -> None:
+        """The context is now `messages`; `known`: (leading system messages, how the rest groups), when known."""
         self.context = messages
         counts = self._counts(messages)
-        roles = [m.role for m in messages]
-        leading = 0
-        while leading < len(roles) and roles[leading] == "system":
-            leading += 1
+        if known is not None and not known[1].strays:  # a step: one message that is no tool result, then results
+            leading = known[0]
+            self.steps = leading + len(known[1].steps)
+        else:
+            roles = [m.role for m in messages]
+            leading = 0
+            while leading < len(roles) and roles[leading] == "system":
+                leading += 1
+            self.steps = len(roles) - roles.count("tool")
         self.context_tokens = self.fixed_tokens + sum(counts)
         self.system_tokens = self.fixed_tokens + sum(counts[:leading])
-        self.only_system = leading == len(roles)
-        self.steps = len(roles) - roles.count("tool")
+        self.only_system = leading == len(messages)
 
     def _append(self, messages: Sequence[Message]) -> None:
         for message in messages:
@@ -715,11 +731,14 @@ class _Replay:
                             severity=trigger_severity(self.trigger, view), call_index=call_index,
                             breaker_open=self.breaker_open)
         context = Context(tuple(before))
+        if self.known_steps is not None and len(context.system) == self.known_steps[0]:
+            continue_steps(context, self.known_steps[1], self.known_steps[2])
         elapsed = timer_excluding_startup(self.summarizer)
         fell_back = False
         error: str | None = None
         try:
-            after = list(self.strategy.compact(context, env))
+            returned = self.strategy.compact(context, env)
+            after = list(returned)
             if env.completions:
                 self.consecutive_failures = 0
         except CompactionError as exc:
@@ -740,10 +759,18 @@ class _Replay:
                 return False
             env.summaries.clear()  # what the failed attempt recorded is not in the fallback's result
             fallback = getattr(self.strategy, "fallback", None)
-            after = list(fallback(context, env)) if callable(fallback) else keep_last_fraction(context)
+            returned = fallback(context, env) if callable(fallback) else keep_last_fraction(context)
+            after = list(returned)
             fell_back = True
-        check_invariants(before, after, where=f"{self.strategy.kind} before call {call_index}")
-        self._set_context(after)
+        leading = len(context.system)
+        steps = known_steps(returned, leading)
+        known_before: BodySteps | None = context.__dict__.get("body_steps")
+        check_invariants(before, after if steps is None else returned,
+                         where=f"{self.strategy.kind} before call {call_index}",
+                         pinned_before=None if known_before is None
+                         else bool(known_before.pinned) or any(m.pinned for m in context.system))
+        self._set_context(after, None if steps is None else (leading, steps))
+        self.known_steps = None if steps is None else (leading, steps, len(after) - leading)
         self._count_usage(env.completions)
         freed = tokens_before - self.context_tokens
         self.events.append(CompactionEvent(

@@ -222,6 +222,12 @@ class Step:
     def pinned(self) -> bool:
         return any(m.pinned for m in self.messages)
 
+    @cached_property
+    def tool_uses(self) -> int:
+        """The tool calls this step makes (its head's, when the head is an assistant message)."""
+        head = self.messages[0]
+        return len(head.tool_calls) if head.role == "assistant" else 0
+
     @property
     def head(self) -> Message:
         return self.messages[0]

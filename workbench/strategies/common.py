@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from bisect import bisect_left
-from collections import deque
-from collections.abc import Callable, Hashable, Iterator, Sequence
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import cached_property, partial
-from itertools import accumulate, chain, compress, count, repeat
-from operator import attrgetter, is_, is_not
+from itertools import accumulate, compress, count, repeat
+from operator import attrgetter, is_, is_not, sub
 from typing import Any, TypeVar, cast
 
 from workbench.compaction import CompactionEnv, Context
@@ -19,15 +19,19 @@ from workbench.session import Message, Step, flatten, group_steps
 DEFAULT_FALLBACK_FRACTION = 0.4
 
 
-def last_steps_for_messages(steps: Sequence[Step], keep_messages: int) -> int:
+def last_steps_for_messages(steps: Sequence[Step], keep_messages: int, offsets: Sequence[int] | None = None) -> int:
     """How many trailing steps hold the last `keep_messages` messages, widened to whole steps.
 
-    The cut moves back to a step boundary so a tool call and its results stay together.
+    The cut moves back to a step boundary so a tool call and its results stay together. `offsets`:
+    the steps' `step_offsets`, when known.
     """
     if keep_messages <= 0:
         return 0
-    from_the_end = list(accumulate([len(s.messages) for s in reversed(steps)]))
-    return min(bisect_left(from_the_end, keep_messages) + 1, len(steps))
+    if offsets is None:
+        offsets = step_offsets(steps)
+    total = offsets[-1]
+    last_start = bisect_right(offsets, total - keep_messages, 0, len(steps)) - 1  # the latest cut keeping enough
+    return len(steps) if last_start < 0 else len(steps) - last_start
 
 
 def step_offsets(steps: Sequence[Step]) -> list[int]:
@@ -37,20 +41,30 @@ def step_offsets(steps: Sequence[Step]) -> list[int]:
 
 def pinned_flags(context: Context) -> list[bool]:
     """`step.pinned` for each step of the context's body."""
-    return [step.pinned for step in steps_of(context)]
+    known = body_steps(context)
+    flags = [False] * len(known.steps)
+    for index in known.pinned:
+        flags[index] = True
+    return flags
 
 
 _messages = attrgetter("messages")
+_pinned = attrgetter("pinned")
 
 
-def settled_steps(steps: Sequence[Step], key: str) -> int:
-    """How many leading steps are fixed points of the per-step rewrite named `key` (`settle`).
+def settled_steps(context: Context, key: str, stop: int | None = None) -> int:
+    """How many leading steps of the context's body (of its first `stop`) are fixed points of the
+    per-step rewrite named `key` (`settle`).
 
     A strategy that rewrites each step on its own (truncating, masking, clearing) marks what it
-    returns; the next compaction of a replay starts with those very steps, so it skips them in one
-    scan rather than asking about each again.
+    returns; the next compaction of a replay starts with those very steps, so it skips them: those
+    its context is known to begin with (`BodySteps.settled`) without a look, the others in one scan.
     """
-    return next_index([key in step.settled for step in steps], False)
+    known = body_steps(context)
+    steps = known.steps
+    stop = len(steps) if stop is None else stop
+    start = min(known.settled.get(key, 0), stop)
+    return start + next_index([key in step.settled for step in steps[start:stop]], False)
 
 
 def next_index(items: list[Any], value: Any, start: int = 0) -> int:
@@ -131,6 +145,33 @@ class Grouping:
             steps[-1] = Step(tuple(self.messages[last_start:end]))
         return steps
 
+    @cached_property
+    def pinned(self) -> list[int]:
+        return pinned_positions(self.steps)
+
+    @cached_property
+    def strays(self) -> list[int]:
+        """The indices of the steps that start with a tool result."""
+        return [index for index, step in enumerate(self.steps) if step.messages[0].role == "tool"]
+
+    def known(self, messages: Sequence[Message]) -> BodySteps | None:
+        """`BodySteps.of(group_steps(messages))` when `group` finds the steps, from what this grouping
+        knows of its own (else None)."""
+        steps = self.group(messages)
+        if not steps:
+            return None if steps is None else BodySteps([], [0], False, [])
+        index = self.step_at[id(messages[0])]
+        stop = index + len(steps)
+        base = self.starts[index]
+        offsets = [start - base for start in self.starts[index:stop]]
+        offsets.append(len(messages))
+        pinned = [position - index for position in self.pinned[bisect_left(self.pinned, index):
+                                                               bisect_left(self.pinned, stop)]]
+        if pinned and pinned[-1] == len(steps) - 1 and not steps[-1].pinned:  # the last step was cut
+            pinned.pop()
+        strays = bisect_left(self.strays, index) != bisect_left(self.strays, stop)
+        return BodySteps(steps, offsets, strays, pinned)
+
 
 def rewrite_run(steps: list[Step], start: int, stop: int, key: str, rewrite: Callable[[Step], Step]) -> list[Step]:
     """`[rewrite(step) for step in steps[start:stop]]`, remembered per step of the grouping the replay
@@ -155,14 +196,10 @@ def rewrite_run(steps: list[Step], start: int, stop: int, key: str, rewrite: Cal
 
 
 class _Grouped(threading.local):
-    """(a body, its steps) for the last few bodies grouped or returned by a strategy in this thread
-    (held strongly: a replay needs the previous compaction's result, a few entries back), and the
-    grouping lent by the replay running in this thread. Per thread: a replay runs in one thread,
-    and replays in other threads (an experiment's cells) neither push its entries out nor change
-    the deque while it is being read."""
+    """The grouping lent by the replay running in this thread (per thread: replays in other threads,
+    an experiment's cells, lend their own)."""
 
     def __init__(self) -> None:
-        self.bodies: deque[tuple[tuple[Message, ...], list[Step]]] = deque(maxlen=8)
         self.lent: Grouping | None = None
 
 
@@ -185,54 +222,147 @@ def _group(messages: Sequence[Message]) -> list[Step]:
     return group_steps(messages) if found is None else found
 
 
-def remember_steps(body: Sequence[Message], steps: Sequence[Step]) -> None:
-    """Record that `body` groups into `steps` (`group_steps(body) == steps`), for `steps_of`."""
-    if steps:
-        _GROUPED.bodies.append((tuple(body), list(steps)))
+def _group_known(messages: Sequence[Message]) -> BodySteps:
+    lent = _GROUPED.lent
+    found = lent.known(messages) if lent is not None else None
+    return BodySteps.of(group_steps(messages)) if found is None else found
 
 
-def remembered_steps(body: Sequence[Message]) -> list[Step] | None:
-    """The steps a strategy in this thread just recorded for a body of `body`'s length, whose
-    messages are `body`'s (checked by identity), else None."""
-    for prefix, steps in reversed(_GROUPED.bodies):
-        if len(prefix) == len(body) and sum(map(len, map(_messages, steps))) == len(body) \
-                and all(map(is_, chain.from_iterable(map(_messages, steps)), body)):
-            return steps
+@dataclass(frozen=True, slots=True)
+class BodySteps:
+    """What is known of how a context's body groups into steps, carried from one strategy to the
+    next and from one compaction to the next (`StepList`, `continue_steps`) rather than found again
+    by a pass over every message: the steps, where each starts among the body's messages
+    (`offsets`, their total last), whether some step starts with a tool result (`strays`; True
+    may also mean "not known"), and per per-step rewrite (`settle`'s key) how many leading steps
+    are known to be its fixed points (`settled`)."""
+
+    steps: list[Step]
+    offsets: list[int]
+    strays: bool
+    pinned: list[int]
+    settled: Mapping[str, int] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, steps: list[Step]) -> BodySteps:
+        return cls(steps, step_offsets(steps), has_stray_tool_step(steps), pinned_positions(steps))
+
+    def kept(self, flags: list[bool]) -> BodySteps:
+        """How the body of the steps whose flag is true (in order) groups, when no step starts with a tool result."""
+        lengths = map(sub, self.offsets[1:], self.offsets)
+        return BodySteps(list(compress(self.steps, flags)), list(accumulate(compress(lengths, flags), initial=0)),
+                         False, [flags[:index].count(True) for index in self.pinned if flags[index]],
+                         {name: flags[:count].count(True) for name, count in self.settled.items()})
+
+
+def pinned_positions(steps: Sequence[Step], start: int = 0) -> list[int]:
+    """The indices of the pinned steps (numbered from `start`)."""
+    return [index for index, pinned in enumerate(map(_pinned, steps), start) if pinned]
+
+
+class StepList(list[Message]):
+    """A strategy's output that carries how its body (what follows its `leading` system messages)
+    groups into steps (`BodySteps`).
+
+    The next strategy of a pipeline and the replay's next compaction take the steps from here instead
+    of grouping the messages again. Changing the list in any way forgets them (`known` becomes None),
+    so a strategy that edits another's output before returning it is grouped afresh.
+    """
+
+    __slots__ = ("known", "leading")
+
+    def __init__(self, messages: Iterable[Message], leading: int, known: BodySteps):
+        super().__init__(messages)
+        self.leading = leading
+        self.known: BodySteps | None = known
+
+
+def _forgetting(name: str) -> Callable[..., Any]:
+    method = getattr(list, name)
+
+    def changed(self: StepList, *args: Any, **kwargs: Any) -> Any:
+        self.known = None
+        return method(self, *args, **kwargs)
+
+    changed.__name__ = name
+    return changed
+
+
+for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop",
+              "remove", "clear", "sort", "reverse"):
+    setattr(StepList, _name, _forgetting(_name))
+
+
+def known_steps(messages: Sequence[Message], leading: int) -> BodySteps | None:
+    """How `messages[leading:]` groups when `messages` is an unchanged `StepList` with that many
+    leading system messages, else None."""
+    if type(messages) is StepList and messages.leading == leading:
+        return messages.known
     return None
 
 
-def steps_of(context: Context) -> list[Step]:
-    """`context.steps`, grouping only what follows a body recorded by `remember_steps` or grouped before.
+def _give(context: Context, known: BodySteps) -> None:
+    context.__dict__["steps"] = known.steps  # where the `steps` cached_property keeps its value
+    context.__dict__["body_steps"] = known
 
-    A replay compacts a context that is the previous compaction's result with the recorded
-    messages since appended: the steps of that result are known, so only the new messages are
-    grouped (with the last known step, when the first of them is a tool result that may join it),
-    taken from the session's grouping the replay lends when it does. This is exact:
-    `group_steps` decides each message from the ones since its step began, so a body's steps
-    before its last are steps of any longer body it begins, a message that is not a tool result
-    always begins a step, and grouping again from a step's start gives the same steps. The steps
-    found are stored in the context, where its `steps` property finds them.
+
+def context_of(messages: Sequence[Message]) -> Context:
+    """`Context(tuple(messages))`, with the steps a `StepList` carries."""
+    context = Context(tuple(messages))
+    if type(messages) is StepList:
+        known = known_steps(messages, len(context.system))
+        if known is not None:
+            _give(context, known)
+    return context
+
+
+def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> None:
+    """Give `context` its steps when its body begins with `prefix_length` messages that group as
+    `prefix` says (a replay's context is the previous compaction's result followed by recorded
+    messages): only the messages after them are grouped, with the last known step when the first of
+    them is a tool result that may join it, taken from the session's grouping the replay lends.
+
+    This is exact: `group_steps` decides each message from the ones since its step began, so a
+    body's steps before its last are steps of any longer body it begins, a message that is not a
+    tool result always begins a step, and grouping again from a step's start gives the same steps.
     """
+    body = context.body
+    if prefix_length > len(body):
+        return
+    if prefix_length == len(body):
+        _give(context, prefix)
+        return
+    if not prefix.steps:
+        _give(context, _group_known(body))
+        return
+    kept, start = len(prefix.steps), prefix_length
+    if body[prefix_length].role == "tool":  # it may join the prefix's last step: group that one again
+        kept -= 1
+        start = prefix.offsets[kept]
+    new = _group_known(body[start:])
+    offsets = prefix.offsets[:kept] + [offset + start for offset in new.offsets]
+    pinned = [index for index in prefix.pinned if index < kept] + [index + kept for index in new.pinned]
+    _give(context, BodySteps([*prefix.steps[:kept], *new.steps], offsets, prefix.strays or new.strays, pinned,
+                             {key: min(settled, kept) for key, settled in prefix.settled.items()}))
+
+
+def steps_of(context: Context) -> list[Step]:
+    """`context.steps`, from what the context was given (`context_of`, `continue_steps`) when it was,
+    else grouped, taking the steps of the session's messages from the grouping the replay lends."""
     known = context.__dict__.get("steps")
     if known is not None:
         return known
-    body = context.body
-    steps: list[Step] | None = None
-    for prefix, prefix_steps in reversed(_GROUPED.bodies):
-        if len(prefix) <= len(body) and all(map(is_, prefix, body)):
-            if len(prefix) == len(body):
-                steps = list(prefix_steps)
-            elif body[len(prefix)].role != "tool":  # a step of its own: the prefix's last step is whole
-                steps = prefix_steps + _group(body[len(prefix):])
-            else:
-                start = len(prefix) - len(prefix_steps[-1].messages)
-                steps = prefix_steps[:-1] + _group(body[start:])
-            break
-    if steps is None:
-        steps = _group(body)
-    context.__dict__["steps"] = steps  # where the `steps` cached_property keeps its value
-    remember_steps(body, steps)
+    steps = _group(context.body)
+    context.__dict__["steps"] = steps
     return steps
+
+
+def body_steps(context: Context) -> BodySteps:
+    """What is known of how the context's body groups (`BodySteps`), found once per context."""
+    known = context.__dict__.get("body_steps")
+    if known is None:
+        known = context.__dict__["body_steps"] = BodySteps.of(steps_of(context))
+    return known
 
 
 def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION) -> list[Message]:
@@ -359,5 +489,6 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "Grouping",
            "derived", "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction",
            "keep_summaries_in", "last_steps_for_messages", "lend_grouping", "next_index", "pinned_flags",
-           "remember_steps", "remembered_steps", "render_transcript", "rewrite_run", "settle", "settled_steps",
+           "BodySteps", "StepList", "body_steps", "context_of", "continue_steps", "known_steps", "pinned_positions",
+           "render_transcript", "rewrite_run", "settle", "settled_steps",
            "shared_prefix_length", "step_offsets", "steps_of", "summary_max_tokens", "task_index", "usable_window"]

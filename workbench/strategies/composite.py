@@ -15,7 +15,7 @@ from workbench.compaction import SEVERITIES, CompactionEnv, Context
 from workbench.errors import CompactionError
 from workbench.registry import StrategySpec, param, register_strategy
 from workbench.session import Message
-from workbench.strategies.common import keep_last_fraction, keep_summaries_in
+from workbench.strategies.common import context_of, keep_last_fraction, keep_summaries_in
 
 GUARD_WARN_RATIO = 0.8
 GUARD_CRITICAL_RATIO = 1.0
@@ -104,7 +104,7 @@ class Pipeline:
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         messages = list(context.messages)
         for index, step in enumerate(self.steps):
-            messages = step.compact(Context(tuple(messages)) if index else context, env)
+            messages = step.compact(context_of(messages) if index else context, env)
         keep_summaries_in(env, messages)
         return messages
 
@@ -112,7 +112,7 @@ class Pipeline:
         env.summaries.clear()
         messages = list(context.messages)
         for step in self.steps:
-            current = Context(tuple(messages))
+            current = context_of(messages)
             try:
                 messages = step.compact(current, env)
             except CompactionError:

@@ -21,8 +21,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate, chain, repeat
-from operator import attrgetter, eq, is_, itemgetter, mul
+from itertools import accumulate, chain
+from operator import attrgetter, is_, itemgetter
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
@@ -30,12 +30,13 @@ from workbench.errors import ConfigError
 from workbench.registry import param, register_strategy
 from workbench.session import Message, Step, ToolCall
 from workbench.strategies.common import (
+    BodySteps,
+    StepList,
+    body_steps,
     derived,
-    remember_steps,
     rewrite_run,
     settle,
     settled_steps,
-    step_offsets,
     steps_of,
 )
 
@@ -49,6 +50,7 @@ _first = itemgetter(0)
 _messages = attrgetter("messages")
 _role = attrgetter("role")
 _tool_calls = attrgetter("tool_calls")
+_tool_uses = attrgetter("tool_uses")
 
 
 def _placeholder_param(name: str, value: str) -> str:
@@ -113,20 +115,22 @@ class _Rewriter:
     after the leading settled steps, which a rewrite would give back unchanged. A rewritten step is
     built once per original (`common.derived`), and per step of the session the replay lends
     (`common.rewrite_run`), so later compactions and replays meet the very same steps in one look.
-    The output's steps are recorded (`common.remember_steps`) for the next strategy or compaction:
-    a replacement has its original's role, tool_call_id and tool call ids, so the output groups the
-    same as the input.
+    The output carries its steps (`common.StepList`) for the next strategy or compaction: a
+    replacement has its original's role, tool_call_id and tool call ids, so the output groups the
+    same as the input, each step as many messages long.
     """
 
-    def __init__(self, context: Context, key: str, steps: list[Step], start: int):
-        """Steps before `start` are kept as they are."""
+    def __init__(self, context: Context, key: str, start: int):
+        """Steps before `start` are kept as they are (they are settled under `key`)."""
         self.context = context
         self.key = key
-        self.steps = steps
-        self.offsets = step_offsets(steps)
+        self.known = body_steps(context)
+        self.steps = steps = self.known.steps
+        self.offsets = self.known.offsets
         self.out = [*context.system, *context.body[:self.offsets[start]]]
         self.new = list(steps)
-        self.changed = False
+        self.first_changed = len(steps)
+        self.settled_through = start  # every output step before it is settled under `key`
 
     def rewrite(self, start: int, stop: int, rewrite: Callable[[Step], Step]) -> None:
         """Steps [start:stop] replaced by `rewrite(step)` (a function of the step and the strategy alone)."""
@@ -134,6 +138,8 @@ class _Rewriter:
             return
         outputs = rewrite_run(self.steps, start, stop, self.key, rewrite)
         self._put(start, stop, outputs)
+        if start == self.settled_through:
+            self.settled_through = stop
 
     def rewrite_one(self, index: int, new: Step | None) -> None:
         """Step `index` replaced by `new` (None: kept as it is), not settled: a later compaction may change more."""
@@ -141,18 +147,22 @@ class _Rewriter:
 
     def _put(self, start: int, stop: int, outputs: list[Step]) -> None:
         self.out += chain.from_iterable(map(_messages, outputs))
-        if not self.changed and not all(map(is_, outputs, self.steps[start:stop])):
-            self.changed = True
+        if start < self.first_changed and not all(map(is_, outputs, self.steps[start:stop])):
+            self.first_changed = start
         self.new[start:stop] = outputs
 
     def result(self, rest: int | None = None) -> list[Message]:
         """The output, with the steps from `rest` on kept as they are."""
-        if not self.changed:
-            return list(self.context.messages)
+        known, leading = self.known, len(self.context.system)
+        changed = self.first_changed  # other rewrites' settled steps are known only before it
+        settled = {name: min(count, changed) for name, count in known.settled.items()}
+        settled[self.key] = max(settled.get(self.key, 0), self.settled_through)
+        if changed == len(self.steps):
+            return StepList(self.context.messages, leading,
+                            BodySteps(self.steps, known.offsets, known.strays, known.pinned, settled))
         if rest is not None:
             self.out += self.context.body[self.offsets[rest]:]
-        remember_steps(self.out[len(self.context.system):], self.new)
-        return self.out
+        return StepList(self.out, leading, BodySteps(self.new, known.offsets, known.strays, known.pinned, settled))
 
 
 def _rewritten(step: Step, rewrite: Callable[[Message], Message | None]) -> Step | None:
@@ -197,8 +207,8 @@ class ToolResultTruncation:
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         key = _strategy_key(self)
         steps = steps_of(context)
-        start = settled_steps(steps, key)
-        rewriter = _Rewriter(context, key, steps, start)
+        start = settled_steps(context, key)
+        rewriter = _Rewriter(context, key, start)
         rewriter.rewrite(start, len(steps), partial(_step_rewrite, key=key, detail=None, rewrite=self._rewrite))
         return rewriter.result()
 
@@ -236,8 +246,8 @@ class ObservationMasking:
         key = _strategy_key(self)
         steps = steps_of(context)
         cut = max(0, len(steps) - self.keep_recent)
-        start = settled_steps(steps[:cut], key)
-        rewriter = _Rewriter(context, key, steps, start)
+        start = settled_steps(context, key, cut)
+        rewriter = _Rewriter(context, key, start)
         rewriter.rewrite(start, cut, partial(self._mask_step, key=key))
         return rewriter.result(rest=cut)
 
@@ -277,14 +287,12 @@ class ClearToolUses:
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         key = _strategy_key(self)
         steps = steps_of(context)
-        heads = list(map(_first, map(_messages, steps)))
-        calls_per_step = map(mul, map(len, map(_tool_calls, heads)), map(eq, map(_role, heads), repeat("assistant")))
-        uses_before = list(accumulate(calls_per_step, initial=0))  # tool uses before each step
+        uses_before = list(accumulate(map(_tool_uses, steps), initial=0))  # tool uses before each step
         clear_before = uses_before[-1] - self.keep  # tool uses with a lower ordinal are old enough to clear
         stop = min(bisect_left(uses_before, clear_before), len(steps))  # every later use is recent enough
         whole = max(0, min(bisect_right(uses_before, clear_before) - 1, stop))  # steps before: every use old enough
-        start = settled_steps(steps[:whole], key)
-        rewriter = _Rewriter(context, key, steps, start)
+        start = settled_steps(context, key, whole)
+        rewriter = _Rewriter(context, key, start)
         rewriter.rewrite(start, whole, partial(self._clear_step, key=key, cleared=None))
         if whole < stop:  # the step holding the oldest uses kept: only its older uses are cleared
             step = steps[whole]

@@ -16,19 +16,18 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import accumulate, compress
-from operator import not_
+from itertools import compress
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.registry import param, register_strategy
 from workbench.session import Message, Step
 from workbench.strategies.common import (
+    StepList,
+    body_steps,
     has_stray_tool_step,
     last_steps_for_messages,
     next_index,
     pinned_flags,
-    remember_steps,
-    step_offsets,
     steps_of,
     task_index,
 )
@@ -39,23 +38,25 @@ def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
 
     When every step is kept the original message list is returned (as a new list of the same objects).
     The kept steps are copied as runs of the body (a window keeps one or two runs, whatever its size).
+    The output carries its steps (`common.StepList`) unless one of them is a stray tool result,
+    which may join the step now before it.
     """
-    steps = steps_of(context)
+    known = body_steps(context)
+    steps, offsets = known.steps, known.offsets
     flags = keep if isinstance(keep, list) else list(keep)
+    leading = len(context.system)
     if False not in flags:
-        return list(context.messages)
-    body, offsets = context.body, step_offsets(steps)
+        return StepList(context.messages, leading, known)
+    body = context.body
     out = list(context.system)
     start = next_index(flags, True, 0)
     while start < len(flags):
         stop = next_index(flags, False, start)
         out += body[offsets[start]:offsets[stop]]
         start = next_index(flags, True, stop)
-    kept_steps = list(compress(steps, flags))
-    # whole steps group as before, unless one is a stray tool result (it may join the step now before it)
-    if not has_stray_tool_step(kept_steps):
-        remember_steps(out[len(context.system):], kept_steps)
-    return out
+    if known.strays and has_stray_tool_step(list(compress(steps, flags))):
+        return out
+    return StepList(out, leading, known.kept(flags))
 
 
 @register_strategy("sliding_window")
@@ -82,7 +83,7 @@ class SlidingWindow:
         to_skip = keep.count(False) - self.window  # oldest steps outside the bonus slots to drop
         if to_skip > 0:
             # every step outside the bonus slots after the `to_skip`-th of them is kept
-            last_dropped = list(accumulate(map(int, map(not_, keep)))).index(to_skip)
+            last_dropped = nth_false(keep, to_skip)
             keep[last_dropped + 1:] = [True] * (len(keep) - last_dropped - 1)
         else:
             keep = [True] * len(keep)
@@ -103,11 +104,23 @@ class HardClear:
     keep_recent: int = param(10, doc="most recent messages kept (widened to whole steps)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        steps = steps_of(context)
-        cut = len(steps) - last_steps_for_messages(steps, self.keep_recent)
+        known = body_steps(context)
+        steps = known.steps
+        cut = len(steps) - last_steps_for_messages(steps, self.keep_recent, known.offsets)
         keep = pinned_flags(context)
         keep[cut:] = [True] * (len(steps) - cut)
         return rebuild(context, keep)
+
+
+def nth_false(flags: list[bool], n: int) -> int:
+    """The index of the `n`-th false flag (from 1; there must be that many): a look at each true
+    flag before it (a window's bonus slots, a few) rather than at every flag."""
+    index = n - 1  # where it is if no flag before it is true
+    true_at = next_index(flags, True)
+    while true_at <= index:
+        index += 1
+        true_at = next_index(flags, True, true_at + 1)
+    return index
 
 
 def turn_numbers(steps: list[Step]) -> tuple[list[int], int]:
