@@ -706,7 +706,7 @@ def irregular_conversations(draw):
        st.integers(1, 4))
 def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(messages, strategy, turns):
     """What a strategy's output says of its steps (`StepList`) and what the replay's next context is
-    given (`continue_steps`) equal grouping the messages afresh: the steps, their offsets, the pinned
+    given (`continue_steps`) equal grouping the messages afresh: the steps, their lengths, the pinned
     ones, no stray step when it says none; and the steps it says are settled under a rewrite are."""
     import sys
     from unittest import mock
@@ -719,7 +719,7 @@ def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(me
 
     def holds(known: BodySteps, body) -> None:
         fresh = BodySteps.of(group_steps(body))
-        assert (known.steps, known.offsets, known.pinned) == (fresh.steps, fresh.offsets, fresh.pinned)
+        assert (known.steps, known.lengths, known.pinned) == (fresh.steps, fresh.lengths, fresh.pinned)
         assert known.strays or not fresh.strays
         for key, count in known.settled.items():
             assert all(key in step.settled for step in known.steps[:count])
@@ -758,9 +758,9 @@ def test_continuing_steps_regroups_a_last_step_whose_results_go_on():
     steps = group_steps(head[1:])
     for step in steps:
         settle(step, "k")
-    prefix = BodySteps(steps, [0, 1, 3], False, [], {"k": 2})
+    prefix = BodySteps(steps, [1, 2], False, [], {"k": 2})
     context = Context((*head, tool("b", "two"), user("next")))
     continue_steps(context, prefix, 3)
     assert context.steps == group_steps(context.body) and len(context.steps) == 3
-    assert context.__dict__["body_steps"].offsets == [0, 1, 4, 5]
+    assert context.__dict__["body_steps"].lengths == [1, 3, 1]
     assert context.__dict__["body_steps"].settled == {"k": 1}

@@ -180,24 +180,17 @@ class Context:
     """The messages about to be sent, with the views strategies need (computed once, on demand)."""
 
     messages: tuple[Message, ...]
+    #: The leading system messages (every strategy keeps them).
+    system: list[Message] = field(init=False, repr=False, compare=False)
+    #: Everything after the leading system messages.
+    body: list[Message] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, tuple):
             object.__setattr__(self, "messages", tuple(self.messages))
-
-    @cached_property
-    def _split(self) -> tuple[list[Message], list[Message]]:
-        return split_leading_system(self.messages)
-
-    @cached_property
-    def system(self) -> list[Message]:
-        """The leading system messages (every strategy keeps them)."""
-        return self._split[0]
-
-    @cached_property
-    def body(self) -> list[Message]:
-        """Everything after the leading system messages."""
-        return self._split[1]
+        system, body = split_leading_system(self.messages)  # every strategy reads both: split now
+        object.__setattr__(self, "system", system)
+        object.__setattr__(self, "body", body)
 
     @cached_property
     def steps(self) -> list[Step]:

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import accumulate, compress, count, repeat
-from operator import attrgetter, is_, is_not, sub
+from operator import attrgetter, is_, is_not
 from typing import Any, TypeVar, cast
 
 from workbench.compaction import CompactionEnv, Context
@@ -19,19 +19,20 @@ from workbench.session import Message, Step, flatten, group_steps
 DEFAULT_FALLBACK_FRACTION = 0.4
 
 
-def last_steps_for_messages(steps: Sequence[Step], keep_messages: int, offsets: Sequence[int] | None = None) -> int:
+def last_steps_for_messages(steps: Sequence[Step], keep_messages: int, lengths: Sequence[int] | None = None) -> int:
     """How many trailing steps hold the last `keep_messages` messages, widened to whole steps.
 
-    The cut moves back to a step boundary so a tool call and its results stay together. `offsets`:
-    the steps' `step_offsets`, when known.
+    The cut moves back to a step boundary so a tool call and its results stay together. `lengths`:
+    the steps' message counts, when known.
     """
     if keep_messages <= 0:
         return 0
-    if offsets is None:
-        offsets = step_offsets(steps)
-    total = offsets[-1]
-    last_start = bisect_right(offsets, total - keep_messages, 0, len(steps)) - 1  # the latest cut keeping enough
-    return len(steps) if last_start < 0 else len(steps) - last_start
+    held = 0
+    for steps_held, length in enumerate(reversed(step_lengths(steps) if lengths is None else lengths), 1):
+        held += length
+        if held >= keep_messages:
+            return steps_held
+    return len(steps)
 
 
 def step_offsets(steps: Sequence[Step]) -> list[int]:
@@ -146,6 +147,10 @@ class Grouping:
         return steps
 
     @cached_property
+    def lengths(self) -> list[int]:
+        return step_lengths(self.steps)
+
+    @cached_property
     def pinned(self) -> list[int]:
         return pinned_positions(self.steps)
 
@@ -159,18 +164,17 @@ class Grouping:
         knows of its own (else None)."""
         steps = self.group(messages)
         if not steps:
-            return None if steps is None else BodySteps([], [0], False, [])
+            return None if steps is None else BodySteps([], [], False, [])
         index = self.step_at[id(messages[0])]
         stop = index + len(steps)
-        base = self.starts[index]
-        offsets = [start - base for start in self.starts[index:stop]]
-        offsets.append(len(messages))
+        lengths = self.lengths[index:stop]
+        lengths[-1] = len(steps[-1].messages)  # the last step may be cut
         pinned = [position - index for position in self.pinned[bisect_left(self.pinned, index):
                                                                bisect_left(self.pinned, stop)]]
         if pinned and pinned[-1] == len(steps) - 1 and not steps[-1].pinned:  # the last step was cut
             pinned.pop()
         strays = bisect_left(self.strays, index) != bisect_left(self.strays, stop)
-        return BodySteps(steps, offsets, strays, pinned)
+        return BodySteps(steps, lengths, strays, pinned)
 
 
 def rewrite_run(steps: list[Step], start: int, stop: int, key: str, rewrite: Callable[[Step], Step]) -> list[Step]:
@@ -232,27 +236,38 @@ def _group_known(messages: Sequence[Message]) -> BodySteps:
 class BodySteps:
     """What is known of how a context's body groups into steps, carried from one strategy to the
     next and from one compaction to the next (`StepList`, `continue_steps`) rather than found again
-    by a pass over every message: the steps, where each starts among the body's messages
-    (`offsets`, their total last), whether some step starts with a tool result (`strays`; True
-    may also mean "not known"), and per per-step rewrite (`settle`'s key) how many leading steps
-    are known to be its fixed points (`settled`)."""
+    by a pass over every message: the steps, how many messages each holds (`lengths`), whether
+    some step starts with a tool result (`strays`; True may also mean "not known"), which steps
+    are pinned (their indices), and per per-step rewrite (`settle`'s key) how many leading steps
+    are known to be its fixed points (`settled`).
+
+    Message counts rather than offsets: keeping some steps, or appending some, copies them as they
+    are, and the few offsets a strategy needs (where a run of steps starts) are sums (`offset`)."""
 
     steps: list[Step]
-    offsets: list[int]
+    lengths: list[int]
     strays: bool
     pinned: list[int]
     settled: Mapping[str, int] = field(default_factory=dict)
 
     @classmethod
     def of(cls, steps: list[Step]) -> BodySteps:
-        return cls(steps, step_offsets(steps), has_stray_tool_step(steps), pinned_positions(steps))
+        return cls(steps, step_lengths(steps), has_stray_tool_step(steps), pinned_positions(steps))
+
+    def offset(self, index: int) -> int:
+        """Where step `index` starts among the body's messages (the body's length for `len(steps)`)."""
+        return sum(self.lengths[:index])
 
     def kept(self, flags: list[bool]) -> BodySteps:
         """How the body of the steps whose flag is true (in order) groups, when no step starts with a tool result."""
-        lengths = map(sub, self.offsets[1:], self.offsets)
-        return BodySteps(list(compress(self.steps, flags)), list(accumulate(compress(lengths, flags), initial=0)),
+        return BodySteps(list(compress(self.steps, flags)), list(compress(self.lengths, flags)),
                          False, [flags[:index].count(True) for index in self.pinned if flags[index]],
                          {name: flags[:count].count(True) for name, count in self.settled.items()})
+
+
+def step_lengths(steps: Sequence[Step]) -> list[int]:
+    """How many messages each step holds."""
+    return list(map(len, map(_messages, steps)))
 
 
 def pinned_positions(steps: Sequence[Step], start: int = 0) -> list[int]:
@@ -338,11 +353,11 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
     kept, start = len(prefix.steps), prefix_length
     if body[prefix_length].role == "tool":  # it may join the prefix's last step: group that one again
         kept -= 1
-        start = prefix.offsets[kept]
+        start -= prefix.lengths[kept]
     new = _group_known(body[start:])
-    offsets = prefix.offsets[:kept] + [offset + start for offset in new.offsets]
     pinned = [index for index in prefix.pinned if index < kept] + [index + kept for index in new.pinned]
-    _give(context, BodySteps([*prefix.steps[:kept], *new.steps], offsets, prefix.strays or new.strays, pinned,
+    _give(context, BodySteps([*prefix.steps[:kept], *new.steps], prefix.lengths[:kept] + new.lengths,
+                             prefix.strays or new.strays, pinned,
                              {key: min(settled, kept) for key, settled in prefix.settled.items()}))
 
 
@@ -490,5 +505,5 @@ __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "D
            "derived", "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction",
            "keep_summaries_in", "last_steps_for_messages", "lend_grouping", "next_index", "pinned_flags",
            "BodySteps", "StepList", "body_steps", "context_of", "continue_steps", "known_steps", "pinned_positions",
-           "render_transcript", "rewrite_run", "settle", "settled_steps",
-           "shared_prefix_length", "step_offsets", "steps_of", "summary_max_tokens", "task_index", "usable_window"]
+           "render_transcript", "rewrite_run", "settle", "settled_steps", "shared_prefix_length", "step_lengths",
+           "step_offsets", "steps_of", "summary_max_tokens", "task_index", "usable_window"]

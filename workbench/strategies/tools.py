@@ -126,8 +126,7 @@ class _Rewriter:
         self.key = key
         self.known = body_steps(context)
         self.steps = steps = self.known.steps
-        self.offsets = self.known.offsets
-        self.out = [*context.system, *context.body[:self.offsets[start]]]
+        self.out = [*context.system, *context.body[:self.known.offset(start)]]
         self.new = list(steps)
         self.first_changed = len(steps)
         self.settled_through = start  # every output step before it is settled under `key`
@@ -159,10 +158,10 @@ class _Rewriter:
         settled[self.key] = max(settled.get(self.key, 0), self.settled_through)
         if changed == len(self.steps):
             return StepList(self.context.messages, leading,
-                            BodySteps(self.steps, known.offsets, known.strays, known.pinned, settled))
+                            BodySteps(self.steps, known.lengths, known.strays, known.pinned, settled))
         if rest is not None:
-            self.out += self.context.body[self.offsets[rest]:]
-        return StepList(self.out, leading, BodySteps(self.new, known.offsets, known.strays, known.pinned, settled))
+            self.out += self.context.body[known.offset(rest):]
+        return StepList(self.out, leading, BodySteps(self.new, known.lengths, known.strays, known.pinned, settled))
 
 
 def _rewritten(step: Step, rewrite: Callable[[Message], Message | None]) -> Step | None:

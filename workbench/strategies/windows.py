@@ -42,7 +42,7 @@ def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
     which may join the step now before it.
     """
     known = body_steps(context)
-    steps, offsets = known.steps, known.offsets
+    steps, lengths = known.steps, known.lengths
     flags = keep if isinstance(keep, list) else list(keep)
     leading = len(context.system)
     if False not in flags:
@@ -50,10 +50,13 @@ def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
     body = context.body
     out = list(context.system)
     start = next_index(flags, True, 0)
+    offset = known.offset(start)
     while start < len(flags):
         stop = next_index(flags, False, start)
-        out += body[offsets[start]:offsets[stop]]
+        end = offset + sum(lengths[start:stop])
+        out += body[offset:end]
         start = next_index(flags, True, stop)
+        offset = end + sum(lengths[stop:start])
     if known.strays and has_stray_tool_step(list(compress(steps, flags))):
         return out
     return StepList(out, leading, known.kept(flags))
@@ -106,7 +109,7 @@ class HardClear:
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         known = body_steps(context)
         steps = known.steps
-        cut = len(steps) - last_steps_for_messages(steps, self.keep_recent, known.offsets)
+        cut = len(steps) - last_steps_for_messages(steps, self.keep_recent, known.lengths)
         keep = pinned_flags(context)
         keep[cut:] = [True] * (len(steps) - cut)
         return rebuild(context, keep)
