@@ -28,7 +28,7 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate
+from itertools import accumulate, chain
 from operator import attrgetter
 from typing import Any, overload
 
@@ -662,21 +662,38 @@ class _Replay:
             return [m._token_cache[name] for m in messages]
 
     def _set_context(self, messages: list[Message], known: tuple[int, BodySteps] | None = None) -> None:
-        """The context is now `messages`; `known`: (leading system messages, how the rest groups), when known."""
+        """The context is now `messages`; `known`: (leading system messages, how the rest groups), when
+        known: then the body is counted a step at a time (`_step_tokens`)."""
         self.context = messages
-        counts = self._counts(messages)
         if known is not None and not known[1].strays:  # a step: one message that is no tool result, then results
             leading = known[0]
             self.steps = leading + len(known[1].steps)
+            system_tokens = self.fixed_tokens + sum(self._counts(messages[:leading]))
+            self.context_tokens = system_tokens + sum(self._step_tokens(known[1].steps))
         else:
+            counts = self._counts(messages)
             roles = [m.role for m in messages]
             leading = 0
             while leading < len(roles) and roles[leading] == "system":
                 leading += 1
             self.steps = len(roles) - roles.count("tool")
-        self.context_tokens = self.fixed_tokens + sum(counts)
-        self.system_tokens = self.fixed_tokens + sum(counts[:leading])
+            system_tokens = self.fixed_tokens + sum(counts[:leading])
+            self.context_tokens = self.fixed_tokens + sum(counts)
+        self.system_tokens = system_tokens
         self.only_system = leading == len(messages)
+
+    def _step_tokens(self, steps: Sequence[Step]) -> list[int]:
+        """Every step's tokens (its messages' counts), cached on the step: a replay meets the same
+        steps compaction after compaction and replay after replay."""
+        name = self.tokenizer.name
+        try:
+            return [step._token_cache[name] for step in steps]
+        except KeyError:
+            missing = [step for step in steps if name not in step._token_cache]
+            self._counts(list(chain.from_iterable(step.messages for step in missing)))  # counted in one batch
+            for step in missing:
+                step._token_cache[name] = sum([m._token_cache[name] for m in step.messages])
+            return [step._token_cache[name] for step in steps]
 
     def _append(self, messages: Sequence[Message]) -> None:
         for message in messages:

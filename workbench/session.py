@@ -197,6 +197,8 @@ class Step:
     """
 
     messages: tuple[Message, ...]
+    #: Tokens of the step's messages per tokenizer name, filled by the replay (like `Message._token_cache`).
+    _token_cache: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
     #: Names of the per-step rewrites this step is a fixed point of (`strategies.common.settle`).
     settled: ClassVar[frozenset[str]] = frozenset()
 
