@@ -976,7 +976,7 @@ class _Replay:
     def _shared_prefix_tokens(self, previous: list[Message], previous_length: int) -> int:
         """Tokens of the longest prefix the current context shares (by identity) with the previous
         call's, the fixed preamble (tool schemas, calibrated overhead) included."""
-        shared = shared_prefix_length(previous[:previous_length], self.context)
+        shared = min(shared_prefix_length(previous, self.context), previous_length)
         return self.fixed_tokens + messages_tokens(self.context[:shared], self.tokenizer)
 
     #: Metrics that require a model, computed on request (`replay(..., metrics=[...])`).
