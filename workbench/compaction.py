@@ -261,7 +261,9 @@ class Strategy(Protocol):
     """Decides how to compact: returns the new message list (may be the same messages).
 
     A strategy may define `fallback(context, env)`, used when it fails under `on_failure =
-    "fallback"`; strategies without one fall back to keeping the last 40 % (`hard_clear`).
+    "fallback"`; strategies without one fall back to keeping the last 40 % (`hard_clear`). It may
+    return a `strategies.common.StepList`, which tells the next strategy and the next compaction how
+    the list groups into steps (the built-in kinds do).
     """
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]: ...
