@@ -721,6 +721,7 @@ def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(me
         fresh = BodySteps.of(group_steps(body))
         assert (known.steps, known.lengths, known.pinned) == (fresh.steps, fresh.lengths, fresh.pinned)
         assert known.strays or not fresh.strays
+        assert not known.paired or all(step.paired for step in known.steps)
         for key, count in known.settled.items():
             assert all(key in step.settled for step in known.steps[:count])
 

@@ -70,6 +70,9 @@ from workbench.strategies.common import (
 from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, messages_tokens, prime
 
 NO_PROGRESS_FRACTION = 0.10
+#: The most calls `_Replay._skip` reads at once: a trigger fires every few dozen calls in a long
+#: session, and the arrays of the rest of a 2,000-call session would be built for nothing.
+SKIP_SPAN = 256
 TERMINATIONS = ("completed", "compaction_failed", "context_overflow")
 
 
@@ -577,7 +580,7 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
             if message.importance >= PINNED_IMPORTANCE and id(message) not in kept and message not in after:
                 raise InvariantError(f"{prefix}pinned message {index} ({message.role}) was dropped or changed")
     known = known_steps(after, leading)
-    if (known is not None and _paired_steps(known.steps)) or tools_paired(after):
+    if (known is not None and (known.paired or _paired_steps(known.steps))) or tools_paired(after):
         return
     problems = tool_pairing_problems(after)
     if problems and not tool_pairing_problems(before):
@@ -908,7 +911,7 @@ class _Replay:
         remaining = arrays.at_tokens[start:]
         limit = self.config.context_limit - self.config.max_output
         fits = int(remaining.searchsorted(limit - base, side="right"))  # calls before the first overflow
-        size = min(fits + 1, len(remaining))
+        size = min(fits + 1, len(remaining), SKIP_SPAN)
         tokens = remaining[:size] + base
         messages_base, steps_base = len(self.context) - at_start, self.steps - recording.step_prefix[at_start]
         spent_last, input_before, output_before = self.tokens_last_call, self.input_tokens, self.output_tokens

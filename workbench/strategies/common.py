@@ -51,6 +51,7 @@ def pinned_flags(context: Context) -> list[bool]:
 
 _messages = attrgetter("messages")
 _pinned = attrgetter("pinned")
+_paired_step = attrgetter("paired")
 
 
 def settled_steps(context: Context, key: str, stop: int | None = None) -> int:
@@ -155,6 +156,11 @@ class Grouping:
         return pinned_positions(self.steps)
 
     @cached_property
+    def unpaired(self) -> list[int]:
+        """The indices of the steps that do not pair their own tool calls and results (`Step.paired`)."""
+        return [index for index, step in enumerate(self.steps) if not step.paired]
+
+    @cached_property
     def strays(self) -> list[int]:
         """The indices of the steps that start with a tool result."""
         return [index for index, step in enumerate(self.steps) if step.messages[0].role == "tool"]
@@ -164,7 +170,7 @@ class Grouping:
         knows of its own (else None)."""
         steps = self.group(messages)
         if not steps:
-            return None if steps is None else BodySteps([], [], False, [])
+            return None if steps is None else BodySteps([], [], False, [], paired=True)
         index = self.step_at[id(messages[0])]
         stop = index + len(steps)
         lengths = self.lengths[index:stop]
@@ -174,7 +180,8 @@ class Grouping:
         if pinned and pinned[-1] == len(steps) - 1 and not steps[-1].pinned:  # the last step was cut
             pinned.pop()
         strays = bisect_left(self.strays, index) != bisect_left(self.strays, stop)
-        return BodySteps(steps, lengths, strays, pinned)
+        paired = bisect_left(self.unpaired, index) == bisect_left(self.unpaired, stop - 1) and steps[-1].paired
+        return BodySteps(steps, lengths, strays, pinned, paired=paired)
 
 
 def rewrite_run(steps: list[Step], start: int, stop: int, key: str, rewrite: Callable[[Step], Step]) -> list[Step]:
@@ -239,7 +246,8 @@ class BodySteps:
     by a pass over every message: the steps, how many messages each holds (`lengths`), whether
     some step starts with a tool result (`strays`; True may also mean "not known"), which steps
     are pinned (their indices), and per per-step rewrite (`settle`'s key) how many leading steps
-    are known to be its fixed points (`settled`).
+    are known to be its fixed points (`settled`), and whether every step is known to pair its own
+    tool calls and results (`paired`, what the replay's invariant check asks).
 
     Message counts rather than offsets: keeping some steps, or appending some, copies them as they
     are, and the few offsets a strategy needs (where a run of steps starts) are sums (`offset`)."""
@@ -249,10 +257,13 @@ class BodySteps:
     strays: bool
     pinned: list[int]
     settled: Mapping[str, int] = field(default_factory=dict)
+    #: True: every step pairs its own tool calls and results (`Step.paired`); False: not known.
+    paired: bool = False
 
     @classmethod
     def of(cls, steps: list[Step]) -> BodySteps:
-        return cls(steps, step_lengths(steps), has_stray_tool_step(steps), pinned_positions(steps))
+        return cls(steps, step_lengths(steps), has_stray_tool_step(steps), pinned_positions(steps),
+                   paired=False not in map(_paired_step, steps))
 
     def offset(self, index: int) -> int:
         """Where step `index` starts among the body's messages (the body's length for `len(steps)`)."""
@@ -262,7 +273,7 @@ class BodySteps:
         """How the body of the steps whose flag is true (in order) groups, when no step starts with a tool result."""
         return BodySteps(list(compress(self.steps, flags)), list(compress(self.lengths, flags)),
                          False, [flags[:index].count(True) for index in self.pinned if flags[index]],
-                         {name: flags[:count].count(True) for name, count in self.settled.items()})
+                         {name: flags[:count].count(True) for name, count in self.settled.items()}, self.paired)
 
 
 def step_lengths(steps: Sequence[Step]) -> list[int]:
@@ -358,7 +369,8 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
     pinned = [index for index in prefix.pinned if index < kept] + [index + kept for index in new.pinned]
     _give(context, BodySteps([*prefix.steps[:kept], *new.steps], prefix.lengths[:kept] + new.lengths,
                              prefix.strays or new.strays, pinned,
-                             {key: min(settled, kept) for key, settled in prefix.settled.items()}))
+                             {key: min(settled, kept) for key, settled in prefix.settled.items()},
+                             prefix.paired and new.paired))
 
 
 def steps_of(context: Context) -> list[Step]:

@@ -21,8 +21,8 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate, chain
-from operator import attrgetter, is_, itemgetter
+from itertools import accumulate, chain, compress
+from operator import attrgetter, is_, is_not, itemgetter
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
@@ -51,6 +51,7 @@ _messages = attrgetter("messages")
 _role = attrgetter("role")
 _tool_calls = attrgetter("tool_calls")
 _tool_uses = attrgetter("tool_uses")
+_paired = attrgetter("paired")
 
 
 def _placeholder_param(name: str, value: str) -> str:
@@ -129,6 +130,7 @@ class _Rewriter:
         self.out = [*context.system, *context.body[:self.known.offset(start)]]
         self.new = list(steps)
         self.first_changed = len(steps)
+        self.paired = self.known.paired  # every output step pairs its calls and results, as far as known
         self.settled_through = start  # every output step before it is settled under `key`
 
     def rewrite(self, start: int, stop: int, rewrite: Callable[[Step], Step]) -> None:
@@ -146,8 +148,11 @@ class _Rewriter:
 
     def _put(self, start: int, stop: int, outputs: list[Step]) -> None:
         self.out += chain.from_iterable(map(_messages, outputs))
-        if start < self.first_changed and not all(map(is_, outputs, self.steps[start:stop])):
-            self.first_changed = start
+        inputs = self.steps[start:stop]
+        if not all(map(is_, outputs, inputs)):
+            self.first_changed = min(self.first_changed, start)
+            if self.paired:
+                self.paired = False not in map(_paired, compress(outputs, map(is_not, outputs, inputs)))
         self.new[start:stop] = outputs
 
     def result(self, rest: int | None = None) -> list[Message]:
@@ -158,10 +163,11 @@ class _Rewriter:
         settled[self.key] = max(settled.get(self.key, 0), self.settled_through)
         if changed == len(self.steps):
             return StepList(self.context.messages, leading,
-                            BodySteps(self.steps, known.lengths, known.strays, known.pinned, settled))
+                            BodySteps(self.steps, known.lengths, known.strays, known.pinned, settled, known.paired))
         if rest is not None:
             self.out += self.context.body[known.offset(rest):]
-        return StepList(self.out, leading, BodySteps(self.new, known.lengths, known.strays, known.pinned, settled))
+        return StepList(self.out, leading,
+                        BodySteps(self.new, known.lengths, known.strays, known.pinned, settled, self.paired))
 
 
 def _rewritten(step: Step, rewrite: Callable[[Message], Message | None]) -> Step | None:
