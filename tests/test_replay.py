@@ -715,13 +715,18 @@ def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(me
     from workbench.strategies.common import BodySteps, body_steps
 
     engine = sys.modules["workbench.replay"]
-    checked = {"outputs": 0, "contexts": 0}
+    checked = {"outputs": 0, "contexts": 0, "tokens": 0}
 
     def holds(known: BodySteps, body) -> None:
         fresh = BodySteps.of(group_steps(body))
         assert (known.steps, known.lengths, known.pinned) == (fresh.steps, fresh.lengths, fresh.pinned)
         assert known.strays or not fresh.strays
         assert not known.paired or all(step.paired for step in known.steps)
+        if known.tokens is not None:
+            assert known.counted == "heuristic" and len(known.tokens) == len(known.steps)
+            assert all(total is None or total == messages_tokens(step.messages, "heuristic")
+                       for step, total in zip(known.steps, known.tokens, strict=True))
+            checked["tokens"] += 1
         for key, count in known.settled.items():
             assert all(key in step.settled for step in known.steps[:count])
 
@@ -746,7 +751,7 @@ def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(me
             mock.patch.object(engine, "continue_steps", continue_steps):
         for _ in range(2):  # the second replay meets the steps the first settled
             replay(session, spec, measure=False)
-    assert checked["contexts"] <= checked["outputs"]
+    assert checked["contexts"] <= checked["outputs"] and checked["tokens"] <= checked["outputs"] + checked["contexts"]
 
 
 def test_continuing_steps_regroups_a_last_step_whose_results_go_on():

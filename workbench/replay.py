@@ -28,9 +28,9 @@ import weakref
 from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from itertools import accumulate, chain
-from operator import attrgetter
-from typing import Any, overload
+from itertools import accumulate, chain, compress, count, repeat
+from operator import attrgetter, is_
+from typing import Any, cast, overload
 
 from workbench.calibration import CALIBRATIONS, CalibrationFit, ScaledTokenizer, fit_recorded, prime_scaled, schema_text
 from workbench.compaction import (
@@ -510,20 +510,22 @@ class _Recording:
     _arrays: _RecordingArrays | None = None
 
     @classmethod
-    def build(cls, session: Session, counts: Sequence[int]) -> _Recording:
+    def build(cls, session: Session, counts: Sequence[int], counted: str | None = None) -> _Recording:
+        """`counts`: every message's tokens under the tokenizer named `counted`."""
         messages = session.messages
         roles = [m.role for m in messages]
         assistant_at = [i for i, role in enumerate(roles) if role == "assistant"]
         default_model = str(session.metadata.get("model") or "unknown")
         metadata = [messages[i].metadata for i in assistant_at]
         model_keys = [f"input_tokens_for:{(m.get('model') if m else None) or default_model}" for m in metadata]
-        return cls(prefix=list(accumulate(counts, initial=0)),
+        prefix = list(accumulate(counts, initial=0))
+        return cls(prefix=prefix,
                    step_prefix=list(accumulate(map("tool".__ne__, roles), initial=0)),
                    assistant_at=assistant_at, ends=[*assistant_at[1:], len(messages)],
                    completion=[counts[i] - MESSAGE_OVERHEAD for i in assistant_at],
                    finish_reasons=[m.get("finish_reason") if m else None for m in metadata],
                    model_keys=model_keys, model_names=list(dict.fromkeys(model_keys)),
-                   grouping=Grouping(messages))
+                   grouping=Grouping(messages, counted, prefix if counted else None))
 
     def arrays(self) -> _RecordingArrays:
         if self._arrays is None:
@@ -555,7 +557,7 @@ def _recording_of(session: Session, tokenizer: str, counts: Callable[[], Sequenc
         _RECORDINGS[key] = entry
     found = entry[1].get(tokenizer)
     if found is None:
-        found = entry[1][tokenizer] = _Recording.build(session, counts())
+        found = entry[1][tokenizer] = _Recording.build(session, counts(), tokenizer)
     return found
 
 
@@ -672,7 +674,7 @@ class _Replay:
             leading = known[0]
             self.steps = leading + len(known[1].steps)
             system_tokens = self.fixed_tokens + sum(self._counts(messages[:leading]))
-            self.context_tokens = system_tokens + sum(self._step_tokens(known[1].steps))
+            self.context_tokens = system_tokens + sum(self._body_tokens(known[1]))
         else:
             counts = self._counts(messages)
             roles = [m.role for m in messages]
@@ -684,6 +686,26 @@ class _Replay:
             self.context_tokens = self.fixed_tokens + sum(counts)
         self.system_tokens = system_tokens
         self.only_system = leading == len(messages)
+
+    def _counted(self, known: BodySteps) -> BodySteps:
+        """`known` with its steps' tokens (`_set_context` has just counted them: cached per step), for the
+        next compaction's context, which begins with these steps."""
+        if known.tokens is not None or known.strays:
+            return known
+        tokens: list[int | None] = list(self._step_tokens(known.steps))
+        return dataclasses.replace(known, tokens=tokens, counted=self.tokenizer.name)
+
+    def _body_tokens(self, known: BodySteps) -> list[int]:
+        """Every step's tokens: those the steps carry (`BodySteps.tokens`, filled in where missing),
+        else `_step_tokens`."""
+        tokens = known.tokens
+        if tokens is None or known.counted != self.tokenizer.name:
+            return self._step_tokens(known.steps)
+        if None in tokens:
+            missing = list(compress(count(), map(is_, tokens, repeat(None))))
+            for position, total in zip(missing, self._step_tokens([known.steps[i] for i in missing]), strict=True):
+                tokens[position] = total
+        return cast("list[int]", tokens)  # every None was filled in
 
     def _step_tokens(self, steps: Sequence[Step]) -> list[int]:
         """Every step's tokens (its messages' counts), cached on the step: a replay meets the same
@@ -790,7 +812,7 @@ class _Replay:
                          pinned_before=None if known_before is None
                          else bool(known_before.pinned) or any(m.pinned for m in context.system))
         self._set_context(after, None if steps is None else (leading, steps))
-        self.known_steps = None if steps is None else (leading, steps, len(after) - leading)
+        self.known_steps = None if steps is None else (leading, self._counted(steps), len(after) - leading)
         self._count_usage(env.completions)
         freed = tokens_before - self.context_tokens
         self.events.append(CompactionEvent(
@@ -812,7 +834,7 @@ class _Replay:
     def _recording(self) -> _Recording:
         """The session's per-call columns for this tokenizer (memoised per session when jumping)."""
         if not self.jump:
-            return _Recording.build(self.session, self._counts(self.session.messages))
+            return _Recording.build(self.session, self._counts(self.session.messages), self.tokenizer.name)
         return _recording_of(self.session, self.tokenizer.name, lambda: self._counts(self.session.messages))
 
     def run(self) -> ReplayResult:

@@ -10,7 +10,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
 from itertools import accumulate, compress, count, repeat
-from operator import attrgetter, is_, is_not
+from operator import attrgetter, is_, is_not, sub
 from typing import Any, TypeVar, cast
 
 from workbench.compaction import CompactionEnv, Context
@@ -109,10 +109,14 @@ class Grouping:
     messages from here instead of grouping them again at every compaction and in every replay.
     """
 
-    def __init__(self, messages: Sequence[Message]):
+    def __init__(self, messages: Sequence[Message], counted: str | None = None,
+                 token_prefix: Sequence[int] | None = None):
+        """`token_prefix`: the messages' token prefix sums under the tokenizer named `counted`, when known."""
         self.messages = tuple(messages)
         #: per rewrite name (`rewrite_run`), the rewrite of each step (None: not asked yet)
         self.rewrites: dict[str, list[Step | None]] = {}
+        self.counted = counted
+        self.token_prefix = token_prefix
 
     @cached_property
     def steps(self) -> list[Step]:
@@ -152,6 +156,16 @@ class Grouping:
         return step_lengths(self.steps)
 
     @cached_property
+    def tokens(self) -> list[int | None] | None:
+        """Each step's tokens (from the token prefix sums), when they are known."""
+        prefix = self.token_prefix
+        if prefix is None:
+            return None
+        starts = self.starts
+        return list(map(sub, map(prefix.__getitem__, [*starts[1:], len(self.messages)]),
+                        map(prefix.__getitem__, starts)))
+
+    @cached_property
     def pinned(self) -> list[int]:
         return pinned_positions(self.steps)
 
@@ -174,14 +188,19 @@ class Grouping:
         index = self.step_at[id(messages[0])]
         stop = index + len(steps)
         lengths = self.lengths[index:stop]
-        lengths[-1] = len(steps[-1].messages)  # the last step may be cut
+        tokens = None if self.tokens is None else self.tokens[index:stop]
+        if lengths[-1] != len(steps[-1].messages):  # the last step was cut
+            lengths[-1] = len(steps[-1].messages)
+            if tokens is not None and self.token_prefix is not None:
+                start = self.starts[stop - 1]
+                tokens[-1] = self.token_prefix[start + lengths[-1]] - self.token_prefix[start]
         pinned = [position - index for position in self.pinned[bisect_left(self.pinned, index):
                                                                bisect_left(self.pinned, stop)]]
         if pinned and pinned[-1] == len(steps) - 1 and not steps[-1].pinned:  # the last step was cut
             pinned.pop()
         strays = bisect_left(self.strays, index) != bisect_left(self.strays, stop)
         paired = bisect_left(self.unpaired, index) == bisect_left(self.unpaired, stop - 1) and steps[-1].paired
-        return BodySteps(steps, lengths, strays, pinned, paired=paired)
+        return BodySteps(steps, lengths, strays, pinned, paired=paired, tokens=tokens, counted=self.counted)
 
 
 def rewrite_run(steps: list[Step], start: int, stop: int, key: str, rewrite: Callable[[Step], Step]) -> list[Step]:
@@ -246,8 +265,9 @@ class BodySteps:
     by a pass over every message: the steps, how many messages each holds (`lengths`), whether
     some step starts with a tool result (`strays`; True may also mean "not known"), which steps
     are pinned (their indices), and per per-step rewrite (`settle`'s key) how many leading steps
-    are known to be its fixed points (`settled`), and whether every step is known to pair its own
-    tool calls and results (`paired`, what the replay's invariant check asks).
+    are known to be its fixed points (`settled`), whether every step is known to pair its own
+    tool calls and results (`paired`, what the replay's invariant check asks), and each step's
+    tokens (`tokens`, what the replay's accounting sums).
 
     Message counts rather than offsets: keeping some steps, or appending some, copies them as they
     are, and the few offsets a strategy needs (where a run of steps starts) are sums (`offset`)."""
@@ -259,6 +279,9 @@ class BodySteps:
     settled: Mapping[str, int] = field(default_factory=dict)
     #: True: every step pairs its own tool calls and results (`Step.paired`); False: not known.
     paired: bool = False
+    #: Each step's tokens under the tokenizer named `counted` (None where not known), when known.
+    tokens: list[int | None] | None = None
+    counted: str | None = None
 
     @classmethod
     def of(cls, steps: list[Step]) -> BodySteps:
@@ -273,7 +296,8 @@ class BodySteps:
         """How the body of the steps whose flag is true (in order) groups, when no step starts with a tool result."""
         return BodySteps(list(compress(self.steps, flags)), list(compress(self.lengths, flags)),
                          False, [flags[:index].count(True) for index in self.pinned if flags[index]],
-                         {name: flags[:count].count(True) for name, count in self.settled.items()}, self.paired)
+                         {name: flags[:count].count(True) for name, count in self.settled.items()}, self.paired,
+                         None if self.tokens is None else list(compress(self.tokens, flags)), self.counted)
 
 
 def step_lengths(steps: Sequence[Step]) -> list[int]:
@@ -367,10 +391,13 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
         start -= prefix.lengths[kept]
     new = _group_known(body[start:])
     pinned = [index for index in prefix.pinned if index < kept] + [index + kept for index in new.pinned]
+    tokens = None
+    if prefix.tokens is not None and new.tokens is not None and prefix.counted == new.counted:
+        tokens = prefix.tokens[:kept] + new.tokens
     _give(context, BodySteps([*prefix.steps[:kept], *new.steps], prefix.lengths[:kept] + new.lengths,
                              prefix.strays or new.strays, pinned,
                              {key: min(settled, kept) for key, settled in prefix.settled.items()},
-                             prefix.paired and new.paired))
+                             prefix.paired and new.paired, tokens, None if tokens is None else prefix.counted))
 
 
 def steps_of(context: Context) -> list[Step]:

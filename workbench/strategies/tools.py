@@ -21,7 +21,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate, chain, compress
+from itertools import accumulate, chain, compress, count
 from operator import attrgetter, is_, is_not, itemgetter
 from typing import Any
 
@@ -131,6 +131,8 @@ class _Rewriter:
         self.new = list(steps)
         self.first_changed = len(steps)
         self.paired = self.known.paired  # every output step pairs its calls and results, as far as known
+        self.counted = self.known.counted or ""
+        self.tokens = None if self.known.tokens is None or not self.counted else list(self.known.tokens)
         self.settled_through = start  # every output step before it is settled under `key`
 
     def rewrite(self, start: int, stop: int, rewrite: Callable[[Step], Step]) -> None:
@@ -153,6 +155,9 @@ class _Rewriter:
             self.first_changed = min(self.first_changed, start)
             if self.paired:
                 self.paired = False not in map(_paired, compress(outputs, map(is_not, outputs, inputs)))
+            if self.tokens is not None:  # a changed step's tokens, where an earlier compaction counted it
+                for offset in compress(count(), map(is_not, outputs, inputs)):
+                    self.tokens[start + offset] = outputs[offset]._token_cache.get(self.counted)
         self.new[start:stop] = outputs
 
     def result(self, rest: int | None = None) -> list[Message]:
@@ -162,12 +167,14 @@ class _Rewriter:
         settled = {name: min(count, changed) for name, count in known.settled.items()}
         settled[self.key] = max(settled.get(self.key, 0), self.settled_through)
         if changed == len(self.steps):
-            return StepList(self.context.messages, leading,
-                            BodySteps(self.steps, known.lengths, known.strays, known.pinned, settled, known.paired))
+            return StepList(self.context.messages, leading, BodySteps(
+                self.steps, known.lengths, known.strays, known.pinned, settled, known.paired, known.tokens,
+                known.counted))
         if rest is not None:
             self.out += self.context.body[known.offset(rest):]
-        return StepList(self.out, leading,
-                        BodySteps(self.new, known.lengths, known.strays, known.pinned, settled, self.paired))
+        return StepList(self.out, leading, BodySteps(
+            self.new, known.lengths, known.strays, known.pinned, settled, self.paired, self.tokens,
+            None if self.tokens is None else self.counted))
 
 
 def _rewritten(step: Step, rewrite: Callable[[Message], Message | None]) -> Step | None:
