@@ -13,6 +13,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
+from itertools import islice
 from typing import Any, ClassVar, Literal
 
 Role = Literal["system", "user", "assistant", "tool"]
@@ -264,7 +265,9 @@ def split_leading_system(messages: Sequence[Message]) -> tuple[list[Message], li
     i = 0
     while i < len(messages) and messages[i].role == "system":
         i += 1
-    return list(messages[:i]), list(messages[i:])
+    if isinstance(messages, list):
+        return messages[:i], messages[i:]
+    return list(islice(messages, i)), list(islice(messages, i, None))  # one copy, not a slice copied again
 
 
 def tool_pairing_problems(messages: Sequence[Message]) -> list[str]:

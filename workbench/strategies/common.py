@@ -321,7 +321,8 @@ class StepList(list[Message]):
 
     __slots__ = ("known", "leading")
 
-    def __init__(self, messages: Iterable[Message], leading: int, known: BodySteps):
+    def __init__(self, messages: Iterable[Message], leading: int, known: BodySteps | None):
+        """`known`: None while the list is being built (set it last)."""
         super().__init__(messages)
         self.leading = leading
         self.known: BodySteps | None = known

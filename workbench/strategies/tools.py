@@ -21,7 +21,7 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
-from itertools import accumulate, chain, compress, count
+from itertools import accumulate, chain, compress, count, islice
 from operator import attrgetter, is_, is_not, itemgetter
 from typing import Any
 
@@ -51,7 +51,6 @@ _messages = attrgetter("messages")
 _role = attrgetter("role")
 _tool_calls = attrgetter("tool_calls")
 _tool_uses = attrgetter("tool_uses")
-_paired = attrgetter("paired")
 
 
 def _placeholder_param(name: str, value: str) -> str:
@@ -118,7 +117,8 @@ class _Rewriter:
     (`common.rewrite_run`), so later compactions and replays meet the very same steps in one look.
     The output carries its steps (`common.StepList`) for the next strategy or compaction: a
     replacement has its original's role, tool_call_id and tool call ids, so the output groups the
-    same as the input, each step as many messages long.
+    same as the input, each step as many messages long, and a step pairs its calls and results
+    when its input did.
     """
 
     def __init__(self, context: Context, key: str, start: int):
@@ -127,10 +127,10 @@ class _Rewriter:
         self.key = key
         self.known = body_steps(context)
         self.steps = steps = self.known.steps
-        self.out = [*context.system, *context.body[:self.known.offset(start)]]
+        self.leading = leading = len(context.system)
+        self.out = StepList(islice(context.messages, leading + self.known.offset(start)), leading, None)
         self.new = list(steps)
         self.first_changed = len(steps)
-        self.paired = self.known.paired  # every output step pairs its calls and results, as far as known
         self.counted = self.known.counted or ""
         self.tokens = None if self.known.tokens is None or not self.counted else list(self.known.tokens)
         self.settled_through = start  # every output step before it is settled under `key`
@@ -153,8 +153,6 @@ class _Rewriter:
         inputs = self.steps[start:stop]
         if not all(map(is_, outputs, inputs)):
             self.first_changed = min(self.first_changed, start)
-            if self.paired:
-                self.paired = False not in map(_paired, compress(outputs, map(is_not, outputs, inputs)))
             if self.tokens is not None:  # a changed step's tokens, where an earlier compaction counted it
                 for offset in compress(count(), map(is_not, outputs, inputs)):
                     self.tokens[start + offset] = outputs[offset]._token_cache.get(self.counted)
@@ -162,7 +160,7 @@ class _Rewriter:
 
     def result(self, rest: int | None = None) -> list[Message]:
         """The output, with the steps from `rest` on kept as they are."""
-        known, leading = self.known, len(self.context.system)
+        known, leading = self.known, self.leading
         changed = self.first_changed  # other rewrites' settled steps are known only before it
         settled = {name: min(count, changed) for name, count in known.settled.items()}
         settled[self.key] = max(settled.get(self.key, 0), self.settled_through)
@@ -171,10 +169,10 @@ class _Rewriter:
                 self.steps, known.lengths, known.strays, known.pinned, settled, known.paired, known.tokens,
                 known.counted))
         if rest is not None:
-            self.out += self.context.body[known.offset(rest):]
-        return StepList(self.out, leading, BodySteps(
-            self.new, known.lengths, known.strays, known.pinned, settled, self.paired, self.tokens,
-            None if self.tokens is None else self.counted))
+            self.out.extend(islice(self.context.messages, leading + known.offset(rest), None))
+        self.out.known = BodySteps(self.new, known.lengths, known.strays, known.pinned, settled, known.paired,
+                                   self.tokens, None if self.tokens is None else self.counted)
+        return self.out
 
 
 def _rewritten(step: Step, rewrite: Callable[[Message], Message | None]) -> Step | None:

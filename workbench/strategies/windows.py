@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from itertools import compress
+from itertools import compress, islice
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.registry import param, register_strategy
@@ -47,19 +47,19 @@ def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
     leading = len(context.system)
     if False not in flags:
         return StepList(context.messages, leading, known)
-    body = context.body
-    out = list(context.system)
+    messages = context.messages
+    out = StepList(context.system, leading, None)
     start = next_index(flags, True, 0)
-    offset = known.offset(start)
+    offset = leading + known.offset(start)
     while start < len(flags):
         stop = next_index(flags, False, start)
         end = offset + sum(lengths[start:stop])
-        out += body[offset:end]
+        out.extend(islice(messages, offset, end))
         start = next_index(flags, True, stop)
         offset = end + sum(lengths[stop:start])
-    if known.strays and has_stray_tool_step(list(compress(steps, flags))):
-        return out
-    return StepList(out, leading, known.kept(flags))
+    if not known.strays or not has_stray_tool_step(list(compress(steps, flags))):
+        out.known = known.kept(flags)
+    return out
 
 
 @register_strategy("sliding_window")
