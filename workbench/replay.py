@@ -29,7 +29,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate, chain, compress, count, repeat
-from operator import attrgetter, is_
+from operator import is_
 from typing import Any, cast, overload
 
 from workbench.calibration import CALIBRATIONS, CalibrationFit, ScaledTokenizer, fit_recorded, prime_scaled, schema_text
@@ -565,7 +565,8 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
                      pinned_before: bool | None = None) -> None:
     """Raise `InvariantError` if a compaction lost the system prefix, a pinned message or tool pairing.
 
-    When `after` is a strategy's `StepList` its steps shortcut the pairing check; `pinned_before`
+    When `after` is a strategy's `StepList` that knows its steps pair their calls, the pairing check
+    needs no pass over the messages; `pinned_before`
     says whether `before` holds a pinned message, when the caller knows (None: look)."""
     prefix = f"{where}: " if where else ""
     leading = 0
@@ -582,20 +583,11 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
             if message.importance >= PINNED_IMPORTANCE and id(message) not in kept and message not in after:
                 raise InvariantError(f"{prefix}pinned message {index} ({message.role}) was dropped or changed")
     known = known_steps(after, leading)
-    if (known is not None and (known.paired or _paired_steps(known.steps))) or tools_paired(after):
+    if (known is not None and known.paired) or tools_paired(after):
         return
     problems = tool_pairing_problems(after)
     if problems and not tool_pairing_problems(before):
         raise InvariantError(f"{prefix}tool pairing broken: {problems[0]}")
-
-
-def _paired_steps(steps: Sequence[Step]) -> bool:
-    """True when each of the steps an output's body splits into pairs its own tool calls and results
-    (`Step.paired`, memoised per step): then so does the whole body. False says nothing."""
-    return False not in map(_paired, steps)
-
-
-_paired = attrgetter("paired")
 
 
 class _Replay:
@@ -667,14 +659,14 @@ class _Replay:
             return [m._token_cache[name] for m in messages]
 
     def _set_context(self, messages: list[Message], known: tuple[int, BodySteps] | None = None) -> None:
-        """The context is now `messages`; `known`: (leading system messages, how the rest groups), when
-        known: then the body is counted a step at a time (`_step_tokens`)."""
+        """The context is now `messages`; `known`: (leading system messages, how the rest groups, its
+        tokens counted by `_counted`), when known: then the body's tokens are a sum over its steps."""
         self.context = messages
         if known is not None and not known[1].strays:  # a step: one message that is no tool result, then results
             leading = known[0]
             self.steps = leading + len(known[1].steps)
             system_tokens = self.fixed_tokens + sum(self._counts(messages[:leading]))
-            self.context_tokens = system_tokens + sum(self._body_tokens(known[1]))
+            self.context_tokens = system_tokens + sum(cast("list[int]", known[1].tokens))
         else:
             counts = self._counts(messages)
             roles = [m.role for m in messages]
@@ -688,24 +680,21 @@ class _Replay:
         self.only_system = leading == len(messages)
 
     def _counted(self, known: BodySteps) -> BodySteps:
-        """`known` with its steps' tokens (`_set_context` has just counted them: cached per step), for the
-        next compaction's context, which begins with these steps."""
-        if known.tokens is not None or known.strays:
+        """`known` carrying every step's tokens under this replay's tokenizer: those it carries, filled
+        in where missing, else counted (`_step_tokens`). Unchanged when a step is a stray tool result
+        (`_set_context` then counts message by message)."""
+        name = self.tokenizer.name
+        if known.strays:
             return known
-        tokens: list[int | None] = list(self._step_tokens(known.steps))
-        return dataclasses.replace(known, tokens=tokens, counted=self.tokenizer.name)
-
-    def _body_tokens(self, known: BodySteps) -> list[int]:
-        """Every step's tokens: those the steps carry (`BodySteps.tokens`, filled in where missing),
-        else `_step_tokens`."""
         tokens = known.tokens
-        if tokens is None or known.counted != self.tokenizer.name:
-            return self._step_tokens(known.steps)
+        if tokens is None or known.counted != name:
+            counted: list[int | None] = list(self._step_tokens(known.steps))
+            return dataclasses.replace(known, tokens=counted, counted=name)
         if None in tokens:
             missing = list(compress(count(), map(is_, tokens, repeat(None))))
             for position, total in zip(missing, self._step_tokens([known.steps[i] for i in missing]), strict=True):
                 tokens[position] = total
-        return cast("list[int]", tokens)  # every None was filled in
+        return known
 
     def _step_tokens(self, steps: Sequence[Step]) -> list[int]:
         """Every step's tokens (its messages' counts), cached on the step: a replay meets the same
@@ -811,8 +800,9 @@ class _Replay:
                          where=f"{self.strategy.kind} before call {call_index}",
                          pinned_before=None if known_before is None
                          else bool(known_before.pinned) or any(m.pinned for m in context.system))
-        self._set_context(after, None if steps is None else (leading, steps))
-        self.known_steps = None if steps is None else (leading, self._counted(steps), len(after) - leading)
+        counted = None if steps is None else self._counted(steps)
+        self._set_context(after, None if counted is None else (leading, counted))
+        self.known_steps = None if counted is None else (leading, counted, len(after) - leading)
         self._count_usage(env.completions)
         freed = tokens_before - self.context_tokens
         self.events.append(CompactionEvent(

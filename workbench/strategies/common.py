@@ -305,9 +305,9 @@ def step_lengths(steps: Sequence[Step]) -> list[int]:
     return list(map(len, map(_messages, steps)))
 
 
-def pinned_positions(steps: Sequence[Step], start: int = 0) -> list[int]:
-    """The indices of the pinned steps (numbered from `start`)."""
-    return [index for index, pinned in enumerate(map(_pinned, steps), start) if pinned]
+def pinned_positions(steps: Sequence[Step]) -> list[int]:
+    """The indices of the pinned steps."""
+    return [index for index, pinned in enumerate(map(_pinned, steps)) if pinned]
 
 
 class StepList(list[Message]):
@@ -360,10 +360,9 @@ def _give(context: Context, known: BodySteps) -> None:
 def context_of(messages: Sequence[Message]) -> Context:
     """`Context(tuple(messages))`, with the steps a `StepList` carries."""
     context = Context(tuple(messages))
-    if type(messages) is StepList:
-        known = known_steps(messages, len(context.system))
-        if known is not None:
-            _give(context, known)
+    known = known_steps(messages, len(context.system))
+    if known is not None:
+        _give(context, known)
     return context
 
 

@@ -22,7 +22,7 @@ from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, chain, compress, count, islice
-from operator import attrgetter, is_, is_not, itemgetter
+from operator import attrgetter, is_, is_not
 from typing import Any
 
 from workbench.compaction import CompactionEnv, Context
@@ -46,10 +46,7 @@ CLEARED_ARGUMENTS = '{"cleared": true}'
 #: Fields a placeholder may use: `{chars}` (length of the replaced text) and `{tool}` (tool name).
 PLACEHOLDER_FIELDS = ("chars", "tool")
 METADATA_KEY = "compaction"  # "truncated" | "masked" | "cleared" on messages these kinds changed
-_first = itemgetter(0)
 _messages = attrgetter("messages")
-_role = attrgetter("role")
-_tool_calls = attrgetter("tool_calls")
 _tool_uses = attrgetter("tool_uses")
 
 
