@@ -98,6 +98,28 @@ def test_single_tokens_are_classified_as_the_token_pattern_splits_them(text):
     assert {f.key: f for f in reversed(found)} == {f.key: f for f in reversed(expected)}  # the first of each key
 
 
+_ERROR_PIECES = ["error", "Error", "ERROR", "fatal", "FATAL", "panic", "rror", "atal", "KeyError", "os.Exit",
+                 "Exception", "Interrupt", "Failure", ":", "[E0308]", "[", "]", "-", "_", ".", " ", "\t", "\n",
+                 "x", "bad port", "\u00e9", "\u2192"]
+
+
+@given(st.lists(st.sampled_from(_ERROR_PIECES), max_size=40).map("".join))
+@example("xerror: no\nerror[E0308]: mismatched\n-fatal: a\nKeyError: 'k'")
+def test_error_patterns_tried_at_their_cues_find_what_a_scan_finds(text):
+    """The error passes try their pattern only where a cue says a match could start; that finds
+    exactly the matches a scan of the whole text finds."""
+    from workbench.quality.facts import (
+        _ERROR_CUES,
+        _ERROR_WITH_MESSAGE,
+        _GENERIC_ERROR,
+        _GENERIC_ERROR_CUES,
+        _cued_matches,
+    )
+
+    for pattern, cues in ((_ERROR_WITH_MESSAGE, _ERROR_CUES), (_GENERIC_ERROR, _GENERIC_ERROR_CUES)):
+        assert [m.span() for m in _cued_matches(pattern, text, cues)] == [m.span() for m in pattern.finditer(text)]
+
+
 def test_constraints_come_from_user_messages_only():
     text = "You must not touch the API."
     assert any(f.kind == "constraint" for f in message_facts(Message(role="user", content=text)).values())

@@ -4,13 +4,13 @@ against a plain set-based computation of the same definitions."""
 from __future__ import annotations
 
 from builders import assistant, conversations, system, tool, user
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality.facts import message_facts, normalize_text
 from workbench.quality.index import messages_index, positions, session_index
-from workbench.quality.retention import _PrefixUnions, analyse, last_use
+from workbench.quality.retention import _PrefixUnions, analyse, last_use, removed_from
 from workbench.quality.trace import compaction_contexts
 from workbench.session import Message, Session
 
@@ -171,3 +171,35 @@ def test_unions_carried_over_from_the_previous_context_equal_a_fresh_union(messa
         picked = [messages[i % len(messages)] for i in added] if messages else []
         context = context[: keep % (len(context) + 1)] + [m.replace() if copies else m for m in picked]
         assert unions.union(context) == index.union(context)
+
+
+@given(st.lists(st.integers(0, 9), max_size=30), st.lists(st.integers(0, 12), max_size=30))
+def test_removed_messages_are_those_of_before_missing_from_after_even_when_repeated(before, after):
+    """Whatever the two contexts share at their ends, and even when a message object appears twice
+    (a user's strategy may repeat one), the removed messages are those of `before` not in `after`."""
+    pool = [user(f"message {i}") for i in range(13)]
+    first, second = [pool[i] for i in before], [pool[i] for i in after]
+    expected = tuple(m for m in first if all(m is not n for n in second))
+    assert removed_from(first, second) == expected
+    assert all(a is b for a, b in zip(removed_from(first, second), expected, strict=True))
+
+
+_TEXT_PIECES = ("Src/App.py", "src/app.py", "'src'/app.py", "run  the\ttests", "run the tests", "\u201cQuoted\u201d",
+                "quoted", "  ", "\n", "x", "ÉTÉ", "été", "\0")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(_TEXT_PIECES), max_size=6).map("".join), min_size=1, max_size=8),
+       st.lists(st.sampled_from(_TEXT_PIECES), min_size=1, max_size=3).map("".join))
+@example(["quoted", "x \u201cquoted\u201d", "run\nthe tests", "the tests"], "run the  tests")
+@example(["a\0b", "a", "b"], "a\0b")
+def test_the_holders_of_a_string_are_the_messages_whose_normalised_text_has_it(texts, wanted):
+    messages = [user(text) if i % 2 else assistant(text, calls=((f"c{i}", "bash"),)) for i, text in enumerate(texts)]
+    index = messages_index(messages)
+    wanted = normalize_text(wanted)
+    if not wanted:
+        return
+    expected = {id(m) for m in messages if wanted in normalize_text(
+        "\n".join([m.text, *(c.arguments for c in m.tool_calls)]))}
+    assert index.holders(wanted) == expected
+    assert index.holders(wanted) is index.holders(wanted)

@@ -54,7 +54,8 @@ _ERROR_ENDINGS = ("Error", "Exception", "Interrupt", "Failure", "Exit")  # what 
 _ERROR_WITH_MESSAGE = re.compile(r"(?:" + "|".join(_ERROR_ENDINGS) + r"):[ \t]*([^\n]{1,160})")
 _GENERIC_ERROR = re.compile(r"(?<![\w-])(?:[Ee]rror|ERROR|[Ff]atal|FATAL|panic)(?:\[[A-Za-z0-9]+\])?:"
                             r"[ \t]*([^\n]{3,160})")
-_SPACED_NUMBER = re.compile(r"(\d[\d,]*+(?:\.\d+)?+)[ \t](" + _UNITS + r")\b")
+#: ASCII digits: `\\d` tests every character's Unicode category, and this pattern is tried at every digit of a text
+_SPACED_NUMBER = re.compile(r"([0-9][0-9,]*+(?:\.[0-9]+)?+)[ \t](" + _UNITS + r")\b")
 _ASSIGNMENT = re.compile(r"([A-Z][A-Z0-9_]{2,}+)[ \t]*+[:=][ \t]*(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w.+-]{1,40})")
 _BACKTICKED = re.compile(r"`([^`\n]{2,120})`")
 _PATH_WITH_EXTENSION = re.compile(r"(?:[\w.@+-]+/)*[\w-][\w.@+-]*\.(?:" + _EXTENSIONS + r")", re.IGNORECASE)
@@ -107,11 +108,15 @@ def _clean(text: str) -> str:
 
 def normalize_text(text: str) -> str:
     """A whole text normalised like fact keys (lower case, no quotes, single spaces), for substring matching."""
-    text = text.lower()
+    return " ".join(drop_quotes(text.lower()).split())
+
+
+def drop_quotes(text: str) -> str:
+    """The text without its quote characters (backticks, straight and curly quotes)."""
     for quote in _QUOTE_CHARS:
         if quote in text:
             text = text.replace(quote, "")
-    return " ".join(text.split())
+    return text
 
 
 def normalize_path(text: str) -> str:
@@ -233,8 +238,38 @@ def extract_facts(text: str) -> Iterator[Fact]:
     return iter(_extract(text))
 
 
-_ERROR_SUFFIXES = tuple(f"{ending}:" for ending in _ERROR_ENDINGS)
-_GENERIC_ERROR_CUES = ("rror:", "RROR:", "atal:", "ATAL:", "panic:", "]:")
+#: Where a match of each error pattern may start, relative to a cue it contains (every match contains one):
+#: `Error:` starts its match; `rror:` follows a match's first letter (all the generic names have five
+#: letters, so a `]:` closing `error[E0308]:` sits five letters after the bracket's opening).
+_ERROR_CUES = tuple((f"{ending}:", 0) for ending in _ERROR_ENDINGS)
+_GENERIC_ERROR_CUES = (("rror:", -1), ("RROR:", -1), ("atal:", -1), ("ATAL:", -1), ("panic:", 0), ("]:", None))
+
+
+def _cued_matches(pattern: re.Pattern[str], text: str, cues: tuple[tuple[str, int | None], ...]) -> list[re.Match[str]]:
+    """What `pattern.finditer(text)` finds, for a pattern each of whose matches holds one of the
+    `cues` at a known offset from its start (None: five letters before the `[` the cue closes).
+
+    The cues are found by plain substring search and the pattern is tried only where a match could
+    start, in order, each from where the last match ended: a scan of the whole text by the pattern
+    costs many times more (a lookbehind, or a set of first letters as common as `E`, defeats the
+    regular-expression engine's own skipping)."""
+    starts: set[int] = set()
+    for cue, offset in cues:
+        at = text.find(cue)
+        while at >= 0:
+            start = at + offset if offset is not None else text.rfind("[", 0, at) - 5
+            if start >= 0:
+                starts.add(start)
+            at = text.find(cue, at + 1)
+    found: list[re.Match[str]] = []
+    end = 0
+    for start in sorted(starts):
+        if start >= end:
+            match = pattern.match(text, start)
+            if match is not None:
+                found.append(match)
+                end = match.end()
+    return found
 
 
 def _extract(text: str) -> list[Fact]:
@@ -247,19 +282,17 @@ def _extract(text: str) -> list[Fact]:
         for match in _URL.finditer(text):
             url = match.group().rstrip(_TRAILING)
             add(Fact("url", normalize(url, "url"), url))
-    if any(suffix in text for suffix in _ERROR_SUFFIXES):
-        for match in _ERROR_WITH_MESSAGE.finditer(text):
-            start = match.start()
-            floor = max(0, start - 80)
-            while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_."):
-                start -= 1
-            name = text[start:match.start()] + match.group()[:match.group().index(":")]
-            if _ERROR_NAME.fullmatch(name.rsplit(".", 1)[-1]):
-                full = f"{name}: {match.group(1).strip()}"
-                add(Fact("error", normalize(full, "error"), full))
-    if any(cue in text for cue in _GENERIC_ERROR_CUES):
-        for match in _GENERIC_ERROR.finditer(text):
-            add(Fact("error", normalize(match.group(), "error"), match.group()))
+    for match in _cued_matches(_ERROR_WITH_MESSAGE, text, _ERROR_CUES):
+        start = match.start()
+        floor = max(0, start - 80)
+        while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_."):
+            start -= 1
+        name = text[start:match.start()] + match.group()[:match.group().index(":")]
+        if _ERROR_NAME.fullmatch(name.rsplit(".", 1)[-1]):
+            full = f"{name}: {match.group(1).strip()}"
+            add(Fact("error", normalize(full, "error"), full))
+    for match in _cued_matches(_GENERIC_ERROR, text, _GENERIC_ERROR_CUES):
+        add(Fact("error", normalize(match.group(), "error"), match.group()))
     for match in _SPACED_NUMBER.finditer(text):
         if match.start() and (text[match.start() - 1].isalnum() or text[match.start() - 1] in "._"):
             continue

@@ -17,13 +17,15 @@ their bits the first time their content is seen (cached by their facts mapping, 
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import reduce
-from operator import or_
+from itertools import accumulate, compress
+from operator import not_, or_
 from typing import cast
 
-from workbench.quality.facts import Fact, message_facts, message_text
+from workbench.quality.facts import Fact, drop_quotes, message_facts, message_text
 from workbench.quality.trace import assistant_positions, memo
 from workbench.session import Message, Session
 
@@ -73,6 +75,8 @@ class FactIndex:
         self.used_from: list[int] = [0]
         self.last_used_at: list[int] = []
         self._layers: dict[int, list[tuple[str, int]]] = {}
+        self._holders: dict[str, frozenset[int]] = {}
+        self._lowered: tuple[str, list[int]] = ("", [])
 
     def _build(self, facts: Mapping[str, Fact]) -> Masks:
         every = constraint = fuzzy = 0
@@ -166,6 +170,47 @@ class FactIndex:
                         seen[id(message)] = text
         return found  # type: ignore[return-value]  # every None was replaced
 
+    def foreign(self, messages: Sequence[Message]) -> list[Message]:
+        """The messages that are not the index's own (those a compaction wrote), in order."""
+        return list(compress(messages, map(not_, map(self._own.__contains__, map(id, messages)))))
+
+    def holders(self, wanted: str) -> frozenset[int]:
+        """The ids of the own messages whose normalised text (`message_text`) contains `wanted`, a
+        normalised string; cached per string, so a probe asked again (the same fact, in the next
+        configuration of a grid) costs a set lookup per message of its context.
+
+        The own messages are searched as one text, lowered and without quotes but with their
+        whitespace as written (about half the cost of normalising them): a string with no space
+        is in a message's normalised text exactly when it is in that text; a string with spaces is
+        looked for there by its longest word, and confirmed in the normalised text of the few
+        messages that have it."""
+        found = self._holders.get(wanted)
+        if found is not None:
+            return found
+        lowered, starts = self._lowered
+        if len(starts) != len(self._held):
+            texts = [_lowered(message) for message in self._held]
+            lowered, starts = "\0".join(texts), list(accumulate([len(t) + 1 for t in texts[:-1]], initial=0))
+            self._lowered = (lowered, starts)
+        words = wanted.split(" ")
+        needle = max(words, key=len)
+        holders: list[Message] = []
+        if "\0" in wanted:  # could span two messages of the joined text
+            holders = [m for m in self._held if wanted in message_text(m)]
+        else:
+            held = self._held
+            at = lowered.find(needle)
+            while at >= 0:
+                place = bisect_right(starts, at) - 1
+                holders.append(held[place])
+                if place + 1 == len(starts):
+                    break
+                at = lowered.find(needle, starts[place + 1])
+            if len(words) > 1:
+                holders = [m for m in holders if wanted in message_text(m)]
+        found = self._holders[wanted] = frozenset(map(id, holders))
+        return found
+
     def has(self, mask: int, key: str) -> bool:
         position = self.bits.get(key)
         return position is not None and (mask >> position) & 1 == 1
@@ -195,6 +240,11 @@ class FactIndex:
             if position is not None:
                 total |= 1 << position
         return total
+
+
+def _lowered(message: Message) -> str:
+    """`message_text` without collapsing whitespace: lower case, no quotes."""
+    return drop_quotes("\n".join([message.text, *(c.arguments for c in message.tool_calls)]).lower())
 
 
 def positions(mask: int) -> list[int]:

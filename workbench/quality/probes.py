@@ -22,8 +22,6 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import contains
 from typing import Any, ClassVar
 
 from workbench.quality.evaluator import evaluator_model, record_spend, transcript
@@ -133,8 +131,11 @@ def _contexts_by_call(result: Any, probes: Sequence[AskedProbe]) -> dict[int, li
 
 def answerable(result: Any) -> list[bool]:
     """For each asked probe: its expected answer appears in a message of the context at its call
-    (normalised texts, memoised). Each message is searched on its own: joining the context's
-    texts first would copy all of them for every call asked at, and cost more than the searches."""
+    (normalised texts, memoised).
+
+    The recorded messages that hold an answer are found once per session (`FactIndex.holders`), so
+    a context holds the answer when it shares a message with them; only the messages compactions
+    wrote are searched, each distinct text once."""
     def compute() -> list[bool]:
         probes = asked_probes(result)
         flags = [False] * len(probes)
@@ -147,9 +148,16 @@ def answerable(result: Any) -> list[bool]:
             index = session_index(session_of(result))
             seen = index.seen_texts()
             for call in sorted(by_call):
-                texts = index.texts(context_at(result, call), seen)
+                context = context_at(result, call)
+                ids = list(map(id, context))
+                written: set[str] | None = None
                 for position, wanted in by_call[call]:
-                    flags[position] = any(map(contains, texts, repeat(wanted)))
+                    if not index.holders(wanted).isdisjoint(ids):
+                        flags[position] = True
+                        continue
+                    if written is None:
+                        written = set(index.texts(index.foreign(context), seen))
+                    flags[position] = any(wanted in text for text in written)
         return flags
 
     found: list[bool] = memo(result, "quality_answerable", compute)

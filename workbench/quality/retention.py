@@ -29,8 +29,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property, reduce
-from itertools import accumulate, compress, repeat
-from operator import attrgetter, not_, or_
+from itertools import accumulate, compress, count, repeat
+from operator import attrgetter, is_not, not_, or_
 from typing import Any, ClassVar
 
 from workbench.quality.facts import Fact, content_words, message_facts, message_text, normalize_text, text_words
@@ -202,13 +202,34 @@ class _PrefixUnions:
         return self.ors[-1] if self.ors else 0
 
 
+def removed_from(before: Sequence[Message], after: Sequence[Message]) -> tuple[Message, ...]:
+    """The messages of `before` that are not in `after` (by identity), in order.
+
+    A compaction's result shares a prefix and a suffix with its input (the system prompt and the
+    older steps a masking kept; the recent steps a window kept), so only the span between them is
+    compared in full. A message found only there is removed unless `before` also holds it a second
+    time within the shared ends, which one pass over the ends rules out."""
+    shared = shared_prefix_length(before, after)
+    shortest = min(len(before), len(after)) - shared
+    tail = min(next(compress(count(), map(is_not, reversed(before), reversed(after))), shortest), shortest)
+    kept = set(map(id, after[shared:len(after) - tail]))
+    middle = before[shared:len(before) - tail]
+    removed = tuple(compress(middle, map(not_, map(kept.__contains__, map(id, middle)))))
+    if removed:
+        removed_ids = set(map(id, removed))
+        if not (removed_ids.isdisjoint(map(id, before[:shared]))
+                and removed_ids.isdisjoint(map(id, before[len(before) - tail:]))):
+            kept = set(map(id, after))
+            return tuple(compress(before, map(not_, map(kept.__contains__, map(id, before)))))
+    return removed
+
+
 def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Message], *, event_index: int,
              call_index: int, used_later: int, calls: int, tokenizer: Any,
              seen: dict[int, int] | None = None, unions: _PrefixUnions | None = None) -> CompactionFacts:
     """The accounting of one compaction given the mask of the facts used at or after its call (`seen`:
     see `FactIndex.union`; `unions`: the union of the previous compaction's result, kept to go on from)."""
-    after_ids = set(map(id, after))
-    removed_messages = tuple(compress(before, map(not_, map(after_ids.__contains__, map(id, before)))))
+    removed_messages = removed_from(before, after)
     removed_masks = tuple(index.masks_of(removed_messages))
     removed = reduce(or_, map(_every, removed_masks), 0)
     constraint = reduce(or_, map(_constraint, removed_masks), 0)

@@ -28,12 +28,13 @@ def session_of(result: Any) -> Session:
 
 
 def compaction_contexts(result: Any, event_index: int) -> Contexts:
-    """(what the strategy received, what it returned) for compaction event `event_index`."""
+    """(what the strategy received, what it returned) for compaction event `event_index` (lists the
+    caller reads and must not change: they may be the result's own)."""
     method = getattr(result, "compaction_contexts", None)
     if not callable(method):
         raise ValueError("replay result has no compaction_contexts(event_index); quality metrics need it")
     before, after = method(event_index)
-    return list(before), list(after)
+    return (before if type(before) is list else list(before)), (after if type(after) is list else list(after))
 
 
 def assistant_positions(session: Session) -> list[int]:
