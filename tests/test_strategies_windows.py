@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from builders import assistant, system, tool, user
-from hypothesis import given
+from builders import assistant, conversations, system, tool, user
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from workbench.compaction import CompactionEnv, Context
@@ -343,12 +343,50 @@ def test_shared_prefix_length_counts_leading_identical_objects(first_ids, second
     assert shared_prefix_length(tuple(first), second) == expected
 
 
-@given(st.lists(st.booleans(), max_size=60), st.integers(1, 60))
-def test_nth_false_is_where_the_count_of_false_flags_reaches_n(flags, n):
-    from itertools import accumulate
+@given(st.sets(st.integers(0, 59), max_size=20), st.integers(1, 60))
+def test_nth_outside_is_where_the_count_of_steps_outside_the_bonus_reaches_n(bonus, n):
+    from workbench.strategies.windows import nth_outside
 
-    from workbench.strategies.windows import nth_false
+    outside = [index for index in range(80) if index not in bonus]
+    assert nth_outside(sorted(bonus), n) == outside[n - 1]
 
-    falses = list(accumulate(not flag for flag in flags))
-    if n <= flags.count(False):
-        assert nth_false(flags, n) == falses.index(n)
+
+@given(st.sets(st.integers(0, 30), max_size=8), st.integers(0, 32), st.integers(0, 32))
+def test_bonus_runs_are_the_bonus_steps_before_the_cut_and_every_step_after_it(bonus, cut, steps):
+    from workbench.strategies.windows import bonus_runs
+
+    runs = bonus_runs(bonus, cut, steps)
+    kept = [index for start, stop in runs for index in range(start, stop)]
+    assert kept == sorted({i for i in bonus if i < cut} | set(range(cut, steps)))
+    assert all(stop < start for (_, stop), (start, _) in zip(runs, runs[1:], strict=False))  # apart, never adjacent
+
+
+@settings(max_examples=80, deadline=None)
+@given(conversations(max_steps=14), st.data())
+def test_rebuilding_kept_steps_carries_how_the_result_groups(messages, data):
+    """`rebuild` keeps the flagged steps' messages in order, and what its result carries (steps,
+    counts, pinned positions, settled counts, tokens) is what grouping the result afresh finds."""
+    from workbench.strategies.common import BodySteps, StepList, body_steps, settle
+    from workbench.strategies.windows import rebuild
+
+    context = Context(messages)
+    known = body_steps(context)
+    tokens = [len(step.messages) * 7 for step in known.steps]
+    settled = data.draw(st.integers(0, len(known.steps)))
+    for step in known.steps[:settled]:
+        settle(step, "test-key")
+    context.__dict__["body_steps"] = BodySteps(known.steps, known.lengths, known.strays, known.pinned,
+                                               {"test-key": settled}, known.paired, tokens, "test")
+    flags = data.draw(st.lists(st.booleans(), min_size=len(known.steps), max_size=len(known.steps)))
+    out = rebuild(context, flags)
+    kept_steps = [step for step, flag in zip(known.steps, flags, strict=True) if flag]
+    assert out == [*context.system, *(m for step in kept_steps for m in step.messages)]
+    if isinstance(out, StepList) and out.known is not None:
+        carried = out.known
+        assert carried.steps == kept_steps
+        assert carried.lengths == [len(step.messages) for step in kept_steps]
+        assert carried.pinned == [i for i, step in enumerate(kept_steps) if step.pinned]
+        assert carried.tokens == [len(step.messages) * 7 for step in kept_steps]
+        settled_now = next((i for i, step in enumerate(kept_steps) if "test-key" not in step.settled), len(kept_steps))
+        assert carried.settled["test-key"] <= settled_now
+        assert carried.settled["test-key"] == sum(flags[:settled])

@@ -13,10 +13,11 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 from workbench.errors import SummarizerError
-from workbench.session import Message, Step, group_steps, split_leading_system
+from workbench.session import Message, Step, group_steps, leading_system
 from workbench.tokens import Tokenizer, message_tokens, messages_tokens, resolve
 
 SEVERITIES = ("none", "warn", "critical")
@@ -182,15 +183,20 @@ class Context:
     messages: tuple[Message, ...]
     #: The leading system messages (every strategy keeps them).
     system: list[Message] = field(init=False, repr=False, compare=False)
-    #: Everything after the leading system messages.
-    body: list[Message] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.messages, tuple):
             object.__setattr__(self, "messages", tuple(self.messages))
-        system, body = split_leading_system(self.messages)  # every strategy reads both: split now
-        object.__setattr__(self, "system", system)
-        object.__setattr__(self, "body", body)
+        object.__setattr__(self, "system", leading_system(self.messages))  # every strategy reads it: now
+
+    @property
+    def body(self) -> list[Message]:
+        """Everything after the leading system messages (made on first use: a strategy given the
+        context's steps needs no copy of its messages)."""
+        found: list[Message] | None = self.__dict__.get("_body")
+        if found is None:
+            found = self.__dict__["_body"] = list(islice(self.messages, len(self.system), None))
+        return found
 
     @cached_property
     def steps(self) -> list[Step]:

@@ -61,6 +61,7 @@ from workbench.session import (
 from workbench.strategies.common import (
     BodySteps,
     Grouping,
+    StepList,
     continue_steps,
     keep_last_fraction,
     known_steps,
@@ -769,7 +770,7 @@ class _Replay:
         error: str | None = None
         try:
             returned = self.strategy.compact(context, env)
-            after = list(returned)
+            after = returned if type(returned) is StepList else list(returned)  # a StepList is made for us
             if env.completions:
                 self.consecutive_failures = 0
         except CompactionError as exc:

@@ -262,12 +262,16 @@ def flatten(steps: Iterable[Step]) -> list[Message]:
 
 def split_leading_system(messages: Sequence[Message]) -> tuple[list[Message], list[Message]]:
     """(the leading system messages, the rest)."""
+    system = leading_system(messages)
+    return system, list(islice(messages, len(system), None))
+
+
+def leading_system(messages: Sequence[Message]) -> list[Message]:
+    """The leading system messages."""
     i = 0
     while i < len(messages) and messages[i].role == "system":
         i += 1
-    if isinstance(messages, list):
-        return messages[:i], messages[i:]
-    return list(islice(messages, i)), list(islice(messages, i, None))  # one copy, not a slice copied again
+    return list(islice(messages, i))
 
 
 def tool_pairing_problems(messages: Sequence[Message]) -> list[str]:

@@ -292,12 +292,24 @@ class BodySteps:
         """Where step `index` starts among the body's messages (the body's length for `len(steps)`)."""
         return sum(self.lengths[:index])
 
-    def kept(self, flags: list[bool]) -> BodySteps:
-        """How the body of the steps whose flag is true (in order) groups, when no step starts with a tool result."""
-        return BodySteps(list(compress(self.steps, flags)), list(compress(self.lengths, flags)),
-                         False, [flags[:index].count(True) for index in self.pinned if flags[index]],
-                         {name: flags[:count].count(True) for name, count in self.settled.items()}, self.paired,
-                         None if self.tokens is None else list(compress(self.tokens, flags)), self.counted)
+    def kept(self, runs: Sequence[tuple[int, int]]) -> BodySteps:
+        """How the body of the steps in `runs` groups (each run `(start, stop)` a range of step indices,
+        in order and apart), when no step starts with a tool result. Runs are copied as slices: a
+        window keeps one or two runs of hundreds of steps."""
+        steps: list[Step] = []
+        lengths: list[int] = []
+        tokens: list[int | None] | None = None if self.tokens is None else []
+        places = []  # (start, stop, index of `start` among the kept steps)
+        for start, stop in runs:
+            places.append((start, stop, len(steps)))
+            steps += self.steps[start:stop]
+            lengths += self.lengths[start:stop]
+            if tokens is not None and self.tokens is not None:
+                tokens += self.tokens[start:stop]
+        pinned = [at + index - start for index in self.pinned for start, stop, at in places if start <= index < stop]
+        settled = {name: sum(max(0, min(stop, count) - start) for start, stop, _ in places)
+                   for name, count in self.settled.items()}
+        return BodySteps(steps, lengths, False, pinned, settled, self.paired, tokens, self.counted)
 
 
 def step_lengths(steps: Sequence[Step]) -> list[int]:
@@ -316,7 +328,9 @@ class StepList(list[Message]):
 
     The next strategy of a pipeline and the replay's next compaction take the steps from here instead
     of grouping the messages again. Changing the list in any way forgets them (`known` becomes None),
-    so a strategy that edits another's output before returning it is grouped afresh.
+    so a strategy that edits another's output before returning it is grouped afresh. A strategy
+    returns a new one each time: the replay takes it as its context, without a copy, and appends
+    the next recorded messages to it.
     """
 
     __slots__ = ("known", "leading")
@@ -376,20 +390,21 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
     body's steps before its last are steps of any longer body it begins, a message that is not a
     tool result always begins a step, and grouping again from a step's start gives the same steps.
     """
-    body = context.body
-    if prefix_length > len(body):
+    messages, leading = context.messages, len(context.system)  # (the body is not copied)
+    body_length = len(messages) - leading
+    if prefix_length > body_length:
         return
-    if prefix_length == len(body):
+    if prefix_length == body_length:
         _give(context, prefix)
         return
     if not prefix.steps:
-        _give(context, _group_known(body))
+        _give(context, _group_known(context.body))
         return
     kept, start = len(prefix.steps), prefix_length
-    if body[prefix_length].role == "tool":  # it may join the prefix's last step: group that one again
+    if messages[leading + prefix_length].role == "tool":  # it may join the prefix's last step: group that one again
         kept -= 1
         start -= prefix.lengths[kept]
-    new = _group_known(body[start:])
+    new = _group_known(messages[leading + start:])
     pinned = [index for index in prefix.pinned if index < kept] + [index + kept for index in new.pinned]
     tokens = None
     if prefix.tokens is not None and new.tokens is not None and prefix.counted == new.counted:

@@ -14,9 +14,9 @@ Each runs in one pass over the context's steps.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from itertools import compress, islice
+from itertools import islice
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.registry import param, register_strategy
@@ -34,32 +34,60 @@ from workbench.strategies.common import (
 
 
 def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
-    """Leading system messages plus the body steps whose flag in `keep` is true, in order.
+    """Leading system messages plus the body steps whose flag in `keep` is true, in order (see `rebuild_runs`)."""
+    flags = keep if isinstance(keep, list) else list(keep)
+    runs: list[tuple[int, int]] = []
+    start = next_index(flags, True)
+    while start < len(flags):
+        stop = next_index(flags, False, start)
+        runs.append((start, stop))
+        start = next_index(flags, True, stop)
+    return rebuild_runs(context, runs)
+
+
+def rebuild_runs(context: Context, runs: Sequence[tuple[int, int]]) -> list[Message]:
+    """Leading system messages plus the body steps of `runs` (ranges `(start, stop)` of step indices,
+    in order and apart).
 
     When every step is kept the original message list is returned (as a new list of the same objects).
-    The kept steps are copied as runs of the body (a window keeps one or two runs, whatever its size).
+    Each run is copied as a slice of the body: a window keeps one or two runs, whatever its size.
     The output carries its steps (`common.StepList`) unless one of them is a stray tool result,
     which may join the step now before it.
     """
     known = body_steps(context)
-    steps, lengths = known.steps, known.lengths
-    flags = keep if isinstance(keep, list) else list(keep)
+    lengths = known.lengths
     leading = len(context.system)
-    if False not in flags:
+    if len(runs) == 1 and runs[0] == (0, len(lengths)) or not lengths:
         return StepList(context.messages, leading, known)
     messages = context.messages
     out = StepList(context.system, leading, None)
-    start = next_index(flags, True, 0)
-    offset = leading + known.offset(start)
-    while start < len(flags):
-        stop = next_index(flags, False, start)
+    offset, at = leading, 0
+    for start, stop in runs:
+        offset += sum(lengths[at:start])
         end = offset + sum(lengths[start:stop])
         out.extend(islice(messages, offset, end))
-        start = next_index(flags, True, stop)
-        offset = end + sum(lengths[stop:start])
-    if not known.strays or not has_stray_tool_step(list(compress(steps, flags))):
-        out.known = known.kept(flags)
+        offset, at = end, stop
+    if not known.strays or not has_stray_tool_step([s for start, stop in runs for s in known.steps[start:stop]]):
+        out.known = known.kept(runs)
     return out
+
+
+def bonus_runs(bonus: Iterable[int], cut: int, steps: int) -> list[tuple[int, int]]:
+    """The runs of a cut that keeps every step from `cut` on and, before it, the `bonus` steps."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(set(bonus)):
+        if index >= cut:
+            break
+        if runs and runs[-1][1] == index:
+            runs[-1] = (runs[-1][0], index + 1)
+        else:
+            runs.append((index, index + 1))
+    if cut < steps:
+        if runs and runs[-1][1] == cut:
+            runs[-1] = (runs[-1][0], steps)
+        else:
+            runs.append((cut, steps))
+    return runs
 
 
 @register_strategy("sliding_window")
@@ -79,18 +107,14 @@ class SlidingWindow:
     window: int = param(doc="unpinned steps kept (pinned steps and the task come on top)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        keep = pinned_flags(context)  # the bonus slots: pinned steps and the task
-        task = task_index(steps_of(context))
-        if task is not None:
-            keep[task] = True
-        to_skip = keep.count(False) - self.window  # oldest steps outside the bonus slots to drop
-        if to_skip > 0:
-            # every step outside the bonus slots after the `to_skip`-th of them is kept
-            last_dropped = nth_false(keep, to_skip)
-            keep[last_dropped + 1:] = [True] * (len(keep) - last_dropped - 1)
-        else:
-            keep = [True] * len(keep)
-        return rebuild(context, keep)
+        known = body_steps(context)
+        task = task_index(known.steps)
+        bonus = sorted(known.pinned if task is None else {*known.pinned, task})  # the bonus slots
+        to_skip = len(known.steps) - len(bonus) - self.window  # oldest steps outside the bonus slots to drop
+        if to_skip <= 0:
+            return rebuild_runs(context, [(0, len(known.steps))])
+        # every step after the `to_skip`-th step outside the bonus slots is kept
+        return rebuild_runs(context, bonus_runs(bonus, nth_outside(bonus, to_skip) + 1, len(known.steps)))
 
 
 @register_strategy("hard_clear")
@@ -110,19 +134,17 @@ class HardClear:
         known = body_steps(context)
         steps = known.steps
         cut = len(steps) - last_steps_for_messages(steps, self.keep_recent, known.lengths)
-        keep = pinned_flags(context)
-        keep[cut:] = [True] * (len(steps) - cut)
-        return rebuild(context, keep)
+        return rebuild_runs(context, bonus_runs(known.pinned, cut, len(steps)))
 
 
-def nth_false(flags: list[bool], n: int) -> int:
-    """The index of the `n`-th false flag (from 1; there must be that many): a look at each true
-    flag before it (a window's bonus slots, a few) rather than at every flag."""
-    index = n - 1  # where it is if no flag before it is true
-    true_at = next_index(flags, True)
-    while true_at <= index:
+def nth_outside(bonus: list[int], n: int) -> int:
+    """The index of the `n`-th step (from 1) that is not among the sorted `bonus` indices: a look
+    at each bonus index before it (a window's bonus slots, a few) rather than at every step."""
+    index = n - 1  # where it is if no bonus step comes before it
+    for taken in bonus:
+        if taken > index:
+            break
         index += 1
-        true_at = next_index(flags, True, true_at + 1)
     return index
 
 
@@ -174,4 +196,4 @@ class Trim:
             for i, s in enumerate(steps)))
 
 
-__all__ = ["HardClear", "SlidingWindow", "Trim", "rebuild", "turn_numbers"]
+__all__ = ["HardClear", "SlidingWindow", "Trim", "bonus_runs", "rebuild", "rebuild_runs", "turn_numbers"]
