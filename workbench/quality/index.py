@@ -170,6 +170,10 @@ class FactIndex:
                         seen[id(message)] = text
         return found  # type: ignore[return-value]  # every None was replaced
 
+    def owns(self, message: Message) -> bool:
+        """Whether the message is one of the index's own (a recorded one, for a session's index)."""
+        return id(message) in self._own
+
     def foreign(self, messages: Sequence[Message]) -> list[Message]:
         """The messages that are not the index's own (those a compaction wrote), in order."""
         return list(compress(messages, map(not_, map(self._own.__contains__, map(id, messages)))))

@@ -85,12 +85,24 @@ def asked_probes(result: Any) -> list[AskedProbe]:
                 if call is None or call >= replayed or generated >= MAX_GENERATED:
                     continue
                 fact, source = analysis.first_mention(key)
-                probes.append(AskedProbe(_cloze(fact, source), fact.text, "recall", call, "generated",
+                probes.append(AskedProbe(_question(index, fact, source), fact.text, "recall", call, "generated",
                                          analysis.event_index))
                 generated += 1
         return probes
 
     found: list[AskedProbe] = memo(result, "quality_probes", compute)
+    return found
+
+
+def _question(index: FactIndex, fact: Fact, source: Message) -> str:
+    """`_cloze(fact, source)`, kept per recorded source message in the session's index: the next
+    configuration of a grid asks about the same facts."""
+    if not index.owns(source):
+        return _cloze(fact, source)
+    questions: dict[tuple[int, str], str] = memo(index, "probe_questions", dict)
+    found = questions.get((id(source), fact.key))
+    if found is None:
+        found = questions[(id(source), fact.key)] = _cloze(fact, source)
     return found
 
 
@@ -114,15 +126,16 @@ def _earliest_needed(analysis: CompactionFacts, index: FactIndex, limit: int) ->
 
 
 def _next_use(index: FactIndex, key: str, from_call: int) -> int | None:
-    """The first call at or after `from_call` whose assistant message states `key`."""
+    """The first call at or after `from_call` whose assistant message states `key` (kept per session)."""
     position = index.bits.get(key)
     if position is None:
         return None
-    replies = index.replies
-    for call in range(max(0, from_call), len(replies)):
-        if (replies[call] >> position) & 1:
-            return call
-    return None
+    found: dict[tuple[int, int], int | None] = memo(index, "next_use", dict)
+    if (position, from_call) not in found:
+        replies = index.replies
+        found[(position, from_call)] = next(
+            (call for call in range(max(0, from_call), len(replies)) if (replies[call] >> position) & 1), None)
+    return found[(position, from_call)]
 
 
 def _contexts_by_call(result: Any, probes: Sequence[AskedProbe]) -> dict[int, list[Message]]:
@@ -149,10 +162,9 @@ def answerable(result: Any) -> list[bool]:
             seen = index.seen_texts()
             for call in sorted(by_call):
                 context = context_at(result, call)
-                ids = list(map(id, context))
                 written: set[str] | None = None
                 for position, wanted in by_call[call]:
-                    if not index.holders(wanted).isdisjoint(ids):
+                    if not index.holders(wanted).isdisjoint(map(id, context)):
                         flags[position] = True
                         continue
                     if written is None:
