@@ -269,7 +269,8 @@ class Strategy(Protocol):
     A strategy may define `fallback(context, env)`, used when it fails under `on_failure =
     "fallback"`; strategies without one fall back to keeping the last 40 % (`hard_clear`). It may
     return a `strategies.common.StepList`, which tells the next strategy and the next compaction how
-    the list groups into steps (the built-in kinds do).
+    the list groups into steps (the built-in kinds do); a new one each time, as the replay keeps it
+    as its context.
     """
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]: ...
