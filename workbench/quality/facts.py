@@ -54,7 +54,7 @@ _ERROR_ENDINGS = ("Error", "Exception", "Interrupt", "Failure", "Exit")  # what 
 _ERROR_WITH_MESSAGE = re.compile(r"(?:" + "|".join(_ERROR_ENDINGS) + r"):[ \t]*([^\n]{1,160})")
 _GENERIC_ERROR = re.compile(r"(?<![\w-])(?:[Ee]rror|ERROR|[Ff]atal|FATAL|panic)(?:\[[A-Za-z0-9]+\])?:"
                             r"[ \t]*([^\n]{3,160})")
-#: ASCII digits: `\\d` tests every character's Unicode category, and this pattern is tried at every digit of a text
+#: ASCII digits: `\d` tests every character's Unicode category, and this pattern is tried at every digit of a text
 _SPACED_NUMBER = re.compile(r"([0-9][0-9,]*+(?:\.[0-9]+)?+)[ \t](" + _UNITS + r")\b")
 _ASSIGNMENT = re.compile(r"([A-Z][A-Z0-9_]{2,}+)[ \t]*+[:=][ \t]*(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w.+-]{1,40})")
 _BACKTICKED = re.compile(r"`([^`\n]{2,120})`")
