@@ -65,8 +65,10 @@ def settled_steps(context: Context, key: str, stop: int | None = None) -> int:
     known = body_steps(context)
     steps = known.steps
     stop = len(steps) if stop is None else stop
-    start = min(known.settled.get(key, 0), stop)
-    return start + next_index([key in step.settled for step in steps[start:stop]], False)
+    for index in range(min(known.settled.get(key, 0), stop), stop):  # usually stops at the first step looked at
+        if key not in steps[index].settled:
+            return index
+    return stop
 
 
 def next_index(items: list[Any], value: Any, start: int = 0) -> int:
