@@ -74,9 +74,11 @@ class ScriptedSummarizer:
 
 
 @st.composite
-def conversations(draw, max_steps: int = 25) -> list[Message]:
+def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[Message]:
     """Random well-formed conversations: leading system, user turns, tool-using assistant steps,
-    some pinned messages, some multi-call steps, large and small results."""
+    some pinned messages, some multi-call steps, large and small results. `interrupted`: a system
+    message sometimes sits between a call and its result (a reminder an agent injects), which makes
+    the result a step of its own."""
     messages: list[Message] = []
     for i in range(draw(st.integers(0, 2))):
         messages.append(system(f"system prompt {i}"))
@@ -95,6 +97,8 @@ def conversations(draw, max_steps: int = 25) -> list[Message]:
                         for j in range(n_calls))
             messages.append(assistant(f"calling {counter}", calls=ids, importance=importance))
             for cid, name in ids:
+                if interrupted and draw(st.booleans()):
+                    messages.append(system(f"reminder before {cid}"))
                 messages.append(tool(cid, f"output of {cid} " + "r" * size, name=name))
         counter += 1
     return messages

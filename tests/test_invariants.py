@@ -127,6 +127,24 @@ def test_strategy_invariants(kind: str, params: dict):
     check()
 
 
+@pytest.mark.parametrize(("kind", "params"), STRATEGY_CASES,
+                         ids=[f"{k}-{i}" for k, i in
+                              ((k, STRATEGY_SPECS.get(k, [{}]).index(p)) for k, p in STRATEGY_CASES)])
+def test_strategy_invariants_when_a_message_parts_a_call_from_its_result(kind: str, params: dict):
+    """A system reminder between a call and its result makes the result a step of its own: a kind
+    that cuts between steps keeps it with its call or drops both."""
+    if kind not in kinds("strategy"):
+        pytest.skip(f"strategy kind {kind!r} is not registered yet (its module is still a placeholder)")
+    strategy = build_strategy({"kind": kind, **params})
+
+    @SETTINGS
+    @given(messages=conversations(interrupted=True), severity=st.sampled_from([None, "warn", "critical"]))
+    def check(messages: list[Message], severity: str | None) -> None:
+        check_strategy_invariants(kind, strategy, messages, severity)
+
+    check()
+
+
 def test_strategy_table_covers_every_builtin_kind():
     missing = _builtin_strategy_kinds() - set(STRATEGY_SPECS)
     assert not missing, f"add parameter specs for {sorted(missing)} to STRATEGY_SPECS"

@@ -686,23 +686,27 @@ def test_a_strategy_output_changed_after_it_was_built_is_grouped_afresh(change):
 
 @st.composite
 def irregular_conversations(draw):
-    """`conversations` with, now and then, a tool result that answers no call (a stray step of its own)
-    or a system message in the middle, inserted between two steps after the leading system messages
-    (not between a call and its result: a window may then keep the result and drop its call)."""
+    """`conversations` with, now and then, a tool result that answers no call (a stray step of its own,
+    inserted between two steps) or a system message after the leading ones, anywhere: also between a
+    call and its result, which then is a stray step the kinds keep with its call."""
     messages = draw(conversations(max_steps=30))
     leading = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
-    for _ in range(draw(st.integers(0, 2))):
-        at = draw(st.sampled_from([i for i in range(leading, len(messages) + 1)
-                                   if i == len(messages) or messages[i].role != "tool"]))
-        stray = tool("nobody", "a result nobody asked for " + "s" * 300)
-        extra = draw(st.sampled_from([stray, system("mid-run note")]))
-        messages.insert(at, extra)
+    for _ in range(draw(st.integers(0, 3))):
+        if draw(st.booleans()):
+            at = draw(st.sampled_from([i for i in range(leading, len(messages) + 1)
+                                       if i == len(messages) or messages[i].role != "tool"]))
+            messages.insert(at, tool("nobody", "a result nobody asked for " + "s" * 300))
+        else:
+            messages.insert(draw(st.integers(leading, len(messages))), system("mid-run note"))
     return messages
 
 
 @settings(max_examples=80, deadline=None)
 @given(irregular_conversations(), st.sampled_from(TOOL_KINDS + [{"kind": "sliding_window", "window": 3},
-                                                                {"kind": "hard_clear", "keep_recent": 4}]),
+                                                                {"kind": "hard_clear", "keep_recent": 4},
+                                                                {"kind": "trim", "keep_recent_turns": 1},
+                                                                {"kind": "summarize_split", "preserve": 0.3},
+                                                                {"kind": "adaptive_chunking", "keep_recent": 2}]),
        st.integers(1, 4))
 def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(messages, strategy, turns):
     """What a strategy's output says of its steps (`StepList`) and what the replay's next context is

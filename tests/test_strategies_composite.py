@@ -326,11 +326,14 @@ def test_a_lent_grouping_gives_the_steps_of_any_run_from_a_step_start(messages, 
         assert steps_of(Context(tuple(messages))) == group_steps(body)
 
 
-def test_a_stray_tool_result_next_to_a_call_after_a_drop_is_grouped_afresh():
+def test_a_stray_tool_result_keeps_its_call_and_what_parts_them():
+    """A result parted from its pinned call is a step of its own; keeping the last message keeps the
+    call, so the message between stays too (dropping it would join the result to its call, a step
+    the output's carried grouping would not know)."""
     call = Message(role="assistant", content=None, importance=10,
                    tool_calls=(ToolCall(id="c1", name="bash", arguments="{}"),))
     answer = Message(role="tool", content="late result", tool_call_id="c1")
-    messages = [call, user("in between"), answer]  # the result is a step of its own (malformed input)
+    messages = [call, system("in between"), answer]
     out = build_strategy({"kind": "hard_clear", "keep_recent": 1}).compact(Context(tuple(messages)), CompactionEnv())
-    assert out == [call, answer]
-    assert steps_of(Context(tuple(out))) == group_steps(out) == [Step((call, answer))]
+    assert out == messages
+    assert steps_of(Context(tuple(out))) == group_steps(out) == [Step((call,)), Step((messages[1],)), Step((answer,))]

@@ -390,3 +390,60 @@ def test_rebuilding_kept_steps_carries_how_the_result_groups(messages, data):
         settled_now = next((i for i, step in enumerate(kept_steps) if "test-key" not in step.settled), len(kept_steps))
         assert carried.settled["test-key"] <= settled_now
         assert carried.settled["test-key"] == sum(flags[:settled])
+
+
+# -- a result a system message parts from its call -----------------------------------------------
+
+def _parted_steps() -> list[Step]:
+    """[call c1] [reminder] [result c1] [user] [call c2 + result] [reminder] [call c3] [reminder] [result c3]"""
+    from workbench.session import group_steps
+
+    messages = [assistant("one", calls=(("c1", "bash"),)), system("reminder"), tool("c1", "out 1"), user("more"),
+                assistant("two", calls=(("c2", "bash"),)), tool("c2", "out 2"), system("reminder"),
+                assistant("three", calls=(("c3", "grep"),)), system("reminder"), tool("c3", "out 3")]
+    return group_steps(messages)
+
+
+def test_a_parted_result_is_a_step_owned_by_its_call():
+    from workbench.strategies.common import stray_owners
+
+    steps = _parted_steps()
+    assert [s.kind for s in steps] == ["assistant", "system", "tool", "user", "assistant", "system", "assistant",
+                                       "system", "tool"]
+    assert stray_owners(steps) == {2: 0, 8: 6}
+
+
+@pytest.mark.parametrize(("cut", "glued"), [(0, 0), (1, 0), (2, 0), (3, 3), (5, 5), (7, 6), (8, 6), (9, 9)])
+def test_a_kept_tail_reaches_back_to_the_call_of_a_parted_result(cut, glued):
+    from workbench.strategies.common import glued_cut
+
+    assert glued_cut(_parted_steps(), cut) == glued
+
+
+@pytest.mark.parametrize(("runs", "glued"), [
+    ([(3, 6)], [(3, 6)]),  # no parted result nor its call kept
+    ([(2, 3)], [(0, 3)]),  # the result brings its call and the reminder between
+    ([(0, 1)], [(0, 3)]),  # the call brings its result
+    ([(0, 1), (4, 5)], [(0, 3), (4, 5)]),
+    ([(3, 4), (8, 9)], [(3, 4), (6, 9)]),
+    ([(1, 2), (5, 6)], [(1, 2), (5, 6)]),  # reminders alone bind nothing
+])
+def test_kept_runs_keep_a_parted_result_with_its_call(runs, glued):
+    from workbench.strategies.common import glued_flags, glued_runs
+
+    steps = _parted_steps()
+    assert glued_runs(steps, runs) == glued
+    flags = [any(start <= i < stop for start, stop in runs) for i in range(len(steps))]
+    assert glued_flags(steps, flags) == [any(start <= i < stop for start, stop in glued) for i in range(len(steps))]
+
+
+def test_a_window_keeps_a_parted_result_with_its_call():
+    """The last two steps of the body are a reminder and a result whose call sits before it: the
+    window keeps the call too, so nothing is orphaned (it used to fail the replay's pairing check)."""
+    from workbench.session import flatten
+
+    steps = _parted_steps()
+    messages = [system(), user("the task"), *flatten(steps)]
+    out = build_strategy({"kind": "sliding_window", "window": 1}).compact(Context(tuple(messages)), CompactionEnv())
+    assert tool_pairing_problems(out) == []
+    assert out == [*messages[:2], *flatten(steps[6:])]

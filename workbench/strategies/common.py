@@ -103,6 +103,82 @@ def has_stray_tool_step(steps: Sequence[Step]) -> bool:
     return "tool" in [step.messages[0].role for step in steps]
 
 
+def stray_owners(steps: Sequence[Step]) -> dict[int, int]:
+    """For each step that is a stray tool result answering a call made earlier in `steps`, the index
+    of the step making that call.
+
+    A result is stray when other messages (a system reminder, say) sit between it and its call:
+    `group_steps` then cannot join it to the call's step, so a cut between the two steps would
+    orphan the result, or leave the call without it.
+    """
+    owners: dict[int, int] = {}
+    callers: dict[str, int] = {}
+    for index, step in enumerate(steps):
+        head = step.messages[0]
+        if head.role == "assistant":
+            callers.update(dict.fromkeys([call.id for call in head.tool_calls], index))
+        elif head.role == "tool" and head.tool_call_id in callers:
+            owners[index] = callers[head.tool_call_id]
+    return owners
+
+
+def glued_cut(steps: Sequence[Step], cut: int) -> int:
+    """`cut` (the first step of a kept tail) moved back so that the tail holds the call of every
+    stray result it holds, and the steps between them (see `stray_owners`)."""
+    if cut <= 0 or not has_stray_tool_step(steps[cut:]):
+        return cut
+    owners = stray_owners(steps)
+    while True:
+        earliest = min([owner for stray, owner in owners.items() if stray >= cut], default=cut)
+        if earliest >= cut:
+            return cut
+        cut = earliest
+
+
+def glued_flags(steps: Sequence[Step], flags: Sequence[bool]) -> list[bool]:
+    """Per-step flags (kept verbatim, say) widened like `glued_runs`: a stray result, the step making
+    its call and the steps between are flagged together when one of them is."""
+    if not has_stray_tool_step(steps):
+        return list(flags)
+    out = [False] * len(steps)
+    for start, stop in glued_runs(steps, [(i, i + 1) for i, flag in enumerate(flags) if flag]):
+        out[start:stop] = [True] * (stop - start)
+    return out
+
+
+def glued_pins(steps: Sequence[Step]) -> list[bool]:
+    """Whether each step is kept verbatim for being pinned: `step.pinned`, widened by `glued_flags` (a
+    pinned call keeps its stray result, a pinned stray result its call)."""
+    return glued_flags(steps, [step.pinned for step in steps])
+
+
+def glued_runs(steps: Sequence[Step], runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """`runs` (kept ranges of step indices, in order and apart) widened so that a stray result and the
+    step making its call, with the steps between them, are kept together or not at all: when either
+    is kept, all are."""
+    owners = stray_owners(steps) if has_stray_tool_step(steps) else {}
+    if not owners:
+        return list(runs)
+    kept = [False] * len(steps)
+    for start, stop in runs:
+        kept[start:stop] = [True] * (stop - start)
+    changed = True
+    while changed:
+        changed = False
+        for stray, owner in owners.items():
+            if (kept[stray] or kept[owner]) and not all(kept[owner:stray + 1]):
+                kept[owner:stray + 1] = [True] * (stray + 1 - owner)
+                changed = True
+    out: list[tuple[int, int]] = []
+    for index, keep in enumerate(kept):
+        if keep:
+            if out and out[-1][1] == index:
+                out[-1] = (out[-1][0], index + 1)
+            else:
+                out.append((index, index + 1))
+    return out
+
+
 class Grouping:
     """A message sequence (a session's recorded messages) grouped into steps once, on first use.
 
@@ -439,14 +515,14 @@ def body_steps(context: Context) -> BodySteps:
 def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION) -> list[Message]:
     """Leading system messages plus whole trailing steps holding about `fraction` of the body's messages.
 
-    Pinned steps before the cut are kept too. This is the fallback of every strategy without one
-    of its own (`on_failure = "fallback"`).
+    Pinned steps before the cut are kept too, and a stray result with its call (`glued_runs`). This is
+    the fallback of every strategy without one of its own (`on_failure = "fallback"`).
     """
     steps = steps_of(context)
     keep = last_steps_for_messages(steps, max(1, round(len(context.body) * fraction)))
     cut = len(steps) - keep
-    kept = [s for s in steps[:cut] if s.pinned] + list(steps[cut:])
-    return [*context.system, *flatten(kept)]
+    runs = glued_runs(steps, [(i, i + 1) for i in range(cut) if steps[i].pinned] + [(cut, len(steps))])
+    return [*context.system, *flatten([step for start, stop in runs for step in steps[start:stop]])]
 
 
 _UNBUILT = object()
@@ -557,9 +633,10 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
     env.summaries[:] = [s for s in env.summaries if s in texts]
 
 
-__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "Grouping",
-           "derived", "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction",
-           "keep_summaries_in", "last_steps_for_messages", "lend_grouping", "next_index", "pinned_flags",
-           "BodySteps", "StepList", "body_steps", "context_of", "continue_steps", "known_steps", "pinned_positions",
-           "render_transcript", "rewrite_run", "settle", "settled_steps", "shared_prefix_length", "step_lengths",
-           "step_offsets", "steps_of", "summary_max_tokens", "task_index", "usable_window"]
+__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
+           "Grouping", "derived", "glued_cut", "glued_flags", "glued_pins", "glued_runs", "has_stray_tool_step",
+           "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in", "last_steps_for_messages",
+           "lend_grouping", "next_index", "pinned_flags", "BodySteps", "StepList", "body_steps", "context_of",
+           "continue_steps", "known_steps", "pinned_positions", "render_transcript", "rewrite_run", "settle",
+           "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets", "steps_of", "stray_owners",
+           "summary_max_tokens", "task_index", "usable_window"]

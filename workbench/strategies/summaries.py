@@ -43,6 +43,9 @@ from workbench.strategies import prompts
 from workbench.strategies.common import (
     MIN_SUMMARY_TOKENS,
     SUMMARY_RATIO,
+    glued_cut,
+    glued_flags,
+    glued_pins,
     is_recorded_summary,
     is_summary,
     render_transcript,
@@ -250,13 +253,16 @@ class SummarizeProgressive(_Summarizing):
         steps = context.steps
         task = task_index(steps)
         scratchpad = [s for i, s in enumerate(steps) if i != task]
-        summaries = [s for s in scratchpad if not s.pinned and is_summary(s.head)]
-        candidates = [s for s in scratchpad if not s.pinned and not is_summary(s.head)]
+        held = glued_pins(scratchpad)
+        summaries = [s for s, h in zip(scratchpad, held, strict=True) if not h and is_summary(s.head)]
+        candidates = [s for s, h in zip(scratchpad, held, strict=True) if not h and not is_summary(s.head)]
         if not candidates or (self.keep_recent and len(candidates) <= self.keep_recent):
             return unchanged(context)
-        cut = len(candidates) - self.keep_recent
+        cut = glued_cut(candidates, len(candidates) - self.keep_recent)
+        if cut <= 0:
+            return unchanged(context)
         to_summarize, recent = candidates[:cut], candidates[cut:]
-        pinned = [s for s in scratchpad if s.pinned]
+        pinned = [s for s, h in zip(scratchpad, held, strict=True) if h]
         material = flatten(summaries + to_summarize)
         budget = summary_max_tokens(env, env.tokens(material), window_share=PROGRESSIVE_WINDOW_SHARE)
         text = self._summarize(env, material, purpose="summary", max_tokens=budget, always_existing=True)
@@ -299,8 +305,9 @@ class SummarizeFull(_Summarizing):
     default_prompt = prompts.STRUCTURED_PROMPT
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        pinned = [s for s in context.steps if s.pinned]
-        material = flatten(s for s in context.steps if not s.pinned)
+        held = glued_pins(context.steps)
+        pinned = [s for s, h in zip(context.steps, held, strict=True) if h]
+        material = flatten(s for s, h in zip(context.steps, held, strict=True) if not h)
         if not has_new_material(material):
             return unchanged(context)
         budget = summary_max_tokens(env, env.tokens(material), window_share=FULL_WINDOW_SHARE)
@@ -395,9 +402,11 @@ class SummarizeSplit(_Summarizing):
                 break
             older.append(step)
             count += len(step.messages)
+        older = older[:glued_cut(steps, len(older))]
         preserved = flatten(steps[len(older):])
-        pinned = [s for s in older if s.pinned]
-        dropped = [s for s in older if not s.pinned]
+        held = glued_pins(older)
+        pinned = [s for s, h in zip(older, held, strict=True) if h]
+        dropped = [s for s, h in zip(older, held, strict=True) if not h]
         if not has_new_material(flatten(dropped)):
             return None
         return pinned, dropped, preserved
@@ -487,8 +496,10 @@ class AdaptiveChunking(_Summarizing):
     boundaries: with `boundary = "topic"` each new user request opens a chunk (and a chunk that
     would grow past `chunk_messages` is closed early); with `"count"` a chunk closes before it
     would exceed `chunk_messages` messages. Pinned steps and earlier summaries stay verbatim where
-    they are and close the chunk before them, so relative order is preserved. Each summary opens
-    with a header numbering it among the summaries in the result ("1/3", "2/3", ...).
+    they are and close the chunk before them, so relative order is preserved. A stray tool result
+    (other messages part it from its call) stays with its call's step, in the recent tail or
+    verbatim. Each summary opens with a header numbering it among the summaries in the result
+    ("1/3", "2/3", ...).
 
     Budget and re-condensing (003 keeps the result within budget): the chunk summaries together
     may take at most a quarter of the usable window (`CHUNKS_WINDOW_SHARE`), and less when the
@@ -520,8 +531,9 @@ class AdaptiveChunking(_Summarizing):
                 out.append(chunk)
             chunk, size = [], 0
 
-        for step in steps:
-            if step.pinned or is_summary(step.head):
+        verbatim = glued_flags(steps, [step.pinned or is_summary(step.head) for step in steps])
+        for step, kept in zip(steps, verbatim, strict=True):
+            if kept:
                 close()
                 out.append(step)
                 continue
@@ -535,7 +547,7 @@ class AdaptiveChunking(_Summarizing):
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = context.steps
-        cut = len(steps) - self.keep_recent
+        cut = glued_cut(steps, len(steps) - self.keep_recent)
         if cut <= 0:
             return unchanged(context)
         plan = self.chunks(steps[:cut])
@@ -639,10 +651,11 @@ class Handoff(_Summarizing):
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         steps = context.steps
-        material = flatten(s for s in steps if not s.pinned)
+        held = glued_pins(steps)
+        material = flatten(s for s, h in zip(steps, held, strict=True) if not h)
         if not has_new_material(material):
             return unchanged(context)
-        candidates = [m for s in steps if not s.pinned for m in s.messages
+        candidates = [m for s, h in zip(steps, held, strict=True) if not h for m in s.messages
                       if m.role == "user" and not is_summary(m) and not is_recorded_summary(m)]
         kept: set[int] = set()
         budget = self.user_tokens
@@ -655,7 +668,7 @@ class Handoff(_Summarizing):
         budget = summary_max_tokens(env, env.tokens(material), window_share=HANDOFF_WINDOW_SHARE)
         text = self._summarize(env, material, purpose="handoff", max_tokens=budget)
         content = prompts.HANDOFF_HEADER + text
-        body = [m for s in steps for m in s.messages if s.pinned or id(m) in kept]
+        body = [m for s, h in zip(steps, held, strict=True) for m in s.messages if h or id(m) in kept]
         result = [*context.system, *body, summary_message(content, self.kind)]
         env.record_summary(content)
         return result

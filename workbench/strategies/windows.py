@@ -6,7 +6,8 @@
 - `trim` (ptc_runner, 004): the system messages, the first user message and the last N turns.
 
 All three work on whole steps (`workbench.session.Step`: a user message, or an assistant message
-with every tool result answering it), so they never orphan a tool call or a tool result. They keep
+with every tool result answering it), so they never orphan a tool call or a tool result; a result
+that other messages part from its call is a step of its own, kept with the call's step. They keep
 the leading system messages and every pinned step (importance >= 10), and return the very same
 `Message` objects for everything they keep: the replay computes prompt-cache prefixes by identity.
 Each runs in one pass over the context's steps.
@@ -24,6 +25,7 @@ from workbench.session import Message, Step
 from workbench.strategies.common import (
     StepList,
     body_steps,
+    glued_runs,
     has_stray_tool_step,
     last_steps_for_messages,
     next_index,
@@ -51,10 +53,13 @@ def rebuild_runs(context: Context, runs: Sequence[tuple[int, int]]) -> list[Mess
 
     When every step is kept the original message list is returned (as a new list of the same objects).
     Each run is copied as a slice of the body: a window keeps one or two runs, whatever its size.
-    The output carries its steps (`common.StepList`) unless one of them is a stray tool result,
-    which may join the step now before it.
+    A stray tool result (one a system message parts from its call) is kept with its call, and the
+    runs widened to keep both (`common.glued_runs`). The output carries its steps
+    (`common.StepList`) unless one of them is a stray tool result, which may join the step now before it.
     """
     known = body_steps(context)
+    if known.strays:
+        runs = glued_runs(known.steps, runs)
     lengths = known.lengths
     leading = len(context.system)
     if len(runs) == 1 and runs[0] == (0, len(lengths)) or not lengths:
