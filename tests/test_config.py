@@ -72,6 +72,29 @@ def test_invalid_toml_names_the_file(tmp_path):
         parse_config(path)
 
 
+@pytest.mark.parametrize("text, message", [
+    ('[strategy]\nkind = "trim"\n', r"missing.toml: the config has no \[trigger\] table; add one such as \[trigger\] "
+                                      r'kind = "utilization"'),
+    ('name = "mine"\n[trigger]\nkind = "pressure"\n', r"missing.toml: config 'mine' has no \[strategy\] table"),
+])
+def test_a_missing_table_names_the_file_and_shows_one(tmp_path, text, message):
+    path = tmp_path / "missing.toml"
+    path.write_text(text)
+    with pytest.raises(wb.ConfigError, match=message):
+        parse_config(path)
+
+
+def test_a_config_key_written_under_a_table_says_where_it_belongs():
+    """In TOML every key after `[trigger]` belongs to the trigger: a config key there is a
+    parameter the trigger does not know, and the error says how to set it for the config."""
+    text = '[trigger]\nkind = "pressure"\ncontext_limit = 50000\n[strategy]\nkind = "trim"\n'
+    with pytest.raises(wb.ConfigError, match=r"unknown parameter 'context_limit'.*a key written after \[trigger\] "
+                                             r"belongs to it: to set 'context_limit' for the config, write it before"):
+        parse_config(text)
+    assert parse_config('context_limit = 50000\n[trigger]\nkind = "pressure"\n[strategy]\nkind = "trim"\n'
+                        ).context_limit == 50000
+
+
 def test_a_config_may_start_from_a_preset():
     """`preset = "NAME"` with the table's own keys on top: a parameter tunes the preset's kind, a table
     with another kind replaces it; a preset's name alone is a config too."""

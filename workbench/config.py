@@ -165,8 +165,12 @@ def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayC
     with its own keys on top (`with_preset`)."""
     if isinstance(spec, ReplayConfig):
         return spec
+    where = ""
     if isinstance(spec, (str, Path)):
-        spec = _preset_named(spec) or load_toml(spec)
+        preset = _preset_named(spec)
+        if preset is None and _names_file(spec):
+            where = f"{spec}: "
+        spec = preset or load_toml(spec)
     if not isinstance(spec, Mapping):
         raise ConfigError(f"a config must be a table, not {type(spec).__name__}")
     spec = with_preset(spec)
@@ -174,10 +178,21 @@ def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayC
     if unknown:
         raise ConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                           f"valid: {', '.join(_FIELDS)}, preset{did_you_mean(unknown, (*_FIELDS, 'preset'))}")
-    for required in ("trigger", "strategy"):
+    for required, example in (("trigger", "utilization"), ("strategy", "sliding_window")):
         if required not in spec:
-            raise ConfigError(f"config {spec.get('name', '')!r} has no {required!r} table")
-    return ReplayConfig(**dict(spec))
+            named = f"config {spec['name']!r} " if spec.get("name") else "the config "
+            raise ConfigError(f"{where}{named}has no [{required}] table; add one such as [{required}] "
+                              f"kind = \"{example}\" (`workbench kinds` lists every kind)")
+    try:
+        return ReplayConfig(**dict(spec))
+    except ConfigError as exc:
+        misplaced = [(table, key) for table in ("trigger", "strategy") if isinstance(spec[table], Mapping)
+                     for key in spec[table] if key in _FIELDS and repr(key) in str(exc)]  # the key it refused
+        if not misplaced:
+            raise
+        table, key = misplaced[0]
+        raise ConfigError(f"{exc} (in TOML a key written after [{table}] belongs to it: to set {key!r} for the "
+                          f"config, write it before the first [table] header)") from exc
 
 
 def _preset_named(source: str | Path) -> dict[str, Any] | None:
@@ -196,16 +211,21 @@ def _preset_named(source: str | Path) -> dict[str, Any] | None:
 _BARE_WORD = re.compile(r"[\w.-]+")
 
 
+def _names_file(source: str | Path) -> bool:
+    """Whether `load_toml` reads `source` as a file path (a `.toml` name or an existing file)."""
+    path = Path(source)
+    try:
+        return path.suffix == ".toml" or path.is_file()
+    except OSError:
+        return False
+
+
 def load_toml(source: str | Path) -> dict[str, Any]:
     """Parse a TOML file (when `source` names an existing file) or inline TOML text."""
     text: str
     origin = "inline TOML"
     path = Path(source)
-    try:
-        is_file = path.suffix == ".toml" or path.is_file()
-    except OSError:
-        is_file = False
-    if is_file:
+    if _names_file(source):
         if not path.is_file():
             raise ConfigError(f"config file {path} does not exist")
         text, origin = path.read_text(encoding="utf-8"), str(path)

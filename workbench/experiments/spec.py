@@ -173,7 +173,9 @@ def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
         return [(name, base, {})]
     axes: list[tuple[str, list[Any]]] = []
     for path, values in matrix.items():
-        if not isinstance(values, list) or not values:
+        if not isinstance(values, list):
+            raise _fail(where, f"matrix key {path!r} must be a list of values, as in [{values!r}], not {values!r}")
+        if not values:
             raise _fail(where, f"matrix key {path!r} must list at least one value")
         axes.append((path, values))
     expanded = []
