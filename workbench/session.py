@@ -399,6 +399,11 @@ class RecordedCompaction:
                    summary=str(data.get("summary") or ""))
 
 
+#: `json.dumps(records, default=str)` without the circularity check (records hold no cycles): the same
+#: text, about a tenth faster, and the content id is a good share of an import's time.
+_HASH_ENCODER = json.JSONEncoder(default=str, check_circular=False)
+
+
 def content_hash(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]] = ()) -> str:
     """A stable id from the conversation's content (messages with importance/origin, tool schemas).
 
@@ -410,7 +415,7 @@ def content_hash(messages: Sequence[Message], tools: Sequence[Mapping[str, Any]]
         record["importance"] = message.importance
         record["origin"] = message.origin
         records.append(record)
-    digest = hashlib.sha256(json.dumps(records, default=str).encode())
+    digest = hashlib.sha256(_HASH_ENCODER.encode(records).encode())
     if tools:
         digest.update(json.dumps(list(tools), sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
