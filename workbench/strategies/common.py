@@ -136,13 +136,17 @@ def glued_cut(steps: Sequence[Step], cut: int) -> int:
 
 
 def glued_flags(steps: Sequence[Step], flags: Sequence[bool]) -> list[bool]:
-    """Per-step flags (kept verbatim, say) widened like `glued_runs`: a stray result, the step making
-    its call and the steps between are flagged together when one of them is."""
-    if not has_stray_tool_step(steps):
-        return list(flags)
-    out = [False] * len(steps)
-    for start, stop in glued_runs(steps, [(i, i + 1) for i, flag in enumerate(flags) if flag]):
-        out[start:stop] = [True] * (stop - start)
+    """Per-step flags (kept, kept verbatim) widened so that a stray result, the step making its call
+    and the steps between are flagged together when one of them is (see `stray_owners`)."""
+    out = list(flags)
+    owners = stray_owners(steps) if has_stray_tool_step(steps) else {}
+    changed = bool(owners)
+    while changed:
+        changed = False
+        for stray, owner in owners.items():
+            if (out[stray] or out[owner]) and not all(out[owner:stray + 1]):
+                out[owner:stray + 1] = [True] * (stray + 1 - owner)
+                changed = True
     return out
 
 
@@ -153,30 +157,24 @@ def glued_pins(steps: Sequence[Step]) -> list[bool]:
 
 
 def glued_runs(steps: Sequence[Step], runs: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
-    """`runs` (kept ranges of step indices, in order and apart) widened so that a stray result and the
-    step making its call, with the steps between them, are kept together or not at all: when either
-    is kept, all are."""
-    owners = stray_owners(steps) if has_stray_tool_step(steps) else {}
-    if not owners:
+    """`runs` (kept ranges of step indices, in order and apart) widened like `glued_flags`."""
+    if not has_stray_tool_step(steps):
         return list(runs)
-    kept = [False] * len(steps)
+    flags = [False] * len(steps)
     for start, stop in runs:
-        kept[start:stop] = [True] * (stop - start)
-    changed = True
-    while changed:
-        changed = False
-        for stray, owner in owners.items():
-            if (kept[stray] or kept[owner]) and not all(kept[owner:stray + 1]):
-                kept[owner:stray + 1] = [True] * (stray + 1 - owner)
-                changed = True
-    out: list[tuple[int, int]] = []
-    for index, keep in enumerate(kept):
-        if keep:
-            if out and out[-1][1] == index:
-                out[-1] = (out[-1][0], index + 1)
-            else:
-                out.append((index, index + 1))
-    return out
+        flags[start:stop] = [True] * (stop - start)
+    return flag_runs(glued_flags(steps, flags))
+
+
+def flag_runs(flags: list[bool]) -> list[tuple[int, int]]:
+    """The ranges `(start, stop)` of consecutive true flags, in order."""
+    runs: list[tuple[int, int]] = []
+    start = next_index(flags, True)
+    while start < len(flags):
+        stop = next_index(flags, False, start)
+        runs.append((start, stop))
+        start = next_index(flags, True, stop)
+    return runs
 
 
 class Grouping:
@@ -515,14 +513,14 @@ def body_steps(context: Context) -> BodySteps:
 def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION) -> list[Message]:
     """Leading system messages plus whole trailing steps holding about `fraction` of the body's messages.
 
-    Pinned steps before the cut are kept too, and a stray result with its call (`glued_runs`). This is
-    the fallback of every strategy without one of its own (`on_failure = "fallback"`).
+    Pinned steps before the cut are kept too, and a stray result with its call (`glued_flags`). This
+    is the fallback of every strategy without one of its own (`on_failure = "fallback"`).
     """
     steps = steps_of(context)
     keep = last_steps_for_messages(steps, max(1, round(len(context.body) * fraction)))
     cut = len(steps) - keep
-    runs = glued_runs(steps, [(i, i + 1) for i in range(cut) if steps[i].pinned] + [(cut, len(steps))])
-    return [*context.system, *flatten([step for start, stop in runs for step in steps[start:stop]])]
+    kept = glued_flags(steps, [step.pinned for step in steps[:cut]] + [True] * keep)
+    return [*context.system, *flatten(compress(steps, kept))]
 
 
 _UNBUILT = object()
@@ -634,9 +632,9 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
 
 
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
-           "Grouping", "derived", "glued_cut", "glued_flags", "glued_pins", "glued_runs", "has_stray_tool_step",
-           "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in", "last_steps_for_messages",
-           "lend_grouping", "next_index", "pinned_flags", "BodySteps", "StepList", "body_steps", "context_of",
-           "continue_steps", "known_steps", "pinned_positions", "render_transcript", "rewrite_run", "settle",
-           "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets", "steps_of", "stray_owners",
-           "summary_max_tokens", "task_index", "usable_window"]
+           "Grouping", "derived", "flag_runs", "glued_cut", "glued_flags", "glued_pins", "glued_runs",
+           "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
+           "last_steps_for_messages", "lend_grouping", "next_index", "pinned_flags", "BodySteps", "StepList",
+           "body_steps", "context_of", "continue_steps", "known_steps", "pinned_positions", "render_transcript",
+           "rewrite_run", "settle", "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets",
+           "steps_of", "stray_owners", "summary_max_tokens", "task_index", "usable_window"]

@@ -25,10 +25,10 @@ from workbench.session import Message, Step
 from workbench.strategies.common import (
     StepList,
     body_steps,
+    flag_runs,
     glued_runs,
     has_stray_tool_step,
     last_steps_for_messages,
-    next_index,
     pinned_flags,
     steps_of,
     task_index,
@@ -37,14 +37,7 @@ from workbench.strategies.common import (
 
 def rebuild(context: Context, keep: Iterable[bool]) -> list[Message]:
     """Leading system messages plus the body steps whose flag in `keep` is true, in order (see `rebuild_runs`)."""
-    flags = keep if isinstance(keep, list) else list(keep)
-    runs: list[tuple[int, int]] = []
-    start = next_index(flags, True)
-    while start < len(flags):
-        stop = next_index(flags, False, start)
-        runs.append((start, stop))
-        start = next_index(flags, True, stop)
-    return rebuild_runs(context, runs)
+    return rebuild_runs(context, flag_runs(keep if isinstance(keep, list) else list(keep)))
 
 
 def rebuild_runs(context: Context, runs: Sequence[tuple[int, int]]) -> list[Message]:
