@@ -437,13 +437,18 @@ def _forget_text(key: int) -> Any:
     return callback
 
 
+def searched_text(message: Message) -> str:
+    """What the quality metrics search a message for: its text and its tool calls' arguments, one per line."""
+    return "\n".join([message.text, *(c.arguments for c in message.tool_calls)])
+
+
 def message_text(message: Message) -> str:
-    """The message's text and tool-call arguments, normalised (`normalize_text`); cached per message."""
+    """The message's `searched_text`, normalised (`normalize_text`); cached per message."""
     key = id(message)
     entry = _TEXTS.get(key)
     if entry is not None and entry[0]() is message:
         return entry[1]
-    text = normalize_text("\n".join([message.text, *(c.arguments for c in message.tool_calls)]))
+    text = normalize_text(searched_text(message))
     with _CACHE_LOCK:
         _TEXTS[key] = (weakref.ref(message, _forget_text(key)), text)
     return text

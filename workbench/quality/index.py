@@ -25,7 +25,7 @@ from itertools import accumulate, compress
 from operator import not_, or_
 from typing import cast
 
-from workbench.quality.facts import Fact, drop_quotes, message_facts, message_text
+from workbench.quality.facts import Fact, drop_quotes, message_facts, message_text, searched_text
 from workbench.quality.trace import assistant_positions, memo
 from workbench.session import Message, Session
 
@@ -248,7 +248,7 @@ class FactIndex:
 
 def _lowered(message: Message) -> str:
     """`message_text` without collapsing whitespace: lower case, no quotes."""
-    return drop_quotes("\n".join([message.text, *(c.arguments for c in message.tool_calls)]).lower())
+    return drop_quotes(searched_text(message).lower())
 
 
 def positions(mask: int) -> list[int]:
