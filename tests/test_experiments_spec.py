@@ -6,6 +6,7 @@ import pytest
 
 from workbench.errors import ConfigError
 from workbench.experiments import Tolerance, grid, load_experiment, parse_tolerance
+from workbench.experiments.spec import SHIPPED_EXPERIMENTS
 
 DESIGN_EXAMPLE = """
 name = "window-sweep"
@@ -150,6 +151,19 @@ def test_a_file_error_names_the_file(tmp_path):
     assert str(path) in str(info.value) and "'nope'" in str(info.value)
     with pytest.raises(ConfigError, match="does not exist"):
         load_experiment(tmp_path / "missing.toml")
+
+
+def test_a_missing_spec_says_where_to_look(tmp_path, monkeypatch):
+    (tmp_path / "window-sweep.toml").write_text("")
+    with pytest.raises(ConfigError, match=r"window-swep.toml does not exist; did you mean 'window-sweep.toml'\? "
+                                          r"\(.* has window-sweep.toml\)"):
+        load_experiment(tmp_path / "window-swep.toml")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigError) as info:
+        load_experiment("experiments/reference-designs.toml")
+    assert f"there is no folder experiments in {tmp_path}" in str(info.value)
+    assert f"the workbench ships {SHIPPED_EXPERIMENTS / 'reference-designs.toml'}" in str(info.value)
+    assert (SHIPPED_EXPERIMENTS / "reference-designs.toml").is_file()
 
 
 def test_the_name_defaults_to_the_file_stem(tmp_path):

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.calibration import CALIBRATIONS
-from workbench.errors import ConfigError, did_you_mean
+from workbench.errors import ConfigError, did_you_mean, missing_file
 from workbench.presets import preset, presets
 from workbench.registry import StrategySpec, TriggerSpec, fresh, param, spec_of, validate
 from workbench.tokens import get_tokenizer
@@ -227,7 +227,7 @@ def load_toml(source: str | Path) -> dict[str, Any]:
     path = Path(source)
     if _names_file(source):
         if not path.is_file():
-            raise ConfigError(f"config file {path} does not exist")
+            raise ConfigError(missing_file("config file", path))
         text, origin = path.read_text(encoding="utf-8"), str(path)
     else:
         text = str(source)

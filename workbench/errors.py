@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from pathlib import Path
 
 
 def did_you_mean(given: Iterable[str], valid: Iterable[str]) -> str:
@@ -16,6 +17,22 @@ def did_you_mean(given: Iterable[str], valid: Iterable[str]) -> str:
     candidates = list(valid)
     guesses = [match for name in given for match in difflib.get_close_matches(name, candidates, n=1, cutoff=0.75)]
     return f"; did you mean {' or '.join(map(repr, dict.fromkeys(guesses)))}?" if guesses else ""
+
+
+def missing_file(what: str, path: Path) -> str:
+    """`{what} {path} does not exist` and where to look instead: the files of the same type in its
+    folder (a near miss first), or that the folder itself is missing from the current directory."""
+    message = f"{what} {path} does not exist"
+    folder = path.parent
+    if folder.is_dir():
+        siblings = sorted(p.name for p in folder.glob(f"*{path.suffix}") if p.is_file()) if path.suffix else []
+        if siblings:
+            shown = ", ".join(siblings[:8]) + (", ..." if len(siblings) > 8 else "")
+            where = "the current folder" if folder == Path() else folder
+            message += f"{did_you_mean([path.name], siblings)} ({where} has {shown})"
+    else:
+        message += f" (there is no folder {folder} in {Path.cwd()})"
+    return message
 
 
 class WorkbenchError(Exception):

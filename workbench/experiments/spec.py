@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from workbench.config import ReplayConfig, merge_config, parse_config
-from workbench.errors import ConfigError, did_you_mean
+from workbench.errors import ConfigError, did_you_mean, missing_file
 from workbench.registry import kinds, lookup
 
 SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
@@ -231,10 +231,18 @@ def _string_list(raw: Mapping[str, Any], key: str) -> tuple[str, ...]:
     return tuple(value)
 
 
+#: The experiment specs of the source tree (beside the `workbench` package).
+SHIPPED_EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
+
+
 def load_toml_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
     if not path.is_file():
-        raise ConfigError(f"experiment file {path} does not exist")
+        message = missing_file("experiment file", path)
+        shipped = SHIPPED_EXPERIMENTS / path.name
+        if shipped.is_file() and not path.is_absolute():
+            message += f"; the workbench ships {shipped}"
+        raise ConfigError(message)
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as exc:
