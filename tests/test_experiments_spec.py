@@ -70,6 +70,9 @@ def test_defaults_merge_into_tables_but_a_different_kind_replaces_the_default_ta
     assert other["kind"] == "token_threshold" and "ratio" not in other
 
 
+_CONFIG = {"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}
+
+
 @pytest.mark.parametrize("raw, fragment", [
     ({"name": "x", "dataset": "d", "confg": []}, "'confg'"),
     ({"name": "x", "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]},
@@ -98,14 +101,16 @@ def test_defaults_merge_into_tables_but_a_different_kind_replaces_the_default_ta
     ({"name": "x", "dataset": "d",
       "config": [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}],
       "regress": {"billed_input_tokens": "exact"}}, "summaries only"),
+    ({"name": "x", "dataset": "d", "config": [_CONFIG],
+      "regress": {"fact_retention": float("nan")}}, "[regress] fact_retention: a tolerance must be a finite number"),
+    ({"name": "x", "dataset": "d", "config": [_CONFIG, 3]}, "config #2: each [[config]] must be a table, not 3"),
+    ({"name": "x", "dataset": "d", "config": [{"preset": ["as-recorded"]}]},
+     "config #1: 'preset' must be a preset name, not ['as-recorded']"),
 ])
 def test_errors_name_the_offending_key(raw, fragment):
     with pytest.raises(ConfigError) as info:
         load_experiment(raw)
     assert fragment in str(info.value)
-
-
-_CONFIG = {"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}
 
 
 @pytest.mark.parametrize("raw, message", [

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import math
 import re
 import tomllib
 from collections.abc import Mapping, Sequence
@@ -151,12 +152,14 @@ def _label(value: Any) -> str:
 
 def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
             presets: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
-    where = f"config #{index + 1}" + (f" ({entry['name']!r})" if "name" in entry else "")
     if not isinstance(entry, Mapping):
-        raise _fail(where, f"each [[config]] must be a table, not {type(entry).__name__}")
+        raise _fail(f"config #{index + 1}", f"each [[config]] must be a table, not {entry!r}")
+    where = f"config #{index + 1}" + (f" ({entry['name']!r})" if "name" in entry else "")
     body = {k: v for k, v in entry.items() if k not in CONFIG_ONLY_KEYS}
     preset_name = entry.get("preset")
     if preset_name is not None:
+        if not isinstance(preset_name, str):
+            raise _fail(where, f"'preset' must be a preset name, not {preset_name!r}")
         if preset_name not in presets:
             raise _fail(where, f"unknown preset {preset_name!r}; valid: {', '.join(sorted(presets)) or '(none)'}"
                                f"{did_you_mean([str(preset_name)], presets)}")
@@ -198,6 +201,8 @@ def parse_tolerance(metric: str, value: Any) -> Tolerance:
         return Tolerance(metric, "exact")
     if isinstance(value, bool):
         raise _fail(where, f"expected a number such as -0.02, a percentage such as '+5%', or 'exact', not {value!r}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _fail(where, f"a tolerance must be a finite number, not {value!r}")
     if isinstance(value, (int, float)):
         direction: Literal["increase", "decrease", "both"] = "decrease" if value < 0 else "increase"
         if value == 0:
