@@ -17,7 +17,7 @@ from workbench.compaction import CompactionEnv, Completion, Context
 from workbench.errors import ConfigError, SummarizerError
 from workbench.registry import build_strategy, spec_of
 from workbench.session import Message, group_steps, tool_pairing_problems
-from workbench.strategies import prompts
+from workbench.strategies import keep_last_fraction, prompts
 from workbench.strategies.summaries import (
     AFTER_TOOLS_TEXT,
     TOOL_NO_RESPONSE,
@@ -890,3 +890,16 @@ def test_summary_budget_never_below_the_floor() -> None:
     run({"kind": "summarize_split", "preserve": 0.5}, [system(), user("a"), assistant("b"), user("c"), assistant("d")],
         summarizer)
     assert summarizer.max_tokens_seen == [128]
+
+
+def test_progressive_fallback_keeps_the_task() -> None:
+    """gent's task is outside the scratchpad: when the summarizer fails, the default fallback (the last
+    40 %, pinned steps kept) keeps it as well, in front; other kinds' fallback drops it with the rest."""
+    task = user("TASK: make the importer stream large files")
+    messages = [system(), task, *_iterations(6)]
+    context = Context(tuple(messages))
+    fallen = build_strategy({"kind": "summarize_progressive"}).fallback(context, CompactionEnv())
+    assert fallen[:2] == [messages[0], task]
+    assert fallen[2:] == keep_last_fraction(context)[1:]
+    check_invariants(messages, fallen)
+    assert task not in keep_last_fraction(context)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import weakref
 from bisect import bisect_left
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property, partial
@@ -510,16 +510,18 @@ def body_steps(context: Context) -> BodySteps:
     return known
 
 
-def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION) -> list[Message]:
+def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION, *,
+                       also: Collection[int | None] = ()) -> list[Message]:
     """Leading system messages plus whole trailing steps holding about `fraction` of the body's messages.
 
-    Pinned steps before the cut are kept too, and a stray result with its call (`glued_flags`). This
-    is the fallback of every strategy without one of its own (`on_failure = "fallback"`).
+    Pinned steps before the cut are kept too, and the steps whose indices are in `also`, and a stray
+    result with its call (`glued_flags`). This is the fallback of every strategy without one of its
+    own (`on_failure = "fallback"`).
     """
     steps = steps_of(context)
     keep = last_steps_for_messages(steps, max(1, round(len(context.body) * fraction)))
     cut = len(steps) - keep
-    kept = glued_flags(steps, [step.pinned for step in steps[:cut]] + [True] * keep)
+    kept = glued_flags(steps, [step.pinned or index in also for index, step in enumerate(steps[:cut])] + [True] * keep)
     return [*context.system, *flatten(compress(steps, kept))]
 
 

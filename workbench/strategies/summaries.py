@@ -48,6 +48,7 @@ from workbench.strategies.common import (
     glued_pins,
     is_recorded_summary,
     is_summary,
+    keep_last_fraction,
     render_transcript,
     summary_max_tokens,
     task_index,
@@ -234,7 +235,8 @@ class SummarizeProgressive(_Summarizing):
     Decisions taken from gent (000):
 
     - the task stays outside the scratchpad: the first real user message (`common.task_index`)
-      is never summarized nor dropped, and stays first after the system messages;
+      is never summarized nor dropped, and stays first after the system messages; the failure
+      fallback (the default one, keeping the last 40 %) keeps it too;
     - gent's order: result = [system..., task, summary, pinned steps (in their relative order),
       the last keep_recent unpinned steps]. A pinned step among the recent ones therefore moves
       ahead of them, as gent rebuilds its scratchpad (steps move whole: no tool pair is split);
@@ -272,6 +274,11 @@ class SummarizeProgressive(_Summarizing):
                   *flatten(recent)]
         env.record_summary(content)
         return result
+
+    def fallback(self, context: Context, env: CompactionEnv) -> list[Message]:
+        """The default fallback (the last 40 %, pinned steps kept), which keeps the task too: it is
+        outside the scratchpad, so a summarizer failure cannot take it away."""
+        return keep_last_fraction(context, also=(task_index(context.steps),))
 
 
 # ---------------------------------------------------------------------------------------------
