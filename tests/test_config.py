@@ -117,6 +117,7 @@ def test_a_config_may_start_from_a_preset():
     ("as-recordd", "config 'as-recordd' is neither a TOML file, inline TOML nor a preset; presets: as-recorded, .*"
                    "did you mean 'as-recorded'\\?"),
     ("missing.toml", "config file missing.toml does not exist"),
+    ("/", "^config / is a folder, not a TOML file$"),
     ("nowhere/missing.toml", "config file nowhere/missing.toml does not exist \\(there is no folder nowhere in "),
     ({"presett": "as-recorded"}, "unknown config key 'presett'; .*did you mean 'preset'\\?"),
 ])

@@ -16,7 +16,7 @@ import pytest
 from workbench.errors import ConfigError
 from workbench.experiments import compare, compare_frames, export, regress, run_experiment
 from workbench.experiments.charts import pareto_front
-from workbench.experiments.export import format_of
+from workbench.experiments.export import FORMATS, format_of
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -68,9 +68,14 @@ def test_compare_two_runs_pairs_cells_by_session_config_and_repeat(grid_run, gri
          "strategy": {"kind": "hard_clear", "keep_recent": 6}, "context_limit": 6000, "max_output": 500}]},
         db=str(db))
     result = compare(run.id, other.id, db=str(db))
-    assert result.sessions == 3
+    assert result.sessions == result.cells == 3
     assert result.metric("billed_input_tokens").pairs == 3
     assert result.unmatched[run.id] == 6
+    with_itself = compare(run.id, run.id, db=str(db))  # every config pairs: 3 configs x 3 sessions
+    assert (with_itself.sessions, with_itself.cells, with_itself.metric("calls").pairs) == (3, 9, 9)
+    shown = subprocess.run([sys.executable, "-m", "workbench", "--db", str(db), "compare", run.id, run.id],
+                           capture_output=True, text=True, check=True).stdout
+    assert ": 9 paired cells (3 session(s)), 95 % bootstrap intervals" in shown.splitlines()[0]
 
 
 def test_compare_errors_name_what_exists(grid_run):
@@ -172,6 +177,19 @@ def test_export_refuses_unknown_formats_and_runs(grid_run, tmp_path):
 
     with pytest.raises(StoreError, match="no run 'nope'"):
         export("nope", "csv", tmp_path / "r.csv", db=str(db))
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_export_refuses_a_folder_or_a_path_under_a_file(grid_run, tmp_path, format):
+    db, _, _, run = grid_run
+    folder = tmp_path / "out"
+    folder.mkdir()
+    with pytest.raises(ConfigError, match=f"{folder} is a folder; give the file to write, such as .*report.{format}"):
+        export(run.id, format, folder, db=str(db))
+    (folder / "plain").write_text("x")
+    with pytest.raises(ConfigError, match=f"cannot write .*plain/sub/r.{format}: .*plain is a file, not a folder"):
+        export(run.id, format, folder / "plain" / "sub" / f"r.{format}", db=str(db))
+    assert [p.name for p in folder.iterdir()] == ["plain"]  # nothing half-written
 
 
 def test_the_token_chart_draws_the_billed_input_once_when_the_recording_has_it():

@@ -76,6 +76,23 @@ def test_dry_run_lists_the_cells_without_running_them(grid_db):
     assert plan["configs"][2]["models"] == ["workbench/extractive"]
     run_experiment(spec, db=str(db))
     assert dry_run(spec, db=str(db))["cells_to_run"] == 0
+    assert plan["notes"] == []
+
+
+def test_a_model_metric_without_an_evaluator_is_noted_before_and_after_the_run(grid_db, tmp_path):
+    """probe_accuracy asked for on configs without an evaluator would be an empty column; the plan, the
+    CLI's dry run and the spec say so, naming the configs, and say nothing once one is set."""
+    db, spec, _ = grid_db
+    asking = tmp_path / "asking.toml"
+    asking.write_text('metrics = ["fact_retention", "probe_accuracy"]\n' + spec.read_text())
+    plan = dry_run(asking, db=str(db))
+    assert plan["notes"] == ["probe_accuracy needs an evaluator model (config key `evaluator`, e.g. in [defaults]); "
+                             "without one the column stays empty for clear-4, clear-12, split"]
+    shown = subprocess.run([sys.executable, "-m", "workbench", "--db", str(db), "run", "--dry-run", str(asking)],
+                           capture_output=True, text=True, check=True)
+    assert "note: probe_accuracy needs an evaluator model" in shown.stderr
+    asking.write_text(asking.read_text().replace("[defaults]\n", '[defaults]\nevaluator = "workbench/extractive"\n'))
+    assert dry_run(asking, db=str(db))["notes"] == []
 
 
 def test_an_empty_selection_names_the_datasets_there_are(grid_db, tmp_path):

@@ -169,6 +169,9 @@ def test_a_missing_spec_says_where_to_look(tmp_path, monkeypatch):
     assert f"there is no folder experiments in {tmp_path}" in str(info.value)
     assert f"the workbench ships {SHIPPED_EXPERIMENTS / 'reference-designs.toml'}" in str(info.value)
     assert (SHIPPED_EXPERIMENTS / "reference-designs.toml").is_file()
+    with pytest.raises(ConfigError, match=r"^experiment \. is a folder, not a TOML file; name one of its files: "
+                                          r"window-sweep.toml$"):
+        load_experiment(".")
 
 
 def test_the_name_defaults_to_the_file_stem(tmp_path):

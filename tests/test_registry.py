@@ -180,7 +180,10 @@ class EveryNthCall:
 
 @dataclass(frozen=True)
 class KeepLast:
-    """Keep the system messages and the last steps."""
+    """Keep the system messages
+    and the last steps.
+
+    The rest is dropped (this paragraph is not the one-line doc)."""
 
     last: int = param(2, doc="trailing steps kept", min=1)
     mode: str = param("steps", doc="what is counted", choices=("steps",))

@@ -281,6 +281,20 @@ def test_compact_with_the_offline_summarizer_by_default():
     assert "src/" in out[1].text
 
 
+def test_compact_takes_on_failure_as_a_config_does():
+    """A summarizer failure raises by default; with on_failure = "fallback" the strategy's fallback
+    (summarize_split's own truncation here) is returned instead."""
+    messages = conversation(8)
+    failing = ScriptedSummarizer(responses=[RuntimeError("provider down")])
+    with pytest.raises(wb.SummarizerError, match="provider down"):
+        compact(messages, {"kind": "summarize_split", "preserve": 0.3}, summarizer=failing)
+    failing = ScriptedSummarizer(responses=[RuntimeError("provider down")])
+    out = compact(messages, {"kind": "summarize_split", "preserve": 0.3}, summarizer=failing, on_failure="fallback")
+    assert out[1].text.startswith("[COMPACT SUMMARY]\n[Context truncated:") and len(failing.prompts) == 1
+    with pytest.raises(wb.ConfigError, match="on_failure must be one of 'fatal', 'fallback', not 'retry'"):
+        compact(messages, {"kind": "trim"}, on_failure="retry")
+
+
 @pytest.mark.parametrize("trigger, strategy", [
     ({"kind": "pressure", "turns": 4}, {"kind": "sliding_window", "window": 3}),
     ({"kind": "utilization", "ratio": 0.5}, {"kind": "summarize_split", "preserve": 0.4}),

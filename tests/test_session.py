@@ -80,6 +80,20 @@ def test_probes_are_parsed_and_validated():
         wb.Probe("q", "a", kind="trivia")
 
 
+@pytest.mark.parametrize("data, message", [
+    ({"question": "q?", "expected": "a", "from_cal": 3}, "unknown probe key 'from_cal'; valid: question, expected, "
+                                                         "kind, from_call .*; did you mean 'from_call'\\?"),
+    ({"question": "q?", "expected": "a", "turn": 3}, "unknown probe key 'turn'; valid: .*from_call"),
+    ({"question": "q?"}, "a probe needs 'expected'"),
+    ({"question": "q?", "expected": "a", "from_call": -1}, "'from_call' must be a call index >= 0, not -1"),
+    ({"question": "q?", "expected": "a", "from_call": "2"}, "'from_call' must be a call index >= 0, not '2'"),
+])
+def test_a_probe_with_a_bad_key_is_refused_not_applied_from_call_0(data, message):
+    with pytest.raises(ValueError, match=message):
+        wb.Session.from_messages(conversation(1), probes=[data])
+    assert wb.Probe.from_dict(wb.Probe("q?", "a", "artifact", 4).to_dict()) == wb.Probe("q?", "a", "artifact", 4)
+
+
 def test_pairing_problems_name_the_orphans():
     assert tool_pairing_problems(conversation(3)) == []
     problems = tool_pairing_problems([user("x"), assistant("", calls=(("c1", "read"),)), user("y"), tool("zz", "r")])

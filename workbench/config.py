@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.calibration import CALIBRATIONS
-from workbench.errors import ConfigError, did_you_mean, missing_file
+from workbench.errors import ConfigError, did_you_mean, folder_given, missing_file
 from workbench.presets import preset, presets
 from workbench.registry import StrategySpec, TriggerSpec, fresh, param, spec_of, validate
 from workbench.tokens import get_tokenizer
@@ -168,7 +168,7 @@ def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayC
     where = ""
     if isinstance(spec, (str, Path)):
         preset = _preset_named(spec)
-        if preset is None and _names_file(spec):
+        if preset is None and names_file(spec):
             where = f"{spec}: "
         spec = preset or load_toml(spec)
     if not isinstance(spec, Mapping):
@@ -211,11 +211,12 @@ def _preset_named(source: str | Path) -> dict[str, Any] | None:
 _BARE_WORD = re.compile(r"[\w.-]+")
 
 
-def _names_file(source: str | Path) -> bool:
-    """Whether `load_toml` reads `source` as a file path (a `.toml` name or an existing file)."""
+def names_file(source: str | Path) -> bool:
+    """Whether `source` is read as a path rather than inline TOML: a `.toml` name, or an existing
+    file or folder (a folder to be refused as such, not parsed as TOML)."""
     path = Path(source)
     try:
-        return path.suffix == ".toml" or path.is_file()
+        return path.suffix == ".toml" or path.exists()
     except OSError:
         return False
 
@@ -225,7 +226,9 @@ def load_toml(source: str | Path) -> dict[str, Any]:
     text: str
     origin = "inline TOML"
     path = Path(source)
-    if _names_file(source):
+    if names_file(source):
+        if path.is_dir():
+            raise ConfigError(folder_given("config", path))
         if not path.is_file():
             raise ConfigError(missing_file("config file", path))
         text, origin = path.read_text(encoding="utf-8"), str(path)

@@ -35,6 +35,13 @@ def missing_file(what: str, path: Path) -> str:
     return message
 
 
+def folder_given(what: str, path: Path) -> str:
+    """`{what} {path} is a folder` and the files of the expected type in it, to name one instead."""
+    inside = sorted(p.name for p in path.glob("*.toml") if p.is_file())
+    listed = f"; name one of its files: {', '.join(inside[:8])}{', ...' if len(inside) > 8 else ''}" if inside else ""
+    return f"{what} {path} is a folder, not a TOML file{listed}"
+
+
 class WorkbenchError(Exception):
     """Base class of every error the workbench raises on purpose."""
 

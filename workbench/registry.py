@@ -640,10 +640,11 @@ def lookup(family: str, name: str) -> type:
 
 
 def _doc_line(cls: type) -> str:
+    """The docstring's first paragraph on one line (its summary, which may wrap in the source)."""
     doc = cls.__dict__.get("__doc__") or ""
     if dataclasses.is_dataclass(cls) and doc.startswith(cls.__name__ + "("):
         return ""  # the signature dataclasses writes when the class has no docstring
-    return inspect.cleandoc(doc).split("\n", 1)[0].strip() if doc.strip() else ""
+    return " ".join(inspect.cleandoc(doc).split("\n\n", 1)[0].split()) if doc.strip() else ""
 
 
 def describe(family: str | None = None) -> dict[str, list[dict[str, Any]]]:

@@ -43,7 +43,7 @@ from workbench.compaction import (
     first_true,
     trigger_severity,
 )
-from workbench.config import DEFAULT_SUMMARIZER, ReplayConfig, parse_config
+from workbench.config import DEFAULT_SUMMARIZER, ON_FAILURE, ReplayConfig, parse_config
 from workbench.errors import CompactionError, ConfigError, InvariantError, SummarizerError
 from workbench.llm.lazy import LazyModel, timer_excluding_startup
 from workbench.registry import evaluate_metrics, lookup
@@ -1056,13 +1056,18 @@ def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapp
 def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summarizer | str | None = None,
             tokenizer: str = "heuristic", context_limit: int = 128_000, max_output: int = 4096,
             severity: str | None = None, summarizer_options: Mapping[str, Any] | None = None,
-            gateway: Any = None) -> list[Message]:
+            on_failure: str = "fatal", gateway: Any = None) -> list[Message]:
     """Run one strategy once on `messages` (Messages or OpenAI dicts) and return the new list.
 
-    `summarizer` is a model string (default `workbench/extractive`) or a Summarizer object.
+    `summarizer` is a model string (default `workbench/extractive`) or a Summarizer object. The
+    keyword arguments mean what the config keys of the same names mean: with `on_failure =
+    "fallback"`, a compaction that fails (a summarizer error) returns the strategy's fallback instead
+    of raising.
     """
     from workbench.registry import build_strategy
 
+    if on_failure not in ON_FAILURE:
+        raise ConfigError(f"on_failure must be one of {', '.join(map(repr, ON_FAILURE))}, not {on_failure!r}")
     built = build_strategy(strategy)
     model = summarizer if isinstance(summarizer, str) or summarizer is None else None
     bound: Summarizer | None = None if model is not None else summarizer  # type: ignore[assignment]
@@ -1071,6 +1076,13 @@ def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summa
     env = CompactionEnv(tokenizer=get_tokenizer(tokenizer), context_limit=context_limit, max_output=max_output,
                         summarizer=bound, severity=severity)
     before = as_messages(messages)
-    after = list(built.compact(Context(tuple(before)), env))
+    context = Context(tuple(before))
+    try:
+        after = list(built.compact(context, env))
+    except CompactionError:
+        if on_failure == "fatal":
+            raise
+        fallback = getattr(built, "fallback", None)
+        after = list(fallback(context, env) if callable(fallback) else keep_last_fraction(context))
     check_invariants(before, after, where=built.kind)
     return after

@@ -16,6 +16,8 @@ from functools import cached_property
 from itertools import islice
 from typing import Any, ClassVar, Literal
 
+from workbench.errors import did_you_mean
+
 Role = Literal["system", "user", "assistant", "tool"]
 Origin = Literal["original", "compacted_synthetic", "compacted_modified", "retrieved_history"]
 ProbeKind = Literal["recall", "artifact", "decision", "continuation"]
@@ -339,8 +341,22 @@ class Probe:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Probe:
+        """A probe from its `to_dict` form; an unknown or missing key, or a `from_call` that is not a
+        call index, is refused (a misspelt key would otherwise silently apply the probe from call 0)."""
+        keys = ("question", "expected", "kind", "from_call")
+        unknown = sorted(set(map(str, data)) - set(keys))
+        if unknown:
+            raise ValueError(f"unknown probe key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                             f"valid: {', '.join(keys)} (the 0-based call from which the probe applies)"
+                             f"{did_you_mean(unknown, keys)}")
+        missing = [key for key in ("question", "expected") if key not in data]
+        if missing:
+            raise ValueError(f"a probe needs {' and '.join(map(repr, missing))}")
+        from_call = data.get("from_call", 0)
+        if isinstance(from_call, bool) or not isinstance(from_call, int) or from_call < 0:
+            raise ValueError(f"probe 'from_call' must be a call index >= 0, not {from_call!r}")
         return cls(question=str(data["question"]), expected=str(data["expected"]),
-                   kind=str(data.get("kind", "recall")), from_call=int(data.get("from_call", 0)))
+                   kind=str(data.get("kind", "recall")), from_call=from_call)
 
 
 USAGE_INPUT_KEYS: tuple[str, ...] = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")

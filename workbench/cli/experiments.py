@@ -99,6 +99,8 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
         print_table([{"config": c["config"], "trigger": c["trigger"]["kind"], "strategy": c["strategy"]["kind"],
                       "models": ", ".join(c["models"]), "cells": c["cells"]} for c in plan["configs"]],
                     ["config", "trigger", "strategy", "models", "cells"])
+        for line in plan["notes"]:
+            note(f"note: {line}")
         return
     if address is not None and executor != "ray":
         raise click.UsageError("--address goes with --executor ray")
@@ -123,6 +125,8 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
         summaries = run.summaries_note()
         if summaries:
             click.echo(summaries)
+        for line in run.spec.notes:
+            note(f"note: {line}")
     if run.progress.failed_cells:
         raise CommandFailed(f"{run.progress.failed_cells} cell(s) failed; run again to retry them")
 
@@ -215,8 +219,9 @@ def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, 
     if options().as_json:
         print_json(result.to_dict())
         return
-    click.echo(f"A = {result.a}, B = {result.b}: {result.sessions} paired session(s), "
-               f"{int(confidence * 100)} % bootstrap intervals")
+    paired = (f"{result.sessions} paired session(s)" if result.cells == result.sessions
+              else f"{result.cells} paired cells ({result.sessions} session(s))")
+    click.echo(f"A = {result.a}, B = {result.b}: {paired}, {int(confidence * 100)} % bootstrap intervals")
     from workbench.experiments.charts import format_metric
 
     rows = [{"metric": m.metric, "better": m.direction, "A": format_metric(m.metric, m.mean_a),

@@ -106,6 +106,8 @@ class Comparison:
     metrics: tuple[MetricComparison, ...]
     confidence: float = 0.95
     sessions: int = 0
+    #: Pairs of cells (sessions x configs x repeats paired; as `sessions` when each session pairs once).
+    cells: int = 0
     unmatched: Mapping[str, int] = field(default_factory=dict)
     #: Set when either side's summaries came from the offline extractive baseline (`run.summaries_note`).
     note: str | None = None
@@ -126,7 +128,7 @@ class Comparison:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "confidence": self.confidence, "sessions": self.sessions,
+        return {"a": self.a, "b": self.b, "confidence": self.confidence, "sessions": self.sessions, "cells": self.cells,
                 "unmatched": dict(self.unmatched), "note": self.note,
                 "metrics": [{**vars(m), "verdict": m.verdict} for m in self.metrics]}
 
@@ -208,7 +210,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
             unchanged=int(len(deltas) - up.sum() - down.sum()), alpha=1 - confidence))
     return Comparison(a=a_label, b=b_label, metrics=tuple(items), confidence=confidence,
                       sessions=int(merged["session_id"].nunique()) if "session_id" in merged else len(merged),
-                      unmatched=unmatched)
+                      cells=len(merged), unmatched=unmatched)
 
 
 def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | None = None, db: str | None = None,

@@ -43,12 +43,27 @@ def _frames(con: Any, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
             tables.compactions_frame(con, run_id))
 
 
+def writable_target(path: Path, format: str) -> None:
+    """Refuse, before any work, a target that cannot become the export file: a folder, or a path
+    under a file."""
+    if path.is_dir():
+        raise ConfigError(f"{path} is a folder; give the file to write, such as {path / f'report.{format}'}")
+    for ancestor in path.parents:
+        if ancestor.exists():
+            if not ancestor.is_dir():
+                raise ConfigError(f"cannot write {path}: {ancestor} is a file, not a folder")
+            break
+
+
 def _write_atomically(path: Path, write: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    """Write through a hidden partial file that replaces `path` only once complete."""
     partial = path.with_name(f".{path.name}.partial")
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         write(partial)
         os.replace(partial, path)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
     finally:
         if partial.exists():
             partial.unlink()
@@ -97,6 +112,7 @@ def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | Non
     if level not in LEVELS:
         raise ConfigError(f"unknown level {level!r}; valid: {', '.join(LEVELS)}")
     target = Path(path)
+    writable_target(target, format)
     con = tables.connect_existing(db)
     try:
         run_id = tables.resolve_run_id(con, run_id)

@@ -581,4 +581,4 @@ def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], d
                            "cells": len(pairs) * experiment.repeats})
     return {"run_id": run_id, "experiment": experiment.name, "sessions": len(pairs), "configs": per_config,
             "repeats": experiment.repeats, "cells": len(cells), "cells_done": len(done & set(cells)),
-            "cells_to_run": len(set(cells) - done)}
+            "cells_to_run": len(set(cells) - done), "notes": list(experiment.notes)}

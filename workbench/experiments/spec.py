@@ -36,8 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.config import ReplayConfig, merge_config, parse_config
-from workbench.errors import ConfigError, did_you_mean, missing_file
+from workbench.config import ReplayConfig, merge_config, names_file, parse_config
+from workbench.errors import ConfigError, did_you_mean, folder_given, missing_file
 from workbench.registry import kinds, lookup
 
 SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
@@ -115,6 +115,18 @@ class ExperimentSpec:
     @property
     def config_names(self) -> list[str]:
         return [c.name for c in self.configs]
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """What the spec asks for that a run will leave empty: a metric that needs a model (probe
+        accuracy, the judge, continuation) on configs without an `evaluator`."""
+        needing = [m for m in self.metrics if getattr(lookup("metric", m), "requires_model", False)]
+        without = [cell.name for cell in self.configs if cell.config.evaluator is None]
+        if not needing or not without:
+            return ()
+        shown = ", ".join(without[:4]) + (f" and {len(without) - 4} more" if len(without) > 4 else "")
+        return (f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} an evaluator model (config key "
+                f"`evaluator`, e.g. in [defaults]); without one the column stays empty for {shown}",)
 
     def __repr__(self) -> str:
         return (f"ExperimentSpec({self.name!r}, datasets={list(self.datasets)}, "
@@ -242,6 +254,8 @@ SHIPPED_EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 
 def load_toml_file(path: str | Path) -> dict[str, Any]:
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(folder_given("experiment", path))
     if not path.is_file():
         message = missing_file("experiment file", path)
         shipped = SHIPPED_EXPERIMENTS / path.name
@@ -264,8 +278,7 @@ def load_experiment(source: ExperimentSpec | Mapping[str, Any] | str | Path,
     if isinstance(source, ExperimentSpec):
         return source
     origin: str | None = None
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and
-                                    (source.endswith(".toml") or Path(source).is_file())):
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and names_file(source)):
         origin = str(source)
         raw = load_toml_file(source)
     elif isinstance(source, str):

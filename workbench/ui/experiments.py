@@ -224,6 +224,8 @@ def show_job(job: Job) -> None:
     elif state.done:
         run = state.result
         st.success(f"Run of {state.label} {getattr(run, 'status', 'finished')}: {run.progress.line()} · {run.id}")
+        for line in run.spec.notes:
+            st.info(line)
     elif state.progress is None:
         st.progress(0.0, text=f"{state.label}: starting…")
     else:
