@@ -14,7 +14,7 @@ from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError, SummarizerError
 from workbench.registry import build_strategy, register_strategy, spec_of
 from workbench.session import Message, Step, ToolCall, group_steps, split_leading_system, tool_pairing_problems
-from workbench.strategies.common import Grouping, keep_last_fraction, lend_grouping, steps_of
+from workbench.strategies.common import Grouping, keep_last_fraction, lend_grouping, may_summarize, steps_of
 from workbench.strategies.composite import GuardSelect, Pipeline, severity_of
 
 
@@ -337,3 +337,19 @@ def test_a_stray_tool_result_keeps_its_call_and_what_parts_them():
     out = build_strategy({"kind": "hard_clear", "keep_recent": 1}).compact(Context(tuple(messages)), CompactionEnv())
     assert out == messages
     assert steps_of(Context(tuple(out))) == group_steps(out) == [Step((call,)), Step((messages[1],)), Step((answer,))]
+
+
+@pytest.mark.parametrize("spec, summarizes", [
+    ({"kind": "sliding_window", "window": 3}, False),
+    ({"kind": "observation_masking"}, False),
+    ({"kind": "recorded"}, False),
+    ({"kind": "summarize_split"}, True),
+    ({"kind": "handoff"}, True),
+    ({"kind": "pipeline", "steps": [{"kind": "tool_result_truncation"}, {"kind": "trim"}]}, False),
+    ({"kind": "pipeline", "steps": [{"kind": "trim"}, {"kind": "summarize_progressive"}]}, True),
+    ({"kind": "guard_select"}, True),  # its default warn and gentle slots summarize
+    ({"kind": "guard_select", "warn": {"kind": "trim"}, "gentle": {"kind": "hard_clear"}}, False),
+    ({"kind": "_test_append_marker"}, True),  # a kind that does not say may summarize
+])
+def test_may_summarize_says_which_configs_call_the_summarizer(spec, summarizes):
+    assert may_summarize(build_strategy(spec)) is summarizes

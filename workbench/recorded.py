@@ -18,7 +18,7 @@ agent did not compact (e.g. when paired with another trigger).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.compaction import CompactionEnv, Context, TriggerView
 from workbench.registry import register_strategy, register_trigger
@@ -66,6 +66,8 @@ class RecordedSummary:
     tool result whose call came before it) moves back to the step's start, so tool pairing holds.
     A recorded compaction without summary text drops the older part and adds no message.
     """
+
+    summarizes: ClassVar[bool] = False
 
     _by_call: dict[int, tuple[RecordedCompaction, Message | None]] = field(
         default_factory=dict, init=False, repr=False, compare=False)

@@ -36,6 +36,7 @@ from workbench.errors import ConfigError, SessionFilterError, StoreError, did_yo
 from workbench.experiments import results as tables
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
+from workbench.strategies.common import may_summarize
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -575,7 +576,8 @@ def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], d
     per_config = []
     for cell in experiment.configs:
         config = cell.config
-        models = sorted({m for m in (config.summarizer, getattr(config, "evaluator", None)) if m})
+        summarizer = config.summarizer if may_summarize(config.built_strategy) else None
+        models = sorted({m for m in (summarizer, config.evaluator) if m})
         per_config.append({"config": cell.name, "trigger": config.to_dict()["trigger"],
                            "strategy": config.to_dict()["strategy"], "models": models,
                            "cells": len(pairs) * experiment.repeats})

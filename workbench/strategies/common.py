@@ -593,6 +593,13 @@ def is_recorded_summary(message: Message) -> bool:
     return bool(message.metadata.get("compact_summary"))
 
 
+def may_summarize(strategy: Any) -> bool:
+    """Whether a built strategy may call the summarizer (what a dry run lists as the models a config
+    calls): its `summarizes` attribute, which the built-in kinds set (a composite from its parts);
+    a kind that does not say may."""
+    return bool(getattr(strategy, "summarizes", True))
+
+
 def task_index(steps: Sequence[Step]) -> int | None:
     """Index of the step holding the task: the first real user message (not synthetic, not a recorded summary).
 
@@ -636,7 +643,8 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
            "Grouping", "derived", "flag_runs", "glued_cut", "glued_flags", "glued_pins", "glued_runs",
            "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
-           "last_steps_for_messages", "lend_grouping", "next_index", "pinned_flags", "BodySteps", "StepList",
+           "last_steps_for_messages", "may_summarize", "lend_grouping", "next_index", "pinned_flags", "BodySteps",
+           "StepList",
            "body_steps", "context_of", "continue_steps", "known_steps", "pinned_positions", "render_transcript",
            "rewrite_run", "settle", "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets",
            "steps_of", "stray_owners", "summary_max_tokens", "task_index", "usable_window"]

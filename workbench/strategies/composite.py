@@ -15,7 +15,7 @@ from workbench.compaction import SEVERITIES, CompactionEnv, Context
 from workbench.errors import CompactionError
 from workbench.registry import StrategySpec, param, register_strategy
 from workbench.session import Message
-from workbench.strategies.common import context_of, keep_last_fraction, keep_summaries_in
+from workbench.strategies.common import context_of, keep_last_fraction, keep_summaries_in, may_summarize
 
 GUARD_WARN_RATIO = 0.8
 GUARD_CRITICAL_RATIO = 1.0
@@ -56,6 +56,10 @@ class GuardSelect:
                                     doc="strategy when a tool result is longer than oversized_chars")
     gentle: StrategySpec = param({"kind": "adaptive_chunking"}, doc="strategy otherwise")
     oversized_chars: int = param(4000, doc="characters from which a tool result counts as oversized", min=0)
+
+    @property
+    def summarizes(self) -> bool:
+        return any(may_summarize(getattr(self, slot)) for slot in ("critical", "warn", "oversized", "gentle"))
 
     def has_oversized(self, context: Context) -> bool:
         return any(m.role == "tool" and len(m.text) > self.oversized_chars for m in context.body)
@@ -100,6 +104,10 @@ class Pipeline:
     """
 
     steps: tuple[StrategySpec, ...] = param((), doc="the strategies run in order, as a list of strategy specs")
+
+    @property
+    def summarizes(self) -> bool:
+        return any(map(may_summarize, self.steps))
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         messages = list(context.messages)

@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.registry import param, register_strategy
@@ -199,6 +199,7 @@ class _Summarizing:
     kind: str
     prompt: str
     default_prompt: str = prompts.STRUCTURED_PROMPT
+    summarizes: ClassVar[bool] = True
 
     def _prompt(self) -> str:
         """The `prompt` parameter, or the kind's built-in prompt when it is empty."""

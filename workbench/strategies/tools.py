@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from functools import partial
 from itertools import accumulate, chain, compress, count, islice
 from operator import attrgetter, is_, is_not
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.errors import ConfigError
@@ -206,6 +206,8 @@ class ToolResultTruncation:
     not cut again.
     """
 
+    summarizes: ClassVar[bool] = False
+
     max_chars: int = param(1000, doc="characters a tool result keeps before it is cut", min=1)
 
     def truncated(self, text: str) -> str:
@@ -241,6 +243,8 @@ class ObservationMasking:
     The assistant messages and their tool calls stay, so the model still sees what it did, only not
     what it saw. `placeholder` may use `{chars}` (the length of the hidden output) and `{tool}`.
     """
+
+    summarizes: ClassVar[bool] = False
 
     keep_recent: int = param(10, doc="most recent steps whose tool results stay", min=0)
     placeholder: str = param("[earlier {tool} output hidden to save context ({chars} chars)]",
@@ -282,6 +286,8 @@ class ClearToolUses:
     may use `{chars}` and `{tool}`); with `clear_inputs = true` the older calls' arguments become
     `{"cleared": true}` too. Uses of the tools named in `exclude_tools` are never cleared.
     """
+
+    summarizes: ClassVar[bool] = False
 
     keep: int = param(3, doc="most recent tool uses left untouched", min=0)
     clear_inputs: bool = param(False, doc="also replace the arguments of the cleared tool calls")

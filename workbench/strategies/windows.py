@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from itertools import islice
+from typing import ClassVar
 
 from workbench.compaction import CompactionEnv, Context
 from workbench.registry import param, register_strategy
@@ -102,6 +103,8 @@ class SlidingWindow:
     not count toward the window either.
     """
 
+    summarizes: ClassVar[bool] = False
+
     window: int = param(doc="unpinned steps kept (pinned steps and the task come on top)", min=1)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
@@ -125,6 +128,8 @@ class HardClear:
     context of tool steps may keep a few more than `keep_recent` messages. Pinned steps before the
     cut survive in place. `keep_recent` defaults to 10 (aisopod leaves it to the caller).
     """
+
+    summarizes: ClassVar[bool] = False
 
     keep_recent: int = param(10, doc="most recent messages kept (widened to whole steps)", min=1)
 
@@ -175,6 +180,8 @@ class Trim:
     `keep_recent_turns` turns is returned unchanged. System messages anywhere and pinned steps are
     kept in place.
     """
+
+    summarizes: ClassVar[bool] = False
 
     keep_recent_turns: int = param(3, doc="most recent turns kept verbatim", min=1)
     keep_initial_user: bool = param(True, doc="also keep the first user message (the task)")
