@@ -40,6 +40,13 @@ def traces(figure: dict) -> list[str]:
     return [trace.get("name", "") for trace in figure["data"]]
 
 
+def event_box(at: AppTest, config: str):
+    """The compaction picker of a config's summaries (its key carries a fingerprint of its labels)."""
+    boxes = [box for box in at.selectbox if (box.key or "").startswith(f"compare_event:{config}:")]
+    assert len(boxes) == 1, [box.key for box in at.selectbox]
+    return boxes[0]
+
+
 def run(at: AppTest) -> AppTest:
     at.button(key="compare_run").click().run()
     assert not at.exception, [e.value for e in at.exception]
@@ -89,7 +96,7 @@ def test_metrics_context_summaries_and_export(compare_page):
     assert any("messages ·" in c.value and "tokens" in c.value for c in at.caption)
     assert at.expander  # the context's messages
 
-    assert at.selectbox(key="compare_event:observation-masking").options
+    assert event_box(at, "observation-masking").options
     export = at.get("download_button")
     assert len(export) == 1
 
@@ -121,7 +128,54 @@ def test_fewer_than_two_configs_cannot_run(compare_page):
     at = compare_page
     at.multiselect(key="compare_presets").set_value(["ptc-runner-trim"]).run()
     assert at.button(key="compare_run").disabled
-    assert any("Pick 2 to 6" in i.value for i in at.info)
+    assert any("Pick 2 to 6 valid configurations (1 chosen)" in i.value for i in at.info)
+
+
+def test_the_count_says_how_many_were_chosen_and_how_many_are_valid(compare_page):
+    at = compare_page
+    at.multiselect(key="compare_presets").set_value(["ptc-runner-trim"])
+    at.number_input(key="compare_custom").set_value(1).run()
+    at.text_area(key="compare_toml_1").set_value("").run()  # an emptied editor: empty TOML, not a path
+    assert any("no [trigger] table" in e.value for e in at.error)
+    assert not any("folder" in e.value for e in at.error)
+    assert any("Pick 2 to 6 valid configurations (2 chosen, 1 valid)" in i.value for i in at.info)
+
+
+def test_a_config_that_stops_says_why_in_its_own_window_and_is_never_shaded_best(compare_page):
+    """A TOML config with its own small window overflows at once: the page says where and why, the
+    chart draws no single window line, and its partial totals are left out of the shading."""
+    at = compare_page
+    at.multiselect(key="compare_presets").set_value(["observation-masking"])
+    at.number_input(key="compare_custom").set_value(1).run()
+    at.text_area(key="compare_toml_1").set_value('name = "tiny"\ncontext_limit = 100\nmax_output = 90\n[trigger]\n'
+                                                'kind = "pressure"\n[strategy]\nkind = "trim"\n').run()
+    at.button(key="compare_run").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    stopped = [w.value for w in at.warning if w.value.startswith("tiny stopped after")]
+    assert stopped == ["tiny stopped after 0 of 13 calls: context_overflow: call 0: context 23 + max_output 90 "
+                       "exceeds context_limit 100"]
+    assert any(c.value.startswith("The configurations replay in different windows: observation-masking 1,500 "
+                                  "tokens, tiny 100 tokens") for c in at.caption)
+    tokens = list(figures(at).values())[0]
+    assert not [shape for shape in tokens["layout"].get("shapes", []) if shape.get("y0") in (100, 1500)]
+    assert any("Replays that stopped early (termination) are left out" in c.value for c in at.caption)
+    at.selectbox(key="compare_context_config").set_value("tiny").run()
+    assert "This replay made no call: call 0: context 23 + max_output 90 exceeds context_limit 100" in \
+        [i.value for i in at.info]
+
+
+def test_a_compaction_label_follows_a_rerun_with_other_settings(compare_page):
+    """The picker of a config's compactions is keyed by its labels: after a rerun in another window,
+    the label shown is the new run's, not the one the widget remembered."""
+    at = compare_page
+    at.multiselect(key="compare_presets").set_value(["gent-progressive-summary", "ptc-runner-trim"])
+    at = run(at)
+    first = event_box(at, "gent-progressive-summary")
+    at.number_input(key="compare_limit").set_value(2500).run()
+    at = run(at)
+    second = event_box(at, "gent-progressive-summary")
+    assert second.key != first.key
+    assert second.format_func(second.value) == second.options[0] != first.options[0]
 
 
 def test_summaries_panel_shows_what_a_compaction_replaced(compare_page):
@@ -149,6 +203,17 @@ def test_metric_shading_follows_the_direction(direction, values, expected):
     row = pd.Series([direction, *shown], index=["better", "a", "b", "c"], name="metric")
     styles = {"": "", "best": BEST_STYLE, "worst": WORST_STYLE}
     assert _shade_by_direction(row, numeric) == [styles[e] for e in expected]
+
+
+def test_a_replay_that_stopped_early_is_never_shaded():
+    import pandas as pd
+
+    from workbench.ui.compare import BEST_STYLE, WORST_STYLE, _shade_by_direction
+
+    numeric = pd.DataFrame([[3000, 1000, 2500]], index=["billed_input_tokens"], columns=["a", "b", "c"], dtype="object")
+    row = pd.Series(["lower", "3,000", "1,000", "2,500"], index=["better", "a", "b", "c"], name="billed_input_tokens")
+    assert _shade_by_direction(row, numeric, ranked=[True, False, True]) == ["", WORST_STYLE, "", BEST_STYLE]
+    assert _shade_by_direction(row, numeric, ranked=[True, False, False]) == ["", "", "", ""]  # nothing to rank
 
 
 def replayed(presets: list[str], limit: int = 1500) -> list:
@@ -179,11 +244,11 @@ def test_the_export_is_the_html_report_or_a_readable_error():
     from workbench.ui.compare import report_or_error
 
     results = replayed(PRESETS)
-    report = report_or_error("generated-12", results, 1500)
+    report = report_or_error("generated-12", results)
     assert report.startswith("<!DOCTYPE html>") and "Comparison on session generated-12" in report
     assert all(name in report for name in PRESETS)
     assert "offline extractive baseline" not in report  # none of the three called a summarizer
-    summarized = report_or_error("generated-12", replayed(["goat-split-summary", "gent-sliding-window"]), 1500)
+    summarized = report_or_error("generated-12", replayed(["goat-split-summary", "gent-sliding-window"]))
     assert "Summaries by workbench/extractive: the offline extractive baseline" in summarized
-    broken = report_or_error("generated-12", [*results, object()], 1500)
+    broken = report_or_error("generated-12", [*results, object()])
     assert "The report could not be built: AttributeError" in broken

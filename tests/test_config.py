@@ -118,6 +118,7 @@ def test_a_config_may_start_from_a_preset():
                    "did you mean 'as-recorded'\\?"),
     ("missing.toml", "config file missing.toml does not exist"),
     ("/", "^config / is a folder, not a TOML file$"),
+    ("", "the config has no \\[trigger\\] table"),  # empty text is empty TOML, not the current folder
     ("nowhere/missing.toml", "config file nowhere/missing.toml does not exist \\(there is no folder nowhere in "),
     ({"presett": "as-recorded"}, "unknown config key 'presett'; .*did you mean 'preset'\\?"),
 ])

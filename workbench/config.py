@@ -214,6 +214,8 @@ _BARE_WORD = re.compile(r"[\w.-]+")
 def names_file(source: str | Path) -> bool:
     """Whether `source` is read as a path rather than inline TOML: a `.toml` name, or an existing
     file or folder (a folder to be refused as such, not parsed as TOML)."""
+    if not str(source).strip():
+        return False  # empty text is empty TOML, not the current folder
     path = Path(source)
     try:
         return path.suffix == ".toml" or path.exists()

@@ -11,6 +11,7 @@ is built when its download button is clicked, not on every run.
 from __future__ import annotations
 
 import json
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -159,7 +160,9 @@ def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
         st.error(f"Configuration names must differ: {', '.join(duplicates)} is used twice.")
     if not MIN_CONFIGS <= len(configs) <= MAX_CONFIGS:
         valid = False
-        st.info(f"Pick {MIN_CONFIGS} to {MAX_CONFIGS} configurations ({len(configs)} chosen).")
+        given = len(chosen) + custom
+        counted = f"{given} chosen" + (f", {len(configs)} valid" if given != len(configs) else "")
+        st.info(f"Pick {MIN_CONFIGS} to {MAX_CONFIGS} valid configurations ({counted}).")
     return configs, valid
 
 
@@ -206,29 +209,47 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
     return pd.DataFrame(calls), pd.DataFrame(events)
 
 
+def shared_limit(results: Sequence[Any]) -> int | None:
+    """The context window every config replayed in, or None when a TOML config set its own."""
+    limits = {r.config.context_limit for r in results}
+    return limits.pop() if len(limits) == 1 else None
+
+
 @st.fragment
-def charts_panel(results: Sequence[Any], limit: int) -> None:
+def charts_panel(results: Sequence[Any]) -> None:
     from workbench.experiments import charts
 
     calls, compactions = chart_frames(results)
     stopped = {r.config.name: charts.stop_reason(r.termination, r.error) for r in results
                if r.termination != "completed"}
+    limit = shared_limit(results)
     st.plotly_chart(charts.token_curves(calls, compactions, context_limit=limit, stopped=stopped),
                     key="compare_tokens", width="stretch")
+    if limit is None:
+        st.caption("The configurations replay in different windows: "
+                   + ", ".join(f"{r.config.name} {r.config.context_limit:,} tokens" for r in results) + ".")
     st.plotly_chart(charts.cumulative_billed(calls), key="compare_billed", width="stretch")
+    for result in results:
+        if result.termination != "completed":
+            total = f" of {result.session.calls}" if result.session is not None else ""
+            st.warning(f"{result.config.name} stopped after {len(result.calls)}{total} calls: "
+                       f"{stopped[result.config.name]}")
 
 
 BEST_STYLE = "background-color: rgba(44, 160, 44, 0.25)"
 WORST_STYLE = "background-color: rgba(214, 39, 40, 0.18)"
 
 
-def _shade_by_direction(row: Any, numeric: Any) -> list[str]:
+def _shade_by_direction(row: Any, numeric: Any, ranked: Sequence[bool] | None = None) -> list[str]:
     """Best value of a row green, worst red, read in the metric's declared direction (the values
-    are read from `numeric`, the table before its numbers were formatted)."""
+    are read from `numeric`, the table before its numbers were formatted). Only the configs flagged
+    in `ranked` compete (a replay that stopped early has totals over fewer calls: never the best)."""
     import pandas as pd
 
     direction = row["better"]
     values = pd.to_numeric(numeric.loc[row.name], errors="coerce").astype("float64")  # NA -> NaN: never equal
+    if ranked is not None:
+        values = values.where(list(ranked))
     styles = [""] * len(row)
     if direction not in ("higher", "lower") or values.notna().sum() < 2 or values.nunique() < 2:
         return styles
@@ -252,10 +273,13 @@ def metrics_panel(results: Sequence[Any]) -> None:
     shown = numeric.apply(lambda row: row.map(lambda value: charts.format_metric(str(row.name), value)), axis=1)
     shown.insert(0, "better", [metric_direction(str(name)) for name in shown.index])
     st.subheader("Metrics")
+    completed = [r.termination == "completed" for r in results]
     st.caption("Green: the best configuration on that metric, red: the worst, in the direction the metric "
-               "declares (better column).")
-    st.dataframe(shown.astype("string").style.apply(_shade_by_direction, numeric=numeric, axis=1), width="stretch",
-                 key="compare_metrics")
+               "declares (better column)."
+               + ("" if all(completed) else " Replays that stopped early (termination) are left out: their "
+                                            "totals cover only the calls they made."))
+    st.dataframe(shown.astype("string").style.apply(_shade_by_direction, numeric=numeric, ranked=completed, axis=1),
+                 width="stretch", key="compare_metrics")
 
 
 def _show_messages(messages: Sequence[Any], key: str) -> None:
@@ -277,7 +301,7 @@ def context_panel(results: Sequence[Any]) -> None:
     name = cols[0].selectbox("Configuration", list(by_name), key="compare_context_config")
     result = by_name[name]
     if not result.calls:
-        st.info("This replay made no call.")
+        st.info(f"This replay made no call: {result.error or result.termination}")
         return
     call = int(cols[1].number_input(f"Call (0 to {len(result.calls) - 1})", min_value=0,
                                     max_value=len(result.calls) - 1, value=0, key=f"compare_call:{name}"))
@@ -304,8 +328,11 @@ def summaries_panel(results: Sequence[Any]) -> None:
                 st.caption(note)
             labels = [f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
                       for i, e in enumerate(result.compactions)]
+            # the key follows the labels: a rerun whose events differ (another window, calibration) must not
+            # keep showing the previous run's label for the same position
+            fingerprint = zlib.crc32("\n".join(labels).encode())
             index = int(st.selectbox("Compaction", range(len(labels)), format_func=labels.__getitem__,
-                                     key=f"compare_event:{result.config.name}"))
+                                     key=f"compare_event:{result.config.name}:{fingerprint}"))
             event = result.compactions[index]
             if event.error:
                 st.error(f"failed: {event.error}" + (" (fell back)" if event.fell_back else ""))
@@ -328,32 +355,35 @@ def summaries_panel(results: Sequence[Any]) -> None:
                     st.json({k: v for k, v in measured.items()}, expanded=True)
 
 
-def comparison_report(session_id: str, results: Sequence[Any], limit: int) -> str:
+def comparison_report(session_id: str, results: Sequence[Any]) -> str:
     """The comparison as the self-contained HTML report (the same one `workbench export` writes)."""
     from workbench.experiments import charts
     from workbench.experiments.export import report_html
 
     frame, calls, compactions = charts.frames_from_results(results)
+    limit = shared_limit(results)
+    window = f"{limit:,} tokens" if limit is not None else ", ".join(
+        f"{r.config.name} {r.config.context_limit:,}" for r in results)
     return report_html(f"Comparison on session {session_id}", frame, calls, compactions,
                        summarizers=[str(r.config.summarizer) for r in results if r.summarized], context_limit=limit,
-                       meta=[("session", session_id), ("window", f"{limit:,} tokens")])
+                       meta=[("session", session_id), ("window", window)])
 
 
-def report_or_error(session_id: str, results: Sequence[Any], limit: int) -> str:
+def report_or_error(session_id: str, results: Sequence[Any]) -> str:
     """The report, or a small HTML page saying why it could not be built (the download never fails silently)."""
     import html
 
     try:
-        return comparison_report(session_id, results, limit)
+        return comparison_report(session_id, results)
     except Exception as exc:  # the download carries the readable message instead of a broken file
         return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Report failed</title>"
                 f"</head><body><p>The report could not be built: {html.escape(common.readable_error(exc))}</p>"
                 f"</body></html>")
 
 
-def export_button(session_id: str, results: Sequence[Any], limit: int) -> None:
+def export_button(session_id: str, results: Sequence[Any]) -> None:
     """One click downloads the report; it is built then, not on every run of the page."""
-    st.download_button("Export the comparison (HTML)", lambda: report_or_error(session_id, results, limit).encode(),
+    st.download_button("Export the comparison (HTML)", lambda: report_or_error(session_id, results).encode(),
                        file_name=f"compare-{session_id}.html", mime="text/html", key="compare_export")
 
 
@@ -382,12 +412,11 @@ def page() -> None:
     results = run_replays(path, last["stamp"], last["session"], last["configs"])
     if not results:
         return
-    limit = int(last["configs"][0]["context_limit"])
-    charts_panel(results, limit)  # first: nothing below delays the charts
+    charts_panel(results)  # first: nothing below delays the charts
     fitted = next((r.calibration for r in results if r.calibration is not None), None)
     if fitted is not None:  # one fit per session, the same under every config
         st.caption(fitted.describe())
     metrics_panel(results)
     context_panel(results)
     summaries_panel(results)
-    export_button(last["session"], results, limit)
+    export_button(last["session"], results)
