@@ -7,8 +7,9 @@ from app_support import APP, HOSTILE, build_database, page_script
 from streamlit.testing.v1 import AppTest
 
 from workbench import samples
+from workbench.errors import StoreError
 from workbench.store import Store
-from workbench.ui.data import db_path_from_args
+from workbench.ui.data import db_path_from_args, load_session
 
 
 @pytest.fixture(scope="module")
@@ -39,6 +40,63 @@ def test_app_opens_on_the_sessions_page(app_db, monkeypatch):
     assert at.title[0].value == "Compaction Workbench"
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Sessions"] == str(samples.DEFAULT_N + 2)
+
+
+def test_every_page_path_opens_its_page(app_db, monkeypatch):
+    """A URL path resolves the way Streamlit resolves a browser's (by `url_pathname`): /sessions too,
+    though the default page is served at / (its own url_path is reserved, never served)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_file(APP, default_timeout=60)
+    at.run()
+    registered = at._registered_pages  # what st.navigation gave the pages manager
+    titles = {"sessions": "Compaction Workbench", "compare": "Compare", "experiments": "Experiments",
+              "regression": "Regression", "sql": "SQL"}
+    for name, title in titles.items():
+        manager = PagesManager(APP)
+        manager.set_script_intent("", name)
+        found = manager.set_pages_and_resolve(registered)
+        assert found is not None and found["url_pathname"] == name, f"/{name} is not found"
+        at._page_hash = found["page_script_hash"]
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        assert at.title[0].value == title
+
+
+def test_pages_explain_a_database_written_by_a_run_of_the_app(tmp_path, monkeypatch):
+    """While a run launched from the app holds DuckDB's write connection (in this process), the pages
+    say to wait for it rather than show DuckDB's ConnectionException."""
+    import duckdb
+
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    monkeypatch.setenv("WORKBENCH_DB", path)
+
+    def busy_message(at: AppTest) -> None:
+        assert not at.exception, [e.value for e in at.exception]
+        assert not at.error, [e.value for e in at.error]
+        assert any("wait for it to finish" in i.value for i in at.info), [i.value for i in at.info]
+
+    writer = duckdb.connect(path)  # what an experiment's runner holds while it runs
+    try:
+        for module in ("sessions", "compare", "sql"):
+            at = AppTest.from_string(page_script(module), default_timeout=60)
+            at.run()
+            busy_message(at)
+        with pytest.raises(StoreError, match="wait for it to finish"):
+            load_session(path, "generated-12")
+    finally:
+        writer.close()
+    at = AppTest.from_string(page_script("sessions"), default_timeout=60)
+    at.run()  # the overview read (and cached) before the next run starts
+    assert not at.exception and not at.info
+    writer = duckdb.connect(path)
+    try:
+        assert at.selectbox(key="session").value == "generated-12"
+        at.selectbox(key="session").set_value("planted-html").run()  # its messages: a read while busy
+        busy_message(at)
+    finally:
+        writer.close()
 
 
 def test_page_lists_datasets_and_sessions_with_sizes(sessions_page, app_db):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import base64
 import json
+import re
+import tomllib
 from pathlib import Path
+from typing import Any
 
+import numpy as np
 import pytest
 from app_support import build_database, page_script
 from streamlit.testing.v1 import AppTest
@@ -82,14 +87,114 @@ def test_two_runs_compare_and_the_report_downloads(run_db, monkeypatch):
     assert len(at.get("download_button")) == 1
 
 
-def test_cost_quality_chart_with_the_pareto_front(run_db, monkeypatch):
-    path, _, _ = run_db
-    at = open_page(path, monkeypatch)
+def chart_traces(at: AppTest) -> dict[str, Any]:
+    """The traces of the page's one chart by name, as plotly objects (arrays are sent as typed binary)."""
+    import plotly.graph_objects as go
+
+    def decoded(value: Any) -> Any:
+        if isinstance(value, dict) and "bdata" in value:
+            return np.frombuffer(base64.b64decode(value["bdata"]), dtype=value["dtype"]).tolist()
+        if isinstance(value, dict):
+            return {k: decoded(v) for k, v in value.items()}
+        return [decoded(v) for v in value] if isinstance(value, list) else value
+
     charts = at.get("plotly_chart")
     assert len(charts) == 1
-    data = json.loads(charts[0].proto.spec)["data"]
-    assert [t.get("name") for t in data] == ["configs", "Pareto front"]
-    assert list(data[0]["text"]) == ["window", "masking"]  # a point per config
+    figure = go.Figure(decoded(json.loads(charts[0].proto.spec)))
+    return {t.name: t for t in figure.data}
+
+
+def test_cost_quality_chart_with_the_pareto_front(run_db, monkeypatch):
+    from workbench.experiments import results
+    from workbench.experiments.charts import INCOMPLETE_TRACE, completion
+
+    path, _, run_id = run_db
+    traces = chart_traces(open_page(path, monkeypatch))
+    done = completion(results(run_id, path))
+    assert (done["completed"] < done["cells"]).all()  # 6000 tokens: most replays overflow under both configs
+    # a point per config, each marked as cut short; with no config complete there is no front to draw
+    assert list(traces) == ["configs", INCOMPLETE_TRACE]
+    assert [t.split("<br>")[0] for t in traces["configs"].text] == ["window", "masking"]
+    assert list(traces["configs"].marker.symbol) == ["circle-open", "circle-open"]
+
+
+MIXED = SPEC.replace('name = "app-grid"', 'name = "mixed"').replace("context_limit = 6000", "context_limit = 12000")
+ELSEWHERE = """
+name = "elsewhere"
+dataset = "samples"
+
+[[config]]
+name = "clear"
+context_limit = 12000
+max_output = 500
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "hard_clear", keep_recent = 6 }
+"""
+
+
+@pytest.fixture(scope="module")
+def mixed_db(tmp_path_factory):
+    """At 12000 tokens the window completes every session while masking overflows on some; a later run
+    has a config of its own only."""
+    from workbench.experiments import run_experiment
+
+    folder = tmp_path_factory.mktemp("mixed")
+    path = build_database(str(folder / "wb.duckdb"))
+    mixed = run_experiment(tomllib.loads(MIXED), db=path, concurrency=1)
+    elsewhere = run_experiment(tomllib.loads(ELSEWHERE), db=path, concurrency=1)
+    return path, mixed.id, elsewhere.id
+
+
+def test_a_config_cut_short_is_hollow_and_off_the_front_even_when_it_looks_cheapest(mixed_db, monkeypatch):
+    from workbench.experiments import results
+    from workbench.experiments.charts import completion
+
+    path, mixed, _ = mixed_db
+    frame = results(mixed, path)
+    done = completion(frame)
+    assert done.loc["window", "completed"] == done.loc["window", "cells"]
+    k, n = done.loc["masking", "completed"], done.loc["masking", "cells"]
+    assert 0 < k < n
+    masking = frame[frame["config"] == "masking"]["billed_input_tokens"].mean()
+    assert masking < frame[frame["config"] == "window"]["billed_input_tokens"].mean()  # cut short: it looks cheap
+    at = open_page(path, monkeypatch)
+    at.selectbox(key="exp_run").set_value(mixed).run()
+    assert not at.exception and not at.error
+    traces = chart_traces(at)
+    points = traces["configs"]
+    assert list(points.marker.symbol) == ["circle", "circle-open"]
+    assert points.text[1] == f"masking<br>({k} of {n} completed)"
+    front = traces["Pareto front"]
+    assert list(front.x) == [points.x[0]] and "markers" in front.mode  # the window alone: a ring, not a line
+
+
+def test_two_runs_without_a_common_config_say_so_instead_of_an_empty_table(mixed_db, monkeypatch):
+    path, mixed, elsewhere = mixed_db
+    at = open_page(path, monkeypatch)
+    assert at.selectbox(key="exp_run").value == elsewhere
+    tables = len(at.dataframe)
+    at.radio(key=f"exp_mode:{elsewhere}").set_value("this run with another run").run()
+    assert not at.exception and not at.error
+    assert at.selectbox(key=f"exp_other:{elsewhere}").value == mixed
+    assert len(at.dataframe) == tables  # no table of empty pairs
+    [warning] = [w.value for w in at.warning]
+    assert "share no configuration" in warning and "session + config + repeat" in warning
+    assert "This run has clear" in warning and f"run {mixed} has window, masking" in warning
+
+
+def test_compared_values_are_shown_in_their_metric_unit(run_db, monkeypatch):
+    path, earlier, run_id = run_db
+    at = open_page(path, monkeypatch)
+    at.radio(key=f"exp_mode:{run_id}").set_value("this run with another run").run()
+    table = at.dataframe[-1].value.set_index("metric")
+    billed = table.loc["billed_input_tokens"]
+    assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", str(billed[c])) for c in ("A", "B")), billed  # whole tokens
+    assert re.fullmatch(r"[+−]?\d{1,3}(,\d{3})*", str(billed["delta"])), billed
+    assert re.fullmatch(r"\d\.\d{3}|<0\.001", str(billed["p_value"])), billed
+    long = [v for v in table[["A", "B", "delta", "ci_low", "ci_high"]].to_numpy().ravel()
+            if re.search(r"\.\d{4,}", str(v)) and not str(v).startswith(("$", "+$", "−$"))]
+    assert not long, long  # no 465096.6666666667
+    assert any("paired on session, config and repeat" in c.value for c in at.caption)
 
 
 def test_a_run_summarized_offline_is_labelled_under_its_leaderboard(run_db, tmp_path, monkeypatch):
@@ -195,3 +300,32 @@ def test_a_run_is_deleted_from_the_page_behind_a_second_click(tmp_path, monkeypa
     assert runs(path).empty
     assert any("No experiment run yet" in i.value for i in at.info)
     assert [s.value for s in at.success] == [f"Deleted run {run.id} ({run.progress.cells_done} cells)."]
+
+
+def shown_run_label(before, after) -> str:
+    """The label the browser's "Run" box shows after a rerun: a widget it already has keeps the label the
+    user saw unless the server sends a value (`set_value`); a new widget (another id) shows its default."""
+    if after.id != before.id:
+        return after.options[after.default]
+    if after.set_value:
+        return after.raw_value
+    return before.raw_value if before.set_value else before.options[before.default]
+
+
+def test_after_a_delete_the_run_box_shows_the_run_the_page_shows(tmp_path, monkeypatch):
+    from workbench.experiments import run_experiment
+
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    kept = run_experiment(tomllib.loads(TINY), db=path, concurrency=1)
+    gone = run_experiment(tomllib.loads(TINY.replace("app-launch", "refcopy")), db=path, concurrency=1)
+    at = open_page(path, monkeypatch)
+    before = at.selectbox(key="exp_run")
+    assert before.value == gone.id and shown_run_label(before.proto, before.proto).startswith("refcopy · ")
+    at.button(key=f"exp_delete:{gone.id}").click().run()
+    assert not at.exception and not at.error
+    after = at.selectbox(key="exp_run")
+    assert after.value == kept.id and list(after.options) == [after.options[0]]
+    assert shown_run_label(before.proto, after.proto) == after.options[0]
+    assert after.options[0].startswith("app-launch · ") and after.options[0].endswith(kept.id)
+    assert list(at.dataframe[0].value["id"]) == [kept.id]
+    assert at.selectbox(key=f"exp_drill:{kept.id}").value == "masking"  # the panels below are the kept run's

@@ -4,6 +4,7 @@ with its failing checks first and its summary diff shown as text."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from app_support import HOSTILE, build_database, page_script
@@ -120,3 +121,46 @@ def test_an_invalid_spec_is_a_readable_error(gate, monkeypatch, tmp_path):
     at.text_input(key="reg_folder").input(str(tmp_path)).run()
     assert not at.exception
     assert len(at.error) == 1 and at.error[0].value.startswith("The spec is not valid:")
+
+
+def test_another_spec_is_checked_against_its_own_baseline_and_shows_only_its_report(gate, monkeypatch, tmp_path):
+    """Picking another spec resets the baseline to that spec's own, and hides the first spec's report."""
+    from workbench.experiments import regress
+
+    path, _ = gate
+    for name, config in (("alpha-gate", "masking"), ("beta-gate", "masking-b")):
+        spec = tmp_path / f"{name}.toml"
+        spec.write_text(SPEC.replace("tiny-gate", name).replace('name = "masking"', f'name = "{config}"'))
+        regress(str(spec), db=path, update=True)
+    at = open_page(path, tmp_path, monkeypatch)
+    assert at.selectbox(key="reg_baseline").value.endswith("alpha-gate.json")
+    check(at)
+    assert at.success[0].value.startswith("PASS: alpha-gate")
+    at.selectbox(key="reg_spec").set_value(str(tmp_path / "beta-gate.toml")).run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="reg_baseline").value.endswith("beta-gate.json")
+    assert not at.success and not at.error and not at.dataframe  # alpha's report is not beta's
+    assert not at.warning
+    check(at)
+    assert not at.error, [e.value for e in at.error]
+    assert len(at.success) == 1 and at.success[0].value.startswith("PASS: beta-gate")
+    assert "beta-gate.json" in at.caption[0].value
+    at.selectbox(key="reg_baseline").set_value(str(tmp_path / "baselines" / "alpha-gate.json")).run()
+    assert not at.success and not at.dataframe  # a report shows only with the baseline it was made against
+
+
+def test_checked_values_are_formatted_in_their_unit(gate, monkeypatch):
+    """2,859 tokens and +200.0%, not 2859.3333333333335."""
+    path, specs = gate
+    thirds = json.loads((specs / "baselines" / "tiny-gate.json").read_text())
+    thirds["metrics"]["masking"]["generated"]["billed_input_tokens"] /= 3  # a fraction of a token
+    (specs / "baselines" / "thirds.json").write_text(json.dumps(thirds))
+    at = open_page(path, specs, monkeypatch)
+    at.selectbox(key="reg_baseline").set_value(str(specs / "baselines" / "thirds.json")).run()
+    check(at)
+    checks = at.dataframe[0].value.set_index("metric")
+    tokens = checks.loc["billed_input_tokens"]
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", tokens["baseline"]), tokens["baseline"]
+    assert re.fullmatch(r"\d{1,3}(,\d{3})*", tokens["current"]), tokens["current"]
+    assert re.fullmatch(r"\+\d+\.\d%", tokens["change"]), tokens["change"]
+    assert re.fullmatch(r"\d+", checks.loc["compactions", "current"])  # a count, no ".0"

@@ -71,3 +71,19 @@ def test_run_sql_leaves_the_database_unchanged(app_db):
 def test_missing_database_is_a_store_error(tmp_path):
     with pytest.raises(StoreError):
         run_sql(str(tmp_path / "none.duckdb"), "SELECT 1")
+
+
+@pytest.mark.parametrize(("sql", "columns"), [
+    ("SELECT 1 AS a, 2 AS a, 3 AS a_2", ["a", "a_3", "a_2"]),
+    ("SELECT * FROM cells c JOIN sessions s ON c.session_id = s.id", None),  # no rows, the names still shared
+    ("SELECT * FROM sessions a JOIN sessions b ON a.id = b.id LIMIT 3", None),
+    ("SELECT s.id, t.id FROM sessions s JOIN sessions t USING (id) LIMIT 3", ["id", "id_2"]),
+])
+def test_columns_sharing_a_name_are_numbered_not_a_crash(sql_page, sql, columns):
+    at = submit(sql_page, sql)
+    assert not at.error, [e.value for e in at.error]
+    shown = list(at.dataframe[0].value.columns)
+    assert len(set(shown)) == len(shown)
+    if columns is not None:
+        assert shown == columns
+    assert any("numbered" in c.value for c in at.caption)

@@ -27,6 +27,8 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 HOVER_SUMMARY_CHARS = 400
 #: The name of the token chart's line of the input the provider billed for the recorded calls.
 RECORDED_INPUT_TRACE = "recorded input"
+#: The cost-versus-quality legend entry of the hollow markers (configs whose cells did not all complete).
+INCOMPLETE_TRACE = "hollow: not every cell completed (left off the front)"
 
 
 def _escape(text: Any, limit: int = HOVER_SUMMARY_CHARS) -> str:
@@ -266,9 +268,55 @@ def label_positions(xs: Sequence[float], ys: Sequence[float], *, near_x: float =
     return positions
 
 
+def inward_positions(xs: Sequence[float], positions: Sequence[str], *, edge: float = 0.3) -> list[str]:
+    """`positions` with the labels of points in the outer `edge` of the x span turned towards the
+    middle (`top right` left of it, `top left` right of it), so a long name does not run off the plot."""
+    if len(xs) < 2 or max(xs) == min(xs):
+        return list(positions)
+    low, span = min(xs), max(xs) - min(xs)
+    turned = []
+    for value, position in zip(xs, positions, strict=True):
+        share = (value - low) / span
+        side = "right" if share < edge else "left" if share > 1 - edge else "center"
+        turned.append(position.replace("center", side))
+    return turned
+
+
+def padded_range(values: Sequence[float], *, low: float, high: float) -> list[float]:
+    """An axis range around `values` with `low` and `high` of their span (or of the value, when all
+    are one) added below and above: room for the labels drawn next to the points."""
+    least, most = min(values), max(values)
+    span = (most - least) or (abs(most) or 1.0) * 0.2
+    return [least - low * span, most + high * span]
+
+
+def completion(results: pd.DataFrame) -> pd.DataFrame:
+    """Per config (in run order): `cells`, `completed` (cells whose replay completed) and `stopped`
+    (how the others ended, e.g. `context_overflow ×3`). Without a `termination` column every cell counts
+    as completed."""
+    import pandas as pd
+
+    order = list(dict.fromkeys(results["config"]))
+    if "termination" not in results.columns:
+        sizes = results.groupby("config", sort=False).size().reindex(order)
+        return pd.DataFrame({"cells": sizes, "completed": sizes, "stopped": ""}, index=sizes.index)
+    rows = {}
+    for config, cells in results.groupby("config", sort=False)["termination"]:
+        ends = cells.fillna("unknown").astype(str)
+        others = ends[ends != "completed"].value_counts()
+        rows[config] = {"cells": len(ends), "completed": int((ends == "completed").sum()),
+                        "stopped": ", ".join(f"{name} ×{count}" for name, count in others.items())}
+    return pd.DataFrame.from_dict(rows, orient="index").reindex(order)
+
+
 def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None = None,
                  title: str = "Cost versus quality") -> go.Figure | None:
-    """A point per config (means over its cells) with the Pareto front; None without a quality metric."""
+    """A point per config (means over its cells) with the Pareto front; None without a quality metric.
+
+    A config whose cells did not all complete (the others stopped on `context_overflow` or
+    `compaction_failed`) is drawn hollow with `k of n completed` under its name: its means are over
+    replays cut short, so its cost reads low. It is left out of the Pareto front.
+    """
     import plotly.graph_objects as go
 
     x = x or pick_metric(list(results.columns), COST_PREFERENCE, results)
@@ -278,17 +326,44 @@ def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None =
     means = results.groupby("config", sort=False)[[x, y]].mean().dropna()
     if means.empty:
         return None
-    front = pareto_front(means, x, y)
+    done = completion(results).reindex(means.index)
+    whole = done["completed"] == done["cells"]
+    names = [str(i) for i in means.index]
+    labels = [html.escape(name) if full else f"{html.escape(name)}<br>({k} of {n} completed)"
+              for name, full, k, n in zip(names, whole, done["completed"], done["cells"], strict=True)]
+    hover = [f"<b>{html.escape(name)}</b><br>{html.escape(x)}: {format_metric(x, vx)}<br>"
+             f"{html.escape(y)}: {format_metric(y, vy)}<br>{k} of {n} cells completed"
+             + ("" if full else f" (stopped: {html.escape(str(stopped))})<br>not on the Pareto front: "
+                                "means over replays cut short")
+             for name, vx, vy, k, n, full, stopped in zip(names, means[x], means[y], done["completed"],
+                                                           done["cells"], whole, done["stopped"], strict=True)]
+    xs, ys = [float(v) for v in means[x]], [float(v) for v in means[y]]
+    colors = [color_of(i) for i in range(len(means))]
     figure = go.Figure()
-    figure.add_trace(go.Scatter(x=means[x], y=means[y], mode="markers+text", text=[str(i) for i in means.index],
-                                textposition=label_positions(list(means[x]), list(means[y])), name="configs",
-                                showlegend=False,  # each point carries its name; one legend colour would be wrong
-                                marker={"size": 11, "color": [color_of(i) for i in range(len(means))]}))
-    figure.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines", name="Pareto front",
-                                line={"dash": "dash", "color": "#444"}))
+    figure.add_trace(go.Scatter(
+        x=means[x], y=means[y], mode="markers+text", text=labels, name="configs",
+        textposition=inward_positions(xs, label_positions(xs, ys, near_y=0.06 if whole.all() else 0.12)),
+        cliponaxis=False,  # a label may reach into the margin rather than be cut at the axis
+        showlegend=False,  # each point carries its name; one legend colour would be wrong
+        hovertext=hover, hoverinfo="text",
+        marker={"size": 11, "color": colors, "symbol": ["circle" if full else "circle-open" for full in whole],
+                "line": {"width": 2, "color": colors}}))
+    front = pareto_front(means[whole.to_numpy()], x, y)
+    if len(front):
+        figure.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers", name="Pareto front",
+                                    line={"dash": "dash", "color": "#444"}, hoverinfo="skip",
+                                    marker={"symbol": "circle-open", "size": 19, "color": "#444"}))
+    if not whole.all():
+        figure.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=INCOMPLETE_TRACE, hoverinfo="skip",
+                                    marker={"symbol": "circle-open", "size": 11, "color": "#444",
+                                            "line": {"width": 2}}))
     figure.update_layout(title=title, xaxis_title=f"{x} ({metric_direction(x)} is better)",
                          yaxis_title=f"{y} ({metric_direction(y)} is better)",
-                         margin={"l": 60, "r": 20, "t": 50, "b": 40})
+                         # the legend above the plot, not beside it: the plot keeps the width its labels need
+                         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
+                         margin={"l": 60, "r": 30, "t": 70, "b": 40})
+    figure.update_xaxes(range=padded_range(xs, low=0.12, high=0.12))
+    figure.update_yaxes(range=padded_range(ys, low=0.2, high=0.25))
     return figure
 
 

@@ -34,6 +34,15 @@ def readable_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+def show_read_error(exc: BaseException, prefix: str = "") -> None:
+    """A failed read as a message: while a run launched from the app holds the database, what to do
+    (`st.info`: wait for it); anything else as an error."""
+    if isinstance(exc, data.DatabaseBusyError) or data.is_busy(exc):
+        st.info(data.BUSY_MESSAGE)
+    else:
+        st.error(prefix + readable_error(exc))
+
+
 def open_overview(path: str) -> tuple[dict[str, list[dict[str, Any]]], float] | None:
     """The overview and the database stamp, or None after explaining what is missing."""
     if not os.path.exists(path):
@@ -44,7 +53,7 @@ def open_overview(path: str) -> tuple[dict[str, list[dict[str, Any]]], float] | 
     try:
         overview = load_overview(path, stamp)
     except Exception as exc:  # any read failure becomes a message in the page
-        st.error(readable_error(exc))
+        show_read_error(exc)
         return None
     if not overview["sessions"]:
         st.info(f"The database has no sessions yet: `workbench init --db {path}` loads the samples.")

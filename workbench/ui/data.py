@@ -10,18 +10,55 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from workbench.db import default_path
+from workbench.errors import StoreError
 
 if TYPE_CHECKING:
     import pandas as pd
 
     from workbench.session import Session
+    from workbench.store import Store
 
 #: Rows a console query returns at most (the page shows a table, not a dump).
 SQL_ROW_LIMIT = 10_000
+
+#: What a page says when a run launched from this app holds the database for writing.
+BUSY_MESSAGE = ("An experiment or regression check launched from this app is writing to the database, and DuckDB "
+                "lets the app read it again only when that run has finished: wait for it to finish (its progress "
+                "shows on the Experiments or Regression page), then reload this page.")
+
+
+class DatabaseBusyError(StoreError):
+    """The database is held for writing by a run in this process (an experiment or a regression check
+    launched from the app): DuckDB refuses a read-only connection to it until the run closes its own."""
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True for DuckDB's refusal to open a file this process already holds with another configuration
+    (the writer's), e.g. "Can't open a connection to same database file with a different configuration"."""
+    import duckdb
+
+    return isinstance(exc, duckdb.ConnectionException) and "different configuration" in str(exc)
+
+
+@contextmanager
+def reading(path: str) -> Iterator[Store]:
+    """The database opened read-only for one read, closed after it; `DatabaseBusyError` (with
+    `BUSY_MESSAGE`) while a run of this app is writing to it."""
+    from workbench.store import Store
+
+    try:
+        store = Store(path, read_only=True)
+    except Exception as exc:
+        if is_busy(exc):
+            raise DatabaseBusyError(BUSY_MESSAGE) from exc
+        raise
+    with store:
+        yield store
 
 
 def db_path_from_args(argv: Sequence[str] | None = None) -> str:
@@ -40,9 +77,7 @@ def stamp(path: str) -> float:
 
 def overview(path: str) -> dict[str, list[dict[str, Any]]]:
     """Datasets, and sessions with their size in characters and their recorded compaction count."""
-    from workbench.store import Store
-
-    with Store(path, read_only=True) as store:
+    with reading(path) as store:
         sessions = store.session_rows()
         characters = dict(store.connection.execute(
             "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
@@ -53,9 +88,7 @@ def overview(path: str) -> dict[str, list[dict[str, Any]]]:
 
 
 def load_session(path: str, session_id: str) -> Session:
-    from workbench.store import Store
-
-    with Store(path, read_only=True) as store:
+    with reading(path) as store:
         return store.load_session(session_id)
 
 
@@ -103,12 +136,12 @@ def run_sql(path: str, sql: str, limit: int = SQL_ROW_LIMIT) -> tuple[pd.DataFra
     """
     import duckdb
 
-    from workbench.errors import StoreError
-
     try:
         con = duckdb.connect(path, read_only=True,
                              config={"enable_external_access": False, "lock_configuration": True})
     except duckdb.Error as exc:
+        if is_busy(exc):
+            raise DatabaseBusyError(BUSY_MESSAGE) from exc
         raise StoreError(f"cannot open {path} read-only: {exc}") from exc
     try:
         cursor = con.execute(sql)

@@ -9,6 +9,8 @@ progress instead. Runs can also be started with `workbench run SPEC`; this page 
 
 from __future__ import annotations
 
+import math
+import numbers
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +26,11 @@ SHIPPED_SPECS = Path(__file__).resolve().parents[2] / "experiments"
 JOBS_KEY = "exp_jobs"
 #: How many finished launches stay listed with their outcome.
 KEPT_JOBS = 5
+#: `st.session_state` key of the "Run" selectbox (the run shown).
+RUN_KEY = "exp_run"
+#: The comparison table's columns that hold a metric's values, shown in the metric's unit.
+VALUE_COLUMNS = ("A", "B")
+DELTA_COLUMNS = ("delta", "ci_low", "ci_high")
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -52,13 +59,56 @@ def load_summaries_note(path: str, stamp: float, run_id: str) -> str | None:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def load_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None,
-                    b: str | None) -> tuple[pd.DataFrame, str | None]:
-    """The comparison's table and its note (set when a side's summaries are the offline baseline's)."""
+                    b: str | None) -> tuple[pd.DataFrame, str | None, int]:
+    """The comparison's table, its note (set when a side's summaries are the offline baseline's) and
+    how many pairs of cells it found."""
     from workbench.experiments import compare
 
     configs = (a, b) if a is not None and b is not None else None
     comparison = compare(run_a, run_b, configs=configs, db=path)
-    return comparison.to_frame(), comparison.note
+    return comparison.to_frame(), comparison.note, comparison.cells
+
+
+def signed(metric: str, value: Any) -> str:
+    """A difference in its metric's unit with its sign (+1,234, −0.052, −$0.0100); "" when missing."""
+    from workbench.experiments.charts import format_metric
+
+    if not isinstance(value, numbers.Real) or isinstance(value, bool) or math.isnan(value):
+        return format_metric(metric, value)
+    number = float(value)
+    text = format_metric(metric, abs(number))
+    return text if number == 0 else ("+" if number > 0 else "−") + text
+
+
+def comparison_table(table: pd.DataFrame) -> pd.DataFrame:
+    """The comparison's numbers as text in each row's metric unit (85,904 tokens, $0.0123, 0.864), the
+    differences signed and the p-value to 3 decimals: one column holds every metric, so no one format fits."""
+    from workbench.experiments.charts import format_metric
+
+    shown = table.copy()
+    metrics = [str(m) for m in table["metric"]]
+    for column in (c for c in VALUE_COLUMNS if c in table.columns):
+        shown[column] = [format_metric(m, v) for m, v in zip(metrics, table[column], strict=True)]
+    for column in (c for c in DELTA_COLUMNS if c in table.columns):
+        shown[column] = [signed(m, v) for m, v in zip(metrics, table[column], strict=True)]
+    if "p_value" in table.columns:
+        shown["p_value"] = ["" if not isinstance(p, numbers.Real) or math.isnan(p) else "<0.001" if float(p) < 0.0005
+                            else f"{p:.3f}" for p in table["p_value"]]
+    return shown
+
+
+def no_pairs_message(run_a: str, run_b: str | None, configs_a: list[str], configs_b: list[str]) -> str:
+    """Why a comparison of two runs found no pair of cells: what each run has, and what a pair needs."""
+    shared = [c for c in configs_a if c in configs_b]
+    if run_b is None:
+        return "These two configurations share no session and repeat: there is no pair of cells to compare."
+    listed = f"This run has {', '.join(configs_a) or 'no cell'}; run {run_b} has {', '.join(configs_b) or 'no cell'}."
+    if not shared:
+        return ("These runs share no configuration, and cells pair on session + config + repeat (the same session "
+                f"replayed under the same config name in both runs). {listed} The configurations of one run compare "
+                "under \"two configurations of this run\".")
+    return (f"These runs share the configuration(s) {', '.join(shared)} but no session + repeat under them: "
+            f"cells pair on session + config + repeat. {listed}")
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -78,12 +128,19 @@ def build_report(path: str, stamp: float, run_id: str) -> bytes:
 def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None, b: str | None,
                      key: str) -> None:
     try:
-        table, summaries = load_comparison(path, stamp, run_a, run_b, a, b)
+        table, summaries, cells = load_comparison(path, stamp, run_a, run_b, a, b)
+        if not cells:
+            configs_a = [str(c) for c in dict.fromkeys(load_results(path, stamp, run_a)["config"])]
+            configs_b = [str(c) for c in dict.fromkeys(load_results(path, stamp, run_b)["config"])] if run_b else []
     except Exception as exc:  # the comparison's own validation message
         st.error(common.readable_error(exc))
         return
-    st.caption("Cells paired on session and repeat; delta = B − A with its confidence interval.")
-    st.dataframe(table, hide_index=True, width="stretch", key=key)
+    if not cells:
+        st.warning(no_pairs_message(run_a, run_b, configs_a, configs_b))
+        return
+    paired = "session, config and repeat" if run_b is not None else "session and repeat"
+    st.caption(f"{cells} pairs of cells, paired on {paired}; delta = B − A with its confidence interval.")
+    st.dataframe(comparison_table(table), hide_index=True, width="stretch", key=key)
     if summaries:
         st.caption(summaries)
 
@@ -164,7 +221,7 @@ def delete_panel(path: str, run_id: str) -> None:
             except Exception as exc:  # shown as a message (e.g. the database in use elsewhere)
                 st.error(common.readable_error(exc))
                 return
-            st.session_state.pop("exp_run", None)
+            st.session_state.pop(RUN_KEY, None)  # the page chooses an existing run on the rerun
             st.session_state["exp_deleted"] = f"Deleted run {run_id} ({deleted.get(run_id, 0)} cells)."
             st.rerun()
 
@@ -281,7 +338,11 @@ def page() -> None:
     st.dataframe(runs, hide_index=True, width="stretch", key="exp_runs")
     labels = {str(r.id): f"{r.name} · {r.status} · {r.cells_done}/{r.cells_total} cells · {r.id}"
               for r in runs.itertuples()}
-    run_id = st.selectbox("Run", list(labels), format_func=lambda key: labels[key], key="exp_run")
+    if st.session_state.get(RUN_KEY) not in labels:
+        # none chosen yet, or the chosen run is gone (deleted here or elsewhere): set the newest through the
+        # session state, so the value is sent to the browser's selectbox too (it would keep showing the old label)
+        st.session_state[RUN_KEY] = next(iter(labels))
+    run_id = st.selectbox("Run", list(labels), format_func=lambda key: labels[key], key=RUN_KEY)
     delete_panel(path, run_id)
     try:
         results = load_results(path, stamp, run_id)

@@ -2,6 +2,7 @@
 
 `regress` runs (or resumes) the spec's run in a worker thread (`workbench.ui.jobs`), so the page keeps
 answering and shows its progress; a second check of the same spec reuses the stored cells and is fast.
+Picking a spec picks its own baseline, and a report shows only under the spec and baseline it checked.
 Summary texts are shown as code blocks (text only, never HTML).
 """
 
@@ -23,17 +24,38 @@ if TYPE_CHECKING:
 
 #: `st.session_state` key of this session's regression job.
 JOB_KEY = "reg_job"
+#: `st.session_state` key of what that job checks: (spec file, baseline file).
+JOB_TARGET_KEY = "reg_job_target"
+#: `st.session_state` key of the spec the "Baseline" choice was made for.
+BASELINE_SPEC_KEY = "reg_baseline_spec"
 FAIL_COLOUR = "background-color: rgba(214, 39, 40, 0.22)"
 PASS_COLOUR = "background-color: rgba(44, 160, 44, 0.15)"
 
 
+def change_text(baseline: float | None, current: float | None) -> str:
+    """The change from the baseline: relative when the baseline is not zero (+2.5%), else absolute."""
+    if baseline is None or current is None:
+        return ""
+    change = current - baseline
+    if baseline:
+        return f"{change / abs(baseline):+.1%}"
+    return f"{change:+.4g}"
+
+
 def checks_frame(report: Any) -> pd.DataFrame:
-    """One row per metric check of a RegressionReport, failing checks first."""
+    """One row per metric check of a RegressionReport, failing checks first; values as text in their
+    metric's unit (`charts.format_metric`), a value missing on one side said so."""
     import pandas as pd
 
-    rows = [{"ok": d.ok, "config": d.config, "dataset": d.dataset, "metric": d.metric, "baseline": d.baseline,
-             "current": d.current, "tolerance": d.tolerance.describe()} for d in report.diffs]
-    frame = pd.DataFrame(rows, columns=["ok", "config", "dataset", "metric", "baseline", "current", "tolerance"])
+    from workbench.experiments.charts import format_metric
+
+    rows = [{"ok": d.ok, "config": d.config, "dataset": d.dataset, "metric": d.metric,
+             "baseline": "not in the baseline" if d.baseline is None else format_metric(d.metric, d.baseline),
+             "current": "missing from the run" if d.current is None else format_metric(d.metric, d.current),
+             "change": change_text(d.baseline, d.current), "tolerance": d.tolerance.describe()}
+            for d in report.diffs]
+    frame = pd.DataFrame(rows, columns=["ok", "config", "dataset", "metric", "baseline", "current", "change",
+                                        "tolerance"])
     return frame.sort_values("ok", kind="stable").reset_index(drop=True)
 
 
@@ -97,6 +119,15 @@ def progress_panel(job: Job) -> None:
         st.rerun()
 
 
+@st.fragment(run_every=1)
+def elsewhere_panel(job: Job, target: tuple[str, str]) -> None:
+    """The running check of another spec or baseline: a note, and a rerun when it ends (to enable the button)."""
+    if job.done:
+        st.rerun()
+    st.info(f"Checking {Path(target[0]).name} against {Path(target[1]).name}: pick them again to follow the "
+            "check; another can start when it has finished.")
+
+
 def page() -> None:
     from workbench.experiments import regress
 
@@ -117,8 +148,7 @@ def page() -> None:
     except Exception as exc:  # the spec's own validation message
         st.error(f"The spec is not valid: {common.readable_error(exc)}")
         return
-    baseline = str(st.selectbox("Baseline", choices, index=own, format_func=lambda f: Path(f).name,
-                                key="reg_baseline"))
+    baseline = baseline_picker(str(spec_file), choices, own)
     job: Job | None = st.session_state.get(JOB_KEY)
     busy = job is not None and not job.done
     if not Path(baseline).is_file():
@@ -126,9 +156,25 @@ def page() -> None:
     elif st.button("Check against the baseline", key="reg_run", type="primary", disabled=busy):
         job = Job(spec_file.stem, lambda report: regress(str(spec_file), baseline, db=path, progress=report))
         st.session_state[JOB_KEY] = job
+        st.session_state[JOB_TARGET_KEY] = (str(spec_file), baseline)
     if job is None:
+        return
+    target = st.session_state.get(JOB_TARGET_KEY)
+    if target != (str(spec_file), baseline):  # the report belongs to another spec or baseline
+        if not job.done and target is not None:
+            elsewhere_panel(job, target)
         return
     if not job.announced:
         progress_panel(job)
     else:
         show_job(job)
+
+
+def baseline_picker(spec_file: str, choices: list[str], own: int) -> str:
+    """The "Baseline" choice: the spec's own baseline whenever another spec is picked (a choice kept
+    from the previous spec would check this spec against that spec's baseline), else the user's."""
+    if (st.session_state.get(BASELINE_SPEC_KEY) != spec_file
+            or st.session_state.get("reg_baseline") not in choices):
+        st.session_state["reg_baseline"] = choices[own]
+    st.session_state[BASELINE_SPEC_KEY] = spec_file
+    return str(st.selectbox("Baseline", choices, format_func=lambda f: Path(f).name, key="reg_baseline"))

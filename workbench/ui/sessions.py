@@ -182,4 +182,4 @@ def page() -> None:
         try:
             render_detail(path, stamp, session_id)
         except Exception as exc:  # a session that fails to load is a message, not a traceback
-            st.error(common.readable_error(exc))
+            common.show_read_error(exc)

@@ -20,6 +20,26 @@ EXAMPLE = ("SELECT dataset, format, count(*) AS sessions, sum(call_count) AS cal
            "FROM sessions\nGROUP BY ALL\nORDER BY sessions DESC")
 
 
+def distinct_columns(names: list[str]) -> list[str]:
+    """`names` with each repeat suffixed (`a`, `a_2`, `a_3`), skipping suffixes already taken, so a
+    query whose columns share a name (`SELECT 1 AS a, 2 AS a`, `SELECT *` over a join) can be shown."""
+    taken = set(names)
+    seen: set[str] = set()
+    result = []
+    for name in names:
+        if name in seen:
+            number = 2
+            while f"{name}_{number}" in taken:
+                number += 1
+            renamed = f"{name}_{number}"
+            taken.add(renamed)
+            result.append(renamed)
+        else:
+            seen.add(name)
+            result.append(name)
+    return result
+
+
 @st.cache_data(show_spinner=False, max_entries=32, ttl=600)
 def cached_query(path: str, stamp: float, sql: str) -> tuple[pd.DataFrame, bool]:
     return data.run_sql(path, sql)
@@ -36,7 +56,7 @@ def page() -> None:
     try:
         tables = data.table_names(path)
     except Exception as exc:  # shown as a message
-        st.error(common.readable_error(exc))
+        common.show_read_error(exc)
         return
     st.caption("Tables and views: " + ", ".join(tables))
     with st.form("sql"):
@@ -53,9 +73,17 @@ def page() -> None:
     try:
         frame, truncated = cached_query(path, stamp, query)
     except Exception as exc:  # DuckDB's message is the readable part
-        st.error(f"The query failed: {common.readable_error(exc)}")
+        common.show_read_error(exc, prefix="The query failed: ")
         return
     st.caption(f"{len(frame):,} rows" + (f" (the first {data.SQL_ROW_LIMIT:,})" if truncated else ""))
-    st.dataframe(frame, hide_index=True, width="stretch")
+    names = [str(c) for c in frame.columns]
+    shown = distinct_columns(names)
+    table = frame
+    if shown != names:  # Streamlit refuses a table whose columns share a name
+        renamed = ", ".join(f"{old} → {new}" for old, new in zip(names, shown, strict=True) if old != new)
+        st.caption(f"Columns sharing a name are numbered in the table ({renamed}); the CSV keeps the query's "
+                   "names.")
+        table = frame.set_axis(shown, axis=1)
+    st.dataframe(table, hide_index=True, width="stretch")
     st.download_button("Download CSV", frame.to_csv(index=False).encode(), file_name="query.csv",
                        mime="text/csv", key="sql_csv")
