@@ -103,6 +103,42 @@ def test_paired_interval_and_p_value_on_known_data():
         == "no clear difference"
 
 
+def test_pairs_where_a_side_stopped_early_are_counted_and_said():
+    """A side whose replays stopped early has totals over fewer calls: the comparison counts those pairs
+    and says why its costs read low, while the verdicts stay what the numbers give."""
+    a = pd.DataFrame({"session_id": list("abcd"), "repeat": 0, "termination": "completed",
+                      "billed_input_tokens": [900, 950, 1000, 980]})
+    b = a.assign(termination=["context_overflow", "completed", "context_overflow", "context_overflow"],
+                 billed_input_tokens=[300, 940, 310, 290])
+    result = compare_frames(a, b, a_label="window-5", b_label="window-40")
+    assert result.stopped == {"window-5": 0, "window-40": 3}
+    assert result.stopped_note.startswith("Replays stopped early (e.g. context_overflow): window-40 in 3 of 4 "
+                                          "paired cells. Their totals cover only the calls made")
+    assert result.to_dict()["stopped"] == {"window-5": 0, "window-40": 3}
+    assert compare_frames(a, a).stopped_note is None
+    assert compare_frames(a.drop(columns="termination"), b.drop(columns="termination")).stopped == {}
+
+
+def test_compare_and_export_refuse_what_they_cannot_do(grid_run, tmp_path):
+    db, _, _, run = grid_run
+    with pytest.raises(ConfigError, match="configs takes two config names, as in configs=\\('A', 'B'\\), not the "
+                                          "string 'clear-4'"):
+        compare(run.id, configs="clear-4", db=str(db))
+    for format in ("json", "html"):
+        with pytest.raises(ConfigError, match=f"a {format} export holds the whole run .* takes no level"):
+            export(run.id, format, tmp_path / f"r.{format}", db=str(db), level="calls")
+        assert not (tmp_path / f"r.{format}").exists()
+
+
+def test_a_spec_without_a_file_is_told_how_to_make_its_baseline(grid_db):
+    db, spec, _ = grid_db
+    import tomllib
+
+    table = tomllib.loads(spec.read_text()) | {"name": "in-a-notebook"}
+    with pytest.raises(ConfigError, match="create it with `wb.regress\\(spec, update=True\\)`"):
+        regress(table, db=str(db))
+
+
 def test_cost_versus_quality_draws_a_free_run_against_billed_tokens():
     from workbench.experiments import charts
 
@@ -430,6 +466,8 @@ def test_deleting_a_run_removes_it_at_every_level_and_nothing_else(grid_run, gri
                     for table, column in RUN_TABLES}
 
     assert all(rows(run.id).values()) and all(rows(other.id).values())
+    listed = json.loads(CliRunner().invoke(main, ["--json", "runs", "--db", str(db)]).stdout)
+    assert [r["datasets"] for r in listed] == [["grid"], ["grid"]]  # lists, not the repr of an array
     with pytest.raises(StoreError, match="no run 'nope'"):
         delete_runs([other.id, "nope"], db=str(db))  # all or nothing
     assert all(rows(other.id).values())

@@ -168,9 +168,10 @@ def test_sessions_frame_datasets_and_counts(db_path):
         assert store.count("probes") == 4
         assert [s.id for s in store.load_sessions(where="calls > 5")] == [sessions[1].id]
         assert store.load_sessions(dataset="unit", where="call_count > 5") == []
+        assert [s.id for s in store.load_sessions(where="calls > 5 -- the long ones")] == [sessions[1].id]
         with pytest.raises(StoreError, match="count"):
             store.count("tokens")
-        for bad in ("no_such_column = 1", "calls >", "calls > 1; DROP TABLE sessions"):
+        for bad in ("no_such_column = 1", "calls >", "calls > 1; DROP TABLE sessions", "calls > 'many'"):
             with pytest.raises(SessionFilterError, match="sessions cannot run: .*; columns: id, dataset") as caught:
                 store.load_sessions(where=bad)
             assert repr(bad) in str(caught.value) and "LINE" not in str(caught.value)  # not the query built around it

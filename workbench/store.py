@@ -588,9 +588,9 @@ class Store:
                "FROM sessions WHERE (? IS NULL OR dataset = ?)")
         params: list[Any] = [dataset, dataset]
         if where and where.strip():
-            filtered = f"SELECT * FROM ({sql}) WHERE ({where})"
-            try:
-                self.connection.execute(f"SELECT * FROM ({filtered}) LIMIT 0", params)  # binds it, reads nothing
+            filtered = f"SELECT * FROM ({sql}) WHERE ({where}\n)"  # the newline ends a trailing -- comment
+            try:  # run once over the sessions (a small table): a value it cannot convert fails here, named
+                self.connection.execute(f"SELECT count(*) FROM ({filtered})", params)
             except duckdb.Error as exc:
                 raise self._filter_error(where, sql, params, exc) from exc
             sql = filtered

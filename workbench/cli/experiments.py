@@ -25,6 +25,9 @@ def _db_must_exist() -> str:
 
 
 def _cell(value: Any) -> Any:
+    """A value of a frame as JSON and tables want it: NaN as None, whole floats as ints, arrays as lists."""
+    if hasattr(value, "tolist"):
+        value = value.tolist()  # a numpy scalar, or a list column (DuckDB VARCHAR[]) read back as an array
     if isinstance(value, float):
         if math.isnan(value):
             return None
@@ -232,6 +235,8 @@ def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, 
     print_table(rows, ["metric", "better", "A", "B", "B-A", "interval", "p", "B better/worse/same", "verdict"])
     if result.note:
         click.echo(result.note)
+    if result.stopped_note:
+        click.echo(result.stopped_note)
     if any(result.unmatched.values()):
         note(f"unpaired cells left out: {result.unmatched}")
 

@@ -111,6 +111,19 @@ class Comparison:
     unmatched: Mapping[str, int] = field(default_factory=dict)
     #: Set when either side's summaries came from the offline extractive baseline (`run.summaries_note`).
     note: str | None = None
+    #: Per side (label), how many of the paired cells stopped early (`termination` other than completed).
+    stopped: Mapping[str, int] = field(default_factory=dict)
+
+    @property
+    def stopped_note(self) -> str | None:
+        """Said with the verdicts when a side's replays stopped early in some pairs: their totals cover fewer
+        calls, so a cost reads low (better) for a reason that is no merit."""
+        sides = [f"{label} in {count} of {self.cells}" for label, count in self.stopped.items() if count]
+        if not sides:
+            return None
+        return (f"Replays stopped early (e.g. context_overflow): {' and '.join(sides)} paired cells. Their totals "
+                "cover only the calls made, so costs read low there; compare configs that complete, or widen the "
+                "window.")
 
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -129,7 +142,8 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "confidence": self.confidence, "sessions": self.sessions, "cells": self.cells,
-                "unmatched": dict(self.unmatched), "note": self.note,
+                "unmatched": dict(self.unmatched), "note": self.note, "stopped": dict(self.stopped),
+                "stopped_note": self.stopped_note,
                 "metrics": [{**vars(m), "verdict": m.verdict} for m in self.metrics]}
 
 
@@ -183,7 +197,11 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
         if missing:
             raise ConfigError(f"no numeric metric {', '.join(map(repr, missing))} in both sides; "
                               f"available: {', '.join(numeric) or '(none)'}")
-    merged = a[[*align, *numeric]].merge(b[[*align, *numeric]], on=align, suffixes=("__a", "__b"), how="inner")
+    ends = ["termination"] if "termination" in a.columns and "termination" in b.columns else []
+    merged = a[[*align, *numeric, *ends]].merge(b[[*align, *numeric, *ends]], on=align, suffixes=("__a", "__b"),
+                                                how="inner")
+    stopped = {label: int((merged[f"termination__{side}"] != "completed").sum())
+               for label, side in ((a_label, "a"), (b_label, "b"))} if ends else {}
     unmatched = {a_label: len(a) - len(merged), b_label: len(b) - len(merged)}
     rng = np.random.default_rng(seed)
     items = []
@@ -210,7 +228,7 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
             unchanged=int(len(deltas) - up.sum() - down.sum()), alpha=1 - confidence))
     return Comparison(a=a_label, b=b_label, metrics=tuple(items), confidence=confidence,
                       sessions=int(merged["session_id"].nunique()) if "session_id" in merged else len(merged),
-                      cells=len(merged), unmatched=unmatched)
+                      cells=len(merged), unmatched=unmatched, stopped=stopped)
 
 
 def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | None = None, db: str | None = None,
@@ -242,6 +260,8 @@ def _compare(run_a: str, run_b: str | None, *, configs: Sequence[str] | None, db
     frame_a = results(run_a, db=db)
     frame_b = results(run_b, db=db) if run_b else frame_a
     if configs is not None:
+        if isinstance(configs, str):
+            raise ConfigError(f"configs takes two config names, as in configs=('A', 'B'), not the string {configs!r}")
         if len(configs) != 2:
             raise ConfigError(f"configs takes two names (A B), not {len(configs)}")
         config_a, config_b = configs

@@ -111,6 +111,9 @@ def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | Non
         raise ConfigError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
     if level not in LEVELS:
         raise ConfigError(f"unknown level {level!r}; valid: {', '.join(LEVELS)}")
+    if level != "cells" and format not in ("csv", "parquet"):
+        raise ConfigError(f"a {format} export holds the whole run (its cells and compactions), so it takes no level; "
+                          f"level {level!r} is for one table, in csv or parquet")
     target = Path(path)
     writable_target(target, format)
     con = tables.connect_existing(db)

@@ -227,8 +227,9 @@ def regress(path: str | os.PathLike[str] | ExperimentSpec, baseline: str | os.Pa
     spec = load_experiment(path if not isinstance(path, os.PathLike) else Path(path))
     target = baseline_path(spec, baseline)
     if not update and not target.is_file():
-        raise ConfigError(f"no baseline at {target}; create it with `workbench regress {spec.source or spec.name} "
-                          f"--update`")
+        how = (f"`workbench regress {spec.source} --update`" if spec.source
+               else "`wb.regress(spec, update=True)` (a spec given as a table or text has no file for the CLI)")
+        raise ConfigError(f"no baseline at {target}; create it with {how}")
     run = run_experiment(spec, db=db, concurrency=concurrency, progress=progress)
     con = database.connect(run.db)
     try:
