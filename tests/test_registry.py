@@ -378,3 +378,151 @@ def test_the_listing_follows_registration_and_is_the_callers_own():
     finally:
         registry.unregister("strategy", name)
     assert name not in kinds("strategy")
+
+
+# ------------------------------------------------------------------------------------------------
+# the methods the replay calls are checked at registration
+
+
+class _NoCompact:
+    pass
+
+
+class _CompactWithoutEnv:
+    def compact(self, context: Any) -> list[Message]:
+        return list(context.messages)
+
+
+class _CompactNotAMethod:
+    compact = 3
+
+
+class _FallbackWithoutEnv:
+    def compact(self, context: Any, env: Any) -> list[Message]:
+        return list(context.messages)
+
+    def fallback(self, context: Any) -> list[Message]:
+        return list(context.messages)
+
+
+class _NoShouldCompact:
+    def notify_compacted(self, view: Any) -> None:
+        return None
+
+
+class _ShouldCompactWithoutView:
+    def should_compact(self) -> bool:
+        return True
+
+    def notify_compacted(self, view: Any) -> None:
+        return None
+
+
+class _NoNotifyCompacted:
+    def should_compact(self, view: Any) -> bool:
+        return True
+
+
+class _NotifyWithoutView:
+    def should_compact(self, view: Any) -> bool:
+        return True
+
+    def notify_compacted(self) -> None:
+        return None
+
+
+BAD_KINDS = [
+    # (family, class, fragments the message must hold)
+    ("strategy", _NoCompact, ["has no compact method", "compact(self, context, env) -> list[Message]"]),
+    ("strategy", _CompactWithoutEnv, ["compact takes (self, context", "compact(self, context, env)"]),
+    ("strategy", _CompactNotAMethod, ["compact is int, not a method", "compact(self, context, env)"]),
+    ("strategy", _FallbackWithoutEnv, ["fallback takes (self, context", "fallback(self, context, env)"]),
+    ("trigger", _NoShouldCompact, ["has no should_compact method", "should_compact(self, view) -> bool"]),
+    ("trigger", _ShouldCompactWithoutView, ["should_compact takes (self)", "should_compact(self, view) -> bool"]),
+    ("trigger", _NoNotifyCompacted, ["has no notify_compacted method", "notify_compacted(self, view)"]),
+    ("trigger", _NotifyWithoutView, ["notify_compacted takes (self)", "notify_compacted(self, view)"]),
+]
+
+
+@pytest.mark.parametrize(("family", "cls", "fragments"), BAD_KINDS, ids=[cls.__name__ for _, cls, _ in BAD_KINDS])
+def test_a_kind_without_the_methods_the_replay_calls_is_refused_at_registration(family, cls, fragments):
+    name = f"bad_{cls.__name__.strip('_').lower()}_registry_test"
+    decorator = wb.register_strategy(name) if family == "strategy" else wb.register_trigger(name)
+    try:
+        with pytest.raises(ConfigError) as info:
+            decorator(cls)
+        assert name not in kinds(family)
+    finally:
+        registry.unregister(family, name)
+    message = str(info.value)
+    for fragment in [f"{family} kind {name!r}", cls.__name__, *fragments]:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+class _VariadicStrategy:
+    def compact(self, *args: Any, **kwargs: Any) -> list[Message]:
+        return list(args[0].messages)
+
+
+class _ExtraDefaultedStrategy:
+    def compact(self, context: Any, env: Any, extra: int = 1) -> list[Message]:
+        return list(context.messages)
+
+    def fallback(self, context: Any, env: Any, *rest: Any) -> list[Message]:
+        return list(context.messages)
+
+
+class _StaticStrategy:
+    @staticmethod
+    def compact(context: Any, env: Any) -> list[Message]:
+        return list(context.messages)
+
+
+class _ClassMethodTrigger:
+    @classmethod
+    def should_compact(cls, view: Any, *, detail: bool = False) -> bool:
+        return False
+
+    def notify_compacted(self, view: Any, **extra: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize(("family", "cls"), [("strategy", _VariadicStrategy), ("strategy", _ExtraDefaultedStrategy),
+                                             ("strategy", _StaticStrategy), ("trigger", _ClassMethodTrigger)])
+def test_methods_taking_varargs_defaults_or_no_self_are_accepted(family, cls):
+    name = f"ok_{cls.__name__.strip('_').lower()}_registry_test"
+    try:
+        (wb.register_strategy(name) if family == "strategy" else wb.register_trigger(name))(cls)
+        assert kinds(family)[name] is cls
+        if family == "strategy":
+            assert wb.compact([{"role": "user", "content": "hi"}], name)[0].text == "hi"
+    finally:
+        registry.unregister(family, name)
+
+
+def _readme_example() -> str:
+    text = README.read_text(encoding="utf-8")
+    blocks = text.split("```python\n")[1:]
+    return next(block.split("```", 1)[0] for block in blocks if "register_strategy(\"keep_first_and_last\")" in block)
+
+
+@pytest.mark.parametrize("messages", [
+    [],
+    [{"role": "system", "content": "be brief"}],
+    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "task"}],
+    conversation(1),
+    conversation(12),
+], ids=["empty", "system only", "one step", "fewer steps than last", "more steps than last"])
+def test_the_readme_strategy_example_handles_any_context(messages):
+    namespace: dict[str, Any] = {"wb": wb, "__name__": "readme_example"}
+    exec(compile(_readme_example(), "README.md", "exec", dont_inherit=True), namespace)  # the README's own example
+    try:
+        after = wb.compact(messages, {"kind": "keep_first_and_last", "last": 4})
+    finally:
+        registry.unregister("strategy", "keep_first_and_last")
+    before = [Message.from_openai(m) if isinstance(m, dict) else m for m in messages]
+    system = [m for m in before if m.role == "system"]
+    assert after[:len(system)] == system
+    assert len(after) == len(set(map(id, after))) <= len(before)  # no message twice
+    if len(before) > len(system):
+        assert after[len(system)] == before[len(system)] and after[-1] == before[-1]

@@ -788,3 +788,142 @@ def test_continuing_steps_regroups_a_last_step_whose_results_go_on():
     assert context.steps == group_steps(context.body) and len(context.steps) == 3
     assert context.__dict__["body_steps"].lengths == [1, 3, 1]
     assert context.__dict__["body_steps"].settled == {"k": 1}
+
+
+# ------------------------------------------------------------------------------------------------
+# a user's kind that breaks the contract: an error naming the kind, not a bare Python error
+
+
+class _ReturnsNone:
+    def compact(self, context, env):
+        return None
+
+
+class _ReturnsDicts:
+    def compact(self, context, env):
+        return [m.to_openai() if hasattr(m, "to_openai") else {"role": m.role, "content": m.text}
+                for m in context.messages]
+
+
+class _ReturnsText:
+    def compact(self, context, env):
+        return "the context, summarized"
+
+
+class _FallsBackToNone:
+    def compact(self, context, env):
+        raise wb.SummarizerError("down")
+
+    def fallback(self, context, env):
+        return None
+
+
+BAD_RETURNS = [
+    # (class, on_failure, fragments the message must hold)
+    (_ReturnsNone, "fatal", ["returned NoneType", "compact must return a list of Message"]),
+    (_ReturnsDicts, "fatal", ["returned a list holding a dict at 0", "compact must return a list of Message",
+                              "Message.from_openai"]),
+    (_ReturnsText, "fatal", ["returned str", "compact must return a list of Message"]),
+    (_FallsBackToNone, "fallback", ["returned NoneType", "fallback must return a list of Message"]),
+]
+
+
+@pytest.mark.parametrize(("cls", "on_failure", "fragments"), BAD_RETURNS, ids=[c.__name__ for c, _, _ in BAD_RETURNS])
+def test_a_strategy_returning_no_list_of_messages_is_an_error_naming_it(cls, on_failure, fragments):
+    name = f"{cls.__name__.strip('_').lower()}_replay_test"
+    wb.register_strategy(name)(cls)
+    try:
+        with pytest.raises(wb.ConfigError) as replayed:
+            replay(session_of(5), config({"kind": "pressure", "turns": 2}, {"kind": name}, on_failure=on_failure))
+        with pytest.raises(wb.ConfigError) as compacted:
+            compact(conversation(3), {"kind": name}, on_failure=on_failure)
+    finally:
+        wb.registry.unregister("strategy", name)
+    for message in (str(replayed.value), str(compacted.value)):
+        for fragment in [f"strategy {name!r}", *fragments]:
+            assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_a_strategy_may_return_a_generator_of_messages():
+    @dataclass(frozen=True)
+    class Generates:
+        def compact(self, context, env):
+            yield from context.system
+            yield from context.steps[-1].messages
+
+    wb.register_strategy("generates_replay_test")(Generates)
+    try:
+        result = replay(session_of(6), config({"kind": "pressure", "turns": 2}, {"kind": "generates_replay_test"}))
+    finally:
+        wb.registry.unregister("strategy", "generates_replay_test")
+    assert result.termination == "completed" and result.compactions
+    assert all(e.messages_after < e.messages_before for e in result.compactions)
+
+
+@pytest.mark.parametrize("answer", ["no", 1, None, [False]])
+def test_a_trigger_answering_other_than_true_or_false_is_an_error_naming_it(answer):
+    @dataclass(frozen=True)
+    class Answers:
+        def should_compact(self, view):
+            return answer
+
+        def notify_compacted(self, view):
+            pass
+
+    name = f"answers_{type(answer).__name__.lower()}_replay_test"  # a name per class: parsed configs are kept
+    wb.register_trigger(name)(Answers)
+    try:
+        with pytest.raises(wb.ConfigError) as info:
+            replay(session_of(5), config({"kind": name}, {"kind": "sliding_window", "window": 2}))
+    finally:
+        wb.registry.unregister("trigger", name)
+    message = str(info.value)
+    for fragment in [f"trigger {name!r}", f"should_compact returned {answer!r}", "True or False"]:
+        assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_a_trigger_may_answer_with_a_numpy_bool():
+    import numpy as np
+
+    @dataclass(frozen=True)
+    class NumpyAnswer:
+        def should_compact(self, view):
+            return np.int64(view.call_index) % 3 == 0
+
+        def notify_compacted(self, view):
+            pass
+
+    wb.register_trigger("numpy_answer_replay_test")(NumpyAnswer)
+    try:
+        result = replay(session_of(7), config({"kind": "numpy_answer_replay_test"},
+                                              {"kind": "sliding_window", "window": 2}))
+    finally:
+        wb.registry.unregister("trigger", "numpy_answer_replay_test")
+    assert [e.call_index for e in result.compactions] == [3, 6]
+
+
+@pytest.mark.parametrize(("given", "fragments"), [
+    ("0fcac6c3daafe0cd", ["replay takes a Session or a list of messages, not a str", "wb.session(id)"]),
+    (b"0fcac6c3", ["not a bytes", "wb.session(id)"]),
+    ({"role": "user", "content": "hi"}, ["not a dict", "wb.load(path)"]),
+    (None, ["not a NoneType"]),
+    ([wb.Session.from_messages(conversation(2))], ["replay takes one Session, not a list of sessions (1)",
+                                                    "wb.replay(s, config) for s in sessions"]),
+])
+def test_replay_of_something_other_than_a_session_says_what_to_pass(given, fragments):
+    with pytest.raises(TypeError) as info:
+        wb.replay(given, "no-compaction")
+    for fragment in fragments:
+        assert fragment in str(info.value), f"{fragment!r} not in {str(info.value)!r}"
+
+
+def test_the_compactions_frame_of_a_replay_without_compactions_has_the_columns():
+    spec = config({"kind": "pressure", "turns": 3}, {"kind": "sliding_window", "window": 2})
+    compacted = replay(session_of(8), spec).compactions_frame()
+    empty = replay(session_of(8), "no-compaction").compactions_frame()
+    assert len(compacted) > 0 and len(empty) == 0
+    event_columns = [c for c in compacted.columns if c in empty.columns]
+    assert list(empty.columns) == event_columns  # the same columns in the same order, the metrics' aside
+    assert {"call_index", "tokens_before", "tokens_after", "summary", "summarizer_calls",
+            "summarizer_cost_usd"} <= set(empty.columns)
+    assert empty.tokens_before.sum() == 0

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from builders import assistant, conversation, conversations, system, tool, user
 from hypothesis import given
@@ -184,3 +186,56 @@ def test_recorded_compaction_from_older_entries_computes_the_call_index():
 def test_recorded_input_tokens_sums_the_three_input_kinds(usage, expected):
     metadata = {} if usage is None else {"usage": usage}
     assert recorded_input_tokens(assistant("done", metadata=metadata)) == expected
+
+
+@pytest.mark.parametrize(("data", "role", "extra"), [
+    ({"role": "developer", "content": "be brief"}, "system", {}),
+    ({"role": "function", "name": "get_weather", "content": "sunny"}, "tool", {"name": "get_weather"}),
+    ({"role": "developer", "content": "x", "metadata": {"model": "o3"}}, "system", {}),
+])
+def test_developer_and_legacy_function_roles_are_read_as_system_and_tool(data, role, extra):
+    message = wb.Message.from_openai(data)
+    assert message.role == role and message.metadata["original_role"] == data["role"]
+    assert message.metadata.items() >= dict(data.get("metadata") or {}).items()
+    assert message.to_openai() == {"role": role, "content": data["content"], **extra}
+    (again,) = wb.Session.from_messages([data]).messages
+    assert again == message
+
+
+def test_a_legacy_function_message_answers_the_function_call_before_it():
+    session = wb.Session.from_messages([
+        {"role": "developer", "content": "answer with the tool"},
+        {"role": "user", "content": "weather?"},
+        {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": "{\"c\": 1}"}},
+        {"role": "function", "name": "get_weather", "content": "sunny"},
+        {"role": "assistant", "content": "It is sunny."},
+    ])
+    call = session.messages[2].tool_calls[0]
+    assert (call.id, call.name, call.arguments) == ("function_call_2", "get_weather", "{\"c\": 1}")
+    result = session.messages[3]
+    assert (result.role, result.tool_call_id, result.name) == ("tool", call.id, "get_weather")
+    assert tool_pairing_problems(session.messages) == [] and tools_paired(session.messages)
+    assert [m["role"] for m in session.to_openai()] == ["system", "user", "assistant", "tool", "assistant"]
+    assert [s.kind for s in session.steps] == ["system", "user", "assistant", "assistant"]
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "hi"}, {"role": "function", "name": "get", "content": "stray"}],
+    [{"role": "assistant", "content": None, "function_call": {"name": "get", "arguments": "{}"}},
+     {"role": "function", "name": "other", "content": "not its answer"}],
+])
+def test_a_legacy_function_message_with_no_call_before_it_is_an_orphan_result(messages):
+    session = wb.Session.from_messages(messages)
+    assert session.messages[-1].role == "tool" and session.messages[-1].tool_call_id is None
+    assert any("answers no preceding call" in p for p in tool_pairing_problems(session.messages))
+
+
+@pytest.mark.parametrize(("messages", "kind"), [
+    ({"role": "user", "content": "hi"}, "dict"),
+    ("hi", "str"),
+    (wb.Message(role="user", content="hi"), "Message"),
+])
+def test_messages_given_as_one_message_are_refused_clearly(messages, kind):
+    expected = f"messages must be a list of messages (dicts or Message), not a {kind}"
+    with pytest.raises(TypeError, match=rf"^{re.escape(expected)}$"):
+        wb.Session.from_messages(messages)

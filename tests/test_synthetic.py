@@ -150,3 +150,57 @@ def test_cli_generate_out_writes_jsonl(tmp_path):
     assert result.exit_code == 0, result.output
     lines = out.read_text().splitlines()
     assert len(lines) == 3 and sum(len(json.loads(line)["messages"]) for line in lines) == 60
+
+
+@pytest.mark.parametrize(("index", "seed", "dataset", "expected"), [
+    (3, 11, "synthetic", "0000003-synthetic-11"),
+    (3, 7, "syn2", "0000003-syn2-7"),
+    (12, -3, "a-1", "0000012-a-1-n3"),  # not "a-1--3", which dataset "a-1-" with seed 3 would make
+])
+def test_session_ids_name_the_dataset_and_the_seed(index, seed, dataset, expected):
+    assert synthetic.session_id(index, seed, dataset) == expected
+    counts = synthetic.message_counts(index + 1, 4 * (index + 1), seed)
+    assert synthetic.generate_session(index, counts[index], seed=seed, dataset=dataset).id == expected
+
+
+def test_cli_generate_under_another_dataset_name_makes_new_sessions(tmp_path):
+    db = str(tmp_path / "wb.duckdb")
+    runner = CliRunner()
+    first = runner.invoke(main, ["generate", "--sessions", "5", "--messages", "100", "--dataset", "syn", "--db", db])
+    assert first.exit_code == 0, first.output
+    second = runner.invoke(main, ["generate", "--sessions", "3", "--messages", "12", "--dataset", "syn2", "--db", db])
+    assert second.exit_code == 0, second.output
+    assert "generated 3 sessions (12 messages" in second.output and "skipped 0 sessions" in second.output
+    again = runner.invoke(main, ["generate", "--sessions", "3", "--messages", "12", "--dataset", "syn2", "--db", db])
+    assert again.exit_code == 0 and "generated 0 sessions" in again.output
+    assert "3 already stored in dataset 'syn2'" in again.output
+    listed = json.loads(runner.invoke(main, ["datasets", "--db", db, "--json"]).output)
+    assert {r["name"]: (r["sessions"], r["messages"]) for r in listed} == {"syn": (5, 100), "syn2": (3, 12)}
+
+
+@pytest.mark.parametrize("other", [
+    ["--sessions", "3", "--messages", "12"],
+    ["--sessions", "5", "--messages", "100", "--seed", "8"],
+    ["--sessions", "6", "--messages", "120"],
+])
+def test_cli_generate_refuses_a_dataset_holding_another_generation(tmp_path, other):
+    db = str(tmp_path / "wb.duckdb")
+    runner = CliRunner()
+    first = runner.invoke(main, ["generate", "--sessions", "5", "--messages", "100", "--dataset", "syn", "--db", db])
+    assert first.exit_code == 0, first.output
+    refused = runner.invoke(main, ["generate", *other, "--dataset", "syn", "--db", db])
+    assert refused.exit_code == 2, refused.output
+    assert "--dataset" in refused.output and "already holds 5 synthetic sessions (100 messages, seed 7)" \
+        in refused.output and "another dataset name" in refused.output
+    with Store(db, read_only=True) as store:
+        assert store.count("sessions") == 5 and store.count("messages") == 100
+
+
+def test_an_interrupted_generation_is_completed_by_running_it_again(tmp_path):
+    with Store(tmp_path / "wb.duckdb") as store:
+        store.import_sessions(list(synthetic.iter_sessions(6, 600, seed=3))[:2], dataset="synthetic")
+        report = synthetic.generate_dataset(store, 6, 600, seed=3)
+        assert (report.sessions, report.duplicates) == (4, 2)
+        assert store.count("messages", dataset="synthetic") == 600
+        with pytest.raises(synthetic.DatasetConflict, match="another generation"):
+            synthetic.generate_dataset(store, 6, 600, seed=4)

@@ -62,7 +62,12 @@ class TriggerView:
 
 @runtime_checkable
 class Trigger(Protocol):
-    """Decides when to compact. Instances are built fresh for each replay and may keep state."""
+    """Decides when to compact. Instances are built fresh for each replay and may keep state.
+
+    Both methods are required (registration refuses a kind without them, or whose methods take other
+    arguments); `should_compact` answers True or False, not merely a truthy value (the replay
+    refuses "no", which would compact at every call).
+    """
 
     def should_compact(self, view: TriggerView) -> bool: ...
 
@@ -270,7 +275,8 @@ class Strategy(Protocol):
     "fallback"`; strategies without one fall back to keeping the last 40 % (`hard_clear`). It may
     return a `strategies.common.StepList`, which tells the next strategy and the next compaction how
     the list groups into steps (the built-in kinds do); a new one each time, as the replay keeps it
-    as its context.
+    as its context. Anything but a list (or other iterable) of `Message` stops the replay with a
+    ConfigError naming the kind; registration refuses a kind whose `compact` takes other arguments.
     """
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]: ...

@@ -452,6 +452,52 @@ def _install_validation(cls: type) -> None:
     cls.__init__ = __init__  # type: ignore[misc]  # registration makes construction validate
 
 
+#: The methods a kind of each family must define, as (name, arguments after self, how it reads);
+#: optional ones are checked only when the class defines them.
+_CONTRACTS: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
+    "trigger": (("should_compact", 1, "should_compact(self, view) -> bool", True),
+                ("notify_compacted", 1, "notify_compacted(self, view) -> None", True)),
+    "strategy": (("compact", 2, "compact(self, context, env) -> list[Message]", True),
+                 ("fallback", 2, "fallback(self, context, env) -> list[Message]", False)),
+}
+
+
+def _method_problem(cls: type, method: str, arguments: int) -> str | None:
+    """Why `cls` cannot answer `method` with `arguments` positional arguments (None when it can).
+
+    `*args`, `**kwargs` and defaulted extra parameters are accepted; a signature that cannot be
+    read (a builtin) is given the benefit of the doubt."""
+    try:
+        static = inspect.getattr_static(cls, method)
+    except AttributeError:
+        return f"{cls.__qualname__} has no {method} method"
+    found = getattr(cls, method, None)
+    if not callable(found):
+        return f"{cls.__qualname__}.{method} is {type(found).__name__}, not a method"
+    try:
+        signature = inspect.signature(found)
+    except (TypeError, ValueError):
+        return None
+    bound = isinstance(static, (staticmethod, classmethod)) or not inspect.isfunction(found)
+    placeholders = [None] * (arguments + (0 if bound else 1))
+    try:
+        signature.bind(*placeholders)
+    except TypeError:
+        return f"{cls.__qualname__}.{method} takes {signature}"
+    return None
+
+
+def _check_contract(family: str, name: str, cls: type) -> None:
+    """ConfigError unless `cls` defines the methods the replay calls on a kind of `family`."""
+    for method, arguments, expected, required in _CONTRACTS.get(family, ()):
+        if not required and inspect.getattr_static(cls, method, None) is None:
+            continue
+        problem = _method_problem(cls, method, arguments)
+        if problem is not None:
+            rule = f"a {family} must define" if required else f"a {family}'s {method}, if it has one, must be"
+            raise ConfigError(f"{family} kind {name!r}: {problem}; {rule} {expected}")
+
+
 def _register(family: str, name: str, **attributes: Any) -> Callable[[type[T]], type[T]]:
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"a {family} kind needs a non-empty name, not {name!r}")
@@ -459,6 +505,7 @@ def _register(family: str, name: str, **attributes: Any) -> Callable[[type[T]], 
     def decorate(cls: type[T]) -> type[T]:
         if not isinstance(cls, type):
             raise ConfigError(f"{family} kind {name!r}: register a class, not {type(cls).__name__}")
+        _check_contract(family, name, cls)
         registry = _REGISTRIES[family]
         taken = registry.get(name)
         if taken is not None and taken is not cls and (taken.__module__, taken.__qualname__) != (
@@ -483,7 +530,8 @@ def _register(family: str, name: str, **attributes: Any) -> Callable[[type[T]], 
 def register_trigger(name: str) -> Callable[[type[T]], type[T]]:
     """Class decorator: a trigger kind, usable from configs as `trigger = { kind = name, ... }`.
 
-    The class answers `should_compact(view) -> bool` and `notify_compacted(view)`.
+    The class answers `should_compact(view) -> bool` and `notify_compacted(view)`; a class without
+    them, or whose methods take other arguments, is refused here (ConfigError naming the kind).
     """
     return _register("trigger", name)
 
@@ -491,7 +539,8 @@ def register_trigger(name: str) -> Callable[[type[T]], type[T]]:
 def register_strategy(name: str) -> Callable[[type[T]], type[T]]:
     """Class decorator: a strategy kind, usable from configs as `strategy = { kind = name, ... }`.
 
-    The class answers `compact(context, env) -> list[Message]` and may define `fallback`.
+    The class answers `compact(context, env) -> list[Message]` and may define `fallback(context, env)`;
+    a class without `compact`, or whose methods take other arguments, is refused here (ConfigError).
     """
     return _register("strategy", name)
 

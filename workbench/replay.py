@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import threading
 import warnings
 import weakref
 from bisect import bisect_right
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate, chain, compress, count, repeat
 from operator import is_
@@ -368,6 +369,8 @@ class ReplayResult:
             if index < len(self.compaction_metrics):
                 row.update(self.compaction_metrics[index])
             rows.append(row)
+        if not rows:  # the columns a frame with events has (the metrics' own columns come with their rows)
+            return pd.DataFrame(columns=COMPACTION_COLUMNS)
         return pd.DataFrame(rows)
 
 
@@ -457,6 +460,48 @@ def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
         "output_tokens": sum(c.output_tokens for c in completions),
         "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
     }
+
+
+#: `ReplayResult.compactions_frame()`'s columns before the per-compaction metrics': the event's
+#: fields, its summarizer usage spread into `summarizer_<key>` columns.
+COMPACTION_COLUMNS = (*(f.name for f in dataclasses.fields(CompactionEvent) if f.name != "summarizer_usage"),
+                      *(f"summarizer_{key}" for key in _usage(())))
+
+
+def _kind_name(kind: Any) -> str:
+    return str(getattr(kind, "kind", None) or type(kind).__name__)
+
+
+def returned_messages(returned: Any, strategy: Any, method: str = "compact") -> list[Message]:
+    """What a strategy's `compact` (or `fallback`) returned, as the replay's new context list.
+
+    A built-in kind's `StepList` is taken as it is (made for the replay, known good); any other list,
+    tuple or iterable is copied and must hold `Message`s only. Anything else (None, a dict, OpenAI
+    message dicts) is a ConfigError naming the kind: the kind breaks the strategy contract.
+    """
+    if type(returned) is StepList:
+        return returned
+    expected = f"{method} must return a list of Message"
+    if returned is None or isinstance(returned, (str, bytes, Mapping, Message)) or not hasattr(returned, "__iter__"):
+        raise ConfigError(f"strategy {_kind_name(strategy)!r} returned {type(returned).__name__}; {expected}")
+    after = list(returned)
+    if not all(map(isinstance, after, repeat(Message))):
+        index, item = next((i, m) for i, m in enumerate(after) if not isinstance(m, Message))
+        hint = " (`wb.Message.from_openai(d)` makes one of an OpenAI message dict)" if isinstance(item, Mapping) else ""
+        raise ConfigError(f"strategy {_kind_name(strategy)!r} returned a list holding a {type(item).__name__} "
+                          f"at {index}; {expected}{hint}")
+    return after
+
+
+def trigger_answer(answer: Any, trigger: Any) -> bool:
+    """`should_compact`'s answer, which must be True or False (a numpy bool is read as one):
+    ConfigError naming the kind otherwise ("no" is truthy: it would compact at every call)."""
+    if answer is True or answer is False:
+        return answer
+    if type(answer).__module__ == "numpy" and type(answer).__name__ in ("bool", "bool_"):
+        return bool(answer)
+    raise ConfigError(f"trigger {_kind_name(trigger)!r}: should_compact returned {answer!r} "
+                      f"({type(answer).__name__}); it must return True or False")
 
 
 _LazySummarizer = LazyModel  # binds on first use; its one-time start-up is timed apart
@@ -770,7 +815,7 @@ class _Replay:
         error: str | None = None
         try:
             returned = self.strategy.compact(context, env)
-            after = returned if type(returned) is StepList else list(returned)  # a StepList is made for us
+            after = returned_messages(returned, self.strategy)  # a StepList is made for us: taken as it is
             if env.completions:
                 self.consecutive_failures = 0
         except CompactionError as exc:
@@ -792,7 +837,7 @@ class _Replay:
             env.summaries.clear()  # what the failed attempt recorded is not in the fallback's result
             fallback = getattr(self.strategy, "fallback", None)
             returned = fallback(context, env) if callable(fallback) else keep_last_fraction(context)
-            after = list(returned)
+            after = list(returned_messages(returned, self.strategy, "fallback"))
             fell_back = True
         leading = len(context.system)
         steps = known_steps(returned, leading)
@@ -867,7 +912,10 @@ class _Replay:
         compacted = False
         if call_index > 0:
             view = self._view(call_index, at, reactive=self.last_finish_reason == "length")
-            if self.trigger.should_compact(view):
+            fires = self.trigger.should_compact(view)
+            if fires is not True and fires is not False:
+                fires = trigger_answer(fires, self.trigger)
+            if fires:
                 compacted = True
                 if not self._compact(call_index, at, view):
                     return False
@@ -875,7 +923,7 @@ class _Replay:
         if self.context_tokens > limit:
             if call_index > 0 and self.overflow_retry:
                 view = self._view(call_index, at, overflow=True, reactive=True)
-                if self.forced_retry or self.trigger.should_compact(view):
+                if self.forced_retry or trigger_answer(self.trigger.should_compact(view), self.trigger):
                     compacted = True
                     if not self._compact(call_index, at, view):
                         return False
@@ -1029,7 +1077,18 @@ def _parsed(config: ReplayConfig | Mapping[str, Any] | str) -> ReplayConfig:
 
 
 def as_session(session: Session | Sequence[MessageLike]) -> Session:
-    return session if isinstance(session, Session) else Session.from_messages(session)
+    """`session` itself, or the Session of a list of messages (Messages or OpenAI dicts); TypeError
+    saying what to pass for anything else (a session id, a path, a list of sessions)."""
+    if isinstance(session, Session):
+        return session
+    if isinstance(session, (str, bytes, os.PathLike, Mapping)) or not isinstance(session, Iterable):
+        raise TypeError(f"replay takes a Session or a list of messages, not a {type(session).__name__}; "
+                        "`wb.session(id)` reads a stored session by its id, `wb.load(path)` the sessions of "
+                        "a recording")
+    if isinstance(session, Sequence) and session and isinstance(session[0], Session):
+        raise TypeError(f"replay takes one Session, not a {type(session).__name__} of sessions ({len(session)}): "
+                        "replay each of them (`[wb.replay(s, config) for s in sessions]`)")
+    return Session.from_messages(session)
 
 
 def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapping[str, Any] | str,
@@ -1044,7 +1103,9 @@ def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapp
 
     `summarizer` overrides the model named in the config (any object with `.complete(...)`);
     `gateway` is the `workbench.llm` gateway to bind the configured model on (default: the
-    process-wide one). Raises `InvariantError` if a strategy breaks an invariant.
+    process-wide one). Raises `InvariantError` if a strategy breaks an invariant, and `ConfigError`
+    naming the kind if a strategy returns anything but a list of `Message` or a trigger answers
+    anything but True or False.
     """
     names = tuple(lookup("metric", name).kind for name in metrics or ())  # type: ignore[attr-defined]
     runner = _Replay(as_session(session), _parsed(config), summarizer, gateway)
@@ -1078,11 +1139,12 @@ def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summa
     before = as_messages(messages)
     context = Context(tuple(before))
     try:
-        after = list(built.compact(context, env))
+        after = list(returned_messages(built.compact(context, env), built))
     except CompactionError:
         if on_failure == "fatal":
             raise
         fallback = getattr(built, "fallback", None)
-        after = list(fallback(context, env) if callable(fallback) else keep_last_fraction(context))
+        after = list(returned_messages(fallback(context, env) if callable(fallback) else keep_last_fraction(context),
+                                       built, "fallback"))
     check_invariants(before, after, where=built.kind)
     return after

@@ -23,6 +23,11 @@ Origin = Literal["original", "compacted_synthetic", "compacted_modified", "retri
 ProbeKind = Literal["recall", "artifact", "decision", "continuation"]
 
 ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
+#: Roles accepted on input (`Message.from_openai`, `Session.from_messages`) for the role they stand for:
+#: OpenAI's `developer` succeeds `system` for newer models, `function` is the legacy form of a tool
+#: result (`name` and `content`, no `tool_call_id`), answering the assistant's legacy `function_call`.
+#: The original role is kept in the message's `metadata["original_role"]`; output uses the mapped role.
+ROLE_ALIASES: Mapping[str, str] = {"developer": "system", "function": "tool"}
 ORIGINS: tuple[str, ...] = ("original", "compacted_synthetic", "compacted_modified", "retrieved_history")
 PROBE_KINDS: tuple[str, ...] = ("recall", "artifact", "decision", "continuation")
 PINNED_IMPORTANCE = 10.0
@@ -164,19 +169,33 @@ class Message:
 
     @classmethod
     def from_openai(cls, data: Mapping[str, Any]) -> Message:
-        """Build from an OpenAI chat dict; `importance`, `origin` and `metadata` are read when present."""
+        """Build from an OpenAI chat dict; `importance`, `origin` and `metadata` are read when present.
+
+        Roles `developer` and (legacy) `function` become `system` and `tool` (`ROLE_ALIASES`), and an
+        assistant's legacy `function_call` its one tool call (id-less here: `as_messages` pairs it).
+        """
         if not isinstance(data, Mapping):
             raise TypeError(f"a message must be a dict, not {type(data).__name__}")
-        calls = data.get("tool_calls") or ()
+        role = data.get("role", "")
+        metadata = dict(data.get("metadata") or {})
+        alias = ROLE_ALIASES.get(role) if isinstance(role, str) else None
+        if alias is not None:
+            metadata.setdefault("original_role", role)
+            role = alias
+        calls = tuple(ToolCall.from_openai(c) for c in data.get("tool_calls") or ())
+        legacy_call = data.get("function_call")
+        if not calls and role == "assistant" and isinstance(legacy_call, Mapping):
+            # The legacy single call: its id is given by `as_messages`, which sees the result answering it.
+            calls = (ToolCall.from_openai({"function": legacy_call}),)
         return cls(
-            role=data.get("role", ""),
+            role=role,
             content=data.get("content"),
-            tool_calls=tuple(ToolCall.from_openai(c) for c in calls),
+            tool_calls=calls,
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
             origin=data.get("origin", "original"),
             importance=float(data.get("importance", 0.0) or 0.0),
-            metadata=dict(data.get("metadata") or {}),
+            metadata=metadata,
         )
 
 
@@ -188,7 +207,38 @@ def as_message(item: MessageLike) -> Message:
 
 
 def as_messages(items: Iterable[MessageLike]) -> list[Message]:
-    return [as_message(m) for m in items]
+    """Messages from a list of `Message`s and OpenAI chat dicts.
+
+    A legacy assistant `function_call` gets the id `function_call_<position>`, and the `function`
+    message right after it (no `tool_call_id`; the same `name` or none) answers it with that id. A
+    `function` message with no such call before it stays a tool result answering no call, which
+    `tool_pairing_problems` reports, as it does any orphan result.
+    """
+    if isinstance(items, (Mapping, Message, str, bytes)):
+        kind = "dict" if isinstance(items, Mapping) else type(items).__name__
+        raise TypeError(f"messages must be a list of messages (dicts or Message), not a {kind}")
+    out: list[Message] = []
+    legacy: ToolCall | None = None  # the unanswered legacy call of the assistant message just before
+    for item in items:
+        if isinstance(item, Message):
+            message = item
+        else:
+            message = Message.from_openai(item)
+            if message.role == "assistant" and message.tool_calls and not item.get("tool_calls") \
+                    and isinstance(item.get("function_call"), Mapping) and not message.tool_calls[0].id:
+                legacy = replace(message.tool_calls[0], id=f"function_call_{len(out)}")
+                out.append(message.replace(tool_calls=(legacy,)))
+                continue
+            if legacy is not None and item.get("role") == "function" and message.tool_call_id is None \
+                    and message.name in (None, legacy.name):
+                message = message.replace(tool_call_id=legacy.id, name=legacy.name)
+                out.append(message)
+                legacy = None
+                continue
+        if message.role != "tool":
+            legacy = None
+        out.append(message)
+    return out
 
 
 @dataclass(frozen=True)

@@ -18,11 +18,18 @@ every assistant message carries provider usage in `metadata["usage"]` whose cach
 with the conversation, as prompt caching makes it.
 
 Everything is drawn from `random.Random` seeded with `(seed, session index)`, so session i is the
-same whatever else is generated. Session ids (`<index, 7 digits>-synthetic-<seed>`) sort in
-generation order and differ within their first 8 bytes, the part of a string DuckDB keeps in its
-zone maps, so loading one session reads only the row groups that hold it, not the whole table.
-Sessions are produced one at a time: nothing holds more than the session being built, and the
-store writes them in bounded batches.
+same whatever else is generated (given its message count). Session ids
+(`<index, 7 digits>-<dataset>-<seed>`, e.g. `0000003-synthetic-7`; a negative seed is written `n3`)
+name the dataset and the seed, so generating under another dataset name or another seed makes
+other sessions, never ones already stored; within a dataset they sort in generation order and
+differ within their first 8 bytes, the part of a string DuckDB keeps in its zone maps, so loading
+one session reads only the row groups that hold it, not the whole table.
+
+A dataset holds one generation: `generate_dataset` skips the sessions already stored (so an
+interrupted generation is completed by running it again) and refuses, with `DatasetConflict`, a
+dataset holding synthetic sessions that this generation would not make (other sizes or another
+seed): generate those under another dataset name. Sessions are produced one at a time: nothing
+holds more than the session being built, and the store writes them in bounded batches.
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from workbench.errors import WorkbenchError
 from workbench.session import Message, Session, ToolCall
 
 if TYPE_CHECKING:
@@ -50,6 +58,10 @@ DEFAULT_DATASET = "synthetic"
 MIN_MESSAGES = 4
 MAX_TEXT = 80_000  # a tool output longer than this is cut (agents truncate their tool outputs too)
 _POOL_CHARS = 1 << 20
+
+
+class DatasetConflict(WorkbenchError, ValueError):
+    """The dataset already holds synthetic sessions that another generation made."""
 
 
 @dataclass(frozen=True)
@@ -253,16 +265,18 @@ def generate_session(index: int, messages: int, seed: int = DEFAULT_SEED,
                 assistant(min(left - 1, rng.randint(2, 4)))
             else:
                 assistant(1)
-    return Session(messages=tuple(out), id=session_id(index, seed), dataset=dataset, format="synthetic",
+    return Session(messages=tuple(out), id=session_id(index, seed, dataset), dataset=dataset, format="synthetic",
                    tools=tuple({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
                                for name in agent.tools),
                    metadata={"generator": "workbench.synthetic", "seed": seed, "index": index, "agent": agent.name,
                              "model": agent.model})
 
 
-def session_id(index: int, seed: int = DEFAULT_SEED) -> str:
-    """The id of session `index` of the dataset of `seed`."""
-    return f"{index:07d}-synthetic-{seed}"
+def session_id(index: int, seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATASET) -> str:
+    """The id of session `index` generated with `seed` under the name `dataset`:
+    `<index, 7 digits>-<dataset>-<seed>`, the seed written `n<-seed>` when negative (so the part after
+    the last `-` is always the seed, whatever `-` the dataset name holds)."""
+    return f"{index:07d}-{dataset}-{seed if seed >= 0 else f'n{-seed}'}"
 
 
 def iter_sessions(sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED,
@@ -270,6 +284,36 @@ def iter_sessions(sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESS
     """The dataset's sessions one at a time, in index order (`messages` in total)."""
     for index, count in enumerate(message_counts(sessions, messages, seed)):
         yield generate_session(index, count, seed, dataset)
+
+
+def check_dataset(store: Store, sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES, *,
+                  seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATASET) -> None:
+    """Raise `DatasetConflict` when `dataset` holds a synthetic session that this generation would
+    not make (another seed, other sizes, an id of an older version): a dataset holds one generation.
+    Sessions it would make (same id, same message count, so the same content) are fine: they are
+    what an interrupted run of the same generation left, and re-running skips them."""
+    counts = message_counts(sessions, messages, seed)
+    cursor = store.connection.execute(
+        "SELECT id, message_count, TRY_CAST(metadata->>'index' AS BIGINT), TRY_CAST(metadata->>'seed' AS BIGINT) "
+        "FROM sessions WHERE dataset = ? AND format = 'synthetic'", [dataset])
+    stored = stored_messages = foreign = 0
+    seeds: set[int] = set()
+    while rows := cursor.fetchmany(10_000):
+        for sid, count, index, their_seed in rows:
+            stored += 1
+            stored_messages += int(count)
+            if their_seed is not None:
+                seeds.add(int(their_seed))
+            if index is None or not 0 <= index < sessions or count != counts[index] \
+                    or sid != session_id(index, seed, dataset):
+                foreign += 1
+    if foreign:
+        seed_text = ", ".join(str(s) for s in sorted(seeds)) or "unknown"
+        raise DatasetConflict(
+            f"dataset {dataset!r} already holds {stored} synthetic session{'s' * (stored != 1)} ({stored_messages} "
+            f"messages, seed {seed_text}) from another generation than this one ({sessions} sessions, {messages} "
+            f"messages, seed {seed}); a dataset holds one generation: generate into another dataset name, "
+            "or repeat the sizes and seed of the first generation to complete it")
 
 
 def generate_dataset(db: str | os.PathLike[str] | Store, sessions: int = DEFAULT_SESSIONS,
@@ -280,7 +324,9 @@ def generate_dataset(db: str | os.PathLike[str] | Store, sessions: int = DEFAULT
     the import report. Sessions stream through the store's batch writer, so memory holds one batch
     (about `Store.batch_messages` messages) plus the session being generated. `progress(sessions
     done, messages done)` is called after each session is handed to the writer. Sessions already
-    stored (same seed and index) are skipped, so an interrupted generation can simply be re-run."""
+    stored are skipped, so an interrupted generation can simply be re-run; a dataset holding
+    synthetic sessions of another generation (other sizes or seed) raises `DatasetConflict`
+    (`check_dataset`) before anything is written."""
     from workbench.store import Store
 
     def stream() -> Iterator[Session]:
@@ -293,14 +339,17 @@ def generate_dataset(db: str | os.PathLike[str] | Store, sessions: int = DEFAULT
 
     description = (f"Synthetic agent sessions ({sessions} sessions, {messages} messages, seed {seed}; "
                    "workbench generate)")
-    if isinstance(db, Store):
-        report = db.import_sessions(stream(), dataset=dataset)
-        db.describe_dataset(dataset, description)
-        return report
-    with Store(db, memory_limit=memory_limit) as store:
+
+    def generate(store: Store) -> ImportReport:
+        check_dataset(store, sessions, messages, seed=seed, dataset=dataset)
         report = store.import_sessions(stream(), dataset=dataset)
         store.describe_dataset(dataset, description)
         return report
+
+    if isinstance(db, Store):
+        return generate(db)
+    with Store(db, memory_limit=memory_limit) as store:
+        return generate(store)
 
 
 def write_jsonl(path: str | os.PathLike[str], sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES,

@@ -195,7 +195,9 @@ def init_cmd(with_samples: bool) -> None:
 @click.option("--messages", "n_messages", type=click.IntRange(min=4), default=5_000_000, show_default=True,
               help="How many messages in all (at least 4 per session).")
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same sessions (and ids).")
-@click.option("--dataset", default="synthetic", show_default=True, metavar="NAME", help="Dataset to file them under.")
+@click.option("--dataset", default="synthetic", show_default=True, metavar="NAME",
+              help="Dataset to file them under (part of every session id). A dataset holds one generation: "
+                   "one holding sessions of other sizes or another seed is refused.")
 @click.option("--out", "-o", "out", default=None, metavar="FILE",
               help="Write workbench JSONL (gzip if it ends in .gz) for `workbench import` instead of the database.")
 @click.option("--memory-limit", default=None, envvar="WORKBENCH_MEMORY_LIMIT", metavar="SIZE",
@@ -208,8 +210,12 @@ def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out:
 
     Sessions mix system, user, assistant and tool messages as Claude Code, OpenHands and Codex
     record them (tool outputs heavy-tailed, usage on every call); the same seed gives the same
-    sessions. Written in batches, so memory stays bounded at any size; re-running skips the
-    sessions already stored.
+    sessions. Written in batches, so memory stays bounded at any size.
+
+    Session ids name the dataset and the seed (`0000003-synthetic-7`), so another --dataset or
+    --seed makes new sessions. Re-running the same command skips the sessions already stored
+    (completing an interrupted run); generating into a dataset that holds synthetic sessions of
+    other --sessions/--messages/--seed is refused (exit 2): use another --dataset name.
     """
     from workbench import synthetic
 
@@ -239,8 +245,12 @@ def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out:
                     from workbench.db import set_memory_limit
 
                     set_memory_limit(store.connection, memory_limit)
-                report = synthetic.generate_dataset(store, n_sessions, n_messages, seed=seed, dataset=dataset,
-                                                    progress=advance)
+                try:
+                    report = synthetic.generate_dataset(store, n_sessions, n_messages, seed=seed, dataset=dataset,
+                                                        progress=advance)
+                except synthetic.DatasetConflict as exc:
+                    raise click.BadParameter(str(exc), param_hint="--dataset") from None
+            skipped_text = report.duplicates_text() if report.duplicates else "skipped 0 sessions already stored"
             result = {"db": opts.db_path, "dataset": dataset, "seed": seed, **report.to_dict()}
             for key in ("session_ids", "file_outcomes", "skipped", "errors", "warnings"):
                 result.pop(key, None)
@@ -254,7 +264,7 @@ def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out:
     else:
         click.echo(f"generated {_plural(result['sessions'], 'session')} ({result['messages']} messages, "
                    f"{result['calls']} calls) into {result['db']} as dataset {dataset!r} in {result['seconds']:.1f} s; "
-                   f"skipped {_plural(result['duplicates'], 'session')} already stored")
+                   f"{skipped_text}")
 
 
 COMMANDS = (import_cmd, sessions_cmd, datasets_cmd, init_cmd, generate_cmd)
