@@ -19,6 +19,11 @@ def did_you_mean(given: Iterable[str], valid: Iterable[str]) -> str:
     return f"; did you mean {' or '.join(map(repr, dict.fromkeys(guesses)))}?" if guesses else ""
 
 
+def _first_names(names: list[str], shown: int = 8) -> str:
+    """The first `shown` names, comma-separated, with `...` when there are more."""
+    return ", ".join(names[:shown]) + (", ..." if len(names) > shown else "")
+
+
 def missing_file(what: str, path: Path) -> str:
     """`{what} {path} does not exist` and where to look instead: the files of the same type in its
     folder (a near miss first), or that the folder itself is missing from the current directory."""
@@ -27,9 +32,8 @@ def missing_file(what: str, path: Path) -> str:
     if folder.is_dir():
         siblings = sorted(p.name for p in folder.glob(f"*{path.suffix}") if p.is_file()) if path.suffix else []
         if siblings:
-            shown = ", ".join(siblings[:8]) + (", ..." if len(siblings) > 8 else "")
             where = "the current folder" if folder == Path() else folder
-            message += f"{did_you_mean([path.name], siblings)} ({where} has {shown})"
+            message += f"{did_you_mean([path.name], siblings)} ({where} has {_first_names(siblings)})"
     else:
         message += f" (there is no folder {folder} in {Path.cwd()})"
     return message
@@ -38,7 +42,7 @@ def missing_file(what: str, path: Path) -> str:
 def folder_given(what: str, path: Path) -> str:
     """`{what} {path} is a folder` and the files of the expected type in it, to name one instead."""
     inside = sorted(p.name for p in path.glob("*.toml") if p.is_file())
-    listed = f"; name one of its files: {', '.join(inside[:8])}{', ...' if len(inside) > 8 else ''}" if inside else ""
+    listed = f"; name one of its files: {_first_names(inside)}" if inside else ""
     return f"{what} {path} is a folder, not a TOML file{listed}"
 
 

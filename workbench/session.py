@@ -224,8 +224,8 @@ def as_messages(items: Iterable[MessageLike]) -> list[Message]:
             message = item
         else:
             message = Message.from_openai(item)
-            if message.role == "assistant" and message.tool_calls and not item.get("tool_calls") \
-                    and isinstance(item.get("function_call"), Mapping) and not message.tool_calls[0].id:
+            if message.role == "assistant" and not item.get("tool_calls") \
+                    and isinstance(item.get("function_call"), Mapping):  # `from_openai` made its one id-less call
                 legacy = replace(message.tool_calls[0], id=f"function_call_{len(out)}")
                 out.append(message.replace(tool_calls=(legacy,)))
                 continue

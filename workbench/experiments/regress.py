@@ -42,16 +42,26 @@ class MetricDiff:
     tolerance: Tolerance
     ok: bool
 
+    @property
+    def change(self) -> float | None:
+        """current − baseline (None when either is missing)."""
+        return None if self.current is None or self.baseline is None else self.current - self.baseline
+
+    @property
+    def relative_change(self) -> float | None:
+        """The change as a share of |baseline| (None when either is missing or the baseline is 0)."""
+        change = self.change
+        return None if change is None or not self.baseline else change / abs(self.baseline)
+
     def line(self) -> str:
         mark = "ok  " if self.ok else "FAIL"
         if self.current is None:
             return f"{mark} {self.config} / {self.dataset}: {self.metric} is missing from the fresh run"
         if self.baseline is None:
             return f"{mark} {self.config} / {self.dataset}: {self.metric} is not in the baseline"
-        change = self.current - self.baseline
-        relative = f" ({change / abs(self.baseline):+.1%})" if self.baseline else ""
+        relative = f" ({self.relative_change:+.1%})" if self.relative_change is not None else ""
         return (f"{mark} {self.config} / {self.dataset}: {self.metric} {_fmt(self.baseline)} → {_fmt(self.current)} "
-                f"({change:+.4g}{relative}; {self.tolerance.describe()})")
+                f"({self.change:+.4g}{relative}; {self.tolerance.describe()})")
 
 
 @dataclass(frozen=True)

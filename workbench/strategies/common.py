@@ -640,11 +640,10 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
     env.summaries[:] = [s for s in env.summaries if s in texts]
 
 
-__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION",
-           "Grouping", "derived", "flag_runs", "glued_cut", "glued_flags", "glued_pins", "glued_runs",
-           "has_stray_tool_step", "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in",
-           "last_steps_for_messages", "may_summarize", "lend_grouping", "next_index", "pinned_flags", "BodySteps",
-           "StepList",
-           "body_steps", "context_of", "continue_steps", "known_steps", "pinned_positions", "render_transcript",
-           "rewrite_run", "settle", "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets",
-           "steps_of", "stray_owners", "summary_max_tokens", "task_index", "usable_window"]
+__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "Grouping",
+           "derived", "flag_runs", "glued_cut", "glued_flags", "glued_pins", "glued_runs", "has_stray_tool_step",
+           "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in", "last_steps_for_messages",
+           "may_summarize", "lend_grouping", "next_index", "pinned_flags", "BodySteps", "StepList", "body_steps",
+           "context_of", "continue_steps", "known_steps", "pinned_positions", "render_transcript", "rewrite_run",
+           "settle", "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets", "steps_of",
+           "stray_owners", "summary_max_tokens", "task_index", "usable_window"]

@@ -32,14 +32,12 @@ FAIL_COLOUR = "background-color: rgba(214, 39, 40, 0.22)"
 PASS_COLOUR = "background-color: rgba(44, 160, 44, 0.15)"
 
 
-def change_text(baseline: float | None, current: float | None) -> str:
-    """The change from the baseline: relative when the baseline is not zero (+2.5%), else absolute."""
-    if baseline is None or current is None:
-        return ""
-    change = current - baseline
-    if baseline:
-        return f"{change / abs(baseline):+.1%}"
-    return f"{change:+.4g}"
+def change_text(diff: Any) -> str:
+    """A `MetricDiff`'s change from the baseline: relative when the baseline is not zero (+2.5%), else
+    absolute; "" when a side is missing."""
+    if diff.relative_change is not None:
+        return f"{diff.relative_change:+.1%}"
+    return "" if diff.change is None else f"{diff.change:+.4g}"
 
 
 def checks_frame(report: Any) -> pd.DataFrame:
@@ -52,7 +50,7 @@ def checks_frame(report: Any) -> pd.DataFrame:
     rows = [{"ok": d.ok, "config": d.config, "dataset": d.dataset, "metric": d.metric,
              "baseline": "not in the baseline" if d.baseline is None else format_metric(d.metric, d.baseline),
              "current": "missing from the run" if d.current is None else format_metric(d.metric, d.current),
-             "change": change_text(d.baseline, d.current), "tolerance": d.tolerance.describe()}
+             "change": change_text(d), "tolerance": d.tolerance.describe()}
             for d in report.diffs]
     frame = pd.DataFrame(rows, columns=["ok", "config", "dataset", "metric", "baseline", "current", "change",
                                         "tolerance"])
