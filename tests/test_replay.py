@@ -828,15 +828,26 @@ BAD_RETURNS = [
 ]
 
 
+#: where the user's kind sits: alone, as a pipeline's second step, as guard_select's choice (a small
+#: context has no severity and no oversized tool result: the `gentle` slot)
+WRAPPERS = {
+    "alone": lambda name: {"kind": name},
+    "in_pipeline": lambda name: {"kind": "pipeline", "steps": [{"kind": "tool_result_truncation"}, {"kind": name}]},
+    "in_guard_select": lambda name: {"kind": "guard_select", "gentle": {"kind": name}},
+}
+
+
+@pytest.mark.parametrize("wrapper", WRAPPERS)
 @pytest.mark.parametrize(("cls", "on_failure", "fragments"), BAD_RETURNS, ids=[c.__name__ for c, _, _ in BAD_RETURNS])
-def test_a_strategy_returning_no_list_of_messages_is_an_error_naming_it(cls, on_failure, fragments):
-    name = f"{cls.__name__.strip('_').lower()}_replay_test"
+def test_a_strategy_returning_no_list_of_messages_is_an_error_naming_it(cls, on_failure, fragments, wrapper):
+    name = f"{cls.__name__.strip('_').lower()}_{wrapper}_replay_test"  # a name per wrapper: parsed configs are kept
     wb.register_strategy(name)(cls)
+    strategy = WRAPPERS[wrapper](name)
     try:
         with pytest.raises(wb.ConfigError) as replayed:
-            replay(session_of(5), config({"kind": "pressure", "turns": 2}, {"kind": name}, on_failure=on_failure))
+            replay(session_of(5), config({"kind": "pressure", "turns": 2}, strategy, on_failure=on_failure))
         with pytest.raises(wb.ConfigError) as compacted:
-            compact(conversation(3), {"kind": name}, on_failure=on_failure)
+            compact(conversation(3), strategy, on_failure=on_failure)
     finally:
         wb.registry.unregister("strategy", name)
     for message in (str(replayed.value), str(compacted.value)):
@@ -860,8 +871,9 @@ def test_a_strategy_may_return_a_generator_of_messages():
     assert all(e.messages_after < e.messages_before for e in result.compactions)
 
 
+@pytest.mark.parametrize("combinator", [None, "any", "all"])
 @pytest.mark.parametrize("answer", ["no", 1, None, [False]])
-def test_a_trigger_answering_other_than_true_or_false_is_an_error_naming_it(answer):
+def test_a_trigger_answering_other_than_true_or_false_is_an_error_naming_it(answer, combinator):
     @dataclass(frozen=True)
     class Answers:
         def should_compact(self, view):
@@ -870,11 +882,12 @@ def test_a_trigger_answering_other_than_true_or_false_is_an_error_naming_it(answ
         def notify_compacted(self, view):
             pass
 
-    name = f"answers_{type(answer).__name__.lower()}_replay_test"  # a name per class: parsed configs are kept
+    name = f"answers_{type(answer).__name__.lower()}_{combinator}_replay_test"  # parsed configs are kept by name
     wb.register_trigger(name)(Answers)
+    trigger = {"kind": name} if combinator is None else {"kind": combinator, "triggers": [{"kind": name}]}
     try:
         with pytest.raises(wb.ConfigError) as info:
-            replay(session_of(5), config({"kind": name}, {"kind": "sliding_window", "window": 2}))
+            replay(session_of(5), config(trigger, {"kind": "sliding_window", "window": 2}))
     finally:
         wb.registry.unregister("trigger", name)
     message = str(info.value)

@@ -16,7 +16,7 @@ from functools import cached_property
 from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
-from workbench.errors import SummarizerError
+from workbench.errors import ConfigError, SummarizerError
 from workbench.session import Message, Step, group_steps, leading_system
 from workbench.tokens import Tokenizer, message_tokens, messages_tokens, resolve
 
@@ -280,3 +280,19 @@ class Strategy(Protocol):
     """
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]: ...
+
+
+def kind_name(kind: Any) -> str:
+    """The registered name of a trigger or strategy (its class name when it has none), for messages."""
+    return str(getattr(kind, "kind", None) or type(kind).__name__)
+
+
+def trigger_answer(answer: Any, trigger: Any) -> bool:
+    """`should_compact`'s answer, which must be True or False (a numpy bool is read as one):
+    ConfigError naming the kind otherwise ("no" is truthy: it would compact at every call)."""
+    if answer is True or answer is False:
+        return answer
+    if type(answer).__module__ == "numpy" and type(answer).__name__ in ("bool", "bool_"):
+        return bool(answer)
+    raise ConfigError(f"trigger {kind_name(trigger)!r}: should_compact returned {answer!r} "
+                      f"({type(answer).__name__}); it must return True or False")

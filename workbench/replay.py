@@ -42,6 +42,7 @@ from workbench.compaction import (
     Summarizer,
     TriggerView,
     first_true,
+    trigger_answer,
     trigger_severity,
 )
 from workbench.config import DEFAULT_SUMMARIZER, ON_FAILURE, ReplayConfig, parse_config
@@ -62,11 +63,11 @@ from workbench.session import (
 from workbench.strategies.common import (
     BodySteps,
     Grouping,
-    StepList,
     continue_steps,
     keep_last_fraction,
     known_steps,
     lend_grouping,
+    returned_messages,
     shared_prefix_length,
 )
 from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, messages_tokens, prime
@@ -466,42 +467,6 @@ def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
 #: fields, its summarizer usage spread into `summarizer_<key>` columns.
 COMPACTION_COLUMNS = (*(f.name for f in dataclasses.fields(CompactionEvent) if f.name != "summarizer_usage"),
                       *(f"summarizer_{key}" for key in _usage(())))
-
-
-def _kind_name(kind: Any) -> str:
-    return str(getattr(kind, "kind", None) or type(kind).__name__)
-
-
-def returned_messages(returned: Any, strategy: Any, method: str = "compact") -> list[Message]:
-    """What a strategy's `compact` (or `fallback`) returned, as the replay's new context list.
-
-    A built-in kind's `StepList` is taken as it is (made for the replay, known good); any other list,
-    tuple or iterable is copied and must hold `Message`s only. Anything else (None, a dict, OpenAI
-    message dicts) is a ConfigError naming the kind: the kind breaks the strategy contract.
-    """
-    if type(returned) is StepList:
-        return returned
-    expected = f"{method} must return a list of Message"
-    if returned is None or isinstance(returned, (str, bytes, Mapping, Message)) or not hasattr(returned, "__iter__"):
-        raise ConfigError(f"strategy {_kind_name(strategy)!r} returned {type(returned).__name__}; {expected}")
-    after = list(returned)
-    if not all(map(isinstance, after, repeat(Message))):
-        index, item = next((i, m) for i, m in enumerate(after) if not isinstance(m, Message))
-        hint = " (`wb.Message.from_openai(d)` makes one of an OpenAI message dict)" if isinstance(item, Mapping) else ""
-        raise ConfigError(f"strategy {_kind_name(strategy)!r} returned a list holding a {type(item).__name__} "
-                          f"at {index}; {expected}{hint}")
-    return after
-
-
-def trigger_answer(answer: Any, trigger: Any) -> bool:
-    """`should_compact`'s answer, which must be True or False (a numpy bool is read as one):
-    ConfigError naming the kind otherwise ("no" is truthy: it would compact at every call)."""
-    if answer is True or answer is False:
-        return answer
-    if type(answer).__module__ == "numpy" and type(answer).__name__ in ("bool", "bool_"):
-        return bool(answer)
-    raise ConfigError(f"trigger {_kind_name(trigger)!r}: should_compact returned {answer!r} "
-                      f"({type(answer).__name__}); it must return True or False")
 
 
 _LazySummarizer = LazyModel  # binds on first use; its one-time start-up is timed apart

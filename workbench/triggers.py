@@ -34,7 +34,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workbench.compaction import CallSpan, TriggerView, trigger_severity
+from workbench.compaction import CallSpan, TriggerView, trigger_answer, trigger_severity
 from workbench.errors import ConfigError
 from workbench.registry import TriggerSpec, param, register_trigger
 from workbench.session import Message
@@ -459,7 +459,7 @@ class AnyOf(_Combinator):
     """Fire when at least one of `triggers` fires; every inner trigger hears about compactions."""
 
     def should_compact(self, view: TriggerView) -> bool:
-        return any(t.should_compact(view) for t in self.triggers)
+        return any(trigger_answer(t.should_compact(view), t) for t in self.triggers)
 
     def firing_mask(self, span: CallSpan) -> Any:
         masks = self._masks(span)
@@ -475,7 +475,7 @@ class AllOf(_Combinator):
     """Fire when every one of `triggers` fires; every inner trigger hears about compactions."""
 
     def should_compact(self, view: TriggerView) -> bool:
-        return all(t.should_compact(view) for t in self.triggers)
+        return all(trigger_answer(t.should_compact(view), t) for t in self.triggers)
 
     def firing_mask(self, span: CallSpan) -> Any:
         masks = self._masks(span)

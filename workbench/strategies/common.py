@@ -13,7 +13,8 @@ from itertools import accumulate, compress, count, repeat
 from operator import attrgetter, is_, is_not, sub
 from typing import Any, TypeVar, cast
 
-from workbench.compaction import CompactionEnv, Context
+from workbench.compaction import CompactionEnv, Context, kind_name
+from workbench.errors import ConfigError
 from workbench.session import Message, Step, flatten, group_steps
 
 DEFAULT_FALLBACK_FRACTION = 0.4
@@ -640,10 +641,32 @@ def keep_summaries_in(env: CompactionEnv, messages: Sequence[Message]) -> None:
     env.summaries[:] = [s for s in env.summaries if s in texts]
 
 
+def returned_messages(returned: Any, strategy: Any, method: str = "compact") -> list[Message]:
+    """What a strategy's `compact` (or `fallback`) returned, as the replay's new context list.
+
+    A built-in kind's `StepList` is taken as it is (made for the replay, known good); any other list,
+    tuple or iterable is copied and must hold `Message`s only. Anything else (None, a dict, OpenAI
+    message dicts) is a ConfigError naming the kind: the kind breaks the strategy contract.
+    """
+    if type(returned) is StepList:
+        return returned
+    expected = f"{method} must return a list of Message"
+    if returned is None or isinstance(returned, (str, bytes, Mapping, Message)) or not hasattr(returned, "__iter__"):
+        raise ConfigError(f"strategy {kind_name(strategy)!r} returned {type(returned).__name__}; {expected}")
+    after = list(returned)
+    if not all(map(isinstance, after, repeat(Message))):
+        index, item = next((i, m) for i, m in enumerate(after) if not isinstance(m, Message))
+        hint = " (`wb.Message.from_openai(d)` makes one of an OpenAI message dict)" if isinstance(item, Mapping) else ""
+        raise ConfigError(f"strategy {kind_name(strategy)!r} returned a list holding a {type(item).__name__} "
+                          f"at {index}; {expected}{hint}")
+    return after
+
+
 __all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "Grouping",
            "derived", "flag_runs", "glued_cut", "glued_flags", "glued_pins", "glued_runs", "has_stray_tool_step",
            "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in", "last_steps_for_messages",
            "may_summarize", "lend_grouping", "next_index", "pinned_flags", "BodySteps", "StepList", "body_steps",
-           "context_of", "continue_steps", "known_steps", "pinned_positions", "render_transcript", "rewrite_run",
+           "context_of", "continue_steps", "known_steps", "pinned_positions", "render_transcript",
+           "returned_messages", "rewrite_run",
            "settle", "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets", "steps_of",
            "stray_owners", "summary_max_tokens", "task_index", "usable_window"]

@@ -15,7 +15,13 @@ from workbench.compaction import SEVERITIES, CompactionEnv, Context
 from workbench.errors import CompactionError
 from workbench.registry import StrategySpec, param, register_strategy
 from workbench.session import Message
-from workbench.strategies.common import context_of, keep_last_fraction, keep_summaries_in, may_summarize
+from workbench.strategies.common import (
+    context_of,
+    keep_last_fraction,
+    keep_summaries_in,
+    may_summarize,
+    returned_messages,
+)
 
 GUARD_WARN_RATIO = 0.8
 GUARD_CRITICAL_RATIO = 1.0
@@ -78,7 +84,8 @@ class GuardSelect:
         return slot, getattr(self, slot)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        return self.select(context, env)[1].compact(context, env)
+        strategy = self.select(context, env)[1]
+        return returned_messages(strategy.compact(context, env), strategy)
 
     def fallback(self, context: Context, env: CompactionEnv) -> list[Message]:
         """The chosen strategy's own fallback, else the default (keep the last 40 %).
@@ -88,7 +95,9 @@ class GuardSelect:
         env.summaries.clear()
         strategy = self.select(context, env)[1]
         own = getattr(strategy, "fallback", None)
-        return own(context, env) if callable(own) else keep_last_fraction(context)
+        if callable(own):
+            return returned_messages(own(context, env), strategy, "fallback")
+        return keep_last_fraction(context)
 
 
 @register_strategy("pipeline")
@@ -112,7 +121,7 @@ class Pipeline:
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         messages = list(context.messages)
         for index, step in enumerate(self.steps):
-            messages = step.compact(context_of(messages) if index else context, env)
+            messages = returned_messages(step.compact(context_of(messages) if index else context, env), step)
         keep_summaries_in(env, messages)
         return messages
 
@@ -122,10 +131,11 @@ class Pipeline:
         for step in self.steps:
             current = context_of(messages)
             try:
-                messages = step.compact(current, env)
+                messages = returned_messages(step.compact(current, env), step)
             except CompactionError:
                 own = getattr(step, "fallback", None)
-                messages = own(current, env) if callable(own) else keep_last_fraction(current)
+                messages = (returned_messages(own(current, env), step, "fallback") if callable(own)
+                            else keep_last_fraction(current))
         keep_summaries_in(env, messages)
         return messages
 
