@@ -359,7 +359,7 @@ def test_usage_errors_are_json_under_json(runner, tmp_path):
     assert not (tmp_path / "wb.duckdb").exists()
     alias = runner.invoke(main, ["import", str(tmp_path), "--format", "openai-chat",
                                  "--db", str(tmp_path / "a.duckdb")])
-    assert alias.exit_code == 0, alias.output
+    assert alias.exit_code == 1 and "no session file found" in alias.stderr, alias.output  # accepted, nothing found
 
 
 def test_the_last_shared_option_wins_and_quiet_is_accepted_anywhere(runner, files, tmp_path):
@@ -447,6 +447,36 @@ def test_import_names_every_file_it_ignored_and_why(runner, tmp_path):
                                                                            "notes.json"}
     quiet = runner.invoke(main, ["import", str(folder), "--quiet", "--db", str(tmp_path / "wb.duckdb")])
     assert quiet.exit_code == 0 and quiet.stderr == ""
+
+
+def test_an_import_that_finds_nothing_fails_and_a_missing_path_creates_no_database(runner, tmp_path):
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "README.md").write_text("# not a session")
+    db = tmp_path / "wb.duckdb"
+    empty = runner.invoke(main, ["import", str(folder), "--db", str(db)])
+    assert empty.exit_code == 1 and "imported 0 sessions" in empty.stdout
+    assert f"error: no session file found in {folder}" in empty.stderr and "README.md" in empty.stderr
+    report = runner.invoke(main, ["import", str(folder), "--json", "--db", str(db)])
+    assert report.exit_code == 1 and json.loads(report.stdout)["files"] == 0
+    elsewhere = tmp_path / "other.duckdb"
+    missing = runner.invoke(main, ["import", str(tmp_path / "nope"), "--db", str(elsewhere)])
+    assert missing.exit_code == 1 and "nope: no such file or folder" in missing.stderr
+    assert not elsewhere.exists()
+
+
+def test_a_session_file_imported_again_after_it_grew_replaces_the_earlier_import(runner, tmp_path):
+    record = json.loads(openai_line(1))
+    live = tmp_path / "live.json"
+    live.write_text(json.dumps({"messages": record["messages"][:4]}))  # read while the agent worked
+    db = tmp_path / "wb.duckdb"
+    assert runner.invoke(main, ["import", str(live), "--db", str(db)]).exit_code == 0
+    live.write_text(json.dumps(record))
+    again = runner.invoke(main, ["import", str(live), "--db", str(db)])
+    assert again.exit_code == 0 and "imported 1 session" in again.stdout
+    assert "1 of them replaced an earlier import of the same recording, which grew since" in again.stdout
+    listed = json.loads(runner.invoke(main, ["sessions", "--json", "--db", str(db)]).stdout)
+    assert [row["messages"] for row in listed] == [5]
 
 
 def test_a_live_session_imports_its_complete_lines_with_a_warning(runner, tmp_path):

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import duckdb
 import pytest
@@ -13,7 +14,7 @@ import pytest
 from workbench import db
 from workbench import store as store_module
 from workbench.errors import ConfigError, SessionFilterError, StoreError
-from workbench.session import Message, Probe, Session, ToolCall
+from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall
 from workbench.store import Store
 from workbench.tokens import message_tokens
 
@@ -209,6 +210,70 @@ def test_a_session_imported_into_another_dataset_says_where_it_is_stored(db_path
         same = store.import_sessions([rich_session("b")], dataset="first")
         assert same.duplicates_text() == "skipped 1 duplicate session: 1 already stored in dataset 'first'"
         assert store.import_sessions([rich_session("d")]).duplicates_text() == "skipped 0 duplicate sessions"
+
+
+def _recording(n_steps: int, *, session_id: str = "live-1", stub_last: bool = False) -> Session:
+    """A recording of one agent session as read after `n_steps` steps (the same session id, source and
+    format every time); `stub_last`: the last call's result was not written yet (a stub stands in)."""
+    messages = [Message(role="system", content="You are a coding agent."), Message(role="user", content="fix it")]
+    for i in range(n_steps):
+        messages.append(Message(role="assistant", content=f"step {i}",
+                                tool_calls=(ToolCall(id=f"c{i}", name="bash", arguments='{"command": "ls"}'),)))
+        text = NO_RESULT_TEXT if stub_last and i == n_steps - 1 else f"result {i}"
+        messages.append(Message(role="tool", content=text, tool_call_id=f"c{i}", name="bash"))
+    return Session.from_messages(messages, format="claude-code", dataset="first",
+                                 metadata={"session_id": session_id, "source": "live.jsonl"})
+
+
+def test_a_recording_imported_again_after_it_grew_replaces_its_earlier_import(db_path):
+    """A live session read twice is one session: the longer read replaces the shorter one (keeping its
+    dataset, and saying so); a different recording of the same file, or a shorter read, is not a later version."""
+    with Store(db_path) as store:
+        early = _recording(3, stub_last=True)
+        store.import_sessions([early])
+        grown = _recording(5)
+        report = store.import_sessions([grown], dataset="second")
+        assert (report.sessions, report.replaced) == (1, {early.id: grown.id})
+        assert store.session_ids() == [grown.id] and store.session_rows()[0]["dataset"] == "first"
+        assert f"{early.id[:8]} -> {grown.id[:8]}" in report.summary() and "stays in its dataset" in report.summary()
+        assert report.to_dict()["replaced"] == [{"old": early.id, "new": grown.id}]
+        assert store.load_session(grown.id).messages == grown.messages
+
+        shorter = _recording(4)
+        other = _recording(6, session_id="live-2")  # another session recorded in the same file
+        report = store.import_sessions([shorter, other])
+        assert (report.sessions, report.replaced) == (2, {})
+        assert set(store.session_ids()) == {grown.id, shorter.id, other.id}
+
+
+def test_sessions_of_one_import_never_replace_each_other_nor_sessions_nothing_tells_apart(db_path):
+    """Reads of growing length in one import (written in several batches) are all kept; so are later
+    reads of a source holding several stored sessions with no recording keys (which one grew?)."""
+    anonymous = [replace(_recording(n), metadata={"source": "many.jsonl"}) for n in range(1, 7)]
+    with Store(db_path, batch_messages=8) as store:
+        report = store.import_sessions(anonymous)
+        assert (report.sessions, report.replaced) == (6, {})
+        grown = replace(_recording(9), metadata={"source": "many.jsonl"})
+        assert store.import_sessions([grown]).replaced == {} and store.count() == 7
+
+
+def test_a_later_version_in_a_file_that_fails_leaves_the_earlier_import_alone(db_path, tmp_path):
+    """The earlier import is deleted only once the file holding its later version imported whole."""
+    from workbench.samples import session_record
+
+    with Store(db_path) as store:
+        early = _recording(2)
+        source = tmp_path / "live.jsonl"
+        source.write_text(json.dumps(session_record(early)) + "\n")
+        store.import_paths([source])
+        (stored,) = store.session_ids()
+        grown = _recording(4)
+        source.write_text(json.dumps(session_record(grown)) + "\n{not json\n")
+        failed = store.import_paths([source])
+        assert failed.errors and failed.replaced == {} and store.session_ids() == [stored]
+        source.write_text(json.dumps(session_record(grown)) + "\n")
+        report = store.import_paths([source])
+        assert report.replaced == {stored: report.session_ids[0]} and store.session_ids() == report.session_ids
 
 
 def test_many_batches_and_memory_friendly_streaming(db_path):

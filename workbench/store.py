@@ -9,7 +9,9 @@ Writes go in batches of whole sessions (about `batch_messages` messages each); a
 transaction, so a session is stored whole or not at all. Batches are built as columns (NumPy
 arrays, which DuckDB scans without pandas or a copy through Arrow) and inserted with
 `INSERT ... SELECT` (never row by row). A session whose id is already stored is
-skipped and counted as a duplicate. `import_paths` streams each file through
+skipped and counted as a duplicate; one that continues a stored session of the same recording
+(a live session read again after it grew, `continues`) replaces it once the import holds.
+`import_paths` streams each file through
 `workbench.importers` and keeps the importers' rule that a file which fails to read contributes
 no session: what a failing file had already written is deleted again.
 
@@ -34,7 +36,7 @@ import duckdb
 
 from workbench import db
 from workbench.errors import FormatError, SessionFilterError, StoreError
-from workbench.session import Message, Probe, Session, ToolCall
+from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall, content_hash
 
 if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
     import pandas as pd
@@ -103,6 +105,8 @@ class ImportReport:
     session_ids: list[str] = field(default_factory=list)
     files: list[FileOutcome] = field(default_factory=list)
     ignored: list[FileOutcome] = field(default_factory=list)  # walked past without reading (with why)
+    #: earlier imports of recordings that have grown since (old id -> the new id that replaced it)
+    replaced: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
 
     @property
@@ -138,7 +142,9 @@ class ImportReport:
                 "skipped": [{"path": f.path, "reason": f.skipped} for f in self.skipped_files],
                 "warnings": self.warnings,
                 "errors": [{"path": f.path, "error": f.error} for f in self.errors],
-                "session_ids": list(self.session_ids), "seconds": round(self.seconds, 3),
+                "session_ids": list(self.session_ids),
+                "replaced": [{"old": old, "new": new} for old, new in self.replaced.items()],
+                "seconds": round(self.seconds, 3),
                 "file_outcomes": [asdict(f) for f in self.files]}
 
     def duplicates_text(self) -> str:
@@ -160,10 +166,22 @@ class ImportReport:
                 "first imported into)" if elsewhere else ""))
         return f"{text}: {'; '.join(reasons)}" if reasons else text
 
+    def replaced_text(self) -> str:
+        """Which imported sessions replaced an earlier import of the same recording that has grown since."""
+        count = len(self.replaced)
+        pairs = ", ".join(f"{old[:8]} -> {new[:8]}" for old, new in list(self.replaced.items())[:3])
+        text = (f"{count} of them replaced {'an earlier import' if count == 1 else 'earlier imports'} of the same "
+                f"recording{'s' * (count != 1)}, which grew since ({pairs}{', ...' if count > 3 else ''})")
+        if self.dataset is not None:
+            text += "; each stays in its dataset (a session is stored once, in the dataset it was first imported into)"
+        return text
+
     def summary(self) -> str:
         """One line: what was imported and skipped."""
         text = (f"imported {self.sessions} session{'s' * (self.sessions != 1)} "
                 f"({self.messages} messages, {self.calls} calls)")
+        if self.replaced:
+            text += f"; {self.replaced_text()}"
         if self.duplicates:
             text += f"; {self.duplicates_text()}"
         if self.files:
@@ -221,6 +239,7 @@ class _Batch:
         self.probes: dict[str, list[Any]] = {k: [] for k in (
             "session_id", "idx", "question", "expected", "kind", "from_call")}
         self.ids: list[str] = []
+        self.objects: list[Session] = []  # the sessions themselves, to compare with earlier imports
         self.calls = 0
         self.message_count = 0
         self.chars = 0
@@ -268,6 +287,7 @@ class _Batch:
             p["kind"].append(probe.kind)
             p["from_call"].append(int(probe.from_call))
         self.ids.append(sid)
+        self.objects.append(session)
         self.calls += calls
         self.message_count += n
         self.chars += chars
@@ -675,6 +695,8 @@ class _Writer:
         # Owned by the writer thread until it is joined:
         self.written: dict[str, tuple[int, int]] = {}       # id -> (messages, calls), in write order
         self.existing: set[str] = set()                     # ids skipped because already stored
+        self.later_versions: dict[str, str] = {}            # new id -> the stored id it is a later version of
+        self.earlier: dict[str, EarlierImports] = {}        # per source, what earlier imports stored of it
         self.error: BaseException | None = None
         self.queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=1)
         self.thread: threading.Thread | None = None
@@ -717,7 +739,9 @@ class _Writer:
             kind, payload = job
             try:
                 if kind == "batch":
-                    written = set(_write_batch(self.store, payload))
+                    ids, later = _write_batch(self.store, payload, self.earlier)
+                    written = set(ids)
+                    self.later_versions.update(later)
                     for sid, messages, calls in zip(payload.sessions["id"], payload.sessions["message_count"],
                                                     payload.sessions["call_count"], strict=False):
                         if sid in written:
@@ -749,6 +773,10 @@ class _Writer:
         if self.error is not None and raise_error:
             raise self.error
         report = self.report
+        if self.error is None:
+            replaced = {old: new for new, old in self.later_versions.items() if new in self.written}
+            self.store.delete_sessions(list(replaced))
+            report.replaced = replaced
         report.session_ids = list(self.written)
         report.sessions = len(self.written)
         report.messages = sum(m for m, _ in self.written.values())
@@ -826,14 +854,19 @@ def _rebuild_without(batch: _Batch, drop: set[str]) -> _Batch:
         for name, values in source.items():
             target[name] = [values[i] for i in rows]
     fresh.ids = [sid for sid in batch.ids if sid not in drop]
+    fresh.objects = [session for session in batch.objects if session.id not in drop]
     fresh.message_count = sum(fresh.sessions["message_count"])
     fresh.calls = sum(fresh.sessions["call_count"])
     fresh.chars = _chars(fresh.messages["content"]) + _chars(fresh.messages["parts"])
     return fresh
 
 
-def _write_batch(store: Store, batch: _Batch) -> list[str]:
-    """Insert the batch's sessions not yet stored, in one transaction; returns the ids written."""
+def _write_batch(store: Store, batch: _Batch,
+                 earlier: dict[str, EarlierImports] | None = None) -> tuple[list[str], dict[str, str]]:
+    """Insert the batch's sessions not yet stored, in one transaction; returns the ids written and,
+    for those that are later versions of stored sessions (`_later_versions`), the stored id (the
+    new one takes the stored one's dataset; the caller deletes the stored one once the import holds).
+    `earlier`: what `_later_versions` read of each source so far in this import."""
     con = store.connection
     try:
         existing = {r[0] for r in con.execute(
@@ -843,7 +876,8 @@ def _write_batch(store: Store, batch: _Batch) -> list[str]:
     if existing:
         batch = _rebuild_without(batch, existing)
     if not len(batch):
-        return []
+        return [], {}
+    later = _later_versions(store, batch, {} if earlier is None else earlier)
     try:
         _insert(con, batch.tables())
     except duckdb.InvalidInputException as exc:
@@ -854,7 +888,80 @@ def _write_batch(store: Store, batch: _Batch) -> list[str]:
     except duckdb.Error as exc:
         raise StoreError(f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled "
                          f"back: {exc}") from exc
-    return list(batch.ids)
+    return list(batch.ids), {new: old for new, (old, _) in later.items()}
+
+
+#: Metadata that names one recording among those of a file (a Claude Code or Codex session and its
+#: sub-agent, an evaluation instance, an aider chat's start, a line of a JSONL file of sessions).
+RECORDING_KEYS = ("session_id", "agent_id", "claude_code_kind", "instance_id", "started_at", "source_line")
+
+
+def _recording(metadata: Mapping[str, Any]) -> tuple[Any, ...]:
+    return tuple(metadata.get(key) for key in RECORDING_KEYS)
+
+
+def continues(old: Session, new: Session) -> bool:
+    """Whether `new` is `old`'s recording read again after it grew: every message of `old` but its
+    last opens `new` (the last may have been cut while the agent wrote it, and stubs for calls
+    whose results were not yet written are left out), and `new` has more to say."""
+    kept = list(old.messages)
+    while kept and kept[-1].role == "tool" and kept[-1].text == NO_RESULT_TEXT:
+        kept.pop()
+    stable = kept[:-1]
+    if not stable or len(new.messages) <= len(stable) or new.tools != old.tools:
+        return False
+    return content_hash(stable) == content_hash(new.messages[:len(stable)])
+
+
+#: Per recording (format, source, `RECORDING_KEYS` values): the (id, dataset) of the sessions stored of it.
+EarlierImports = dict[tuple[Any, ...], list[tuple[str, str]]]
+
+
+def _earlier_imports(store: Store, sources: list[str]) -> dict[str, EarlierImports]:
+    """What the database holds of each source, by recording; a source whose stored sessions nothing
+    tells apart (several, none with recording keys) is left out."""
+    try:
+        rows = store.connection.execute(
+            "SELECT id, dataset, format, source, metadata FROM sessions "
+            "WHERE source IN (SELECT unnest(?::VARCHAR[]))", [sources]).fetchall()
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot read {store.path}: {exc}") from exc
+    found: dict[str, EarlierImports] = {source: {} for source in sources}
+    for sid, dataset, fmt, source, meta in rows:
+        recording = (fmt, source, *_recording(json.loads(meta) if meta else {}))
+        found[source].setdefault(recording, []).append((sid, dataset))
+    for recordings in found.values():
+        for recording in [r for r, ids in recordings.items() if len(ids) > 1 and all(k is None for k in r[2:])]:
+            del recordings[recording]
+    return found
+
+
+def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]) -> dict[str, tuple[str, str]]:
+    """New id -> (stored id, its dataset) for the batch's sessions that continue a session an earlier
+    import stored (`continues`) of the same format, source and recording (`RECORDING_KEYS`): a live
+    session imported again. The batch's rows take the stored session's dataset.
+
+    `earlier` holds, per source, what the database held of it when this import first met it (read
+    then, once: what this import writes is never an earlier version); a matched session is taken out."""
+    columns = batch.sessions
+    unread = sorted({source for source in columns["source"] if source is not None and source not in earlier})
+    if unread:
+        earlier.update(_earlier_imports(store, unread))
+    later: dict[str, tuple[str, str]] = {}
+    for row, session in enumerate(batch.objects):
+        source = columns["source"][row]
+        recordings = earlier.get(source) if source is not None else None
+        if not recordings:
+            continue
+        candidates = recordings.get((columns["format"][row], source, *_recording(session.metadata)), [])
+        for place, (sid, dataset) in enumerate(candidates):
+            found = store._load([sid])
+            if found and continues(found[0], session):
+                later[session.id] = (sid, dataset)
+                columns["dataset"][row] = dataset
+                del candidates[place]
+                break
+    return later
 
 
 def _insert(con: duckdb.DuckDBPyConnection, tables: dict[str, dict[str, Any]]) -> None:

@@ -79,6 +79,11 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
     """
     opts = options()
     path = opts.db_path
+    if not any(os.path.exists(p) for p in paths):  # nothing to read: no database is created for it
+        for missing in paths:
+            click.echo(f"error: {missing}: no such file or folder (expected recorded-session files or folders "
+                       "of them)", err=True)
+        raise CommandFailed("")
     with open_store(must_exist=False) as store:  # checks --db before any walk
         total = _count_candidates(paths)
         show = progress if progress is not None else (total >= PROGRESS_MIN_FILES and not opts.quiet)
@@ -98,6 +103,8 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
     else:
         click.echo(f"imported {_plural(report.sessions, 'session')} ({report.messages} messages, "
                    f"{report.calls} calls) into {path}")
+        if report.replaced:
+            click.echo(report.replaced_text())
         if report.duplicates:
             click.echo(report.duplicates_text())
         for warning in report.warnings:
@@ -106,13 +113,18 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
         if skipped:
             note(f"ignored {len(skipped)} file(s) or folder(s), not imported:")
             for outcome in skipped:
-                note(f"  {outcome.path}: {outcome.skipped}")
+                reason = outcome.skipped or ""
+                note(f"  {reason}" if reason.startswith(outcome.path) else f"  {outcome.path}: {reason}")
         for outcome in report.errors:
             click.echo(f"error: {outcome.error}", err=True)
         if report.errors:
             click.echo(f"{len(report.errors)} of {_plural(len(report.files), 'file')} failed", err=True)
     if report.errors:
         raise CommandFailed("")
+    if not report.files:  # (under --json the report printed says so: "files": 0)
+        raise CommandFailed("" if opts.as_json else f"no session file found in {', '.join(paths)}" + (
+            " (the files met are listed above with why each was passed over)"
+            if report.skipped_files and not opts.quiet else ""))
 
 
 @click.command("sessions")
