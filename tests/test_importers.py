@@ -632,6 +632,43 @@ def test_claude_code_merge_pairing_and_compaction(tmp_path: Path) -> None:
     assert side.messages[2].text == "42"
 
 
+def test_claude_code_meta_line_inside_a_response_does_not_split_it(tmp_path: Path) -> None:
+    """An `isMeta` line written between two lines of one response was not sent in between:
+    the response stays one call (its usage counted once), answered by its results first."""
+    lines = [
+        _user("u1", None, "list and read"),
+        _assistant("a1", "u1", "msg_A", [{"type": "tool_use", "id": "t1", "name": "Bash", "input": {}}]),
+        _user("m1", "a1", "<system-reminder>hook</system-reminder>", isMeta=True),
+        _assistant("a2", "m1", "msg_A", [{"type": "tool_use", "id": "t2", "name": "Read", "input": {}}]),
+        _user("r1", "a2", [_result("t1", "a.py")]),
+        _user("r2", "r1", [_result("t2", "text")]),
+        _assistant("a3", "r2", "msg_B", [{"type": "text", "text": "done"}]),
+    ]
+    (session,) = load(write_jsonl(tmp_path / "p" / "meta.jsonl", lines))
+    assert roles(session) == ["user", "assistant", "tool", "tool", "user", "assistant"]
+    merged = session.messages[1]
+    assert [c.id for c in merged.tool_calls] == ["t1", "t2"]
+    assert session.messages[4].metadata["is_meta"] is True
+    assert session.calls == 2
+    assert session.metadata["usage_totals"]["input_tokens"] == 20, "each response's input counted once"
+    check_session(session, "claude-code")
+
+
+def test_tool_results_keep_their_line_timestamp(tmp_path: Path) -> None:
+    cc_lines = [_user("u1", None, "read"),
+                _assistant("a1", "u1", "msg_A", [{"type": "tool_use", "id": "t1", "name": "Read", "input": {}}]),
+                _user("r1", "a1", [_result("t1", "text")], timestamp="2025-01-01T00:01:00Z")]
+    (cc,) = load(write_jsonl(tmp_path / "p" / "ts.jsonl", cc_lines))
+    assert cc.messages[2].role == "tool" and cc.messages[2].metadata["timestamp"] == "2025-01-01T00:01:00Z"
+    lines = [{"timestamp": f"2025-10-01T10:00:0{n}Z", "type": "response_item", "payload": payload}
+             for n, payload in enumerate([
+                 {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "ls"}]},
+                 {"type": "function_call", "name": "shell", "arguments": "{}", "call_id": "f1"},
+                 {"type": "function_call_output", "call_id": "f1", "output": "a b"}])]
+    (codex,) = load(write_jsonl(tmp_path / "rollout-ts.jsonl", lines))
+    assert codex.messages[2].role == "tool" and codex.messages[2].metadata["timestamp"] == "2025-10-01T10:00:02Z"
+
+
 def test_claude_code_subagent_files(tmp_path: Path) -> None:
     folder = tmp_path / "abc" / "subagents"
     agent = [_user("x1", None, "explore", isSidechain=True, agentId="a123"),
@@ -689,6 +726,48 @@ def test_swe_agent_text_actions_keep_observations_as_user(tmp_path: Path) -> Non
             "trajectory": [], "info": {}}
     (session,) = load(write_json(tmp_path / "old.traj", data))
     assert roles(session) == ["system", "user", "assistant", "user"]
+
+
+def _traj_step(action: str, response: str, observation: str) -> dict[str, Any]:
+    return {"action": action, "response": response, "thought": response, "observation": observation, "state": {}}
+
+
+def test_swe_agent_appends_the_trajectory_steps_history_lacks(tmp_path: Path) -> None:
+    """SWE-agent may leave the final `submit` step out of `history`: taken from `trajectory`,
+    in the history's shape, so the calls match `api_calls`."""
+    call = {"id": "c1", "type": "function", "function": {"name": "bash", "arguments": "{\"command\": \"ls\"}"}}
+    data = {"history": [{"role": "system", "content": "S"}, {"role": "user", "content": "issue"},
+                        {"role": "assistant", "content": "list", "thought": "list", "action": "ls",
+                         "tool_calls": [call]},
+                        {"role": "tool", "content": "a.py", "tool_call_ids": ["c1"]}],
+            "trajectory": [_traj_step("ls", "list", "a.py"), _traj_step("submit", "Done, submitting.", "diff --git")],
+            "info": {"model_stats": {"api_calls": 2}}}
+    (session,) = load(write_json(tmp_path / "fc.traj", data))
+    assert roles(session) == ["system", "user", "assistant", "tool", "assistant", "tool"]
+    final, result = session.messages[4:]
+    assert final.text == "Done, submitting." and final.metadata["from_trajectory"] is True
+    assert final.tool_calls[0].name == "bash" and json.loads(final.tool_calls[0].arguments) == {"command": "submit"}
+    assert result.text == "diff --git" and result.tool_call_id == final.tool_calls[0].id
+    assert session.calls == session.metadata["recorded_totals"]["api_calls"]
+    check_session(session, "swe-agent")
+    text = {"history": [{"role": "user", "content": "issue"},
+                        {"role": "assistant", "content": "```\nls\n```", "action": "ls\n"},
+                        {"role": "user", "content": "a.py"}],
+            "trajectory": [_traj_step("ls\n", "```\nls\n```", "a.py"), _traj_step("ls\n", "again", "a.py"),
+                           _traj_step("submit\n", "```\nsubmit\n```", "diff")]}
+    (old,) = load(write_json(tmp_path / "text.traj", text))
+    assert roles(old) == ["user", "assistant", "user", "assistant", "user", "assistant", "user"]
+    assert [m.text for m in old.messages[3:]] == ["again", "a.py", "```\nsubmit\n```", "diff"], \
+        "matched by response too, not by the repeated action alone"
+
+
+def test_swe_agent_history_ending_with_the_last_step_gains_nothing(tmp_path: Path) -> None:
+    data = {"history": [{"role": "user", "content": "issue"},
+                        {"role": "assistant", "content": "```\nsubmit\n```", "action": "submit\n"}],
+            "trajectory": [_traj_step("edit 1:1\n", "an edit history skipped", "ok"),
+                           _traj_step("submit\n", "```\nsubmit\n```", "diff")]}
+    (session,) = load(write_json(tmp_path / "done.traj", data))
+    assert roles(session) == ["user", "assistant"]
 
 
 def test_mini_swe_agent_both_shapes(tmp_path: Path) -> None:
@@ -901,6 +980,65 @@ def test_aider_log(tmp_path: Path) -> None:
     assert roles(second) == ["user", "assistant", "user", "user"], "a blank line ends a user message"
     assert second.messages[1].metadata["aider_output"].endswith("a continuation line without the two spaces")
     assert [m.text for m in second.messages[2:]] == ["first", "second"]
+
+
+AIDER_MULTILINE = "\n".join([
+    "# aider chat started at 2025-08-01 10:00:00", "",
+    "> Aider v0.86.0  ", "> Main model: gpt-4.1 with diff edit format  ", "",
+    "#### /add a.py  ", "> Added a.py to the chat  ", "",
+    "#### fix a.py  ", "",
+    "<thinking-content-0123abcd>", "I should look at a.py.", "</thinking-content-0123abcd>", "",
+    "a.py", "<<<<<<< SEARCH", "x = 1", "=======", "x = 2", ">>>>>>> REPLACE", "",
+    "> Tokens: 2.0k sent, 50 received.  ",
+    "> The LLM did not conform to the edit format.  ",
+    "> https://aider.chat/docs/troubleshooting/edit-errors.html  ",
+    "> # 1 SEARCH/REPLACE block failed to match!", "",
+    "## SearchReplaceNoExactMatch: This SEARCH block failed to exactly match lines in a.py",
+    "<<<<<<< SEARCH", "x = 1", ">>>>>>> REPLACE", "",
+    "Just reply with fixed versions of the block above that failed to match.  ",
+    "> Commit 1234567 fix: a  ", "",
+    "Fixed block:", "", "x = 3", "",
+    "> Tokens: 2.5k sent, 20 received.  ",
+    "> Applied edit to a.py  ",
+    "> mkdir -p out            ", "touch out/a.txt  ",
+    "> Run shell commands? (Y)es/(N)o/(D)on't ask again [Yes]: y  ", "",
+    "#### Add file to the chat? (Y)es/(N)o/(A)ll/(S)kip all/(D)on't ask again [Yes]: all  ", "",
+    "#### /ask why x?  ", "",
+    "Because.", "",
+    "> Tokens: 3k sent, 2 received.  ", ""])
+
+
+def test_aider_multiline_output_commands_and_reflections(tmp_path: Path) -> None:
+    """aider writes a multi-line output with `> ` on its first line and the two spaces on its
+    last only; its continuation lines are output, not replies: one call per `Tokens:` report.
+    The edit-format error is what aider sends the model; commands and logged answers are not."""
+    path = tmp_path / ".aider.chat.history.md"
+    path.write_text(AIDER_MULTILINE, encoding="utf-8")
+    (session,) = load(path)
+    assert roles(session) == ["user", "assistant", "user", "assistant", "user", "assistant"]
+    assert session.calls == AIDER_MULTILINE.count("> Tokens:")
+    prompt, edit, error, fixed, ask, answer = session.messages
+    assert prompt.text == "fix a.py" and session.metadata["aider_commands"] == ["/add a.py"]
+    assert edit.text.startswith("a.py\n<<<<<<< SEARCH") and "thinking-content" not in edit.text
+    assert edit.metadata["thinking"] == "I should look at a.py."
+    assert error.metadata["aider_reflection"] == "edit_format_error"
+    assert error.text.startswith("# 1 SEARCH/REPLACE block failed to match!\n\n## SearchReplaceNoExactMatch")
+    assert error.text.endswith("that failed to match.") and "Commit 1234567" in error.metadata["aider_output"]
+    assert "did not conform" in edit.metadata["aider_output"]
+    assert fixed.text == "Fixed block:\n\nx = 3" and fixed.metadata["usage"] == usage(2500, 0, 0, 20)
+    assert "mkdir -p out\ntouch out/a.txt" in fixed.metadata["aider_output"]
+    assert fixed.metadata["aider_output"].endswith("[Yes]: all"), "a logged answer is output"
+    assert ask.text == "why x?" and ask.metadata["aider_command"] == "/ask"
+    assert answer.text == "Because." and answer.metadata["usage"] == usage(3000, 0, 0, 2)
+
+
+def test_aider_commands_after_a_message_stay_with_it(tmp_path: Path) -> None:
+    path = tmp_path / ".aider.chat.history.md"
+    path.write_text("#### hi  \n\nHello.\n\n> Tokens: 1k sent, 2 received.  \n\n#### /ls  \n"
+                    "> Files in chat: none  \n\n#### !pytest -q  \n\n#### /ask  \n", encoding="utf-8")
+    (session,) = load(path)
+    assert roles(session) == ["user", "assistant"]
+    assert session.messages[1].metadata["aider_commands"] == ["/ls", "!pytest -q", "/ask"]
 
 
 # --------------------------------------------------------------------------- errors
@@ -1124,6 +1262,9 @@ def _shared_files() -> list[Path]:
 
 
 _FOLDER_FORMAT = {"openai-chat": "openai"}
+_AIDER_UNREPORTED = {"AlexShchuka__mozgoslav": 2, "Aquaticat__Monochromatic": 1}
+"""Replies aider logged without a `Tokens:` report: two cut short by ^C while streaming, and
+one after which aider crashed computing its cost (the traceback follows the reply)."""
 
 
 @pytest.mark.shared
@@ -1154,6 +1295,15 @@ def test_shared_recording(path: Path | None) -> None:
         assert [s.metadata["claude_code_kind"] for s in sessions] == ["compaction_call"]
     if name.startswith("fe5e1c67"):
         assert calls == 167
+    if name == ".aider.chat.history.md":
+        reports = sum(line.startswith("> Tokens:") for line in path.read_text(encoding="utf-8").splitlines())
+        replies = [m for s in sessions for m in s.messages if m.role == "assistant"]
+        assert sum(1 for m in replies if m.metadata.get("usage")) == reports
+        assert len(replies) - reports == _AIDER_UNREPORTED.get(path.parent.name, 0)
+        assert not any("<thinking-content-" in m.text for m in replies)
+        assert not any(m.text.startswith(("/", "!")) for s in sessions for m in s.messages if m.role == "user")
+    if name == "6e44b9__sweagenttestrepo-1c2844.traj":
+        assert sessions[0].calls == sessions[0].metadata["recorded_totals"]["api_calls"] == 5
     if name.startswith("5c0375b4"):
         assert calls == 21
     if name.endswith(".707.json"):

@@ -424,6 +424,8 @@ class TurnBuilder:
 
     `assistant(key=...)` with a key seen before (since the last plain user message) extends
     that turn instead of starting one: this merges a response recorded over several lines.
+    Tool results are kept with their turn, so a merged response is always followed by the
+    results of all its calls, before any message added after its first line.
     """
 
     def __init__(self) -> None:
@@ -449,9 +451,14 @@ class TurnBuilder:
         """Forget merge keys so that the next `assistant()` call starts a new turn."""
         self._by_key.clear()
 
-    def add(self, message: Message) -> None:
-        """Append a message without tool calls (system/user/assistant text)."""
-        if message.role == "user":
+    def add(self, message: Message, *, between_lines: bool = False) -> None:
+        """Append a message without tool calls (system/user/assistant text).
+
+        A user message ends the turns being merged, unless `between_lines`: a message the
+        recording writes between the lines of one response but that was not sent to the model
+        in between (it still comes out after that response and its tool results).
+        """
+        if message.role == "user" and not between_lines:
             self._by_key.clear()
         self._items.append(message)
 

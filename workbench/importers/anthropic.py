@@ -153,10 +153,11 @@ def tool_result_content(value: Any) -> str | list[dict[str, Any]]:
 
 
 def add_message(path: str, builder: TurnBuilder, raw: Any, line: int | None, where: str, *,
-                key: Any = None, metadata: Mapping[str, Any] | None = None) -> None:
+                key: Any = None, metadata: Mapping[str, Any] | None = None, between_lines: bool = False) -> None:
     """Feed one Anthropic message (`{role, content}`) into `builder`.
 
-    User messages: tool_result blocks become tool results, the other blocks one user message.
+    User messages: tool_result blocks become tool results (with the message's `timestamp`),
+    the other blocks one user message (`between_lines`: see `TurnBuilder.add`).
     Assistant messages: one turn (merged with an earlier one when `key` repeats).
     """
     if not isinstance(raw, dict):
@@ -177,7 +178,9 @@ def add_message(path: str, builder: TurnBuilder, raw: Any, line: int | None, whe
                 continue
             kind = block.get("type")
             if kind in _RESULT_TYPES:
-                result_meta = {"is_error": True} if block.get("is_error") else None
+                result_meta = _timestamp(meta)
+                if block.get("is_error"):
+                    result_meta["is_error"] = True
                 builder.result(as_str(block.get("tool_use_id")) or None, tool_result_content(block.get("content")),
                                metadata=result_meta)
             elif kind == "image":
@@ -193,7 +196,12 @@ def add_message(path: str, builder: TurnBuilder, raw: Any, line: int | None, whe
         body: Any = simplify_parts(parts)
     else:
         body = openai_content(content) if content is not None else ""
-    builder.add(Message(role=role, content=body, metadata=meta))
+    builder.add(Message(role=role, content=body, metadata=meta), between_lines=between_lines)
+
+
+def _timestamp(metadata: Mapping[str, Any]) -> dict[str, Any]:
+    """The `timestamp` of a message's metadata, for the tool results it carries."""
+    return {"timestamp": metadata["timestamp"]} if metadata.get("timestamp") else {}
 
 
 def add_assistant(builder: TurnBuilder, content: Any, *, key: Any = None,
@@ -234,7 +242,8 @@ def add_assistant(builder: TurnBuilder, content: Any, *, key: Any = None,
     if redacted:
         turn.metadata["redacted_thinking"] = turn.metadata.get("redacted_thinking", 0) + redacted
     for block in results:
-        builder.result(as_str(block.get("tool_use_id")) or None, tool_result_content(block.get("content")))
+        builder.result(as_str(block.get("tool_use_id")) or None, tool_result_content(block.get("content")),
+                       metadata=_timestamp(meta))
 
 
 def response_metadata(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,8 +10,10 @@ One file can yield several sessions, each tagged with metadata `claude_code_kind
 
 Within a session, lines keep file order: `progress`, `file-history-snapshot`,
 `queue-operation` and non-compaction `system` lines are skipped; assistant lines sharing
-`message.id` are merged into one assistant message (usage/stop_reason from the last line);
-`tool_result` blocks become tool messages; `thinking` goes to metadata; each assistant message
+`message.id` are merged into one assistant message (usage/stop_reason from the last line),
+also across an `isMeta` user line written between them (not sent in between: it follows the
+response's tool results); `tool_result` blocks become tool messages (with their line's
+`timestamp`); `thinking` goes to metadata; each assistant message
 keeps the usage of the last line of its response (`metadata["usage"]`, normalised). A
 `system/compact_boundary` line (`compactMetadata.trigger`, `preTokens`) plus the following
 `isCompactSummary` user line (the summary) become one entry of `metadata["recorded_compactions"]`
@@ -172,7 +174,8 @@ def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: st
             continue
         if record.get("isMeta"):
             meta["is_meta"] = True
-        add_message(path, builder, {**message, "role": "user"}, number, f"line {number}", metadata=meta)
+        add_message(path, builder, {**message, "role": "user"}, number, f"line {number}", metadata=meta,
+                    between_lines=bool(record.get("isMeta")))
     messages = builder.messages()
     if not any(m.role in ("user", "assistant") for m in messages):
         return None

@@ -7,7 +7,7 @@ Lines are `{timestamp, type, payload}` (older rollouts write the items without t
   text), `reasoning` (summary text → metadata `thinking`), `function_call` / `custom_tool_call`
   / `local_shell_call` / `web_search_call` → tool calls, `*_output` → tool results. Consecutive
   assistant-side items form one assistant message. A `web_search_call` has no recorded output,
-  so it gets the no-result tool message;
+  so it gets the no-result tool message; every message keeps its line's `timestamp`;
 - `event_msg` `token_count` → `last_token_usage` (normalised) as the usage of the latest
   assistant message, `total_token_usage` as the session's recorded totals; other events
   duplicate response items and are skipped;
@@ -169,7 +169,8 @@ def _item(path: str, builder: TurnBuilder, item: dict[str, Any], state: dict[str
     state["in_turn"] = False
     builder.end_turn()
     if kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
-        builder.result(as_str(item.get("call_id")) or None, _output(item.get("output")))
+        builder.result(as_str(item.get("call_id")) or None, _output(item.get("output")),
+                       metadata={"timestamp": timestamp} if timestamp else None)
     elif kind == "message":
         content = _content(item.get("content"))
         mapped = "user" if role == "user" else "system" if role in ("developer", "system") else None

@@ -87,7 +87,10 @@ def iter_sessions(path: str) -> Iterator[Session]:
         if isinstance(value, dict) and "role" in value:
             yield _session(path, [value], {}, None, "the object")
             return
-        raise FormatError(path, "the JSON document has no 'messages'", expected=EXPECTED)
+        messages = value.get("messages") if isinstance(value, dict) else None
+        problem = ("the JSON document has no 'messages'" if messages is None
+                   else f"the JSON document's 'messages' is a {type(messages).__name__}, not a list")
+        raise FormatError(path, problem, expected=EXPECTED)
     yield _record_session(path, record, None, "the object")
 
 

@@ -6,6 +6,12 @@
   stay `user` messages (what the model saw);
 - `is_demo` entries keep metadata `is_demo`; `agent`, `message_type` and `action` go to
   message metadata;
+- `trajectory` steps recorded after the last step that `history` holds (SWE-agent does not
+  always write the final `submit` step into `history`) are appended in the history's shape:
+  the step's `response` as an assistant message and its `observation` as the tool result of
+  a `bash` call `{"command": action}` (the step keeps no call; the action is the command the
+  environment ran) or, in a file without tool calls, as a user message; both carry metadata
+  `from_trajectory`;
 - `info` (`exit_status`, `submission`, `model_stats`) and the model named in `replay_config`
   go to session metadata; `model_stats` tokens become `recorded_totals`.
 """
@@ -17,7 +23,7 @@ import os
 from typing import Any
 
 from ..errors import FormatError
-from ..session import Session, ToolCall
+from ..session import Message, Session, ToolCall
 from ._common import (
     TurnBuilder,
     as_dict,
@@ -55,6 +61,10 @@ def load(path: str) -> list[Session]:
     builder = TurnBuilder()
     for index, entry in enumerate(data["history"]):
         _entry(path, builder, entry, f"history[{index}]")
+    steps = [s for s in as_list(data.get("trajectory")) if isinstance(s, dict)]
+    with_calls = any(isinstance(e, dict) and e.get("tool_calls") for e in data["history"])
+    for index, step in _missing_steps(data["history"], steps):
+        _step(builder, step, index, with_calls)
     messages = builder.messages()
     if not messages:
         raise FormatError(path, "the history is empty", expected=EXPECTED)
@@ -105,6 +115,42 @@ def _entry(path: str, builder: TurnBuilder, entry: Any, where: str) -> None:
         builder.add(new_message(path, where, None, role=role, content=content or "", metadata=meta))
     else:
         raise FormatError(path, f"{where} has role {role!r}", expected="role system, user, assistant or tool")
+
+
+def _missing_steps(history: list[Any], steps: list[dict[str, Any]]) -> list[tuple[int, dict[str, Any]]]:
+    """The trajectory steps after the one matching the history's last (non-demo) assistant
+    entry: matched by action and response, else by action alone; none when nothing matches
+    (a step left out in the middle cannot be placed), all when the history holds no reply."""
+    replies = [e for e in history if isinstance(e, dict) and e.get("role") == "assistant" and not e.get("is_demo")]
+    if not replies:
+        return list(enumerate(steps))
+    last = replies[-1]
+    action = as_str(last.get("action")).strip()
+    texts = {as_str(last.get(k)).strip() for k in ("content", "thought")} - {""}
+    for exact in (True, False):
+        for index in range(len(steps) - 1, -1, -1):
+            step = steps[index]
+            if as_str(step.get("action")).strip() == action and (
+                    not exact or as_str(step.get("response")).strip() in texts):
+                return list(enumerate(steps))[index + 1:]
+    return []
+
+
+def _step(builder: TurnBuilder, step: dict[str, Any], index: int, with_calls: bool) -> None:
+    """One trajectory step as the history would have held it (see the module doc)."""
+    action = as_str(step.get("action"))
+    meta = {"message_type": "action", "action": action, "from_trajectory": True}
+    response = as_str(step.get("response") or step.get("thought"))
+    observation = as_str(step.get("observation"))
+    if not with_calls:
+        builder.add(Message(role="assistant", content=response, metadata=meta))
+        builder.add(Message(role="user", content=observation,
+                            metadata={"message_type": "observation", "from_trajectory": True}))
+        return
+    turn = builder.assistant(text=response, metadata=meta)
+    call = builder.add_call(turn, ToolCall(id=f"trajectory_step_{index}", name="bash",
+                                           arguments=dumps_args({"command": action.strip()})))
+    builder.result(call.id, observation, metadata={"message_type": "observation", "from_trajectory": True})
 
 
 def _call(raw: dict[str, Any]) -> ToolCall:
