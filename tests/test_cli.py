@@ -459,6 +459,8 @@ def test_an_import_that_finds_nothing_fails_and_a_missing_path_creates_no_databa
     assert f"error: no session file found in {folder}" in empty.stderr and "README.md" in empty.stderr
     report = runner.invoke(main, ["import", str(folder), "--json", "--db", str(db)])
     assert report.exit_code == 1 and json.loads(report.stdout)["files"] == 0
+    blank = runner.invoke(main, ["import", str(folder), "--dataset", " ", "--db", str(db)])
+    assert blank.exit_code == 2 and "dataset name cannot be empty" in blank.stderr
     elsewhere = tmp_path / "other.duckdb"
     missing = runner.invoke(main, ["import", str(tmp_path / "nope"), "--db", str(elsewhere)])
     assert missing.exit_code == 1 and "nope: no such file or folder" in missing.stderr

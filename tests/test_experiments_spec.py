@@ -139,6 +139,27 @@ def test_a_misspelt_name_is_refused_when_the_spec_loads_with_a_guess(raw, messag
         load_experiment(raw)
 
 
+@pytest.mark.parametrize("metric, written, message", [
+    ("fact_retention", 0.02, "^\\[regress\\] fact_retention: 0.02 limits only increases, and higher is better for "
+                             "fact_retention: any drop would pass; write -0.02 to limit a drop, or \"0.02\" "),
+    ("billed_input_tokens", "-5%", "limits only decreases, and lower is better .* write \"\\+5%\" to limit a rise"),
+    ("probe_answerable", "+3%", "any drop would pass; write \"-3%\" to limit a drop"),
+])
+def test_a_tolerance_that_limits_only_improvements_is_refused(metric, written, message):
+    """TOML reads 0.02 as +0.02 ("may grow by at most"): on a metric where higher is better that gate
+    would pass any regression, so the spec is refused with what to write instead."""
+    with pytest.raises(ConfigError, match=message):
+        load_experiment({"name": "x", "dataset": "d", "config": [_CONFIG], "regress": {metric: written}})
+    for fine in ("-0.02" if metric != "billed_input_tokens" else "+5%", "0.02", "5%"):
+        load_experiment({"name": "x", "dataset": "d", "config": [_CONFIG], "regress": {metric: fine}})
+
+
+def test_a_config_error_names_the_config_once():
+    with pytest.raises(ConfigError) as info:
+        load_experiment({"name": "x", "dataset": "d", "config": [{"name": "w", "strategy": {"kind": "trim"}}]})
+    assert str(info.value).startswith("config 'w' has no [trigger] table")
+
+
 def test_a_bad_kind_in_an_expanded_matrix_names_the_expanded_config():
     with pytest.raises(ConfigError, match="config 'w-0'.*window"):
         load_experiment({"name": "x", "dataset": "d",

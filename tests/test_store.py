@@ -276,6 +276,12 @@ def test_a_later_version_in_a_file_that_fails_leaves_the_earlier_import_alone(db
         assert report.replaced == {stored: report.session_ids[0]} and store.session_ids() == report.session_ids
 
 
+@pytest.mark.parametrize("name", ["", "  "])
+def test_a_blank_dataset_name_is_refused(db_path, name):
+    with Store(db_path) as store, pytest.raises(ConfigError, match="dataset name cannot be empty"):
+        store.import_sessions([rich_session("a")], dataset=name)
+
+
 def test_many_batches_and_memory_friendly_streaming(db_path):
     sessions = [rich_session(f"s{i}", n_steps=i % 4 + 1) for i in range(40)]
     with Store(db_path, batch_messages=25) as store:

@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from workbench import db
-from workbench.errors import FormatError, SessionFilterError, StoreError
+from workbench.errors import ConfigError, FormatError, SessionFilterError, StoreError
 from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall, content_hash
 
 if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
@@ -683,6 +683,8 @@ class _Writer:
     """
 
     def __init__(self, store: Store, report: ImportReport, dataset: str | None):
+        if dataset is not None and not str(dataset).strip():
+            raise ConfigError("a dataset name cannot be empty or blank (None: each session's own)")
         self.store = store
         self.report = report
         self.dataset = dataset

@@ -55,6 +55,13 @@ def _count_candidates(paths: tuple[str, ...]) -> int:
     return sum(1 for _ in _candidate_files(importers, list(paths)))
 
 
+def _check_dataset_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
+    """A dataset name is refused when blank (it would be filed under another name without a word)."""
+    if value is not None and not value.strip():
+        raise click.BadParameter("a dataset name cannot be empty or blank")
+    return value
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
@@ -64,7 +71,7 @@ def _plural(n: int, word: str) -> str:
 @click.option("--format", "fmt", default="auto", show_default=True, callback=_check_format,
               help=f"Format of the files, auto-detected per file by default ({', '.join(FORMAT_CHOICES[1:])}, "
                    f"or a plugin's).")
-@click.option("--dataset", default=None, metavar="NAME",
+@click.option("--dataset", default=None, metavar="NAME", callback=_check_dataset_name,
               help="Dataset to file the sessions under [default: the format name].")
 @click.option("--progress/--no-progress", default=None,
               help=f"Progress bar on stderr [default: on for {PROGRESS_MIN_FILES}+ files, off with --quiet].")
@@ -207,7 +214,7 @@ def init_cmd(with_samples: bool) -> None:
 @click.option("--messages", "n_messages", type=click.IntRange(min=4), default=5_000_000, show_default=True,
               help="How many messages in all (at least 4 per session).")
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same sessions (and ids).")
-@click.option("--dataset", default="synthetic", show_default=True, metavar="NAME",
+@click.option("--dataset", default="synthetic", show_default=True, metavar="NAME", callback=_check_dataset_name,
               help="Dataset to file them under (part of every session id). A dataset holds one generation: "
                    "one holding sessions of other sizes or another seed is refused.")
 @click.option("--out", "-o", "out", default=None, metavar="FILE",

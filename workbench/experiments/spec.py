@@ -345,7 +345,9 @@ def _validate(raw: dict[str, Any], origin: str | None,
             try:
                 config = parse_config(spec)
             except ConfigError as exc:  # the config's own error may name it already
-                raise _fail(f"config {cell_name!r}", str(exc).removeprefix(f"config {cell_name!r}: ")) from exc
+                named = f"config {cell_name!r}"
+                text = str(exc)
+                raise (ConfigError(text) if text.startswith(named) else _fail(named, text)) from exc
             cells.append(ConfigCell(cell_name, spec, config, chosen))
     regress_raw = raw.get("regress", {})
     if not isinstance(regress_raw, Mapping):
@@ -359,6 +361,8 @@ def _validate(raw: dict[str, Any], origin: str | None,
             raise _fail(f"[regress] {metric}", "'exact' applies to summaries only")
         if metric == "summaries" and tolerance.kind != "exact":
             raise _fail("[regress] summaries", "summaries take \"exact\"")
+        if metric != "summaries":
+            _check_limits_regressions(metric, tolerance, regress_raw[metric])
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise _fail("key 'description'", "must be text")
@@ -376,6 +380,22 @@ def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -
         valid = [*sorted(kinds("metric")), *also]
         raise _fail(where, f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
                            f"valid: {', '.join(valid)}{did_you_mean(unknown, valid)}")
+
+
+def _check_limits_regressions(metric: str, tolerance: Tolerance, written: Any) -> None:
+    """A tolerance that limits only the change for the better would let any regression pass (TOML
+    reads `0.02` as `+0.02`: "may grow by at most 0.02", which for a metric where higher is better
+    limits only improvements): refused, with the ways to write what was probably meant."""
+    better = getattr(lookup("metric", metric), "direction", "none")
+    if (better, tolerance.direction) not in (("higher", "increase"), ("lower", "decrease")):
+        return
+    worse, sign = ("drop", "-") if better == "higher" else ("rise", "+")
+    amount = f"{tolerance.bound * 100:g}%" if tolerance.kind == "relative" else f"{tolerance.bound:g}"
+    signed = f'"{sign}{amount}"' if tolerance.kind == "relative" or sign == "+" else f"{sign}{amount}"
+    raise _fail(f"[regress] {metric}",
+                f"{written!r} limits only {'increases' if better == 'higher' else 'decreases'}, and {better} is "
+                f"better for {metric}: any {worse} would pass; write {signed} to limit a {worse}, or "
+                f'"{amount}" (a string with no sign) to limit the change both ways')
 
 
 def _is_metric(name: str) -> bool:
