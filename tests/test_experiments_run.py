@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -269,3 +270,100 @@ def test_the_session_cache_reads_the_next_pending_sessions_together_and_keeps_on
         assert cache.get(ids[2]).id == ids[2] and reads[-1] == [ids[2]]  # nothing else is pending
         assert cache.peak == 2
         assert cache.get(ids[0]).id == ids[0] and len(cache) == 2  # a repeated load is handed out, not kept
+
+
+# -- model calls: the summarizer's and the evaluator's, through the run's gateway -----------------
+
+
+def _answer(body):
+    """The summarizer's and the evaluator's answers (the judge gets scores, a probe an honest UNKNOWN)."""
+    from workbench.quality.judge import DIMENSIONS
+
+    system = body["messages"][0]["content"]
+    if system.startswith("You grade"):
+        return json.dumps(dict.fromkeys(DIMENSIONS, 3))
+    if system.startswith("You are being tested"):
+        return "UNKNOWN"
+    return "summary: kept src/app.py and the failing test"
+
+
+def _judged_spec(server, metrics=("judge_score", "probe_accuracy")):
+    priced = {"api_base": server.api_base, "api_key": "sk-test-dummy", "num_retries": 0,
+              "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
+    return {"name": "judged", "dataset": "grid", "metrics": list(metrics), "concurrency": 2,
+            "defaults": {"summarizer": "openai/run-summarizer", "summarizer_options": priced,
+                         "evaluator": "openai/run-judge", "evaluator_options": priced, "context_limit": 6000,
+                         "max_output": 500, "trigger": {"kind": "utilization", "ratio": 0.5}},
+            "config": [{"name": "split", "strategy": {"kind": "summarize_split"}},
+                       {"name": "full", "strategy": {"kind": "summarize_full"}}]}
+
+
+@pytest.fixture
+def other_process_default():
+    """A fresh process-wide gateway, as a new process would have (restored after the test)."""
+    from workbench.llm import Gateway, MemoryCache, set_default_gateway
+
+    previous = set_default_gateway(Gateway(MemoryCache()))
+    yield
+    set_default_gateway(previous).close()
+
+
+def test_evaluator_calls_are_cached_in_the_database_and_a_fresh_rerun_spends_nothing(grid_db, other_process_default):
+    from workbench.llm import Gateway, MemoryCache, set_default_gateway
+    from workbench.testing import FakeOpenAI
+
+    db, _, ids = grid_db
+    with FakeOpenAI(responder=_answer) as server:
+        first = run_experiment(_judged_spec(server), db=str(db))
+        asked = server.request_count
+        assert first.status == "finished" and len(first.results) == 2 * len(ids)
+        assert first.results["evaluator_calls"].sum() > 0 and first.results["summarizer_calls"].sum() > 0
+        assert first.progress.model_calls == asked and first.progress.cost_usd > 0
+        set_default_gateway(Gateway(MemoryCache())).close()  # nothing of the first run is left in memory
+        again = run_experiment(_judged_spec(server), db=str(db), fresh=True)
+        assert server.request_count == asked  # every answer, the evaluator's too, came from the database
+    assert again.progress.cells_reused == 0 and again.progress.model_calls == 0
+    assert again.progress.cost_usd == 0  # cache hits cost nothing, though the cells' cost metrics price them
+    assert again.progress.cache_hits == first.progress.model_calls + first.progress.cache_hits
+    assert again.results["cost_usd"].sum() == pytest.approx(first.results["cost_usd"].sum())
+
+
+def test_the_run_reports_the_calls_hits_and_money_of_its_gateway(grid_db, other_process_default):
+    from workbench.llm import Gateway, MemoryCache
+    from workbench.testing import FakeOpenAI
+
+    db, _, _ = grid_db
+    with FakeOpenAI(responder=_answer) as server, Gateway(MemoryCache()) as gateway:
+        run = run_experiment(_judged_spec(server), db=str(db), gateway=gateway)
+        assert run.progress.model_calls == gateway.stats.calls == server.request_count
+        assert run.progress.cache_hits == gateway.stats.cache_hits
+        assert run.progress.cost_usd == pytest.approx(gateway.stats.cost_usd) and gateway.stats.cost_usd > 0
+        evaluated = run.results[["evaluator_cost_usd", "cost_usd"]].sum()
+        assert gateway.stats.cost_usd <= evaluated.sum() + 1e-12 and evaluated["evaluator_cost_usd"] > 0
+
+
+@pytest.mark.filterwarnings("ignore:metric 'judge_score' failed:RuntimeWarning")
+def test_cells_whose_evaluator_failed_fail_and_a_resume_computes_them(grid_db, other_process_default):
+    from workbench.testing import FakeOpenAI, Fault
+
+    db, _, ids = grid_db
+    down = {"judge": True}
+
+    def answer(body):
+        judging = body["messages"][0]["content"].startswith("You grade")
+        return Fault.error(500, "judge unavailable") if judging and down["judge"] else _answer(body)
+
+    with FakeOpenAI(responder=answer) as server:
+        spec = _judged_spec(server, metrics=["judge_score"])
+        failed = "EvaluatorFailed: evaluator 'openai/run-judge' failed.*judge unavailable"
+        with pytest.warns(RuntimeWarning, match=failed):
+            first = run_experiment(spec, db=str(db))
+        assert first.status == "finished_with_errors" and first.progress.failed_cells == 2 * len(ids)
+        assert first.progress.model_calls > 0  # the failed cells' summaries were paid for, and counted
+        assert runs(str(db)).loc[0, "status"] == "finished_with_errors"
+        down["judge"] = False
+        second = run_experiment(spec, db=str(db))
+    assert second.id == first.id and second.status == "finished"
+    assert second.progress.cells_reused == 0 and second.progress.failed_cells == 0
+    assert second.results["judge_score"].notna().all() and len(second.results) == 2 * len(ids)
+    assert second.progress.cache_hits > 0  # the summaries came from the cache

@@ -11,13 +11,46 @@ from llm_support import MODEL, ask, bind
 
 from workbench.compaction import CompactionEnv, Summarizer
 from workbench.errors import SummarizerError
-from workbench.llm import BadResponse, Gateway, LazyModel, LLMError, MemoryCache, ProviderError, RateLimited, Timeout
+from workbench.llm import (
+    BadResponse,
+    CacheEntry,
+    DuckDBCache,
+    Gateway,
+    LazyModel,
+    LLMError,
+    MemoryCache,
+    ProviderError,
+    RateLimited,
+    Timeout,
+)
 from workbench.llm.lazy import startup_seconds, timer_excluding_startup
 from workbench.replay import replay
-from workbench.testing import Fault
+from workbench.testing import FakeOpenAI, Fault
 from workbench.tokens import count_tokens
 
 pytest_plugins = ["llm_fixtures"]  # the gateway fixtures: litellm, server, gateway
+
+
+def refused(text: str = "I can't help with that.") -> Fault:
+    """A scripted answer ending with `finish_reason: "content_filter"` (served by `RefusingServer`)."""
+    return Fault("content_filter", text=text)
+
+
+class RefusingServer(FakeOpenAI):
+    """FakeOpenAI that also serves `refused(...)`: HTTP 200, the text, `finish_reason: "content_filter"`."""
+
+    async def _answer(self, body, item):
+        if isinstance(item, Fault) and item.kind == "content_filter":
+            from aiohttp import web
+
+            return web.json_response(self._completion(body, item.text, finish_reason="content_filter"))
+        return await super()._answer(body, item)
+
+
+@pytest.fixture
+def refusing(litellm):
+    with RefusingServer() as fake:
+        yield fake
 
 
 def test_call_over_http_returns_a_completion(gateway, server):
@@ -77,6 +110,96 @@ def test_truncated_output_is_reported_not_raised(gateway, server):
     result = bind(gateway, server).complete(ask())
     assert (result.text, result.finish_reason) == ("cut off here", "length")
     assert bind(gateway, server).complete(ask()).finish_reason == "length"  # and cached as such
+
+
+@pytest.mark.parametrize("answer", ["", "  \n\t ", refused()], ids=["empty", "whitespace", "content-filter"])
+@pytest.mark.parametrize("path", ["complete", "complete_many", "async"])
+def test_unusable_answers_are_not_cached(gateway, refusing, answer, path):
+    """An answer every summarizer rejects is paid for but not stored: the next run asks again."""
+    refusing.script(answer, "A real summary.")
+    bound = bind(gateway, refusing)
+
+    def call():
+        if path == "complete":
+            return bound.complete(ask())
+        if path == "complete_many":
+            return bound.complete_many([ask()])[0]
+        return asyncio.run(bound.acomplete(ask()))
+
+    first = call()
+    assert not first.cache_hit and first.text == (answer.text if isinstance(answer, Fault) else answer)
+    assert len(gateway.cache) == 0 and gateway.stats.calls == 1
+    second = call()
+    assert (second.text, second.cache_hit) == ("A real summary.", False)
+    assert call().cache_hit and refusing.request_count == 2
+
+
+@pytest.mark.parametrize("kind", ["memory", "duckdb"])
+def test_an_unusable_answer_stored_earlier_is_asked_again_and_replaced(tmp_path, server, kind):
+    """A cache filled by an earlier version may hold empty answers: a lookup ignores them and the
+    next answer takes their place (the first answer wins only over other usable ones)."""
+    cache = MemoryCache() if kind == "memory" else DuckDBCache(tmp_path / "old.duckdb")
+    with Gateway(cache, num_retries=0) as gw:
+        bound = bind(gw, server)
+        cache.put(bound.cache_key(ask()), MODEL, {"old": True}, CacheEntry("", 1, 0, None, "stop"))
+        server.script("A real summary.")
+        assert bound.complete(ask()).text == "A real summary."
+        assert bound.complete_many([ask()])[0].cache_hit
+        cache.put(bound.cache_key(ask()), MODEL, {"late": True}, CacheEntry("late", 1, 1, None, "stop"))
+        assert bound.complete(ask()).text == "A real summary."
+    if kind == "duckdb":
+        with Gateway(DuckDBCache(tmp_path / "old.duckdb")) as gw:
+            again = bind(gw, server).complete(ask())
+        assert (again.text, again.cache_hit) == ("A real summary.", True)
+    assert server.request_count == 1
+
+
+def test_a_refusal_is_a_summarizer_failure_naming_the_model_and_the_finish_reason(gateway, refusing):
+    refusing.script(refused("Sorry, I cannot summarize this."), "")
+    env = CompactionEnv(summarizer=bind(gateway, refusing))
+    with pytest.raises(SummarizerError, match=r"'openai/fake-model' refused it \(finish_reason 'content_filter'\)"):
+        env.summarize(ask("one"))
+    with pytest.raises(SummarizerError, match=r"'openai/fake-model' returned an empty summary \(finish_reason 'stop'"):
+        env.summarize(ask("two"))
+    assert len(env.completions) == 2  # both were paid for
+
+
+def test_a_refused_summary_falls_back_under_on_failure_fallback(gateway, refusing):
+    refusing.responder = lambda body: refused()
+    result = replay(conversation(24, result_chars=1500),
+                    {"trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
+                     "summarizer": MODEL, "summarizer_options": {"api_base": refusing.api_base, "api_key": "sk-dummy"},
+                     "context_limit": 12_000, "max_output": 1_000, "on_failure": "fallback"}, gateway=gateway)
+    assert result.termination == "completed" and result.compactions
+    assert all(e.fell_back and "content_filter" in (e.error or "") for e in result.compactions)
+    assert not any("can't help" in (m.text or "") for m in result.final_context)
+
+
+def test_truncated_summaries_are_kept_and_counted(gateway, server):
+    server.responder = lambda body: Fault.truncated("A summary cut off at the output limit, which")
+    result = replay(conversation(24, result_chars=1500),
+                    {"trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
+                     "summarizer": MODEL, "summarizer_options": {"api_base": server.api_base, "api_key": "sk-dummy"},
+                     "context_limit": 12_000, "max_output": 1_000}, gateway=gateway)
+    events = result.compactions
+    assert result.termination == "completed" and len(events) >= 2
+    assert all("cut off at the output limit" in (e.summary or "") for e in events)
+    frame = result.compactions_frame()
+    assert list(frame["summarizer_truncated"]) == [e.summarizer_usage["calls"] for e in events]
+    assert result.metrics["summarizer_truncated"] == sum(frame["summarizer_truncated"]) > 0
+    plain = replay(conversation(24, result_chars=1500), "no-compaction")
+    assert plain.metrics["summarizer_truncated"] == 0 and "summarizer_truncated" in plain.compactions_frame()
+
+
+def test_request_timeout_is_honoured_like_timeout(gateway, server):
+    server.script(Fault.hang(4), Fault.hang(4))  # the gateway's own timeout is 5 s
+    for option in ("request_timeout", "timeout"):
+        bound = bind(gateway, server, num_retries=0, **{option: 0.5})
+        assert bound.timeout == 0.5
+        started = time.perf_counter()
+        with pytest.raises(Timeout):
+            bound.complete(ask(f"hang with {option}"))
+        assert time.perf_counter() - started < 3
 
 
 def test_missing_usage_is_counted_with_the_heuristic(gateway, server):

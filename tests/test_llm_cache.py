@@ -56,6 +56,29 @@ def test_errors_are_never_cached(gateway, server):
     assert bound.complete(ask()).cache_hit
 
 
+def test_the_endpoint_is_part_of_the_key(gateway, server):
+    """`openai/<name>` at two endpoints may be two models: each endpoint's answer is its own."""
+    from workbench.testing import FakeOpenAI
+
+    server.responder = lambda body: "answer from A"
+    with FakeOpenAI(responder=lambda body: "answer from B") as other:
+        at_a, at_b = bind(gateway, server), bind(gateway, other)
+        assert at_a.complete(ask()).text == "answer from A"
+        assert at_b.complete(ask()).text == "answer from B"
+        assert at_b.cache_key(ask()) != at_a.cache_key(ask())
+        assert [at_a.complete(ask()).text, at_b.complete(ask()).text] == ["answer from A", "answer from B"]
+        assert bind(gateway, other, api_base=other.api_base + "/").complete(ask()).cache_hit
+        assert server.request_count == other.request_count == 1
+
+
+def test_the_endpoint_in_the_key_holds_no_credentials():
+    material = key_material("m", ask(), {}, api_base="https://user:pw-SECRET@LLM.example.com:8443/v1/?key=SECRET#x")
+    assert material["endpoint"] == "https://llm.example.com:8443/v1"
+    assert "SECRET" not in json.dumps(material)
+    assert "endpoint" not in key_material("m", ask(), {})  # the provider's default: keys as before
+    assert cache_key("m", ask(), {}, api_base="http://a/v1") != cache_key("m", ask(), {}, api_base="http://b/v1")
+
+
 def test_cache_false_bypasses_the_cache(gateway, server):
     bound = bind(gateway, server, cache=False)
     bound.complete(ask())
@@ -170,7 +193,8 @@ def test_api_keys_never_reach_the_database_file(tmp_path, server, monkeypatch):
     requests = [json.loads(row[0]) for row in connection.execute("SELECT request FROM llm_cache").fetchall()]
     connection.close()
     assert len(requests) == 2  # the failed call was not stored
-    assert all(set(r) == {"v", "model", "messages", "params", "repeat"} for r in requests)
+    assert all(set(r) == {"v", "model", "endpoint", "messages", "params", "repeat"} for r in requests)
+    assert {r["endpoint"] for r in requests} == {server.api_base}
     assert not any("api_key" in json.dumps(r) or "extra_headers" in json.dumps(r) for r in requests)
 
 

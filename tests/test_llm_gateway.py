@@ -63,6 +63,20 @@ def test_identical_concurrent_calls_reach_the_model_once(gateway, server):
     assert len({r.text for r in results}) == 1
 
 
+@pytest.mark.parametrize("concurrency", [1, 2])
+def test_identical_calls_of_a_batch_reach_the_model_once_whatever_the_concurrency(gateway, server, concurrency):
+    """With fewer slots than identical calls, a call that leads after an identical one landed finds
+    its answer in the cache (the batch's one cache query was made before either ran)."""
+    server.latency = 0.05
+    bound = bind(gateway, server, concurrency=concurrency)
+    results = bound.complete_many([ask("same")] * 4 + [ask("other")] * 2)
+    assert server.request_count == 2
+    assert [r.cache_hit for r in results].count(False) == 2 and len({r.text for r in results[:4]}) == 1
+    assert (gateway.stats.calls, gateway.stats.cache_hits) == (2, 4)
+    again = asyncio.run(bind(gateway, server, concurrency=concurrency).acomplete_many([ask("third")] * 3))
+    assert server.request_count == 3 and sum(not r.cache_hit for r in again) == 1
+
+
 def test_results_do_not_depend_on_scheduling(server):
     server.latency = 0.02
     batch = [ask(f"item {i}") for i in range(20)]

@@ -102,6 +102,40 @@ def test_model_metrics_through_litellm_and_cached_on_rerun(session, server, gate
         assert again_values[name] == values[name]
 
 
+def test_the_evaluator_goes_through_the_gateway_the_replay_was_given(session, server, gateway, tmp_path):
+    """Its calls are cached where the replay's summaries are (a database), share that gateway's
+    limiter per model and endpoint and show in its counters; the process default is not used."""
+    from workbench.llm import DuckDBCache
+
+    path = tmp_path / "evaluator.duckdb"
+    with Gateway(DuckDBCache(path), num_retries=0) as given:
+        result = wb.replay(session, _config(server), metrics=MODEL_METRICS, gateway=given)
+        asked = server.request_count
+        assert asked > 0 and given.stats.calls == asked == result.metrics["evaluator_calls"]
+        assert given.limiter("openai/fake-judge", api_base=server.api_base).max_in_use > 0
+    assert gateway.stats.calls == gateway.stats.cache_hits == 0  # the default gateway saw nothing
+    with Gateway(DuckDBCache(path)) as reopened:
+        again = wb.replay(session, _config(server), metrics=MODEL_METRICS, gateway=reopened)
+    assert server.request_count == asked
+    assert again.metrics["evaluator_cache_hits"] == reopened.stats.cache_hits == asked
+    assert again.metrics["evaluator_calls"] == 0
+    assert [again.metrics[name] for name in MODEL_METRICS] == [result.metrics[name] for name in MODEL_METRICS]
+
+
+def test_a_failed_evaluator_call_is_recorded_on_the_result(session, gateway):
+    from workbench.quality.evaluator import EvaluatorFailed, check_evaluator, failures
+    from workbench.testing import Fault
+
+    with FakeOpenAI(responder=lambda body: Fault.error(500, "evaluator down")) as down:
+        with pytest.warns(RuntimeWarning, match="evaluator down"):
+            result = wb.replay(session, _config(down), metrics=["judge_score"])
+    assert result.metrics["judge_score"] is None
+    assert failures(result) and all(f.startswith("judge: ProviderError") for f in failures(result))
+    with pytest.raises(EvaluatorFailed, match="evaluator 'openai/fake-judge' failed.*evaluator down"):
+        check_evaluator(result)
+    check_evaluator(wb.replay(session, {k: v for k, v in _config(down).items() if not k.startswith("evaluator")}))
+
+
 def test_without_an_evaluator_model_metrics_are_none(session):
     result = wb.replay(session, {"trigger": {"kind": "utilization", "ratio": 0.8},
                                  "strategy": {"kind": "sliding_window", "window": 10}, "context_limit": 48_000})

@@ -171,6 +171,24 @@ class Completion:
     attempts: int = 1
 
 
+#: Finish reasons that make an answer a refusal rather than a summary, whatever text it holds.
+REFUSED_FINISH_REASONS = frozenset({"content_filter"})
+
+
+def unusable_answer(text: str | None, finish_reason: str | None) -> str | None:
+    """Why a model's answer cannot serve as a summary (a refusal, no text), or None when it can.
+
+    The one rule for both sides: `CompactionEnv.summarize` rejects such an answer, and the gateway
+    does not cache it (a re-run asks the provider again). An answer cut at its output limit
+    (`length`) is usable: it is what that request, with that `max_tokens`, gets.
+    """
+    if finish_reason in REFUSED_FINISH_REASONS:
+        return f"refused it (finish_reason {finish_reason!r})"
+    if not text or not text.strip():
+        return f"returned an empty summary (finish_reason {finish_reason!r})"
+    return None
+
+
 @runtime_checkable
 class Summarizer(Protocol):
     """A model bound to its options; raises `SummarizerError` when the call fails for good."""
@@ -238,7 +256,9 @@ class CompactionEnv:
 
     def summarize(self, messages: list[dict[str, Any]], *, purpose: str = "summary",
                   max_tokens: int | None = None) -> str:
-        """Ask the summarizer; returns the text. Raises `SummarizerError` on failure or empty text."""
+        """Ask the summarizer; returns the text. Raises `SummarizerError` on failure, on empty text
+        and on a refusal (`unusable_answer`); a text cut at the output limit is returned (the
+        replay counts it in the compaction's `truncated` usage)."""
         if self.summarizer is None:
             raise SummarizerError("this strategy needs a summarizer, and none is configured")
         if self.breaker_open:
@@ -253,8 +273,9 @@ class CompactionEnv:
         if not completion.duration_s:
             completion = _with_duration(completion, time.perf_counter() - started)
         self.completions.append(completion)
-        if not completion.text or not completion.text.strip():
-            raise SummarizerError(f"summarizer {completion.model!r} returned an empty summary")
+        problem = unusable_answer(completion.text, completion.finish_reason)
+        if problem is not None:
+            raise SummarizerError(f"summarizer {completion.model!r} {problem}")
         return completion.text
 
     def record_summary(self, text: str) -> None:

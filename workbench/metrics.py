@@ -134,6 +134,16 @@ class SummarizerOutputTokens(_CostMetric):
         return _usage_total(result, "output_tokens")
 
 
+@register_metric("summarizer_truncated", direction="lower", unit="calls", level="run")
+@dataclass(frozen=True)
+class SummarizerTruncated(_CostMetric):
+    """Summarizer answers cut at their output limit (finish_reason `length`): kept as summaries, but
+    possibly incomplete (a larger `max_tokens` or a smaller input would finish them)."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return _usage_total(result, "truncated")
+
+
 @register_metric("cost_usd", direction="lower", unit="usd", level="run")
 @dataclass(frozen=True)
 class CostUsd(_CostMetric):
@@ -192,4 +202,5 @@ def direction(name: str) -> str:
 
 __all__ = ["BilledInputTokens", "CacheAwareInputTokens", "CachedInputTokens", "Calls", "Compactions",
            "CompressionRatio", "CostUsd", "Fallbacks", "NoProgressCompactions", "PeakContextTokens",
-           "SummarizerCalls", "SummarizerInputTokens", "SummarizerOutputTokens", "Termination", "direction"]
+           "SummarizerCalls", "SummarizerInputTokens", "SummarizerOutputTokens", "SummarizerTruncated", "Termination",
+           "direction"]

@@ -225,7 +225,9 @@ class ReplayResult:
     compactions) from the call where it became the context (`_sent`: (first call, list) pairs),
     cut at the length the call recorded, so keeping them costs nothing per call. `calibration` is the fit applied under
     `calibration = "recorded"` (None otherwise); `compaction_metrics` holds one dict of metric
-    columns per event, merged into `compactions_frame()`.
+    columns per event, merged into `compactions_frame()`. `gateway` is the `workbench.llm` gateway
+    the replay was given, on which the model metrics bind the config's evaluator, so its calls share
+    that gateway's cache, limits and counters (None: the process-wide default); it is not pickled.
     """
 
     session_id: str
@@ -242,6 +244,10 @@ class ReplayResult:
     _sent: list[tuple[int, list[Message]]] = field(default_factory=list, repr=False, compare=False)
     _exchanges: list[tuple[Snapshot, Snapshot]] = field(default_factory=list, repr=False, compare=False)
     _recorded: tuple[list[int | None], list[bool]] | None = field(default=None, repr=False, compare=False)
+    gateway: Any = field(default=None, repr=False, compare=False)
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {**self.__dict__, "gateway": None}  # a process's connections and locks stay in it
 
     def __repr__(self) -> str:
         compactions = len(self.compactions)
@@ -323,7 +329,7 @@ class ReplayResult:
         `context_at` and `compaction_contexts` read), its recorded columns kept: what an executor
         sends back to the run's writer, which stores none of the rest. A fraction of the size."""
         return dataclasses.replace(self, session=None, final_context=[], _sent=[], _exchanges=[],
-                                   _recorded=self.recorded_columns())
+                                   _recorded=self.recorded_columns(), gateway=None)
 
     def recorded_columns(self) -> tuple[list[int | None], list[bool]]:
         """Per call: the input the provider billed for the recorded call, and whether the recorded
@@ -452,14 +458,23 @@ def _bind_session(kind: Any, session: Session) -> None:
                     _bind_session(child, session)
 
 
+def _known_sum(costs: Sequence[float | None]) -> float | None:
+    return None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
+
+
 def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
-    costs = [c.cost_usd for c in completions]
+    """A compaction's summarizer usage. `cost_usd` prices every call, cache hits at their original
+    cost (the config's cost, whatever the cache held); `spent_usd` only the calls that reached the
+    model (what this replay paid). `truncated` counts the answers cut at the output limit
+    (`finish_reason == "length"`): kept as summaries, but possibly incomplete."""
     return {
         "calls": len(completions),
         "cache_hits": sum(1 for c in completions if c.cache_hit),
         "input_tokens": sum(c.input_tokens for c in completions),
         "output_tokens": sum(c.output_tokens for c in completions),
-        "cost_usd": None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None)),
+        "cost_usd": _known_sum([c.cost_usd for c in completions]),
+        "spent_usd": _known_sum([c.cost_usd for c in completions if not c.cache_hit]),
+        "truncated": sum(1 for c in completions if c.finish_reason == "length"),
     }
 
 
@@ -629,6 +644,7 @@ class _Replay:
         self.forced_retry = configured is True
         self.overflow_retry = bool(getattr(self.trigger, "overflow_retry", False)) if configured is None \
             else bool(configured)
+        self.gateway = gateway
         self.summarizer = summarizer if summarizer is not None else _LazySummarizer(
             config.summarizer, config.summarizer_options, gateway)
         self.columns: dict[str, list[Any]] = {name: [] for name in CALL_COLUMNS}
@@ -868,7 +884,7 @@ class _Replay:
                               calls=CallRecords(self.columns), compactions=self.events,
                               final_context=list(self.context), termination=self.termination, error=self.error,
                               session=self.session, calibration=self.calibration,
-                              _sent=self.sent, _exchanges=self.exchanges))
+                              _sent=self.sent, _exchanges=self.exchanges, gateway=self.gateway))
 
     def _call(self, call_index: int) -> bool:
         """Replay one call, asking the trigger; False when the replay stops before it."""
@@ -1067,10 +1083,10 @@ def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapp
     more than the replay itself): for reading only the calls, or measuring later with `result.measure()`.
 
     `summarizer` overrides the model named in the config (any object with `.complete(...)`);
-    `gateway` is the `workbench.llm` gateway to bind the configured model on (default: the
-    process-wide one). Raises `InvariantError` if a strategy breaks an invariant, and `ConfigError`
-    naming the kind if a strategy returns anything but a list of `Message` or a trigger answers
-    anything but True or False.
+    `gateway` is the `workbench.llm` gateway to bind the configured models on, the summarizer and
+    the evaluator of the model metrics (default: the process-wide one). Raises `InvariantError` if
+    a strategy breaks an invariant, and `ConfigError` naming the kind if a strategy returns
+    anything but a list of `Message` or a trigger answers anything but True or False.
     """
     names = tuple(lookup("metric", name).kind for name in metrics or ())  # type: ignore[attr-defined]
     runner = _Replay(as_session(session), _parsed(config), summarizer, gateway)

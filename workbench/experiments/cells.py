@@ -2,7 +2,8 @@
 
 `CellWork` is the computation as plain, picklable data, shared by every executor: the local one
 calls it in threads of the run's process (through `BoundCellWork`), the Ray executor ships it to
-worker processes. `CellOutcome` is what comes back to the run's single database writer.
+worker processes. `CellOutcome` is what comes back to the run's single database writer, with the
+cell's `CellSpend` (what its model calls cost in this run).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ if TYPE_CHECKING:
     from workbench.session import Session
     from workbench.store import Store
 
-__all__ = ["BoundCellWork", "CellOutcome", "CellTask", "CellWork", "repeat_config"]
+__all__ = ["BoundCellWork", "CellOutcome", "CellSpend", "CellTask", "CellWork", "repeat_config"]
 
 
 @dataclass(frozen=True)
@@ -34,15 +35,54 @@ class CellTask:
 
 
 @dataclass(frozen=True)
+class CellSpend:
+    """What a cell's model calls, the summarizer's and the evaluator's, cost in this run.
+
+    `model_calls` reached a model, `cache_hits` were answered by the cache (or by an identical
+    call in flight), `cost_usd` is the money paid for the former at known prices: a cache hit
+    costs nothing, though the cell's `cost_usd` metrics price it at its original cost.
+    """
+
+    model_calls: int = 0
+    cache_hits: int = 0
+    cost_usd: float = 0.0
+
+    @classmethod
+    def of(cls, result: ReplayResult) -> CellSpend:
+        """Read from the result's compaction events and its evaluator completions (which live only in
+        the process that measured it: this is taken there, before the result is sent anywhere)."""
+        from workbench.quality.evaluator import spend
+
+        calls = hits = 0
+        cost = 0.0
+        for event in result.compactions:
+            usage = event.summarizer_usage or {}
+            cached = int(usage.get("cache_hits") or 0)
+            calls += int(usage.get("calls") or 0) - cached
+            hits += cached
+            cost += float(usage.get("spent_usd") or 0.0)
+        for completions in spend(result).values():
+            for completion in completions:
+                if completion.cache_hit:
+                    hits += 1
+                else:
+                    calls += 1
+                    cost += float(completion.cost_usd or 0.0)
+        return cls(calls, hits, cost)
+
+
+@dataclass(frozen=True)
 class CellOutcome:
     """A computed cell. `cache_entries` are the model answers a worker outside this process made
-    (key, model, request as canonical JSON, entry): the driver commits them to the database's `llm_cache`."""
+    (key, model, request as canonical JSON, entry): the driver commits them to the database's `llm_cache`.
+    `spend` is what the cell's model calls cost, also when it failed after making some."""
 
     task: CellTask
     result: ReplayResult | None
     duration_s: float
     error: BaseException | None = None
     cache_entries: tuple[tuple[str, str, str, CacheEntry], ...] = ()
+    spend: CellSpend = CellSpend()
 
 
 @dataclass(frozen=True)
@@ -52,22 +92,30 @@ class CellWork:
     It holds no connection, lock or gateway, so it pickles: the local executor calls it in threads
     of this process, the Ray executor ships it once per run to its worker processes. `compute`
     loads the session through `session()` inside the timed, guarded part, so a session that cannot
-    be loaded fails its cell, not the run.
+    be loaded fails its cell, not the run. A cell whose evaluator failed for good (its model
+    metrics would be None for want of an answer) fails too, so that it is not stored as finished
+    and a resumed run computes it again.
     """
 
     configs: Mapping[str, ReplayConfig]
     metrics: tuple[str, ...] = ()
 
     def compute(self, task: CellTask, session: Callable[[], Session], gateway: Any) -> CellOutcome:
+        from workbench.quality.evaluator import EvaluatorFailed, check_evaluator
         from workbench.replay import replay
 
         started = time.perf_counter()
         try:
             config = repeat_config(self.configs[task.config_name], task.repeat)
             result = replay(session(), config, gateway=gateway, metrics=list(self.metrics) or None)
-            return CellOutcome(task, result, time.perf_counter() - started)
         except Exception as exc:  # a cell that raises is reported, the run goes on
             return CellOutcome(task, None, time.perf_counter() - started, exc)
+        spent = CellSpend.of(result)
+        try:
+            check_evaluator(result)
+        except EvaluatorFailed as exc:
+            return CellOutcome(task, None, time.perf_counter() - started, exc, spend=spent)
+        return CellOutcome(task, result, time.perf_counter() - started, spend=spent)
 
 
 @dataclass(frozen=True)

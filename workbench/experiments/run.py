@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.errors import ConfigError, SessionFilterError, StoreError, did_you_mean
 from workbench.experiments import results as tables
-from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
+from workbench.experiments.cells import BoundCellWork, CellOutcome, CellSpend, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
 from workbench.strategies.common import may_summarize
 
@@ -118,7 +118,9 @@ class LocalExecutor:
 
 @dataclass
 class RunProgress:
-    """What a progress bar shows: cells done (reused included), model calls, cache hits, spend."""
+    """What a progress bar shows: cells done (reused included), and of the cells computed in this
+    run (failed ones included) the model calls made, the cache hits and the money spent, the
+    summarizer's and the evaluator's together (`CellSpend`: a cache hit costs nothing)."""
 
     cells_total: int
     cells_reused: int = 0
@@ -454,8 +456,7 @@ class _CellWriter:
             for outcome in outcomes:
                 if outcome.result is None:
                     self._state.failed_cells += 1
-                else:
-                    _count_calls(self._state, outcome.result)
+                _count_calls(self._state, outcome.spend)
                 self._state.cells_done += 1
                 if self._progress:
                     self._progress(self._state)
@@ -475,16 +476,10 @@ def _warn_failed(task: CellTask, error: BaseException | None) -> None:
                   f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
 
 
-def _count_calls(state: RunProgress, result: ReplayResult) -> None:
-    for event in result.compactions:
-        usage = event.summarizer_usage or {}
-        hits = int(usage.get("cache_hits") or 0)
-        state.model_calls += int(usage.get("calls") or 0) - hits
-        state.cache_hits += hits
-        state.cost_usd += float(usage.get("cost_usd") or 0.0)
-    metrics = result.metrics
-    for key in ("evaluator_calls",):
-        state.model_calls += int(metrics.get(key) or 0)
+def _count_calls(state: RunProgress, spent: CellSpend) -> None:
+    state.model_calls += spent.model_calls
+    state.cache_hits += spent.cache_hits
+    state.cost_usd += spent.cost_usd
 
 
 def results(run_id: str, db: str | None = None) -> pd.DataFrame:

@@ -28,8 +28,10 @@ The package, one concern per module:
 Options (a config's `summarizer_options`, merged over the gateway's defaults):
 - sent to the model and part of the cache key: `temperature`, `max_tokens`, `top_p`, `stop`,
   `seed`, `response_format`, ... (anything not listed below);
-- transport only, sent but never part of the cache key: `api_base`/`base_url`, `api_version`,
-  `timeout` (seconds per attempt), `extra_headers`, `organization`;
+- the endpoint, `api_base`/`base_url`: sent, and part of the cache key without its credentials
+  (another endpoint may serve another model under the same name);
+- transport only, sent but never part of the cache key: `api_version`, `timeout` (seconds per
+  attempt; `request_timeout` is an alias), `extra_headers`, `organization`;
 - secrets, sent but never part of the cache key, never stored, redacted from error messages:
   `api_key` and any option whose name says key/secret/token/password/credentials;
   `api_key_env` names an environment variable holding the key (so configs never hold keys);
@@ -44,18 +46,22 @@ Defaults come from the Gateway's arguments, which default to the environment var
 
 Behaviour:
 - Cache: a hit returns the stored record (text, tokens, cost and duration of the original call)
-  with `cache_hit=True`, `attempts=0`. Errors are never cached. Identical requests in flight at
-  the same time are made once (the others wait and receive the result as a cache hit, or the
-  same error). `complete_many` / `acomplete_many` ask the cache once per batch and return results
-  in input order. `DuckDBCache` stores rows shortly after (write-behind): call `Gateway.close()`
-  (or `cache.flush()`) before another process reads the table.
+  with `cache_hit=True`, `attempts=0`. Errors are never cached, nor are answers no caller can use
+  (empty text, `finish_reason == "content_filter"`): they are paid for, and asked again next
+  time. Identical requests in flight at the same time are made once (the others wait and receive
+  the result as a cache hit, or the same error). `complete_many` / `acomplete_many` ask the cache
+  once per batch, make each distinct request once, and return results in input order.
+  `DuckDBCache` stores rows shortly after (write-behind): call `Gateway.close()` (or
+  `cache.flush()`) before another process reads the table.
 - `model`, `messages` and `stream` cannot be set as options (`ConfigError`).
 - Retries (the only ones: LiteLLM's and the OpenAI client's are disabled): 429 (waiting at least
   its `Retry-After`), 5xx, timeouts and dropped connections, with exponential backoff and jitter.
   Authentication failures (`AuthenticationFailed`: 401/403, no key) and refused connections or
   unknown hosts (`ConnectionFailed`) fail at once, naming the model and `api_base`; other 4xx
   fail at once too (`ProviderError`). All are `LLMError`s.
-- `finish_reason == "length"` is reported in the returned `Completion`, not raised.
+- `finish_reason` is reported in the returned `Completion`, not raised: a `length` answer is cached
+  (it is what that request, with that `max_tokens`, gets); `CompactionEnv.summarize` rejects a
+  `content_filter` one and an empty one (`workbench.compaction.unusable_answer`).
 - Usage comes from the response, or is counted with the `heuristic` tokenizer when the provider
   omits it; cost from LiteLLM's (local) price map. Unknown prices give `cost_usd=None` and a
   "cost unknown" warning (once per model, logged, and listed in `Gateway.unknown_cost_models`).

@@ -127,6 +127,7 @@ class BoundModel:
 
                 raise ConfigError(f"model {model!r}: environment variable {variable} (api_key_env) is not set")
             transport["api_key"] = value
+        request_timeout = transport.pop("request_timeout", None)  # LiteLLM's alias: sent as `timeout`
         self._params = params
         self._transport = transport
         self._secrets = secret_values(transport)
@@ -134,7 +135,7 @@ class BoundModel:
         self.repeat = int(own.get("repeat", 0) or 0)
         retries = own.get("num_retries", own.get("max_retries"))
         self.num_retries = int(gateway.num_retries if retries is None else retries)
-        self.timeout = float(transport.get("timeout") or gateway.timeout)
+        self.timeout = float(transport.get("timeout") or request_timeout or gateway.timeout)
         self.use_cache = bool(own.get("cache", True))
         self.concurrency = int(own["concurrency"]) if own.get("concurrency") else None
         self.limiter: Limiter = gateway.limiter(model, self.concurrency, self.api_base)
@@ -164,7 +165,7 @@ class BoundModel:
         if max_tokens is not None:
             params["max_tokens"] = int(max_tokens)
         repeat = self.repeat if repeat is None else int(repeat)
-        material_json = canonical_json(key_material(self.model, plain, params, repeat))
+        material_json = canonical_json(key_material(self.model, plain, params, repeat, self.api_base))
         key = hashlib.sha256(material_json.encode()).hexdigest()
         kwargs = {**params, **self._transport, "model": self.model, "messages": plain,
                   "timeout": self.timeout, "num_retries": 0, "max_retries": 0}
@@ -213,12 +214,17 @@ class BoundModel:
                           attempts=attempts)
 
     def _store(self, request: _Request, completion: Completion) -> None:
+        """Count the call, and cache its answer unless no caller can use it (`CacheEntry.usable`):
+        an empty answer or a refusal is paid for but asked again next time, not replayed forever."""
         self.gateway.count(calls=1, cost_usd=completion.cost_usd or 0.0)
         if not request.use_cache:
             return
         entry = CacheEntry(text=completion.text, input_tokens=completion.input_tokens,
                            output_tokens=completion.output_tokens, cost_usd=completion.cost_usd,
                            finish_reason=completion.finish_reason, duration_s=completion.duration_s)
+        if not entry.usable:
+            log.info("%s: not caching an unusable answer (finish_reason=%r)", self.model, completion.finish_reason)
+            return
         try:
             self.gateway.cache.put(request.key, self.model, request.material_json, entry)
         except Exception as exc:
@@ -238,7 +244,7 @@ class BoundModel:
         if not request.use_cache:
             return None
         entry = self.gateway.cache.get(request.key)
-        if entry is None:
+        if entry is None or not entry.usable:
             return None
         self.gateway.count(cache_hits=1)
         return self._hit(entry)
@@ -255,7 +261,11 @@ class BoundModel:
     # -- one call, written once --
 
     def _plan(self, request: _Request, *, looked_up: bool) -> _Plan:
-        """A call from cache lookup to stored answer; yields the steps that block to its driver."""
+        """A call from cache lookup to stored answer; yields the steps that block to its driver.
+
+        `looked_up`: the caller asked the cache already (a batch's one query). The plan asks again
+        once it leads the key's flight, as an identical call of the batch may have landed since.
+        """
         if not looked_up:
             hit = self._lookup(request)
             if hit is not None:
@@ -271,6 +281,11 @@ class BoundModel:
                 if shared is not None:
                     return shared
         try:
+            if looked_up and flight is not None:
+                hit = self._lookup(request)
+                if hit is not None:
+                    self.gateway.land(request.key, flight, result=hit)
+                    return hit
             completion = yield from self._attempts(request)
         except BaseException as exc:
             if flight is not None:
@@ -406,7 +421,7 @@ class BoundModel:
             found = self.gateway.cache.get_many(keys)
             for index, request in enumerate(requests):
                 entry = found.get(request.key) if request.use_cache else None
-                if entry is not None:
+                if entry is not None and entry.usable:
                     hits[index] = self._hit(entry)
             count = sum(hit is not None for hit in hits)
             if count:

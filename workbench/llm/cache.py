@@ -1,9 +1,11 @@
 """Where model answers are kept: cache keys, the `Cache` protocol, `MemoryCache` and `DuckDBCache`.
 
-A key hashes (model, messages, parameters, repeat): never secrets, transport options (endpoint,
-timeout, headers) or the gateway's own options, so the same request made against another
-endpoint or with another key is a hit. Only successful answers are stored; the first stored
-under a key wins.
+A key hashes (model, endpoint, messages, parameters, repeat): never secrets, other transport
+options (timeout, headers) or the gateway's own options, so the same request made with another
+key or timeout is a hit, and one made against another endpoint (`api_base`, which may serve
+another model under the same name) is not. Only answers a caller can use are stored
+(`CacheEntry.usable`: not empty, not a refusal); the first stored under a key wins, except over
+an unusable entry an older version stored, which a lookup ignores and a new answer replaces.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from workbench.llm.options import GATEWAY_OPTIONS, TRANSPORT_OPTIONS, is_secret_option, redact
+from workbench.compaction import REFUSED_FINISH_REASONS, unusable_answer
+from workbench.llm.options import GATEWAY_OPTIONS, TRANSPORT_OPTIONS, endpoint, is_secret_option, redact
 
 __all__ = ["KEY_VERSION", "Cache", "CacheEntry", "DuckDBCache", "MemoryCache", "cache_key", "canonical_json",
            "key_material", "request_json"]
@@ -29,12 +32,17 @@ KEY_VERSION = 1
 
 
 def key_material(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any],
-                 repeat: int = 0) -> dict[str, Any]:
-    """What the cache key hashes (and what `llm_cache.request` stores): no secrets, no transport."""
+                 repeat: int = 0, api_base: str | None = None) -> dict[str, Any]:
+    """What the cache key hashes (and what `llm_cache.request` stores): no secrets, no transport
+    but the endpoint (`options.endpoint(api_base)`, credentials stripped; absent without one, so
+    the keys of a provider's default endpoint are those of earlier versions)."""
     clean = {k: v for k, v in params.items() if v is not None and not is_secret_option(k)
              and k not in TRANSPORT_OPTIONS and k not in GATEWAY_OPTIONS}
-    return {"v": KEY_VERSION, "model": model, "messages": list(messages), "params": clean, "repeat": int(repeat)}
-
+    material = {"v": KEY_VERSION, "model": model, "messages": list(messages), "params": clean, "repeat": int(repeat)}
+    where = endpoint(api_base)
+    if where is not None:
+        material["endpoint"] = where
+    return material
 
 
 def canonical_json(material: Mapping[str, Any]) -> str:
@@ -48,9 +56,10 @@ def request_json(request: Mapping[str, Any] | str) -> str:
     return request if isinstance(request, str) else canonical_json(request)
 
 
-def cache_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], repeat: int = 0) -> str:
+def cache_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], repeat: int = 0,
+              api_base: str | None = None) -> str:
     """The sha256 of the canonical JSON of `key_material(...)`."""
-    return hashlib.sha256(canonical_json(key_material(model, messages, params, repeat)).encode()).hexdigest()
+    return hashlib.sha256(canonical_json(key_material(model, messages, params, repeat, api_base)).encode()).hexdigest()
 
 
 @dataclass(frozen=True)
@@ -63,6 +72,12 @@ class CacheEntry:
     cost_usd: float | None = None
     finish_reason: str | None = "stop"
     duration_s: float = 0.0
+
+    @property
+    def usable(self) -> bool:
+        """False for an answer every caller rejects (`workbench.compaction.unusable_answer`: empty,
+        or a refusal): never stored, and ignored when an older version stored it."""
+        return unusable_answer(self.text, self.finish_reason) is None
 
     @classmethod
     def from_row(cls, row: Sequence[Any]) -> CacheEntry:
@@ -106,8 +121,8 @@ class MemoryCache:
 
     def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
         with self._lock:
-            self._entries.setdefault(key, entry)
-            if key not in self.requests:
+            if _replaces(self._entries.get(key), entry):
+                self._entries[key] = entry
                 self.requests[key] = json.loads(request_json(request))
 
     def __len__(self) -> int:
@@ -116,6 +131,16 @@ class MemoryCache:
 
     def close(self) -> None:
         pass
+
+
+def _replaces(stored: CacheEntry | None, entry: CacheEntry) -> bool:
+    """Whether `entry` goes in over `stored`: the first answer wins, but an unusable one gives way."""
+    return stored is None or (not stored.usable and entry.usable)
+
+
+#: The SQL condition true of an `llm_cache` row holding an unusable answer (`CacheEntry.usable`).
+_UNUSABLE_ROW = (r"regexp_matches(coalesce(llm_cache.response_text, ''), '^\s*$') OR llm_cache.finish_reason IN ("
+                 + ", ".join(f"'{reason}'" for reason in sorted(REFUSED_FINISH_REASONS)) + ")")
 
 
 class _ReadBatch:
@@ -139,7 +164,8 @@ class DuckDBCache:
 
     Give it an open connection (shared with the rest of the process; this cache uses its own
     cursor behind a lock, so any thread may call it) or a path (opened with migrations applied,
-    closed by `close()`). The first response stored under a key wins.
+    closed by `close()`). The first response stored under a key wins (over an unusable one, see
+    the module's docstring).
 
     Writes are batched (write-behind): `put` returns at once and a background thread stores the
     pending rows every `flush_interval` seconds (or when `batch_size` are waiting) in one
@@ -151,6 +177,7 @@ class DuckDBCache:
     _COLUMNS = ", ".join(ENTRY_COLUMNS)
     _INSERT_COLUMNS = ("key, model, request, response_text, input_tokens, output_tokens, cost_usd, finish_reason, "
                        "duration_s")
+    _REPLACED = ", ".join(f"{column} = excluded.{column}" for column in ("model", "request", *ENTRY_COLUMNS))
     _ROWS_PER_STATEMENT = 200
 
     def __init__(self, connection_or_path: Any = None, *, write_behind: bool = True, flush_interval: float = 0.25,
@@ -251,7 +278,9 @@ class DuckDBCache:
             self._insert([row])
             return
         with self._pending_lock:
-            self._pending.setdefault(key, (row, entry))
+            pending = self._pending.get(key)
+            if _replaces(None if pending is None else pending[1], entry):
+                self._pending[key] = (row, entry)
             full = len(self._pending) >= self.batch_size
         if self._flusher is None:
             self._start_flusher()
@@ -280,7 +309,8 @@ class DuckDBCache:
                 placeholders = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
                 self._cursor.execute(
                     f"INSERT INTO llm_cache ({self._INSERT_COLUMNS}) VALUES {placeholders} "
-                    "ON CONFLICT (key) DO NOTHING", [value for row in chunk for value in row])
+                    f"ON CONFLICT (key) DO UPDATE SET {self._REPLACED} WHERE {_UNUSABLE_ROW}",
+                    [value for row in chunk for value in row])
 
     def flush(self) -> int:
         """Store the pending rows now; returns how many were written."""

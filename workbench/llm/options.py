@@ -11,15 +11,16 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["GATEWAY_OPTIONS", "RESERVED_OPTIONS", "TRANSPORT_OPTIONS", "is_secret_option", "plain_messages",
-           "redact", "secret_values", "split_options"]
+__all__ = ["GATEWAY_OPTIONS", "RESERVED_OPTIONS", "TRANSPORT_OPTIONS", "endpoint", "is_secret_option",
+           "plain_messages", "redact", "secret_values", "split_options"]
 
 #: Options the gateway consumes itself (never sent to LiteLLM).
 GATEWAY_OPTIONS = frozenset({
     "concurrency", "repeat", "num_retries", "max_retries", "cache", "api_key_env",
     "input_cost_per_token", "output_cost_per_token",
 })
-#: Options sent to LiteLLM that do not change the answer (not part of the cache key).
+#: Options sent to LiteLLM that are not parameters of the answer (not among the cache key's params;
+#: the endpoint, `api_base`/`base_url`, enters the key apart: see `endpoint`).
 TRANSPORT_OPTIONS = frozenset({
     "api_base", "base_url", "api_version", "timeout", "request_timeout", "stream_timeout", "extra_headers",
     "headers", "organization", "client", "aws_region_name", "vertex_location", "vertex_project",
@@ -69,6 +70,24 @@ def secret_values(options: Mapping[str, Any]) -> list[str]:
         elif name in ("extra_headers", "headers") and isinstance(value, Mapping):
             values.extend(str(v) for v in value.values())
     return values
+
+
+def endpoint(api_base: str | None) -> str | None:
+    """The endpoint an `api_base` names, as the cache key holds it: scheme, host, port and path, with
+    no trailing slash and no credentials (user:password@, query string, fragment), or None for none.
+
+    Two endpoints may serve different models under one name, so the endpoint is part of the key;
+    what authenticates a request is not (another key gets the same answer).
+    """
+    if not api_base:
+        return None
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(str(api_base).strip())
+    host = parts.hostname or ""
+    if parts.port is not None:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme.lower(), host.lower(), parts.path.rstrip("/"), "", "")) or None
 
 
 def split_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:

@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from workbench.quality.evaluator import evaluator_model, record_spend, reply_object, transcript
+from workbench.quality.evaluator import ask, evaluator_model, reply_object, transcript
 from workbench.quality.facts import normalize_text
 from workbench.quality.trace import applied_events, context_at, memo, session_of
 from workbench.registry import register_metric
@@ -95,8 +95,7 @@ def continuations(result: Any) -> dict[int, float] | None:
                         {"role": "user", "content": f"Available tools: {tools}\n\n<transcript>\n"
                                                     f"{transcript(context_at(result, call))}\n</transcript>"}]
             asked[index] = (reply.tool_calls[0], messages)
-        completions = model.complete_many([m for _, m in asked.values()], purpose="continuation") if asked else []
-        record_spend(result, "continuation", completions)
+        completions = ask(result, model, [m for _, m in asked.values()], "continuation")
         return {i: action_match(recorded, parse_action(c.text))
                 for (i, (recorded, _)), c in zip(asked.items(), completions, strict=True)}
 

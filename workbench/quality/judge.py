@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from workbench.quality.evaluator import evaluator_model, record_spend, reply_object, transcript
+from workbench.quality.evaluator import ask, evaluator_model, reply_object, transcript
 from workbench.quality.trace import applied_events, compaction_contexts, memo
 from workbench.registry import register_metric
 
@@ -69,8 +69,7 @@ def judgements(result: Any) -> dict[int, dict[str, float] | None] | None:
         if model is None:
             return None
         prompts = {i: p for i in applied_events(result) if (p := _prompt(result, i)) is not None}
-        completions = model.complete_many(list(prompts.values()), purpose="judge") if prompts else []
-        record_spend(result, "judge", completions)
+        completions = ask(result, model, list(prompts.values()), "judge")
         return {i: parse_scores(c.text) for i, c in zip(prompts, completions, strict=True)}
 
     return memo(result, "quality_judge", compute)

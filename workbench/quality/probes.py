@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from workbench.quality.evaluator import evaluator_model, record_spend, transcript
+from workbench.quality.evaluator import ask, evaluator_model, transcript
 from workbench.quality.facts import Fact, normalize_text
 from workbench.quality.index import FactIndex, session_index
 from workbench.quality.retention import CompactionFacts, analyse
@@ -239,8 +239,7 @@ def model_answers(result: Any) -> list[float] | None:
         batch = [[{"role": "system", "content": SYSTEM},
                   {"role": "user", "content": f"<transcript>\n{rendered[p.call_index]}\n</transcript>\n\n"
                                               f"Question: {p.question}"}] for p in probes]
-        completions = model.complete_many(batch, purpose="probe") if batch else []
-        record_spend(result, "probe", completions)
+        completions = ask(result, model, batch, "probe")
         return [score_answer(p.expected, c.text) for p, c in zip(probes, completions, strict=True)]
 
     return memo(result, "quality_probe_answers", compute)
