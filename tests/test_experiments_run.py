@@ -367,3 +367,137 @@ def test_cells_whose_evaluator_failed_fail_and_a_resume_computes_them(grid_db, o
     assert second.progress.cells_reused == 0 and second.progress.failed_cells == 0
     assert second.results["judge_score"].notna().all() and len(second.results) == 2 * len(ids)
     assert second.progress.cache_hits > 0  # the summaries came from the cache
+
+
+# --------------------------------------------------------------------------------------------
+# What a run reuses, and what its status says
+
+
+def test_cells_whose_model_could_not_be_used_fail_and_a_resume_computes_them(grid_db, other_process_default):
+    """A summarizer that cannot be reached stops every replay under on_failure = "fatal": that says
+    nothing of the configuration, so the cells fail (not stored as results) and a resume retries them."""
+    from workbench.testing import FakeOpenAI
+
+    db, _, ids = grid_db
+    with FakeOpenAI(responder=_answer) as server:
+        spec = _judged_spec(server, metrics=[])
+        api_base = server.api_base
+    spec["defaults"]["summarizer_options"] = {**spec["defaults"]["summarizer_options"], "api_base": api_base}
+    with pytest.warns(RuntimeWarning, match="ConnectionFailed.*the model could not be used"):
+        down = run_experiment(spec, db=str(db))  # the server has stopped: nothing listens there
+    assert down.status == "finished_with_errors" and down.progress.failed_cells == 2 * len(ids)
+    assert "0/6 cells (0 reused, 6 failed)" in down.progress.line()
+    with FakeOpenAI(responder=_answer) as server:
+        spec["defaults"]["summarizer_options"]["api_base"] = server.api_base
+        up = run_experiment(spec, db=str(db))
+    assert up.status == "finished" and len(up.results) == 2 * len(ids)
+    assert (up.results["termination"] != "compaction_failed").all()
+
+
+def test_a_run_killed_while_running_is_listed_as_interrupted(grid_db, tmp_path):
+    db, spec, _ = grid_db
+    script = tmp_path / "dies.py"
+    script.write_text(textwrap.dedent("""
+        import importlib, os, sys
+        import duckdb
+        results = importlib.import_module("workbench.experiments.results")
+        con = duckdb.connect(sys.argv[1])
+        results.start_run(con, "dead-run", name="dead", kind="experiment", spec={}, configs=[], code_version=None,
+                          dataset_version=None, datasets=[], cells_total=3)
+        con.close()
+        os._exit(9)  # as kill -9 would: nothing records the end of the run
+    """))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    assert subprocess.run([sys.executable, str(script), str(db)], env=env).returncode == 9
+    con = duckdb.connect(str(db))
+    recorded = con.execute("SELECT status FROM runs WHERE id = 'dead-run'").fetchall()[0][0]
+    con.close()
+    assert recorded == "running" and runs(str(db)).set_index("id").loc["dead-run", "status"] == "interrupted"
+
+
+def test_a_failing_progress_callback_stops_the_run_as_interrupted_and_keeps_its_cells(grid_db):
+    db, spec, _ = grid_db
+
+    def progress(state):
+        if state.cells_done >= 2:
+            raise RuntimeError("the notebook's progress widget broke")
+
+    with pytest.raises(RuntimeError, match="progress widget broke"):
+        run_experiment(spec, db=str(db), progress=progress)
+    listed = runs(str(db))
+    assert listed.loc[0, "status"] == "interrupted" and listed.loc[0, "cells_done"] >= 2  # what finished is kept
+    again = run_experiment(spec, db=str(db))
+    assert again.status == "finished" and again.progress.cells_reused == listed.loc[0, "cells_done"]
+
+
+def test_a_misspelt_dataset_beside_a_good_one_is_refused(grid_db):
+    db, _, _ = grid_db
+    config = [{"name": "a", "trigger": {"kind": "utilization"}, "strategy": {"kind": "trim"}}]
+    with pytest.raises(ConfigError, match="no dataset 'gird' in the database; datasets: grid; did you mean 'grid'"):
+        run_experiment({"name": "x", "datasets": ["grid", "gird"], "config": config}, db=str(db))
+
+
+def test_a_change_to_a_users_kind_is_another_run(grid_db):
+    """A user's strategy changed (same name, other code) does not reuse the cells of the old one, in a
+    run or in a saved replay: its source is part of the run's id."""
+    from dataclasses import dataclass
+
+    import workbench as wb
+    from workbench.strategies.common import keep_last_fraction
+
+    db, _, ids = grid_db
+    spec = {"name": "mine", "dataset": "grid", "config": [
+        {"name": "m", "trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "mine_run_test"},
+         "context_limit": 6000, "max_output": 500}]}
+
+    @dataclass(frozen=True)
+    class KeepHalf:
+        def compact(self, context, env):
+            return keep_last_fraction(context, 0.5)
+
+    @dataclass(frozen=True)
+    class KeepFifth:
+        def compact(self, context, env):
+            return keep_last_fraction(context, 0.2)
+
+    ran, saved = [], []
+    try:
+        for cls in (KeepHalf, KeepFifth):
+            wb.register_strategy("mine_run_test")(cls)
+            ran.append(run_experiment(spec, db=str(db)))
+            with Store(str(db)) as store:
+                session = store.load_session(ids[0])
+            saved.append(save_replay(replay(session, spec["config"][0]), str(db)))
+            wb.registry.unregister("strategy", "mine_run_test")
+    finally:
+        if "mine_run_test" in wb.registry.kinds("strategy"):
+            wb.registry.unregister("strategy", "mine_run_test")
+    assert ran[0].id != ran[1].id and ran[1].progress.cells_reused == 0
+    assert saved[0] != saved[1]
+    billed = [r.results["billed_input_tokens"].sum() for r in ran]
+    assert billed[1] < billed[0]
+
+
+def test_every_uncommitted_change_to_the_package_is_another_code_version(tmp_path):
+    from workbench import __version__
+    from workbench.experiments.run import code_version
+
+    def git(*args):
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    (tmp_path / "workbench").mkdir()
+    module = tmp_path / "workbench" / "windows.py"
+    module.write_text("WINDOW = 20\n")
+    git("init", "-q")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qam", "x", "--allow-empty")
+    git("add", ".")
+    git("-c", "user.email=t@t", "-c", "user.name=t", "commit", "-qm", "y")
+    clean = code_version(tmp_path)
+    assert clean.startswith(f"{__version__}+") and "dirty" not in clean
+    module.write_text("WINDOW = 3\n")
+    first = code_version(tmp_path)
+    module.write_text("WINDOW = 4\n")
+    second = code_version(tmp_path)
+    assert first.startswith(f"{clean}.dirty-") and second.startswith(f"{clean}.dirty-") and first != second
+    module.write_text("WINDOW = 3\n")
+    assert code_version(tmp_path) == first

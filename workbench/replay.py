@@ -228,6 +228,9 @@ class ReplayResult:
     columns per event, merged into `compactions_frame()`. `gateway` is the `workbench.llm` gateway
     the replay was given, on which the model metrics bind the config's evaluator, so its calls share
     that gateway's cache, limits and counters (None: the process-wide default); it is not pickled.
+    `model_failure` names the gateway's error (e.g. `AuthenticationFailed`) when the replay stopped
+    because its model could not be used (`compaction_failed` under `on_failure = "fatal"`): the
+    stop then says nothing of the configuration, and an experiment counts the cell as failed.
     """
 
     session_id: str
@@ -245,6 +248,7 @@ class ReplayResult:
     _exchanges: list[tuple[Snapshot, Snapshot]] = field(default_factory=list, repr=False, compare=False)
     _recorded: tuple[list[int | None], list[bool]] | None = field(default=None, repr=False, compare=False)
     gateway: Any = field(default=None, repr=False, compare=False)
+    model_failure: str | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         return {**self.__dict__, "gateway": None}  # a process's connections and locks stay in it
@@ -458,6 +462,18 @@ def _bind_session(kind: Any, session: Session) -> None:
                     _bind_session(child, session)
 
 
+def _model_failure(exc: BaseException) -> str | None:
+    """The name of the gateway error (`workbench.llm.LLMError`) behind a compaction's failure, if any."""
+    from workbench.llm.errors import LLMError
+
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, LLMError):
+            return type(seen).__name__
+        seen = seen.__cause__
+    return None
+
+
 def _known_sum(costs: Sequence[float | None]) -> float | None:
     return None if any(c is None for c in costs) else float(sum(c for c in costs if c is not None))
 
@@ -665,6 +681,7 @@ class _Replay:
         self.breaker_open = False
         self.termination = "completed"
         self.error: str | None = None
+        self.model_failure: str | None = None
         self.previous_context: list[Message] = []
         self.previous_length = 0
         self.previous_tokens = 0
@@ -814,6 +831,7 @@ class _Replay:
                 self.exchanges.append(((before, len(before)), (before, len(before))))
                 self.termination = "compaction_failed"
                 self.error = f"compaction before call {call_index} failed: {error}"
+                self.model_failure = _model_failure(exc)
                 return False
             env.summaries.clear()  # what the failed attempt recorded is not in the fallback's result
             fallback = getattr(self.strategy, "fallback", None)
@@ -884,7 +902,8 @@ class _Replay:
                               calls=CallRecords(self.columns), compactions=self.events,
                               final_context=list(self.context), termination=self.termination, error=self.error,
                               session=self.session, calibration=self.calibration,
-                              _sent=self.sent, _exchanges=self.exchanges, gateway=self.gateway))
+                              _sent=self.sent, _exchanges=self.exchanges, gateway=self.gateway,
+                              model_failure=self.model_failure))
 
     def _call(self, call_index: int) -> bool:
         """Replay one call, asking the trigger; False when the replay stops before it."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from workbench.config import ReplayConfig, parse_config
+from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
     from workbench.llm import CacheEntry
@@ -21,7 +22,12 @@ if TYPE_CHECKING:
     from workbench.session import Session
     from workbench.store import Store
 
-__all__ = ["BoundCellWork", "CellOutcome", "CellSpend", "CellTask", "CellWork", "repeat_config"]
+__all__ = ["BoundCellWork", "CellOutcome", "CellSpend", "CellTask", "CellWork", "ModelUnavailable", "repeat_config"]
+
+
+class ModelUnavailable(WorkbenchError):
+    """A cell's replay stopped because its summarizer could not be used (the provider refused the
+    key, could not be reached, kept failing): a failed cell, computed again when the run resumes."""
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,10 @@ class CellWork:
         except Exception as exc:  # a cell that raises is reported, the run goes on
             return CellOutcome(task, None, time.perf_counter() - started, exc)
         spent = CellSpend.of(result)
+        if result.model_failure is not None:
+            failed = ModelUnavailable(f"{result.error} (the model could not be used: the cell says nothing of the "
+                                      "configuration; fix the set-up and run again to compute it)")
+            return CellOutcome(task, None, time.perf_counter() - started, failed, spend=spent)
         try:
             check_evaluator(result)
         except EvaluatorFailed as exc:

@@ -24,7 +24,7 @@ import json
 import math
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -94,10 +94,22 @@ def connect_existing(db: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnec
     return database.connect(os.fspath(db) if db is not None else database.default_path(), create=False)
 
 
+#: The runs under way in this process. A run recorded as running that is not one of them was cut
+#: short (killed, the machine stopped): a run holds its database for writing, so no other process
+#: could have it open while the run goes on; it is shown as interrupted (a resume computes the rest).
+_ACTIVE_RUNS: set[str] = set()
+
+
+def shown_status(run_id: str, status: str) -> str:
+    """The status to show for a run recorded with `status` (see `_ACTIVE_RUNS`)."""
+    return "interrupted" if status == "running" and run_id not in _ACTIVE_RUNS else status
+
+
 def start_run(con: duckdb.DuckDBPyConnection, run_id: str, *, name: str, kind: str, spec: Mapping[str, Any],
               configs: Sequence[tuple[str, Mapping[str, Any]]], code_version: str | None,
               dataset_version: str | None, datasets: Sequence[str], cells_total: int) -> bool:
     """Record a run (or mark an existing one running again); returns True when it is new."""
+    _ACTIVE_RUNS.add(run_id)
     exists = con.execute("SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchall()[0][0]
     if exists:
         con.execute("UPDATE runs SET status = 'running', finished_at = NULL, cells_total = ? WHERE id = ?",
@@ -119,7 +131,10 @@ def start_run(con: duckdb.DuckDBPyConnection, run_id: str, *, name: str, kind: s
 
 
 def finish_run(con: duckdb.DuckDBPyConnection, run_id: str, status: str = "finished") -> None:
-    con.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?", [status, _now(), run_id])
+    try:
+        con.execute("UPDATE runs SET status = ?, finished_at = ? WHERE id = ?", [status, _now(), run_id])
+    finally:
+        _ACTIVE_RUNS.discard(run_id)
 
 
 def finished_cells(con: duckdb.DuckDBPyConnection, run_id: str) -> set[tuple[str, str, int]]:
@@ -297,11 +312,14 @@ def delete_runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[
 
 
 def runs_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    return _frame(con, """
+    frame = _frame(con, """
         SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id) AS cells_done,
                r.code_version, r.dataset_version, r.datasets, r.started_at, r.finished_at
         FROM runs r LEFT JOIN cells c ON c.run_id = r.id
         GROUP BY ALL ORDER BY r.started_at DESC""")
+    frame["status"] = [shown_status(run_id, status) for run_id, status in zip(frame["id"], frame["status"],
+                                                                              strict=True)]
+    return frame
 
 
 def results_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
@@ -357,7 +375,8 @@ def run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> RunInfo:
         FROM runs r LEFT JOIN cells c ON c.run_id = r.id WHERE r.id = ? GROUP BY ALL""", [run_id]).fetchall()
     if not rows:
         raise StoreError(f"no run {run_id!r}")
-    return RunInfo(*rows[0])
+    info = RunInfo(*rows[0])
+    return replace(info, status=shown_status(info.id, info.status))
 
 
 def run_spec(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:

@@ -131,7 +131,8 @@ class RunProgress:
     failed_cells: int = 0
 
     def line(self) -> str:
-        return (f"{self.cells_done}/{self.cells_total} cells ({self.cells_reused} reused), "
+        failed = f", {self.failed_cells} failed" if self.failed_cells else ""
+        return (f"{self.cells_done - self.failed_cells}/{self.cells_total} cells ({self.cells_reused} reused{failed}), "
                 f"{self.model_calls} model calls, {self.cache_hits} cache hits, ${self.cost_usd:.4f}")
 
 
@@ -160,21 +161,61 @@ class Run:
         return f"Run({self.id!r}, {self.status}, {self.progress.line()})"
 
 
-def code_version() -> str:
-    """The package version, plus the git commit (and `+dirty`) when running from a checkout."""
+def code_version(root: Path | None = None) -> str:
+    """The package version, plus the git commit when running from a checkout, and a hash of the
+    uncommitted change to the package when there is one (`.dirty-<hash>`): each edit of the code is
+    another version, so a run never reuses cells an earlier edit computed."""
     from workbench import __version__
 
-    root = Path(__file__).resolve().parents[2]
+    root = root or Path(__file__).resolve().parents[2]  # the checkout holding this package
     if not (root / ".git").exists():
         return __version__
     try:
         commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
                                 text=True, timeout=5, check=True).stdout.strip()
-        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no", "--",
-                                "workbench"], capture_output=True, text=True, timeout=5).stdout.strip()
+        change = subprocess.run(["git", "-C", str(root), "diff", "HEAD", "--binary", "--", "workbench"],
+                                capture_output=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
         return __version__
-    return f"{__version__}+{commit}{'.dirty' if dirty else ''}"
+    dirty = f".dirty-{hashlib.sha256(change).hexdigest()[:10]}" if change else ""
+    return f"{__version__}+{commit}{dirty}"
+
+
+def user_code(configs: Iterable[Mapping[str, Any]], metrics: Iterable[str] = ()) -> dict[str, str]:
+    """`family/name` -> a hash of the source of each kind the configs (as dicts) and metrics name
+    that is not the workbench's own (a user's trigger, strategy or metric, registered in a notebook
+    or a plugin): a change to it changes the run's id, as a change to the package does
+    (`code_version`). A kind whose source cannot be read is hashed by its module and qualified name."""
+    import inspect
+
+    from workbench.registry import kinds, lookup
+
+    named: set[str] = set(metrics)
+
+    def walk(value: Any) -> None:
+        if isinstance(value, Mapping):
+            if isinstance(value.get("kind"), str):
+                named.add(value["kind"])
+            for item in value.values():
+                walk(item)
+        elif isinstance(value, (list, tuple)):
+            for item in value:
+                walk(item)
+
+    for config in configs:
+        walk(config)
+    hashes: dict[str, str] = {}
+    for family in ("trigger", "strategy", "metric"):
+        for name in sorted(named & set(kinds(family))):
+            cls = lookup(family, name)
+            if cls.__module__.split(".")[0] == "workbench":
+                continue
+            try:
+                source = inspect.getsource(cls)
+            except (OSError, TypeError):
+                source = f"{cls.__module__}.{cls.__qualname__}"
+            hashes[f"{family}/{name}"] = hashlib.sha256(source.encode()).hexdigest()[:12]
+    return hashes
 
 
 def dataset_version(sessions: Sequence[tuple[str, str | None]]) -> str:
@@ -186,16 +227,24 @@ def dataset_version(sessions: Sequence[tuple[str, str | None]]) -> str:
 
 
 def run_key(spec: ExperimentSpec, dataset_hash: str, code: str) -> str:
-    """The run id: the spec's name and a hash of what determines its results."""
+    """The run id: the spec's name and a hash of what determines its results, the code of the
+    user's own kinds it uses included (`user_code`)."""
     material = json.dumps({"spec": [(c.name, c.config.to_dict()) for c in spec.configs],
                            "metrics": list(spec.metrics), "repeats": spec.repeats,
-                           "dataset": dataset_hash, "code": code}, sort_keys=True, default=str)
+                           "dataset": dataset_hash, "code": code,
+                           "user_code": user_code([c.config.to_dict() for c in spec.configs], spec.metrics)},
+                          sort_keys=True, default=str)
     return f"{spec.name}-{hashlib.sha256(material.encode()).hexdigest()[:10]}"
 
 
 def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str | None]]:
     """The (id, dataset) pairs of the sessions a spec covers, in a stable order."""
     pairs: list[tuple[str, str | None]] = []
+    known = [row["name"] for row in store.dataset_rows()] if hasattr(store, "dataset_rows") else []
+    unknown = [name for name in spec.datasets if name not in known]
+    if known and unknown and len(unknown) < len(spec.datasets):  # all unknown: said below, with the rest
+        raise ConfigError(f"experiment {spec.name!r}: no dataset {', '.join(map(repr, unknown))} in the database; "
+                          f"datasets: {', '.join(map(str, known))}{did_you_mean(unknown, map(str, known))}")
     for dataset in spec.datasets:
         try:
             ids = store.session_ids(dataset=dataset, where=spec.where)
@@ -203,7 +252,6 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
             raise SessionFilterError(f"experiment {spec.name!r}, key 'where': {exc}") from exc
         pairs.extend((session_id, dataset) for session_id in ids)
     if not pairs:
-        known = [row["name"] for row in store.dataset_rows()] if hasattr(store, "dataset_rows") else []
         raise ConfigError(f"experiment {spec.name!r}: no sessions in dataset(s) {', '.join(spec.datasets)}"
                           + (f" matching {spec.where!r}" if spec.where else "")
                           + (f"; datasets in the database: {', '.join(map(str, known))}" if known else "")
@@ -330,7 +378,7 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
         local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
         try:
             _execute(experiment, todo, store, gateway, chosen or local, run_id, state, progress)
-        except KeyboardInterrupt:
+        except BaseException:  # Ctrl-C, or the run itself failed (a write, the progress callback...)
             status = "interrupted"
             raise
         finally:
@@ -458,8 +506,11 @@ class _CellWriter:
                     self._state.failed_cells += 1
                 _count_calls(self._state, outcome.spend)
                 self._state.cells_done += 1
-                if self._progress:
-                    self._progress(self._state)
+                if self._progress and self._error is None:
+                    try:
+                        self._progress(self._state)
+                    except BaseException as exc:  # the caller's callback: re-raised in its thread
+                        self._error = exc
 
     def close(self) -> None:
         self._queue.put(None)
@@ -530,16 +581,19 @@ def delete_runs(run_ids: str | Sequence[str], db: str | None = None) -> dict[str
 
 
 def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | None = None) -> str:
-    """Store a single replay as a one-cell run (`workbench replay --save`); returns the run id."""
+    """Store a single replay as a one-cell run (`workbench replay --save`); returns the run id (a hash
+    of the session, the config and the code, so that a replay by other code is another run)."""
     con = tables.connect_existing(db)
     try:
         config = result.config.to_dict()
-        digest = hashlib.sha256(json.dumps([result.session_id, config], sort_keys=True, default=str).encode())
+        code = code_version()
+        digest = hashlib.sha256(json.dumps([result.session_id, config, code, user_code([config])], sort_keys=True,
+                                           default=str).encode())
         run_id = f"replay-{digest.hexdigest()[:10]}"
         tables.start_run(con, run_id, name=f"replay {result.config.name}", kind="replay",
                          spec={"session_id": result.session_id, "config": config}, configs=[(result.config.name,
                                                                                               config)],
-                         code_version=code_version(), dataset_version=None, datasets=[dataset] if dataset else [],
+                         code_version=code, dataset_version=None, datasets=[dataset] if dataset else [],
                          cells_total=1)
         tables.save_cell(con, run_id, result, config=result.config.name, repeat=0, dataset=dataset)
         tables.finish_run(con, run_id)
