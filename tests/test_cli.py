@@ -544,7 +544,8 @@ SLOW_REPLAY = textwrap.dedent("""
 """)
 
 
-def _interrupt(script: str, marker, args: list[str]) -> subprocess.CompletedProcess:
+def _interrupt(script: str, marker, args: list[str], stop: int | None = None) -> subprocess.CompletedProcess:
+    """Run the script, and once it wrote the marker send it `stop` (default SIGINT, as Ctrl-C does)."""
     import signal
     import time
 
@@ -554,7 +555,7 @@ def _interrupt(script: str, marker, args: list[str]) -> subprocess.CompletedProc
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
     assert process.poll() is None, process.communicate()
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGINT if stop is None else stop)
     out, err = process.communicate(timeout=60)
     return subprocess.CompletedProcess(process.args, process.returncode, out, err)
 
@@ -590,10 +591,14 @@ def test_ctrl_c_during_import_keeps_whole_sessions_only(tmp_path):
     assert _assert_whole(db) == 100
 
 
-def test_ctrl_c_during_replay_exits_130(tmp_path, sample_db):
+@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM"])
+def test_ctrl_c_or_sigterm_during_replay_exits_130(tmp_path, sample_db, stop):
+    import signal
+
     db, row = sample_db
     config = 'trigger = { kind = "token_threshold", threshold = 1 }\nstrategy = { kind = "slow_test_strategy" }'
-    result = _interrupt(SLOW_REPLAY, tmp_path / "marker", ["replay", row["id"], "--config", config, "--db", db])
+    result = _interrupt(SLOW_REPLAY, tmp_path / "marker", ["replay", row["id"], "--config", config, "--db", db],
+                        stop=getattr(signal, stop))
     assert result.returncode == 130, result.stderr
     assert result.stderr.strip().splitlines() == ["error: interrupted; nothing partial was written"]
     assert result.stdout == ""

@@ -2,7 +2,7 @@
 accepted before or after the command name), the exit statuses, error output and Ctrl-C handling.
 
 Exit statuses: 0 success, 1 the work failed, 2 usage error (a bad option, config or `--db`), 130
-interrupted. Errors print one line, `error: ...`, on stderr; under `--json` they print
+interrupted (Ctrl-C or SIGTERM). Errors print one line, `error: ...`, on stderr; under `--json` they print
 `{"error": {"type": ..., "message": ...}}` on stdout instead, usage errors included (and, under
 `--json` only, unexpected exceptions: without it their traceback is kept, as they are bugs). Ctrl-C stops
 the command with one line: the first SIGINT raises KeyboardInterrupt and further ones are ignored
@@ -179,28 +179,32 @@ def report_error(kind: str, message: str, as_json: bool) -> None:
         click.echo(f"error: {message}", err=True)
 
 
+#: The signals that stop a command as Ctrl-C does: SIGINT, and SIGTERM (`timeout`, `kill`, a scheduler).
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 class _Interrupt:
-    """SIGINT handler: the first raises KeyboardInterrupt, later ones are ignored (cleanup runs)."""
+    """Handler of `_STOP_SIGNALS`: the first raises KeyboardInterrupt, later ones are ignored (cleanup runs)."""
 
     def __init__(self) -> None:
-        self.previous: Any = None
-        self.installed = False
+        self.previous: dict[int, Any] = {}
 
     def __call__(self, signum: int, frame: Any) -> None:
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
+        for stop in _STOP_SIGNALS:
+            signal.signal(stop, signal.SIG_IGN)
         raise KeyboardInterrupt
 
     def install(self) -> None:
         try:
-            self.previous = signal.signal(signal.SIGINT, self)
-            self.installed = True
+            for stop in _STOP_SIGNALS:
+                self.previous[stop] = signal.signal(stop, self)
         except ValueError:  # not the main thread (e.g. inside a test runner thread)
-            self.installed = False
+            self.restore()
 
     def restore(self) -> None:
-        if self.installed:
-            signal.signal(signal.SIGINT, self.previous)
-            self.installed = False
+        for stop, previous in self.previous.items():
+            signal.signal(stop, previous)
+        self.previous = {}
 
 
 class WorkbenchGroup(click.Group):
