@@ -483,9 +483,303 @@ def test_deleting_a_run_removes_it_at_every_level_and_nothing_else(grid_run, gri
 def test_the_report_leaderboard_shows_metrics_in_their_units():
     from workbench.experiments.export import leaderboard_html
 
-    board = pd.DataFrame({"cells": [7, 7], "completed": [4 / 7, 1.0], "billed_input_tokens": [682699.57, 1939756.1],
+    board = pd.DataFrame({"cells": [7, 7], "completed": [1.0, 1.0], "billed_input_tokens": [682699.57, 1939756.1],
                           "fact_retention": [None, 0.59194]}, index=["as-recorded", "masking"])
     html = leaderboard_html(board)
-    for shown in ("57%", "100%", "682,700", "1,939,756", "0.592"):
+    for shown in ("100%", "682,700", "1,939,756", "0.592"):
         assert f">{shown}</td>" in html
     assert 'class="best">1,939,756' not in html and 'class="best">682,700</td>' in html  # fewer billed tokens win
+
+
+def test_the_report_leaderboard_ranks_no_config_whose_replays_stopped_early():
+    """A config most of whose cells overflowed bills the fewest tokens for want of calls: it is marked neither
+    best nor worst, and a note under the table says which and why."""
+    from workbench.experiments.charts import completion, leaderboard
+    from workbench.experiments.export import leaderboard_html
+
+    results = pd.DataFrame({
+        "session_id": list("abcabcabc"), "config": ["window-5"] * 3 + ["window-40"] * 3 + ["masking"] * 3,
+        "termination": ["context_overflow", "context_overflow", "completed", *["completed"] * 6],
+        "billed_input_tokens": [300, 310, 900, 1000, 1100, 1200, 1500, 1600, 1700]})
+    board = leaderboard(results)
+    html = leaderboard_html(board, completion(results))
+    assert 'class="best">1,100</td>' in html and 'class="worst">1,600</td>' in html  # window-40 beats masking
+    assert "<td>503</td>" in html  # window-5: the fewest tokens, unmarked
+    assert ("Replays stopped early in window-5 (context_overflow ×2 of 3 cells): not ranked best or worst. Their "
+            "totals cover only the calls made") in html
+    assert "stopped early" not in leaderboard_html(board.drop(index="window-5"))
+
+
+# -- repeats are not sessions; clear errors; failed cells fail the gate; full precision ----------------------
+
+
+def test_repeats_of_a_session_are_averaged_before_they_are_counted_or_tested():
+    """Four repeats of three sessions are three pieces of evidence, not twelve: identical deterministic
+    repeats give what one repeat gives (p = 0.25, 3 improved), and the output says what was paired."""
+    one = pd.DataFrame({"session_id": list("abc"), "repeat": 0, "billed_input_tokens": [900, 950, 1000]})
+    better = one.assign(billed_input_tokens=[800, 700, 600])
+    repeated_a = pd.concat([one.assign(repeat=r) for r in range(4)], ignore_index=True)
+    repeated_b = pd.concat([better.assign(repeat=r) for r in range(4)], ignore_index=True)
+    single = compare_frames(one, better).metric("billed_input_tokens")
+    result = compare_frames(repeated_a, repeated_b)
+    item = result.metric("billed_input_tokens")
+    assert (item.pairs, item.improved, item.regressed) == (3, 3, 0)
+    assert item.p_value == pytest.approx(single.p_value) == pytest.approx(0.25)
+    assert (item.ci_low, item.ci_high) == (single.ci_low, single.ci_high)
+    assert item.verdict == "B better, not significant"
+    assert (result.sessions, result.units, result.cells) == (3, 3, 12)
+    assert result.pairing == "3 paired session(s), each the mean of its repeats (12 paired cells)"
+    assert result.to_dict()["pairing"] == result.pairing
+    assert compare_frames(one, better).pairing == "3 paired session(s)"
+    # a session whose repeats disagree counts once, by their mean: +100 and -300 make it better
+    mixed = repeated_b.assign(billed_input_tokens=[1000, 1050, 1100, 600, 650, 700, 800, 700, 600, 800, 700, 600])
+    counted = compare_frames(repeated_a, mixed).metric("billed_input_tokens")
+    assert (counted.pairs, counted.improved, counted.regressed) == (3, 3, 0)
+
+
+def test_compare_of_two_runs_says_its_units_are_session_and_config_with_repeats_averaged():
+    frame = pd.DataFrame({"session_id": list("aabb") * 2, "config": ["x", "y"] * 4, "repeat": [0] * 4 + [1] * 4,
+                          "calls": [3, 4, 5, 6, 3, 4, 5, 6]})
+    result = compare_frames(frame, frame, align=("session_id", "config", "repeat"))
+    assert (result.sessions, result.units, result.cells, result.metric("calls").pairs) == (2, 4, 8, 4)
+    assert result.pairing == ("4 paired session × config units (2 session(s)), each the mean of its repeats "
+                              "(8 paired cells)")
+
+
+@pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder no file can be created in")
+@pytest.mark.parametrize("format", FORMATS)
+def test_export_to_a_folder_that_refuses_files_says_so_before_any_work(grid_run, format):
+    db, _, _, run = grid_run
+    with pytest.raises(ConfigError, match=f"cannot write /proc/r.{format}: cannot create a file in /proc"):
+        export(run.id, format, f"/proc/r.{format}", db=str(db))
+
+
+@pytest.mark.parametrize("format", FORMATS)
+def test_an_export_whose_write_fails_names_the_file_and_leaves_what_was_there(grid_run, tmp_path, format):
+    """A write that fails half-way (here: the partial file's name is taken by a folder) is an error naming the
+    export's file, not a DuckDB traceback naming the partial one; a folder of the user's is not removed."""
+    db, _, _, run = grid_run
+    (tmp_path / f".r.{format}.partial").mkdir()
+    with pytest.raises(ConfigError, match=f"cannot write {tmp_path / f'r.{format}'}: ") as caught:
+        export(run.id, format, tmp_path / f"r.{format}", db=str(db))
+    assert ".partial" not in str(caught.value)
+    assert (tmp_path / f".r.{format}.partial").is_dir() and not (tmp_path / f"r.{format}").exists()
+
+
+def test_export_refuses_a_format_its_file_name_contradicts(grid_run, tmp_path):
+    db, _, _, run = grid_run
+    with pytest.raises(ConfigError, match="r.parquet names a parquet file, but the format is csv; name the file "
+                                          ".*r.csv or give the format parquet"):
+        export(run.id, "csv", tmp_path / "r.parquet", db=str(db))
+    assert not (tmp_path / "r.parquet").exists()
+    assert export(run.id, "csv", tmp_path / "r.txt", db=str(db)).read_text().startswith("run_id,")  # no ending: ok
+    assert export(run.id, "parquet", tmp_path / "r.pq", db=str(db)).stat().st_size > 0
+
+
+def test_the_export_command_names_a_folder_and_a_contradicting_format(grid_run, tmp_path):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    db, _, _, run = grid_run
+    folder = CliRunner().invoke(main, ["export", run.id, "-o", str(tmp_path), "--db", str(db)])
+    assert folder.exit_code == 2 and f"{tmp_path} is a folder; give the file to write" in folder.output
+    assert "cannot tell the export format" not in folder.output
+    clash = CliRunner().invoke(main, ["export", run.id, "-o", str(tmp_path / "x.parquet"), "--format", "csv",
+                                      "--db", str(db)])
+    assert clash.exit_code == 2 and "names a parquet file, but the format is csv" in clash.output
+    assert not (tmp_path / "x.parquet").exists()
+
+
+@pytest.mark.parametrize(("content", "expected"), [
+    (b"\xff\xfe not text", "not UTF-8 text: byte 0xff at offset 0"),
+    (b'{"metrics": [1, 2]}', "'metrics' is a list, expected an object of configs"),
+    (b'{"metrics": {"clear-4": 5}}', "metrics\\['clear-4'\\] is 5, expected an object of datasets"),
+    (b'{"metrics": {"clear-4": {"grid": {"calls": "many"}}}}',
+     "metrics\\['clear-4'\\]\\['grid'\\]\\['calls'\\] is \"many\", expected a number or null"),
+    (b'{"metrics": {}, "summaries": {"split": {"s": "text"}}}', "summaries\\['split'\\]\\['s'\\] is not a list"),
+    (b"[1", "invalid JSON at line 1"),
+])
+def test_a_baseline_of_the_wrong_shape_is_refused_by_name_before_the_run(grid_db, tmp_path, content, expected):
+    from workbench.experiments import runs
+
+    db, spec, _ = grid_db
+    baseline = tmp_path / "odd.json"
+    baseline.write_bytes(content)
+    with pytest.raises(ConfigError, match=f"{baseline}: not a baseline \\(.*{expected}"):
+        regress(spec, baseline=baseline, db=str(db))
+    assert runs(str(db)).empty  # refused before the run
+
+
+def test_a_missing_or_folder_baseline_says_what_it_is_and_how_to_write_it(grid_db, tmp_path):
+    db, spec, _ = grid_db
+    elsewhere = tmp_path / "elsewhere.json"
+    with pytest.raises(ConfigError, match=f"create it with `workbench regress {spec} --baseline {elsewhere} --update`"):
+        regress(spec, baseline=elsewhere, db=str(db))
+    with pytest.raises(ConfigError, match=f"baseline {tmp_path} is a folder, not a baseline file; give its JSON "
+                                          f"file, such as {tmp_path / 'tiny-grid.json'}"):
+        regress(spec, baseline=tmp_path, db=str(db))
+
+
+def test_regress_update_checks_its_target_before_the_run_and_leaves_no_partial_file(grid_db, tmp_path):
+    from workbench.experiments import runs
+
+    db, spec, _ = grid_db
+    with pytest.raises(ConfigError, match=f"baseline {tmp_path} is a folder; give the file to write"):
+        regress(spec, baseline=tmp_path, db=str(db), update=True)
+    (tmp_path / "plain").write_text("x")
+    with pytest.raises(ConfigError, match="cannot write the baseline .*plain/b.json: .*plain is a file, not a folder"):
+        regress(spec, baseline=tmp_path / "plain" / "b.json", db=str(db), update=True)
+    assert runs(str(db)).empty  # neither ran
+    target = tmp_path / "b.json"
+    (tmp_path / ".b.json.partial").mkdir()  # the write itself fails, after the run
+    with pytest.raises(ConfigError, match=f"cannot write the baseline {target}: "):
+        regress(spec, baseline=target, db=str(db), update=True)
+    assert not target.exists() and (tmp_path / ".b.json.partial").is_dir()
+    (tmp_path / ".b.json.partial").rmdir()
+    assert regress(spec, baseline=target, db=str(db), update=True).updated
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+@pytest.fixture
+def flaky_kind():
+    """A strategy kind that keeps every message, or with `fail = true` raises whenever it is asked to compact."""
+    from dataclasses import dataclass
+
+    import workbench as wb
+    from workbench.registry import unregister
+
+    @wb.register_strategy("regress_test_flaky")
+    @dataclass(frozen=True)
+    class Flaky:
+        """Keeps everything; raises when `fail`."""
+
+        fail: bool = False
+
+        def compact(self, context, env):
+            if self.fail:
+                raise RuntimeError("flaky strategy failed")
+            return [*context.system, *(m for step in context.steps for m in step.messages)]
+
+    yield
+    unregister("strategy", "regress_test_flaky")
+
+
+def _flaky_spec(fail: bool, regress_table: dict | None = None) -> dict:
+    """One config over the grid's sessions of 24, 25 and 26 steps, compacting at step 25: with `fail`, the
+    two longer sessions' cells fail and the shortest, cheapest one is left."""
+    return {"name": "flaky-gate", "dataset": "grid", "defaults": {"context_limit": 100000, "max_output": 500},
+            "config": [{"name": "keep", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 25}},
+                        "strategy": {"kind": "regress_test_flaky", "fail": fail}}],
+            "regress": regress_table or {"billed_input_tokens": "+2%", "compactions": "+10%"}}
+
+
+@pytest.mark.filterwarnings("ignore:cell .* failed:RuntimeWarning")
+def test_regress_fails_when_cells_failed_and_writes_no_baseline_from_such_a_run(grid_db, tmp_path, flaky_kind):
+    """The cell left is within every tolerance (it bills less than the mean), yet 2 of 3 cells failed:
+    the gate fails and says where to see them, and no baseline is made of such a run."""
+    from workbench.experiments.regress import BaselineRefused
+
+    db, _, _ = grid_db
+    baseline = tmp_path / "flaky.json"
+    assert regress(_flaky_spec(False), baseline=baseline, db=str(db), update=True).updated
+    written = baseline.read_text()
+    report = regress(_flaky_spec(True), baseline=baseline, db=str(db))
+    assert report.diffs and all(d.ok for d in report.diffs)
+    assert not report.ok and (report.failed_cells, report.cells_total) == (2, 3)
+    lines = report.text().splitlines()
+    assert lines[0].startswith("FAIL: flaky-gate against")
+    assert lines[1].startswith(f"2 of 3 cells of run {report.run_id} failed, so its means cover only the cells "
+                               "that finished; each failed cell's error was reported as a warning during the run")
+    assert report.to_dict()["ok"] is False and report.to_dict()["failed_cells"] == 2
+    with pytest.raises(BaselineRefused, match=f"baseline {baseline} not written: 2 of 3 cells .* failed"):
+        regress(_flaky_spec(True), baseline=baseline, db=str(db), update=True)
+    assert baseline.read_text() == written
+    assert not list(tmp_path.glob(".*.partial"))
+
+
+@pytest.mark.filterwarnings("ignore:cell .* failed:RuntimeWarning")
+def test_a_run_whose_every_cell_failed_makes_no_baseline(grid_db, tmp_path, flaky_kind):
+    from workbench.experiments.regress import BaselineRefused
+
+    db, _, _ = grid_db
+    spec = _flaky_spec(True)
+    spec["config"][0]["trigger"]["counters"]["iterations"] = 10  # every session compacts, so every cell fails
+    with pytest.raises(BaselineRefused, match="3 of 3 cells .* failed"):
+        regress(spec, baseline=tmp_path / "none.json", db=str(db), update=True)
+    assert not (tmp_path / "none.json").exists()
+
+
+def test_a_spec_with_tolerances_never_passes_having_checked_nothing(grid_db, tmp_path, flaky_kind):
+    """`summaries = "exact"` over configs that summarize nothing compares no snapshot: that is no pass."""
+    db, _, _ = grid_db
+    spec = _flaky_spec(False, {"summaries": "exact"})
+    baseline = tmp_path / "exact.json"
+    regress(spec, baseline=baseline, db=str(db), update=True)
+    report = regress(spec, baseline=baseline, db=str(db))
+    assert report.checks == 0 and not report.ok
+    assert report.text().splitlines()[:2] == [
+        f"FAIL: flaky-gate against {baseline} (run {report.run_id})",
+        "nothing was checked: neither the baseline nor the fresh run holds what the [regress] table names "
+        "(summaries)"]
+    spec["regress"] = {}
+    unregulated = regress(spec, baseline=baseline, db=str(db))
+    assert unregulated.ok and "nothing is checked" in unregulated.text()  # no tolerances: nothing to fail
+
+
+@pytest.mark.filterwarnings("ignore:cell .* failed:RuntimeWarning")
+def test_regress_command_exits_1_on_failed_cells_and_2_on_a_bad_baseline(grid_db, tmp_path, flaky_kind):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    db, spec, _ = grid_db
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(b'{"metrics": {"clear-4": 5}}')
+    result = CliRunner().invoke(main, ["regress", str(spec), "--baseline", str(bad), "--db", str(db)])
+    assert result.exit_code == 2 and "error: " in result.output and "Traceback" not in result.output
+    assert f"{bad}: not a baseline (metrics['clear-4'] is 5" in result.output
+    unwritable = CliRunner().invoke(main, ["regress", str(spec), "--update", "--baseline", str(tmp_path),
+                                           "--db", str(db), "--json"])
+    assert unwritable.exit_code == 2
+    assert json.loads(unwritable.stdout)["error"]["message"].startswith(f"baseline {tmp_path} is a folder")
+    flaky = tmp_path / "flaky-gate.toml"
+    template = textwrap.dedent("""
+        name = "flaky-gate"
+        dataset = "grid"
+        [defaults]
+        context_limit = 100000
+        [[config]]
+        name = "keep"
+        trigger = { kind = "stat_threshold", counters = { iterations = 25 } }
+        strategy = { kind = "regress_test_flaky", fail = FAIL }
+        [regress]
+        billed_input_tokens = "+2%"
+    """)
+    flaky.write_text(template.replace("FAIL", "false"))
+    assert CliRunner().invoke(main, ["regress", str(flaky), "--update", "--db", str(db)]).exit_code == 0
+    flaky.write_text(template.replace("FAIL", "true"))
+    checked = CliRunner().invoke(main, ["regress", str(flaky), "--db", str(db)])
+    assert checked.exit_code == 1 and checked.stdout.startswith("FAIL: flaky-gate")
+    assert f"`workbench run {flaky}` retries them" in checked.stdout
+    refused = CliRunner().invoke(main, ["regress", str(flaky), "--update", "--db", str(db)])
+    assert refused.exit_code == 1 and "error: baseline " in refused.output and "2 of 3 cells" in refused.output
+
+
+def test_run_json_carries_every_number_at_full_precision(grid_db):
+    """The text table may round; `run --json` must not (a cost below $0.00005 is not 0, 1,234.5 tokens not 1,234)."""
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+    from workbench.cli.experiments import _cell
+
+    db, spec, _ = grid_db
+    result = CliRunner().invoke(main, ["run", str(spec), "--db", str(db), "--json"])
+    assert result.exit_code == 0, result.output
+    printed = pd.DataFrame(json.loads(result.stdout)["results"])
+    stored = run_experiment(spec, db=str(db)).results
+    ratio = stored["compression_ratio"].astype(float)
+    assert (ratio.round(4) != ratio).any()  # the grid has ratios with more than 4 decimals
+    assert printed["compression_ratio"].tolist() == ratio.tolist()
+    assert [_cell(v) for v in (0.00001234, 1234.5678, 2.0, float("nan"), float("inf"))] == \
+        [0.00001234, 1234.5678, 2, None, None]

@@ -46,6 +46,28 @@ def folder_given(what: str, path: Path) -> str:
     return f"{what} {path} is a folder, not a TOML file{listed}"
 
 
+def unwritable(path: Path) -> str | None:
+    """Why no file can be written at `path` (it is a folder, a part of its folder is a file, or its folder
+    refuses a new file), or None when one can. Asked before long work whose result the file is to hold,
+    so that the work is not lost to a traceback at the end; the folder is tried with a hidden probe
+    file, removed at once."""
+    if path.is_dir():
+        return f"{path} is a folder, not a file"
+    existing = next((folder for folder in path.parents if folder.exists()), Path())
+    if not existing.is_dir():
+        return f"{existing} is a file, not a folder"
+    probe = existing / f".{path.name}.probe"
+    try:
+        with probe.open("x"):
+            pass
+    except FileExistsError:
+        return None
+    except OSError as exc:
+        return f"cannot create a file in {existing}: {exc.strerror or exc}"
+    probe.unlink(missing_ok=True)
+    return None
+
+
 class WorkbenchError(Exception):
     """Base class of every error the workbench raises on purpose."""
 

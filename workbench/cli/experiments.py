@@ -25,14 +25,22 @@ def _db_must_exist() -> str:
 
 
 def _cell(value: Any) -> Any:
-    """A value of a frame as JSON and tables want it: NaN as None, whole floats as ints, arrays as lists."""
+    """A value of a frame as JSON wants it, at full precision: NaN and infinities as None (JSON has
+    neither), whole floats as ints, arrays as lists. Rounding is for text tables only (`_shown`)."""
     if hasattr(value, "tolist"):
         value = value.tolist()  # a numpy scalar, or a list column (DuckDB VARCHAR[]) read back as an array
     if isinstance(value, float):
-        if math.isnan(value):
+        if not math.isfinite(value):
             return None
         if value.is_integer():
             return int(value)
+    return value
+
+
+def _shown(value: Any) -> Any:
+    """`_cell`, rounded for a text table: 4 decimals, whole numbers from 1,000 up."""
+    value = _cell(value)
+    if isinstance(value, float):
         return round(value, 4) if abs(value) < 1000 else round(value)
     return value
 
@@ -222,15 +230,13 @@ def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, 
     if options().as_json:
         print_json(result.to_dict())
         return
-    paired = (f"{result.sessions} paired session(s)" if result.cells == result.sessions
-              else f"{result.cells} paired cells ({result.sessions} session(s))")
-    click.echo(f"A = {result.a}, B = {result.b}: {paired}, {int(confidence * 100)} % bootstrap intervals")
+    click.echo(f"A = {result.a}, B = {result.b}: {result.pairing}, {int(confidence * 100)} % bootstrap intervals")
     from workbench.experiments.charts import format_metric
 
     rows = [{"metric": m.metric, "better": m.direction, "A": format_metric(m.metric, m.mean_a),
              "B": format_metric(m.metric, m.mean_b), "B-A": format_metric(m.metric, m.mean_delta),
              "interval": f"[{format_metric(m.metric, m.ci_low)}, {format_metric(m.metric, m.ci_high)}]",
-             "p": _cell(m.p_value), "B better/worse/same": _counts(m),
+             "p": _shown(m.p_value), "B better/worse/same": _counts(m),
              "verdict": m.verdict} for m in result.metrics]
     print_table(rows, ["metric", "better", "A", "B", "B-A", "interval", "p", "B better/worse/same", "verdict"])
     if result.note:

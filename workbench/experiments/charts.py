@@ -309,6 +309,33 @@ def completion(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").reindex(order)
 
 
+def stopped_early(board: pd.DataFrame, ends: pd.DataFrame | None = None) -> dict[str, str]:
+    """The configs of a leaderboard whose replays did not all complete, each with how its cells ended
+    (`context_overflow ×3 of 7 cells`, from `completion(results)` when given, else `3 of 7 cells`). Their
+    totals cover only the calls made, so a cost reads low for a reason that is no merit: a leaderboard
+    does not rank them."""
+    if "completed" not in board.columns:
+        return {}
+    how_ended = {str(k): str(v) for k, v in ends["stopped"].items() if v} if ends is not None else {}
+    found = {}
+    for config, row in board.iterrows():
+        share, cells = float(row["completed"]), float(row.get("cells", math.nan))
+        if math.isnan(share) or share >= 1:
+            continue
+        stopped = how_ended.get(str(config)) or (str(round(cells * (1 - share))) if math.isfinite(cells) else "")
+        found[str(config)] = f"{stopped} of {cells:.0f} cells" if math.isfinite(cells) else stopped
+    return found
+
+
+def stopped_note(stopped: Mapping[str, str]) -> str | None:
+    """What a leaderboard says under its table when configs stopped early (`stopped_early`)."""
+    if not stopped:
+        return None
+    sides = " and ".join(f"{config} ({how})" for config, how in stopped.items())
+    return (f"Replays stopped early in {sides}: not ranked best or worst. Their totals cover only the calls made, "
+            "so costs read low there; compare configs that complete, or widen the window.")
+
+
 def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None = None,
                  title: str = "Cost versus quality") -> go.Figure | None:
     """A point per config (means over its cells) with the Pareto front; None without a quality metric.

@@ -1,12 +1,15 @@
 """Paired comparisons: does configuration B beat A, metric by metric, with uncertainty?
 
-Cells are aligned by session (and repeat), so every session is its own control. For each metric
-the per-session deltas B − A are read in the metric's direction (higher or lower is better): the
-counts of sessions B improved / regressed, the mean delta with a bootstrap confidence interval,
-and a paired sign-flip permutation test's p-value. "B better" is said only when both agree: the
-interval excludes zero and p < 1 − confidence. When only the interval does, the verdict adds "not
-significant": with few sessions the percentile bootstrap is too narrow, and the exact test says
-so (with n sessions that differ, its p-value cannot go below 2/2^n, 0.25 for 3).
+Cells are aligned by session (and repeat), so every session is its own control. The repeats of a
+session are averaged before anything is counted or tested: they replay the same session, so they are
+not independent evidence, and a deterministic config repeated four times would otherwise look like
+four times the sessions (p 0.0005 from 3 sessions). For each metric the per-session deltas B − A are
+read in the metric's direction (higher or lower is better): the counts of sessions B improved /
+regressed, the mean delta with a bootstrap confidence interval, and a paired sign-flip permutation
+test's p-value. "B better" is said only when both agree: the interval excludes zero and
+p < 1 − confidence. When only the interval does, the verdict adds "not significant": with few
+sessions the percentile bootstrap is too narrow, and the exact test says so (with n sessions that
+differ, its p-value cannot go below 2/2^n, 0.25 for 3).
 
     cmp = wb.compare("run-a", "run-b")                       # same configs in two runs
     cmp = wb.compare("run-a", configs=("window-5", "window-20"))   # two configs of one run
@@ -108,6 +111,9 @@ class Comparison:
     sessions: int = 0
     #: Pairs of cells (sessions x configs x repeats paired; as `sessions` when each session pairs once).
     cells: int = 0
+    #: What the counts and the test take as independent: the pairs of cells left once the repeats of each
+    #: are averaged (one per session, or per session and config when two runs pair config by config).
+    units: int = 0
     unmatched: Mapping[str, int] = field(default_factory=dict)
     #: Set when either side's summaries came from the offline extractive baseline (`run.summaries_note`).
     note: str | None = None
@@ -124,6 +130,17 @@ class Comparison:
         return (f"Replays stopped early (e.g. context_overflow): {' and '.join(sides)} paired cells. Their totals "
                 "cover only the calls made, so costs read low there; compare configs that complete, or widen the "
                 "window.")
+
+    @property
+    def pairing(self) -> str:
+        """What was paired, in words for the output: the sessions, and whether their repeats were averaged
+        (the counts and the test are over these units, never over repeats)."""
+        if self.cells == self.units:  # one cell a unit: no repeats were averaged
+            return (f"{self.sessions} paired session(s)" if self.cells == self.sessions
+                    else f"{self.cells} paired cells ({self.sessions} session(s))")
+        units = (f"{self.sessions} paired session(s)" if self.units == self.sessions
+                 else f"{self.units} paired session × config units ({self.sessions} session(s))")
+        return f"{units}, each the mean of its repeats ({self.cells} paired cells)"
 
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
@@ -142,8 +159,8 @@ class Comparison:
 
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "confidence": self.confidence, "sessions": self.sessions, "cells": self.cells,
-                "unmatched": dict(self.unmatched), "note": self.note, "stopped": dict(self.stopped),
-                "stopped_note": self.stopped_note,
+                "units": self.units, "pairing": self.pairing, "unmatched": dict(self.unmatched), "note": self.note,
+                "stopped": dict(self.stopped), "stopped_note": self.stopped_note,
                 "metrics": [{**vars(m), "verdict": m.verdict} for m in self.metrics]}
 
 
@@ -181,7 +198,11 @@ def _is_number_column(column: pd.Series) -> bool:
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_label: str = "B",
                    metrics: Sequence[str] | None = None, align: Sequence[str] = ("session_id", "repeat"),
                    confidence: float = 0.95, resamples: int = 4000, seed: int = 0) -> Comparison:
-    """Compare two result frames (one row per cell) paired on the `align` columns."""
+    """Compare two result frames (one row per cell) paired on the `align` columns.
+
+    The paired cells of a unit (the `align` columns but `repeat`: a session, or a session and config)
+    are averaged first, so the counts, the interval and the test see one delta per unit, never one per
+    repeat."""
     import pandas as pd
 
     if not 0 < confidence < 1:
@@ -203,32 +224,41 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
     stopped = {label: int((merged[f"termination__{side}"] != "completed").sum())
                for label, side in ((a_label, "a"), (b_label, "b"))} if ends else {}
     unmatched = {a_label: len(a) - len(merged), b_label: len(b) - len(merged)}
+    unit = [c for c in align if c != "repeat"] or align
     rng = np.random.default_rng(seed)
     items = []
     for name in numeric:
-        pair = merged[[f"{name}__a", f"{name}__b"]].apply(pd.to_numeric, errors="coerce").dropna()
-        values_a = pair[f"{name}__a"].to_numpy(dtype=float)
-        values_b = pair[f"{name}__b"].to_numpy(dtype=float)
-        direction = metric_direction(name)
-        if len(pair) == 0:
-            items.append(MetricComparison(name, direction, 0, float("nan"), float("nan"), float("nan"),
-                                          float("nan"), float("nan"), 1.0, 0, 0, 0, alpha=1 - confidence))
-            continue
-        deltas = values_b - values_a
-        low, high = _bootstrap_ci(deltas, confidence, resamples, rng)
-        tolerance = 1e-12 * np.maximum(1.0, np.abs(values_a))
-        up, down = deltas > tolerance, deltas < -tolerance
-        better, worse = (up, down) if direction != "lower" else (down, up)
-        if direction == "none":
-            better = worse = np.zeros_like(up)
-        items.append(MetricComparison(
-            metric=name, direction=direction, pairs=len(deltas), mean_a=float(values_a.mean()),
-            mean_b=float(values_b.mean()), mean_delta=float(deltas.mean()), ci_low=low, ci_high=high,
-            p_value=_sign_flip_p(deltas, resamples, rng), improved=int(better.sum()), regressed=int(worse.sum()),
-            unchanged=int(len(deltas) - up.sum() - down.sum()), alpha=1 - confidence))
+        columns = [f"{name}__a", f"{name}__b"]
+        values = merged[columns].apply(pd.to_numeric, errors="coerce")
+        pair = pd.concat([merged[unit], values], axis=1).dropna(subset=columns)
+        pair = pair.groupby(unit, sort=False)[columns].mean()
+        items.append(_compare_metric(name, pair[columns[0]].to_numpy(dtype=float),
+                                     pair[columns[1]].to_numpy(dtype=float), confidence, resamples, rng))
+    units = int(merged[unit].drop_duplicates().shape[0])
     return Comparison(a=a_label, b=b_label, metrics=tuple(items), confidence=confidence,
-                      sessions=int(merged["session_id"].nunique()) if "session_id" in merged else len(merged),
-                      cells=len(merged), unmatched=unmatched, stopped=stopped)
+                      sessions=int(merged["session_id"].nunique()) if "session_id" in merged else units,
+                      cells=len(merged), units=units, unmatched=unmatched, stopped=stopped)
+
+
+def _compare_metric(name: str, values_a: np.ndarray, values_b: np.ndarray, confidence: float, resamples: int,
+                    rng: np.random.Generator) -> MetricComparison:
+    """One metric over paired units (the means of their repeats): counts, bootstrap interval, sign-flip test."""
+    direction = metric_direction(name)
+    if len(values_a) == 0:
+        return MetricComparison(name, direction, 0, float("nan"), float("nan"), float("nan"), float("nan"),
+                                float("nan"), 1.0, 0, 0, 0, alpha=1 - confidence)
+    deltas = values_b - values_a
+    low, high = _bootstrap_ci(deltas, confidence, resamples, rng)
+    tolerance = 1e-12 * np.maximum(1.0, np.abs(values_a))
+    up, down = deltas > tolerance, deltas < -tolerance
+    better, worse = (up, down) if direction != "lower" else (down, up)
+    if direction == "none":
+        better = worse = np.zeros_like(up)
+    return MetricComparison(
+        metric=name, direction=direction, pairs=len(deltas), mean_a=float(values_a.mean()),
+        mean_b=float(values_b.mean()), mean_delta=float(deltas.mean()), ci_low=low, ci_high=high,
+        p_value=_sign_flip_p(deltas, resamples, rng), improved=int(better.sum()), regressed=int(worse.sum()),
+        unchanged=int(len(deltas) - up.sum() - down.sum()), alpha=1 - confidence)
 
 
 def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | None = None, db: str | None = None,

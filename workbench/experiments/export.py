@@ -21,7 +21,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, unwritable
 from workbench.experiments import charts
 from workbench.experiments import results as tables
 from workbench.experiments.compare import metric_direction
@@ -44,19 +44,20 @@ def _frames(con: Any, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataF
 
 
 def writable_target(path: Path, format: str) -> None:
-    """Refuse, before any work, a target that cannot become the export file: a folder, or a path
-    under a file."""
+    """Refuse, before any work, a target that cannot become the export file: a folder, a path under a
+    file, or a folder that refuses new files."""
     if path.is_dir():
         raise ConfigError(f"{path} is a folder; give the file to write, such as {path / f'report.{format}'}")
-    for ancestor in path.parents:
-        if ancestor.exists():
-            if not ancestor.is_dir():
-                raise ConfigError(f"cannot write {path}: {ancestor} is a file, not a folder")
-            break
+    reason = unwritable(path)
+    if reason is not None:
+        raise ConfigError(f"cannot write {path}: {reason}")
 
 
 def _write_atomically(path: Path, write: Any) -> None:
-    """Write through a hidden partial file that replaces `path` only once complete."""
+    """Write through a hidden partial file that replaces `path` only once complete. An OSError, or
+    DuckDB's IOException from a COPY, becomes a ConfigError naming `path` (not the partial file)."""
+    import duckdb
+
     partial = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,9 +65,17 @@ def _write_atomically(path: Path, write: Any) -> None:
         os.replace(partial, path)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
+    except duckdb.IOException as exc:
+        raise ConfigError(f"cannot write {path}: {_io_reason(exc)}") from exc
     finally:
-        if partial.exists():
+        if partial.is_file() or partial.is_symlink():
             partial.unlink()
+
+
+def _io_reason(exc: BaseException) -> str:
+    """The system's reason in a DuckDB IO error (`IO Error: Cannot open file "x": Permission denied`)."""
+    text = str(exc).removeprefix("IO Error: ")
+    return text.rsplit(": ", 1)[-1] if ": " in text else text
 
 
 def _json_ready(value: Any) -> Any:
@@ -95,7 +104,10 @@ def _records(frame: pd.DataFrame) -> list[dict[str, Any]]:
 
 def format_of(path: str | os.PathLike[str]) -> str:
     """The export format a file name implies (`report.html` -> html, case ignored); a ConfigError
-    names the endings it knows when the name implies none."""
+    names the endings it knows when the name implies none, or says the path is a folder."""
+    if Path(path).is_dir():
+        raise ConfigError(f"{os.fspath(path)} is a folder; give the file to write, such as "
+                          f"{Path(path) / 'report.html'}")
     suffix = Path(path).suffix.lower()
     if suffix not in SUFFIXES:
         known = ", ".join(f"{end} ({fmt})" for end, fmt in SUFFIXES.items())
@@ -106,7 +118,10 @@ def format_of(path: str | os.PathLike[str]) -> str:
 
 def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | None = None, *,
            level: str = "cells") -> Path:
-    """Write run `run_id` (an id, unique prefix or run name) as csv, parquet, json or html; returns the path."""
+    """Write run `run_id` (an id, unique prefix or run name) as csv, parquet, json or html; returns the path.
+
+    A file name whose ending implies another format (`format="csv"` into `x.parquet`) is refused: the
+    file would not be what its name says."""
     if format not in FORMATS:
         raise ConfigError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
     if level not in LEVELS:
@@ -116,6 +131,10 @@ def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | Non
                           f"level {level!r} is for one table, in csv or parquet")
     target = Path(path)
     writable_target(target, format)
+    implied = SUFFIXES.get(target.suffix.lower())
+    if implied is not None and implied != format:
+        raise ConfigError(f"{target} names a {implied} file, but the format is {format}; name the file "
+                          f"{target.with_suffix('.' + format)} or give the format {implied}")
     con = tables.connect_existing(db)
     try:
         run_id = tables.resolve_run_id(con, run_id)
@@ -184,14 +203,19 @@ details { margin: 6px 0; }
 """
 
 
-def leaderboard_html(board: pd.DataFrame) -> str:
-    """The leaderboard as an HTML table; per metric, the best config is green and the worst red."""
+def leaderboard_html(board: pd.DataFrame, ends: pd.DataFrame | None = None) -> str:
+    """The leaderboard as an HTML table; per metric, the best config is green and the worst red.
+
+    Configs whose replays stopped early (`charts.stopped_early`; `ends` is `charts.completion(results)`,
+    to say how) are not ranked, and a note under the table says why."""
+    stopped = charts.stopped_early(board, ends)
+    ranked = board.drop(index=[c for c in board.index if str(c) in stopped])
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in board.columns)
     best: dict[str, Any] = {}
     worst: dict[str, Any] = {}
     for column in board.columns:
         direction = metric_direction(str(column))
-        values = board[column].dropna()
+        values = ranked[column].dropna()
         if direction == "none" or values.nunique() < 2:
             continue
         best[column] = values.idxmax() if direction == "higher" else values.idxmin()
@@ -204,8 +228,10 @@ def leaderboard_html(board: pd.DataFrame) -> str:
                 " class=\"worst\"" if worst.get(column) == config else ""
             cells.append(f"<td{marker}>{html.escape(charts.format_metric(str(column), row[column]))}</td>")
         rows.append(f"<tr><td class=\"text\">{html.escape(str(config))}</td>{''.join(cells)}</tr>")
+    note = charts.stopped_note(stopped)
     return (f"<table><thead><tr><th class=\"text\">config</th>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>")
+            f"<tbody>{''.join(rows)}</tbody></table>"
+            + (f"<p class=\"banner\">{html.escape(note)}</p>" if note else ""))
 
 
 def _stopped(results: pd.DataFrame, session_id: str) -> dict[str, str]:
@@ -238,7 +264,8 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
         parts.append(f"<div class=\"banner\">{html.escape(note)}</div>")
     parts.append("<h2>Leaderboard</h2>")
     board = charts.leaderboard(results) if len(results) else None
-    parts.append(leaderboard_html(board) if board is not None else "<p>No finished cells.</p>")
+    parts.append(leaderboard_html(board, charts.completion(results)) if board is not None
+                 else "<p>No finished cells.</p>")
     scatter = charts.cost_quality(results) if len(results) else None
     if scatter is not None:
         parts.append("<h2>Cost versus quality</h2>")

@@ -6,6 +6,11 @@ deterministic (the offline provider, or `temperature = 0`). The spec's `[regress
 far each metric may move (see `Tolerance`); `summaries = "exact"` asks that the snapshots match,
 and a mismatch is shown as a unified diff. `update=True` rewrites the baseline from the fresh run.
 
+A check fails, rather than passes, when cells of the fresh run failed (their metrics are missing, so
+the means cover fewer sessions) or when a spec with tolerances had nothing to check; a baseline is
+never written from a run with failed cells or without metrics. The baseline (read, or to be written)
+is checked before the run starts, so a bad path does not cost a whole run.
+
     report = wb.regress("experiments/reference-designs.toml")
     report.ok, print(report.text())
 """
@@ -22,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from workbench.errors import ConfigError
+from workbench.errors import ConfigError, WorkbenchError, unwritable
 from workbench.experiments import results as tables
 from workbench.experiments.spec import ExperimentSpec, Tolerance, load_experiment
 
@@ -82,10 +87,36 @@ class RegressionReport:
     summary_diffs: list[SummaryDiff] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     updated: bool = False
+    #: Cells of the fresh run that failed (they hold no metrics), of `cells_total`.
+    failed_cells: int = 0
+    cells_total: int = 0
+    #: Summary snapshots compared (changed or not).
+    summary_checks: int = 0
+    #: The spec's [regress] names (metrics, and `summaries`): a spec with any must check something.
+    tolerances: tuple[str, ...] = ()
+    #: What to do about failed cells (how to see their errors and retry them).
+    failed_hint: str = ""
+
+    @property
+    def checks(self) -> int:
+        """Metric checks and summary snapshots compared."""
+        return len(self.diffs) + self.summary_checks
+
+    @property
+    def problems(self) -> list[str]:
+        """Why the check cannot pass whatever the diffs say: failed cells, or nothing checked."""
+        found = []
+        if self.failed_cells:
+            found.append(f"{self.failed_cells} of {self.cells_total} cells of run {self.run_id} failed, so its "
+                         f"means cover only the cells that finished{self.failed_hint}")
+        if self.tolerances and not self.checks:
+            found.append(f"nothing was checked: neither the baseline nor the fresh run holds what the [regress] table "
+                         f"names ({', '.join(self.tolerances)})")
+        return found
 
     @property
     def ok(self) -> bool:
-        return all(d.ok for d in self.diffs) and not self.summary_diffs
+        return all(d.ok for d in self.diffs) and not self.summary_diffs and not self.problems
 
     @property
     def failures(self) -> list[MetricDiff]:
@@ -94,8 +125,9 @@ class RegressionReport:
     def text(self, *, verbose: bool = False) -> str:
         if self.updated:
             return f"baseline {self.baseline_path} written from run {self.run_id}"
-        lines = [f"{'PASS' if self.ok else 'REGRESSION'}: {self.experiment} against {self.baseline_path} "
-                 f"(run {self.run_id})"]
+        verdict = "PASS" if self.ok else "REGRESSION" if self.failures or self.summary_diffs else "FAIL"
+        lines = [f"{verdict}: {self.experiment} against {self.baseline_path} (run {self.run_id})"]
+        lines.extend(self.problems)
         failures = self.failures
         shown = self.diffs if verbose else failures
         if failures:
@@ -113,7 +145,8 @@ class RegressionReport:
 
     def to_dict(self) -> dict[str, Any]:
         return {"ok": self.ok, "experiment": self.experiment, "baseline": str(self.baseline_path),
-                "run_id": self.run_id, "updated": self.updated,
+                "run_id": self.run_id, "updated": self.updated, "problems": self.problems,
+                "failed_cells": self.failed_cells, "cells_total": self.cells_total, "checks": self.checks,
                 "diffs": [{"config": d.config, "dataset": d.dataset, "metric": d.metric, "baseline": d.baseline,
                            "current": d.current, "tolerance": d.tolerance.describe(), "ok": d.ok}
                           for d in self.diffs],
@@ -192,7 +225,8 @@ def _summary_diff(old: Sequence[str | None], new: Sequence[str | None], label: s
 def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: ExperimentSpec,
           path: Path) -> RegressionReport:
     """Compare two baseline documents under the spec's tolerances."""
-    report = RegressionReport(experiment=spec.name, baseline_path=path, run_id=current.get("run_id"))
+    report = RegressionReport(experiment=spec.name, baseline_path=path, run_id=current.get("run_id"),
+                              tolerances=tuple(spec.regress))
     tolerances = {m: t for m, t in spec.regress.items() if t.kind != "exact"}
     if not spec.regress:
         report.notes.append("the spec has no [regress] table: nothing is checked")
@@ -212,6 +246,10 @@ def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: Experim
                     continue
                 ok = old is not None and new is not None and tolerance.allows(old, new)
                 report.diffs.append(MetricDiff(config, dataset, metric, old, new, tolerance, ok))
+    unchecked = [m for m in tolerances if not any(d.metric == m for d in report.diffs)]
+    if unchecked:
+        report.notes.append(f"{', '.join(unchecked)}: in neither the baseline nor the fresh run, so not checked "
+                            "(a metric the spec's `metrics` list does not compute?)")
     for config in now_metrics:
         if config not in base_metrics:
             report.notes.append(f"config {config!r} is new (not in the baseline); run with --update to add it")
@@ -221,46 +259,160 @@ def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: Experim
         for config, sessions in old_summaries.items():
             for session_id, texts in sessions.items():
                 fresh_texts = new_summaries.get(config, {}).get(session_id, [])
+                report.summary_checks += 1
                 if list(texts) != list(fresh_texts):
                     report.summary_diffs.append(SummaryDiff(
                         config, session_id, _summary_diff(texts, fresh_texts, f"{config}/{session_id[:12]}")))
     return report
 
 
-def regress(path: str | os.PathLike[str] | ExperimentSpec, baseline: str | os.PathLike[str] | None = None,
+class BaselineRefused(WorkbenchError):
+    """`update=True` on a run a baseline must not be made of (failed cells, or no metrics): the work
+    failed, so the CLI exits 1; the baseline on disk is left as it was."""
+
+
+def regress(path: str | os.PathLike[str] | ExperimentSpec | Mapping[str, Any],
+            baseline: str | os.PathLike[str] | None = None,
             db: str | None = None, *, update: bool = False, concurrency: int | None = None,
             progress: Any = None) -> RegressionReport:
-    """Run the experiment (resuming its run) and compare it with the baseline; `update` rewrites it."""
+    """Run the experiment (resuming its run) and compare it with the baseline; `update` rewrites it.
+
+    The baseline is read and validated (or, with `update`, its place checked for writing) before the run
+    starts. The report fails when cells of the run failed; `update` refuses such a run (`BaselineRefused`).
+    """
     from workbench import db as database
     from workbench.experiments.run import run_experiment
 
     spec = load_experiment(path if not isinstance(path, os.PathLike) else Path(path))
     target = baseline_path(spec, baseline)
-    if not update and not target.is_file():
-        how = (f"`workbench regress {spec.source} --update`" if spec.source
-               else "`wb.regress(spec, update=True)` (a spec given as a table or text has no file for the CLI)")
-        raise ConfigError(f"no baseline at {target}; create it with {how}")
+    stored = None if update else read_baseline(target, spec, given=baseline is not None)
+    if stored is None:
+        writable_baseline(target, spec)
     run = run_experiment(spec, db=db, concurrency=concurrency, progress=progress)
     con = database.connect(run.db)
     try:
         current = snapshot(con, run.id, spec)
+        info = tables.run_info(con, run.id)
     finally:
         con.close()
-    if update:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial")
-        partial.write_text(json.dumps(current, indent=1, sort_keys=False, ensure_ascii=False) + "\n",
-                           encoding="utf-8")
-        os.replace(partial, target)
-        return RegressionReport(experiment=spec.name, baseline_path=target, run_id=run.id, updated=True)
-    try:
-        stored = json.loads(target.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"{target}: not a baseline (invalid JSON at line {exc.lineno}: {exc.msg})") from exc
-    if not isinstance(stored, Mapping) or "metrics" not in stored:
-        raise ConfigError(f"{target}: not a baseline (expected an object with 'metrics')")
+    total = info.cells_total or 0
+    failed = max(total - info.cells_done, run.progress.failed_cells)
+    hint = _failed_hint(spec)
+    if stored is None:
+        if failed:
+            raise BaselineRefused(f"baseline {target} not written: {failed} of {total} cells of run {run.id} "
+                                  f"failed, and a baseline must cover every cell{hint}")
+        if not any(values for datasets in current["metrics"].values() for values in datasets.values()):
+            raise BaselineRefused(f"baseline {target} not written: run {run.id} has no metrics "
+                                  f"({info.cells_done} cells)")
+        _write_baseline(target, current)
+        return RegressionReport(experiment=spec.name, baseline_path=target, run_id=run.id, updated=True,
+                                cells_total=total)
     report = check(current, stored, spec, target)
+    report.failed_cells, report.cells_total, report.failed_hint = failed, total, hint
     summaries = run.summaries_note()
     if summaries:
         report.notes.append(summaries)
     return report
+
+
+def _failed_hint(spec: ExperimentSpec) -> str:
+    """Where a failed cell's error shows, and how to retry it (the tail of a sentence)."""
+    how = f"`workbench run {spec.source}`" if spec.source else "`wb.run_experiment(spec)`"
+    return (f"; each failed cell's error was reported as a warning during the run (`cell ... failed: ...`), "
+            f"and {how} retries them")
+
+
+def _update_hint(spec: ExperimentSpec, target: Path, given: bool) -> str:
+    """How to write the baseline `target`: the CLI command (with `--baseline` when one was given)."""
+    if not spec.source:
+        return "`wb.regress(spec, update=True)` (a spec given as a table or text has no file for the CLI)"
+    return f"`workbench regress {spec.source}{f' --baseline {target}' if given else ''} --update`"
+
+
+def read_baseline(target: Path, spec: ExperimentSpec, *, given: bool = False) -> dict[str, Any]:
+    """The baseline document at `target`, validated; a ConfigError names the file and what was expected
+    (missing, a folder, not UTF-8, not JSON, or not shaped as a baseline)."""
+    if target.is_dir():
+        raise ConfigError(f"baseline {target} is a folder, not a baseline file; give its JSON file, such as "
+                          f"{target / f'{spec.name}.json'}")
+    if not target.is_file():
+        raise ConfigError(f"no baseline at {target}; create it with {_update_hint(spec, target, given)}")
+    try:
+        stored = json.loads(target.read_text(encoding="utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{target}: not a baseline (not UTF-8 text: byte {exc.object[exc.start]:#04x} at "
+                          f"offset {exc.start}; expected the JSON that --update writes)") from exc
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"{target}: not a baseline (invalid JSON at line {exc.lineno}: {exc.msg})") from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read the baseline {target}: {exc.strerror or exc}") from exc
+    problem = baseline_problem(stored)
+    if problem:
+        raise ConfigError(f"{target}: not a baseline ({problem}; --update writes one)")
+    return stored
+
+
+def _kind(value: Any) -> str:
+    """A JSON value as a message names it: `an object`, `a list`, or the value itself (`5`, `"many"`)."""
+    if isinstance(value, Mapping):
+        return "an object"
+    if isinstance(value, list):
+        return "a list"
+    return json.dumps(value)
+
+
+def baseline_problem(document: Any) -> str | None:
+    """What is wrong with the shape of a baseline document, or None: `metrics` maps config -> dataset ->
+    metric -> number or null; `summaries`, when present, config -> session -> list of texts or nulls."""
+    if not isinstance(document, Mapping) or "metrics" not in document:
+        return "expected an object with 'metrics'"
+    metrics = document["metrics"]
+    if not isinstance(metrics, Mapping):
+        return f"'metrics' is {_kind(metrics)}, expected an object of configs"
+    for config, datasets in metrics.items():
+        if not isinstance(datasets, Mapping):
+            return f"metrics[{config!r}] is {_kind(datasets)}, expected an object of datasets"
+        for dataset, values in datasets.items():
+            where = f"metrics[{config!r}][{dataset!r}]"
+            if not isinstance(values, Mapping):
+                return f"{where} is {_kind(values)}, expected an object of metric values"
+            for metric, value in values.items():
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    return f"{where}[{metric!r}] is {_kind(value)}, expected a number or null"
+    summaries = document.get("summaries", {})
+    if not isinstance(summaries, Mapping):
+        return f"'summaries' is {_kind(summaries)}, expected an object of configs"
+    for config, sessions in summaries.items():
+        if not isinstance(sessions, Mapping):
+            return f"summaries[{config!r}] is {_kind(sessions)}, expected an object of sessions"
+        for session_id, texts in sessions.items():
+            if not isinstance(texts, list) or not all(t is None or isinstance(t, str) for t in texts):
+                return f"summaries[{config!r}][{session_id!r}] is not a list of summary texts"
+    return None
+
+
+def writable_baseline(target: Path, spec: ExperimentSpec) -> None:
+    """Refuse, before the run, a baseline path no file can be written at (a folder, a path under a
+    file, a folder that refuses files)."""
+    if target.is_dir():
+        raise ConfigError(f"baseline {target} is a folder; give the file to write, such as "
+                          f"{target / f'{spec.name}.json'}")
+    reason = unwritable(target)
+    if reason is not None:
+        raise ConfigError(f"cannot write the baseline {target}: {reason}")
+
+
+def _write_baseline(target: Path, document: Mapping[str, Any]) -> None:
+    """Write through a hidden partial file that replaces `target` once complete, and is removed on failure."""
+    partial = target.with_name(f".{target.name}.partial")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_text(json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n",
+                           encoding="utf-8")
+        os.replace(partial, target)
+    except OSError as exc:
+        raise ConfigError(f"cannot write the baseline {target}: {exc.strerror or exc}") from exc
+    finally:
+        if partial.is_file() or partial.is_symlink():
+            partial.unlink()
