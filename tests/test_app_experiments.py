@@ -194,7 +194,8 @@ def test_compared_values_are_shown_in_their_metric_unit(run_db, monkeypatch):
     long = [v for v in table[["A", "B", "delta", "ci_low", "ci_high"]].to_numpy().ravel()
             if re.search(r"\.\d{4,}", str(v)) and not str(v).startswith(("$", "+$", "−$"))]
     assert not long, long  # no 465096.6666666667
-    assert any("paired on session, config and repeat" in c.value for c in at.caption)
+    assert any(re.match(r"\d+ paired (session|cell)", c.value) and "cells paired on session, config and repeat"
+               in c.value for c in at.caption), [c.value for c in at.caption]
 
 
 def test_a_run_summarized_offline_is_labelled_under_its_leaderboard(run_db, tmp_path, monkeypatch):

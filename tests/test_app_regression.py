@@ -164,3 +164,34 @@ def test_checked_values_are_formatted_in_their_unit(gate, monkeypatch):
     assert re.fullmatch(r"\d{1,3}(,\d{3})*", tokens["current"]), tokens["current"]
     assert re.fullmatch(r"\+\d+\.\d%", tokens["change"]), tokens["change"]
     assert re.fullmatch(r"\d+", checks.loc["compactions", "current"])  # a count, no ".0"
+
+
+def test_a_run_whose_cells_failed_fails_the_check_and_says_why(gate, monkeypatch, tmp_path):
+    """Failed cells are never stored, so their metrics would silently be left out: the page fails the
+    check and says why."""
+    from dataclasses import dataclass
+
+    import workbench as wb
+
+    path, specs = gate
+
+    @dataclass(frozen=True)
+    class Breaks:
+        def compact(self, context, env):
+            raise RuntimeError("this strategy always breaks")
+
+    folder = tmp_path / "failing"
+    (folder / "baselines").mkdir(parents=True)
+    (folder / "failing-gate.toml").write_text(SPEC.replace("tiny-gate", "failing-gate").replace(
+        'strategy = { kind = "observation_masking", keep_recent = 2 }', 'strategy = { kind = "breaks_app_test" }'))
+    (folder / "baselines" / "failing-gate.json").write_text((specs / "baselines" / "tiny-gate.json").read_text())
+    wb.register_strategy("breaks_app_test")(Breaks)
+    try:
+        at = open_page(path, folder, monkeypatch)
+        with pytest.warns(RuntimeWarning, match="always breaks"):
+            check(at)
+    finally:
+        wb.registry.unregister("strategy", "breaks_app_test")
+    shown = [e.value for e in at.error]
+    assert shown[0].startswith(("FAIL: failing-gate", "REGRESSION: failing-gate")) and not at.success, shown
+    assert any(re.search(r"\d+ of \d+ cells of run failing-gate-\w+ failed", text) for text in shown), shown

@@ -59,14 +59,14 @@ def load_summaries_note(path: str, stamp: float, run_id: str) -> str | None:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def load_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None,
-                    b: str | None) -> tuple[pd.DataFrame, str | None, int, str | None]:
+                    b: str | None) -> tuple[pd.DataFrame, str | None, int, str | None, str]:
     """The comparison's table, its note (set when a side's summaries are the offline baseline's), how
-    many pairs of cells it found, and its note on replays that stopped early."""
+    many pairs of cells it found, its note on replays that stopped early, and what it paired (in words)."""
     from workbench.experiments import compare
 
     configs = (a, b) if a is not None and b is not None else None
     comparison = compare(run_a, run_b, configs=configs, db=path)
-    return comparison.to_frame(), comparison.note, comparison.cells, comparison.stopped_note
+    return comparison.to_frame(), comparison.note, comparison.cells, comparison.stopped_note, comparison.pairing
 
 
 def signed(metric: str, value: Any) -> str:
@@ -128,7 +128,7 @@ def build_report(path: str, stamp: float, run_id: str) -> bytes:
 def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None, b: str | None,
                      key: str) -> None:
     try:
-        table, summaries, cells, stopped = load_comparison(path, stamp, run_a, run_b, a, b)
+        table, summaries, cells, stopped, pairing = load_comparison(path, stamp, run_a, run_b, a, b)
         if not cells:
             configs_a = [str(c) for c in dict.fromkeys(load_results(path, stamp, run_a)["config"])]
             configs_b = [str(c) for c in dict.fromkeys(load_results(path, stamp, run_b)["config"])] if run_b else []
@@ -139,7 +139,7 @@ def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: 
         st.warning(no_pairs_message(run_a, run_b, configs_a, configs_b))
         return
     paired = "session, config and repeat" if run_b is not None else "session and repeat"
-    st.caption(f"{cells} pairs of cells, paired on {paired}; delta = B − A with its confidence interval.")
+    st.caption(f"{pairing}, cells paired on {paired}; delta = B − A with its confidence interval.")
     if stopped:
         st.warning(stopped)
     st.dataframe(comparison_table(table), hide_index=True, width="stretch", key=key)

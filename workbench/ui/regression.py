@@ -79,9 +79,13 @@ def show_report(report: Any) -> None:
     if report.ok:
         st.success(f"PASS: {report.experiment}, all {len(report.diffs)} metric checks within tolerance "
                    f"(run {report.run_id})")
-    else:
+    elif failures or report.summary_diffs:
         st.error(f"REGRESSION: {report.experiment}, {len(failures)} of {len(report.diffs)} metric checks failed"
                  f", {len(report.summary_diffs)} summary snapshot(s) changed (run {report.run_id})")
+    else:
+        st.error(f"FAIL: {report.experiment} (run {report.run_id})")
+    for problem in report.problems:
+        st.error(problem)
     st.caption(f"Baseline: {report.baseline_path}")
     if report.diffs:
         st.subheader("Metric checks")
