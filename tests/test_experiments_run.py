@@ -106,6 +106,9 @@ def test_an_empty_selection_names_the_datasets_there_are(grid_db, tmp_path):
     with pytest.raises(ConfigError, match="in dataset\\(s\\) samples; .*the bundled samples load with `workbench init "
                                           "--samples`$"):
         run_experiment({"name": "x", "dataset": "samples", "config": config}, db=str(db))
+    with pytest.raises(ConfigError, match="in dataset\\(s\\) grid matching 'calls > 999'; datasets in the database: "
+                                          "grid$"):  # no guess at a name that was right
+        run_experiment({"name": "x", "dataset": "grid", "where": "calls > 999", "config": config}, db=str(db))
     with pytest.raises(ConfigError, match="experiment 'x', key 'where': the condition 'callz > 2' over the sessions "
                                           "cannot run: .*callz.*; columns: id, dataset, format"):
         run_experiment({"name": "x", "dataset": "grid", "where": "callz > 2", "config": config}, db=str(db))

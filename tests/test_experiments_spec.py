@@ -116,6 +116,8 @@ def test_errors_name_the_offending_key(raw, fragment):
 @pytest.mark.parametrize("raw, message", [
     ({"name": "x", "dataset": "d", "concurency": 2, "config": [_CONFIG]},
      "unknown key 'concurency'; valid: .*; did you mean 'concurrency'\\?$"),
+    ({"name": "x", "dataset": "d", "preset": "as-recorded", "config": [_CONFIG]},  # a [[config]] key, not a spec's
+     "unknown key 'preset'; valid: .*; did you mean 'presets'\\?$"),
     ({"name": "x", "dataset": "d", "config": [{**_CONFIG, "context_limt": 9000}]},
      "^config 'a': unknown config key 'context_limt'; .*; did you mean 'context_limit'\\?$"),
     ({"name": "x", "dataset": "d", "config": [{**_CONFIG, "trigger": {"kind": "utilisation"}}]},

@@ -255,7 +255,7 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
         raise ConfigError(f"experiment {spec.name!r}: no sessions in dataset(s) {', '.join(spec.datasets)}"
                           + (f" matching {spec.where!r}" if spec.where else "")
                           + (f"; datasets in the database: {', '.join(map(str, known))}" if known else "")
-                          + did_you_mean(spec.datasets, map(str, known))
+                          + did_you_mean([d for d in spec.datasets if d not in known], map(str, known))
                           + ("; the bundled samples load with `workbench init --samples`"
                              if "samples" in spec.datasets and "samples" not in known else ""))
     seen: set[str] = set()

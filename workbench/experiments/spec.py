@@ -41,7 +41,7 @@ from workbench.errors import ConfigError, did_you_mean, folder_given, missing_fi
 from workbench.registry import kinds, lookup
 
 SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
-             "defaults", "config", "regress", "preset", "presets")
+             "defaults", "config", "regress", "presets")
 CONFIG_ONLY_KEYS = ("matrix", "preset")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 _TOLERANCE = re.compile(r"^\s*(?P<sign>[+-]|±|\+-)?\s*(?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?P<percent>%)?\s*$")
