@@ -117,6 +117,13 @@ def test_classify_table(exception, expected):
     error = classify(exception, model="m", attempts=1, api_base="http://h:1/v1")
     assert type(error) is expected
     assert error.retryable == (expected in (ProviderError, Timeout))
+    assert str(error).startswith("m at http://h:1/v1: ")  # two deployments of one model fail apart
+
+
+def test_a_provider_error_names_the_endpoint_it_came_from(gateway, server):
+    server.script(*[Fault.error(500, "overloaded")] * 8)
+    with pytest.raises(ProviderError, match=f"^{MODEL} at {server.api_base}: provider error \\(HTTP 500\\)"):
+        bind(gateway, server, num_retries=0).complete(ask())
 
 
 def test_a_rejected_key_opens_a_replays_breaker_after_one_request_per_compaction(gateway, server):

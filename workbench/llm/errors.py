@@ -147,6 +147,11 @@ def _where(model: str, api_base: str | None) -> str:
     return f"{model} at {api_base}" if api_base else f"{model} (provider's default endpoint)"
 
 
+def _named(model: str, api_base: str | None) -> str:
+    """The model, and the endpoint when one was set (two deployments of one model fail apart)."""
+    return f"{model} at {api_base}" if api_base else model
+
+
 def _authentication_failed(what: str, message: str, common: dict[str, Any], *,
                            status_code: int | None) -> AuthenticationFailed:
     return AuthenticationFailed(
@@ -174,13 +179,14 @@ def classify(exc: BaseException, *, model: str, attempts: int, secrets: Sequence
     names = {type(e).__name__ for e in chain}
     statuses = {s for s in map(_status, chain) if s is not None}
     common: dict[str, Any] = {"model": model, "attempts": attempts, "provider_error": name, "api_base": api_base}
+    who = _named(model, api_base)
     if any(isinstance(e, json.JSONDecodeError) for e in chain) or _JSON_ERROR.search(message):
-        return BadResponse(f"{model}: malformed response body: {message}", **common, status_code=status)
+        return BadResponse(f"{who}: malformed response body: {message}", **common, status_code=status)
     if name in _TIMEOUTS or isinstance(exc, (asyncio.TimeoutError, TimeoutError)) or status == 408:
-        return Timeout(f"{model}: timed out: {message}", **common, status_code=status)
+        return Timeout(f"{who}: timed out: {message}", **common, status_code=status)
     if name == "RateLimitError" or status == 429:
         wait = retry_after_seconds(_headers(exc))
-        return RateLimited(f"{model}: rate limited (HTTP 429): {message}", **common, status_code=429, retry_after=wait)
+        return RateLimited(f"{who}: rate limited (HTTP 429): {message}", **common, status_code=429, retry_after=wait)
     auth_status = next((s for s in (401, 403) if s in statuses), None)
     if auth_status is not None or names & _AUTH_ERRORS or any(_MISSING_KEY.search(str(e)) for e in chain):
         what = f"HTTP {auth_status}" if auth_status else "no usable API key"
@@ -191,13 +197,13 @@ def classify(exc: BaseException, *, model: str, attempts: int, secrets: Sequence
         return ConnectionFailed(f"{_where(model, api_base)}: cannot connect ({reason}): {message}; "
                                 f"is the server running and `api_base` right?", **common)
     if names & _DROPPED:
-        return ProviderError(f"{model}: connection failed: {message}", **common, status_code=status, retryable=True)
+        return ProviderError(f"{who}: connection failed: {message}", **common, status_code=status, retryable=True)
     if status is not None and (status >= 500 or status in (409, 425)):
-        return ProviderError(f"{model}: provider error (HTTP {status}): {message}", **common, status_code=status,
+        return ProviderError(f"{who}: provider error (HTTP {status}): {message}", **common, status_code=status,
                              retryable=True)
     if name in _SERVER_ERRORS:
-        return ProviderError(f"{model}: provider error: {message}", **common, status_code=status, retryable=True)
+        return ProviderError(f"{who}: provider error: {message}", **common, status_code=status, retryable=True)
     if status is not None:
-        return ProviderError(f"{model}: request rejected (HTTP {status}): {message}", **common, status_code=status,
+        return ProviderError(f"{who}: request rejected (HTTP {status}): {message}", **common, status_code=status,
                              retryable=False)
-    return ProviderError(f"{model}: call failed ({name}): {message}", **common, retryable=False)
+    return ProviderError(f"{who}: call failed ({name}): {message}", **common, retryable=False)
