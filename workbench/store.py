@@ -239,7 +239,9 @@ class _Batch:
         self.probes: dict[str, list[Any]] = {k: [] for k in (
             "session_id", "idx", "question", "expected", "kind", "from_call")}
         self.ids: list[str] = []
-        self.objects: list[Session] = []  # the sessions themselves, to compare with earlier imports
+        #: per session, itself when an earlier import stored sessions of its source (to compare with
+        #: them, `_later_versions`), else None: a batch holds columns, not the sessions
+        self.objects: list[Session | None] = []
         self.calls = 0
         self.message_count = 0
         self.chars = 0
@@ -247,7 +249,7 @@ class _Batch:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def add(self, session: Session, dataset: str, source: str | None) -> None:
+    def add(self, session: Session, dataset: str, source: str | None, *, keep: bool = False) -> None:
         sid = session.id
         msgs = session.messages
         n = len(msgs)
@@ -287,7 +289,7 @@ class _Batch:
             p["kind"].append(probe.kind)
             p["from_call"].append(int(probe.from_call))
         self.ids.append(sid)
-        self.objects.append(session)
+        self.objects.append(session if keep else None)
         self.calls += calls
         self.message_count += n
         self.chars += chars
@@ -698,6 +700,7 @@ class _Writer:
         self.written: dict[str, tuple[int, int]] = {}       # id -> (messages, calls), in write order
         self.existing: set[str] = set()                     # ids skipped because already stored
         self.later_versions: dict[str, str] = {}            # new id -> the stored id it is a later version of
+        self.stored_sources = _stored_sources(store)        # sources earlier imports stored sessions of
         self.earlier: dict[str, EarlierImports] = {}        # per source, what earlier imports stored of it
         self.error: BaseException | None = None
         self.queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=1)
@@ -807,7 +810,7 @@ class _Writer:
         if source is None:
             meta_source = session.metadata.get("source") if isinstance(session.metadata, Mapping) else None
             source = str(meta_source) if meta_source is not None else None
-        self.batch.add(session, dataset, source)
+        self.batch.add(session, dataset, source, keep=source in self.stored_sources)
         if self.file is not None:
             self.file_ids.add(session.id)
         if self.batch.message_count >= self.store.batch_messages or self.batch.chars >= self.store.batch_bytes:
@@ -856,7 +859,7 @@ def _rebuild_without(batch: _Batch, drop: set[str]) -> _Batch:
         for name, values in source.items():
             target[name] = [values[i] for i in rows]
     fresh.ids = [sid for sid in batch.ids if sid not in drop]
-    fresh.objects = [session for session in batch.objects if session.id not in drop]
+    fresh.objects = [session for sid, session in zip(batch.ids, batch.objects, strict=True) if sid not in drop]
     fresh.message_count = sum(fresh.sessions["message_count"])
     fresh.calls = sum(fresh.sessions["call_count"])
     fresh.chars = _chars(fresh.messages["content"]) + _chars(fresh.messages["parts"])
@@ -915,6 +918,15 @@ def continues(old: Session, new: Session) -> bool:
     return content_hash(stable) == content_hash(new.messages[:len(stable)])
 
 
+def _stored_sources(store: Store) -> frozenset[str]:
+    """The sources of the sessions stored (read before an import writes anything)."""
+    try:
+        return frozenset(row[0] for row in store.connection.execute(
+            "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL").fetchall())
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot read {store.path}: {exc}") from exc
+
+
 #: Per recording (format, source, `RECORDING_KEYS` values): the (id, dataset) of the sessions stored of it.
 EarlierImports = dict[tuple[Any, ...], list[tuple[str, str]]]
 
@@ -946,11 +958,14 @@ def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImpor
     `earlier` holds, per source, what the database held of it when this import first met it (read
     then, once: what this import writes is never an earlier version); a matched session is taken out."""
     columns = batch.sessions
-    unread = sorted({source for source in columns["source"] if source is not None and source not in earlier})
+    unread = sorted({source for source, session in zip(columns["source"], batch.objects, strict=True)
+                     if session is not None and source is not None and source not in earlier})
     if unread:
         earlier.update(_earlier_imports(store, unread))
     later: dict[str, tuple[str, str]] = {}
     for row, session in enumerate(batch.objects):
+        if session is None:
+            continue
         source = columns["source"][row]
         recordings = earlier.get(source) if source is not None else None
         if not recordings:
