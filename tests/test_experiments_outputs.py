@@ -185,6 +185,8 @@ def test_exports_in_all_four_formats_open(grid_run, tmp_path):
     document = json.loads(export(run.id, "json", tmp_path / "r.json", db=str(db)).read_text())
     assert document["run"]["id"] == run.id and len(document["results"]) == 9
     assert any(c["summary"] for c in document["compactions"]) and document["note"] == run.summaries_note()
+    details = [c["details"] for c in document["compactions"] if c["details"] is not None]
+    assert details and all(isinstance(d, dict) for d in details)  # objects, not JSON text inside the JSON
     report = export(run.id, "html", tmp_path / "r.html", db=str(db)).read_text()
     assert report.count("Plotly.newPlot") >= 2 and "<script src=\"http" not in report
     assert "offline extractive baseline" in report

@@ -504,3 +504,36 @@ def test_every_uncommitted_change_to_the_package_is_another_code_version(tmp_pat
     assert first.startswith(f"{clean}.dirty-") and second.startswith(f"{clean}.dirty-") and first != second
     module.write_text("WINDOW = 3\n")
     assert code_version(tmp_path) == first
+
+
+def test_a_users_metric_holding_nan_anywhere_is_stored_with_nulls(grid_db):
+    """JSON has no NaN: a user's metric returning one inside a list or a compaction's details is stored
+    with null there, instead of failing every cell's write."""
+    from dataclasses import dataclass
+
+    import workbench as wb
+
+    @dataclass(frozen=True)
+    class Gaps:
+        def compute(self, result):
+            return [1.0, float("nan")]
+
+        def per_compaction(self, result):
+            return [{"gap_scores": {"first": float("nan"), "all": [float("inf"), 2.0]}} for _ in result.compactions]
+
+    wb.register_metric("gaps_run_test", direction="none", unit="scores", level="run")(Gaps)
+    db, _, ids = grid_db
+    try:
+        run = run_experiment({"name": "gaps", "dataset": "grid", "metrics": ["gaps_run_test"], "config": [
+            {"name": "c", "trigger": {"kind": "utilization", "ratio": 0.5},
+             "strategy": {"kind": "hard_clear", "keep_recent": 4}, "context_limit": 6000, "max_output": 500}]},
+            db=str(db))
+    finally:
+        wb.registry.unregister("metric", "gaps_run_test")
+    assert run.status == "finished" and len(run.results) == len(ids)
+    assert all(list(value) == [1.0, None] for value in run.results["gaps_run_test"])
+    con = duckdb.connect(str(db))
+    stored = [json.loads(d) for (d,) in con.execute("SELECT details FROM cell_compactions WHERE run_id = ?",
+                                                     [run.id]).fetchall()]
+    con.close()
+    assert stored and all(d["gap_scores"] == {"first": None, "all": [None, 2.0]} for d in stored)

@@ -172,6 +172,17 @@ def _copy(con: Any, frame: pd.DataFrame, target: Path, format: str) -> None:
     _write_atomically(target, write)
 
 
+def _parsed_details(row: dict[str, Any]) -> dict[str, Any]:
+    """A compaction's row with its `details` (stored as JSON text) as the object it holds, not a string in a string."""
+    details = row.get("details")
+    if isinstance(details, str):
+        try:
+            row["details"] = json.loads(details)
+        except ValueError:
+            pass
+    return row
+
+
 def _document(con: Any, run_id: str) -> dict[str, Any]:
     info = tables.run_info(con, run_id)
     cells, _, compactions = _frames(con, run_id)
@@ -180,7 +191,7 @@ def _document(con: Any, run_id: str) -> dict[str, Any]:
     return {
         "run": _json_ready(vars(info)), "spec": tables.run_spec(con, run_id),
         "configs": [{"name": name, **(json.loads(spec) if isinstance(spec, str) else spec)} for name, spec in configs],
-        "results": _records(cells), "compactions": _records(compactions),
+        "results": _records(cells), "compactions": [_parsed_details(row) for row in _records(compactions)],
         "note": baseline_note(tables.summarizers_used(con, run_id)),
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }

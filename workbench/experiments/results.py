@@ -81,9 +81,14 @@ def _finite(value: Any) -> float | None:
 
 
 def _clean(value: Any) -> Any:
-    """Metric values as JSON can hold them (NaN/inf become None)."""
+    """A metric's value (or a compaction's details) as JSON can hold it: NaN and infinities become
+    None wherever they sit, in lists and mappings too (a user's metric may return any of them)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
+    if isinstance(value, Mapping):
+        return {key: _clean(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(item) for item in value]
     return value
 
 
@@ -218,7 +223,7 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
                 breaker_open=event.breaker_open, error=event.error, summarizer_calls=usage.get("calls"),
                 summarizer_input_tokens=usage.get("input_tokens"), summarizer_output_tokens=usage.get("output_tokens"),
                 summarizer_cost_usd=_finite(usage.get("cost_usd")),
-                details=_json(details[index], sort_keys=True) if details[index] else None)
+                details=_json(_clean(details[index]), sort_keys=True) if details[index] else None)
     con.execute("BEGIN TRANSACTION")
     try:
         for table, columns in rows.items():
