@@ -77,6 +77,27 @@ def test_identical_calls_of_a_batch_reach_the_model_once_whatever_the_concurrenc
     assert server.request_count == 3 and sum(not r.cache_hit for r in again) == 1
 
 
+def test_a_batch_of_distinct_calls_asks_the_cache_once(server):
+    """Only a key the batch repeats is looked up again before its call: a lookup per call (a database
+    query on a run's cache) would slow every uncached batch."""
+
+    class CountingCache(MemoryCache):
+        def __init__(self):
+            super().__init__()
+            self.single_lookups = 0
+
+        def get(self, key):
+            self.single_lookups += 1
+            return super().get(key)
+
+    cache = CountingCache()
+    with Gateway(cache) as gateway:
+        bind(gateway, server).complete_many([ask(f"item {i}") for i in range(6)])
+        assert cache.single_lookups == 0 and server.request_count == 6
+        asyncio.run(bind(gateway, server).acomplete_many([ask(f"new {i}") for i in range(6)]))
+        assert cache.single_lookups == 0 and server.request_count == 12
+
+
 def test_results_do_not_depend_on_scheduling(server):
     server.latency = 0.02
     batch = [ask(f"item {i}") for i in range(20)]

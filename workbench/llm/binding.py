@@ -37,6 +37,15 @@ from workbench.llm.provider import load_litellm
 from workbench.llm.retry import RetryPolicy
 from workbench.llm.transport import lends_client, on_the_wire
 
+
+def _repeated_keys(requests: Sequence[_Request]) -> set[str]:
+    """The cache keys a batch holds more than once."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for request in requests:
+        (repeated if request.key in seen else seen).add(request.key)
+    return repeated
+
 __all__ = ["BoundModel", "GatewayAPI"]
 
 log = logging.getLogger("workbench.llm")
@@ -260,11 +269,13 @@ class BoundModel:
 
     # -- one call, written once --
 
-    def _plan(self, request: _Request, *, looked_up: bool) -> _Plan:
+    def _plan(self, request: _Request, *, looked_up: bool, repeated: bool = False) -> _Plan:
         """A call from cache lookup to stored answer; yields the steps that block to its driver.
 
-        `looked_up`: the caller asked the cache already (a batch's one query). The plan asks again
-        once it leads the key's flight, as an identical call of the batch may have landed since.
+        `looked_up`: the caller asked the cache already (a batch's one query). `repeated`: the batch
+        holds the same request more than once, so the plan asks the cache again once it leads the
+        key's flight, as an identical call of the batch may have landed since (only then: a lookup
+        per call would slow every uncached batch).
         """
         if not looked_up:
             hit = self._lookup(request)
@@ -281,7 +292,7 @@ class BoundModel:
                 if shared is not None:
                     return shared
         try:
-            if looked_up and flight is not None:
+            if repeated and flight is not None:
                 hit = self._lookup(request)
                 if hit is not None:
                     self.gateway.land(request.key, flight, result=hit)
@@ -436,10 +447,14 @@ class BoundModel:
         The cache is asked once for the whole batch; only the misses reach the model.
         """
         requests, hits = self._prefetch(batch, max_tokens, repeat)
+        repeated = _repeated_keys(requests)
 
         async def answer(index: int) -> Completion:
             hit = hits[index]
-            return hit if hit is not None else await self._arun(self._plan(requests[index], looked_up=True))
+            if hit is not None:
+                return hit
+            request = requests[index]
+            return await self._arun(self._plan(request, looked_up=True, repeated=request.key in repeated))
 
         return list(await asyncio.gather(*(answer(i) for i in range(len(requests))),
                                          return_exceptions=return_exceptions))
@@ -455,7 +470,9 @@ class BoundModel:
 
             workers = max_workers or max(1, min(len(misses), self.limiter.limit))
             with ThreadPoolExecutor(workers, thread_name_prefix="llm") as pool:
-                answers = pool.map(lambda i: self._run(self._plan(requests[i], looked_up=True)), misses)
+                repeated = _repeated_keys(requests)
+                answers = pool.map(lambda i: self._run(self._plan(
+                    requests[i], looked_up=True, repeated=requests[i].key in repeated)), misses)
                 for index, completion in zip(misses, answers, strict=True):
                     hits[index] = completion
         return [hit for hit in hits if hit is not None]
