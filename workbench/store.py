@@ -673,6 +673,13 @@ class Store:
 # The batch writer
 # --------------------------------------------------------------------------------------------
 
+def check_dataset_name(name: str | None) -> None:
+    """A dataset name given must not be blank: it would file the sessions under another name without
+    a word (None: each session's own dataset). ConfigError otherwise."""
+    if name is not None and not str(name).strip():
+        raise ConfigError("a dataset name cannot be empty or blank (None: each session's own)")
+
+
 class _Writer:
     """Buffers sessions into batches; a background thread writes each batch in one transaction.
 
@@ -685,8 +692,7 @@ class _Writer:
     """
 
     def __init__(self, store: Store, report: ImportReport, dataset: str | None):
-        if dataset is not None and not str(dataset).strip():
-            raise ConfigError("a dataset name cannot be empty or blank (None: each session's own)")
+        check_dataset_name(dataset)
         self.store = store
         self.report = report
         self.dataset = dataset
@@ -866,8 +872,7 @@ def _rebuild_without(batch: _Batch, drop: set[str]) -> _Batch:
     return fresh
 
 
-def _write_batch(store: Store, batch: _Batch,
-                 earlier: dict[str, EarlierImports] | None = None) -> tuple[list[str], dict[str, str]]:
+def _write_batch(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]) -> tuple[list[str], dict[str, str]]:
     """Insert the batch's sessions not yet stored, in one transaction; returns the ids written and,
     for those that are later versions of stored sessions (`_later_versions`), the stored id (the
     new one takes the stored one's dataset; the caller deletes the stored one once the import holds).
@@ -882,7 +887,7 @@ def _write_batch(store: Store, batch: _Batch,
         batch = _rebuild_without(batch, existing)
     if not len(batch):
         return [], {}
-    later = _later_versions(store, batch, {} if earlier is None else earlier)
+    later = _later_versions(store, batch, earlier)
     try:
         _insert(con, batch.tables())
     except duckdb.InvalidInputException as exc:
@@ -893,7 +898,7 @@ def _write_batch(store: Store, batch: _Batch,
     except duckdb.Error as exc:
         raise StoreError(f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled "
                          f"back: {exc}") from exc
-    return list(batch.ids), {new: old for new, (old, _) in later.items()}
+    return list(batch.ids), later
 
 
 #: Metadata that names one recording among those of a file (a Claude Code or Codex session and its
@@ -950,8 +955,8 @@ def _earlier_imports(store: Store, sources: list[str]) -> dict[str, EarlierImpor
     return found
 
 
-def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]) -> dict[str, tuple[str, str]]:
-    """New id -> (stored id, its dataset) for the batch's sessions that continue a session an earlier
+def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]) -> dict[str, str]:
+    """New id -> stored id for the batch's sessions that continue a session an earlier
     import stored (`continues`) of the same format, source and recording (`RECORDING_KEYS`): a live
     session imported again. The batch's rows take the stored session's dataset.
 
@@ -962,7 +967,7 @@ def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImpor
                      if session is not None and source is not None and source not in earlier})
     if unread:
         earlier.update(_earlier_imports(store, unread))
-    later: dict[str, tuple[str, str]] = {}
+    later: dict[str, str] = {}
     for row, session in enumerate(batch.objects):
         if session is None:
             continue
@@ -974,7 +979,7 @@ def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImpor
         for place, (sid, dataset) in enumerate(candidates):
             found = store._load([sid])
             if found and continues(found[0], session):
-                later[session.id] = (sid, dataset)
+                later[session.id] = sid
                 columns["dataset"][row] = dataset
                 del candidates[place]
                 break

@@ -56,9 +56,14 @@ def _count_candidates(paths: tuple[str, ...]) -> int:
 
 
 def _check_dataset_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:
-    """A dataset name is refused when blank (it would be filed under another name without a word)."""
-    if value is not None and not value.strip():
-        raise click.BadParameter("a dataset name cannot be empty or blank")
+    """`store.check_dataset_name`, as a usage error before any work (generate --out opens no store)."""
+    from workbench.errors import ConfigError
+    from workbench.store import check_dataset_name
+
+    try:
+        check_dataset_name(value)
+    except ConfigError as exc:
+        raise click.BadParameter(str(exc)) from None
     return value
 
 

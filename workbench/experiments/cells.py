@@ -116,16 +116,17 @@ class CellWork:
             result = replay(session(), config, gateway=gateway, metrics=list(self.metrics) or None)
         except Exception as exc:  # a cell that raises is reported, the run goes on
             return CellOutcome(task, None, time.perf_counter() - started, exc)
-        spent = CellSpend.of(result)
+        failed: WorkbenchError | None = None
         if result.model_failure is not None:
             failed = ModelUnavailable(f"{result.error} (the model could not be used: the cell says nothing of the "
                                       "configuration; fix the set-up and run again to compute it)")
-            return CellOutcome(task, None, time.perf_counter() - started, failed, spend=spent)
-        try:
-            check_evaluator(result)
-        except EvaluatorFailed as exc:
-            return CellOutcome(task, None, time.perf_counter() - started, exc, spend=spent)
-        return CellOutcome(task, result, time.perf_counter() - started, spend=spent)
+        else:
+            try:
+                check_evaluator(result)
+            except EvaluatorFailed as exc:
+                failed = exc
+        return CellOutcome(task, result if failed is None else None, time.perf_counter() - started, failed,
+                           spend=CellSpend.of(result))
 
 
 @dataclass(frozen=True)

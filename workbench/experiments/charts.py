@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.experiments.compare import declared_unit, metric_direction
+from workbench.experiments.compare import STOPPED_EARLY, declared_unit, metric_direction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -332,8 +332,7 @@ def stopped_note(stopped: Mapping[str, str]) -> str | None:
     if not stopped:
         return None
     sides = " and ".join(f"{config} ({how})" for config, how in stopped.items())
-    return (f"Replays stopped early in {sides}: not ranked best or worst. Their totals cover only the calls made, "
-            "so costs read low there; compare configs that complete, or widen the window.")
+    return f"Replays stopped early in {sides}: not ranked best or worst. {STOPPED_EARLY}"
 
 
 def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None = None,

@@ -64,6 +64,10 @@ def metric_direction(name: str) -> Direction:
     return value if value in ("higher", "lower") else "none"
 
 
+#: Why results of replays that stopped early mislead, said wherever they are shown beside others.
+STOPPED_EARLY = ("Their totals cover only the calls made, so costs read low there; compare configs that complete, "
+                 "or widen the window.")
+
 @dataclass(frozen=True)
 class MetricComparison:
     """One metric of a paired comparison; deltas are B − A, `improved` counts sessions where B is better."""
@@ -127,9 +131,7 @@ class Comparison:
         sides = [f"{label} in {count} of {self.cells}" for label, count in self.stopped.items() if count]
         if not sides:
             return None
-        return (f"Replays stopped early (e.g. context_overflow): {' and '.join(sides)} paired cells. Their totals "
-                "cover only the calls made, so costs read low there; compare configs that complete, or widen the "
-                "window.")
+        return f"Replays stopped early (e.g. context_overflow): {' and '.join(sides)} paired cells. {STOPPED_EARLY}"
 
     @property
     def pairing(self) -> str:
