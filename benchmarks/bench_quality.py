@@ -10,9 +10,13 @@ columns) on its result.
   cached on the messages / the session, as token counts are);
 - warm: a second replay of the same messages, as every configuration after the first of an
   experiment grid runs: token counts, facts and the session's fact index are reused, the
-  compaction accounting, dangling walk and probes are computed afresh for the new result.
-Each figure is the best of a few runs (the machine is shared); `(cpu)` is the cold ratio in CPU
-time (the replay counts tokens on every core, fact extraction is pure-Python regex work on one).
+  compaction accounting, dangling walk and probes are computed afresh for the new result;
+- grid: the configurations one after the other on fresh copies, as an experiment runs them on
+  one session (the first cold, the others warm), replay and quality times each summed.
+Each figure is the best of several runs (the machine is shared; more runs for the sub-millisecond
+warm ones); `(cpu)` is the ratio in CPU time: the replay counts tokens on every core, fact
+extraction is pure-Python regular-expression work on one, so on a machine of n cores the wall
+ratio of the cold replay is up to n times the CPU one.
 Goal: quality / replay <= 1.0 (quality at most doubles the work).
 """
 
@@ -71,37 +75,60 @@ def _timed_replay(session: Session, config: dict[str, Any]) -> tuple[Any, tuple[
     return result, (time.perf_counter() - started, time.process_time() - cpu)
 
 
-def run(repeats: int = 3) -> None:
+def _cold() -> None:
+    clear_process_caches()
+    clear_summarizer_caches()
+
+
+def _grid(session: Session, configs: list[dict[str, Any]], metrics: list[Any]) -> tuple[tuple[float, float], ...]:
+    """(wall, CPU) seconds of the replays and of the quality metrics of every config in a row, from cold."""
+    cold = fresh_copy(session)
+    _cold()
+    replays, quality = [0.0, 0.0], [0.0, 0.0]
+    for config in configs:
+        result, replay_times = _timed_replay(cold, config)
+        quality_times = _quality(result, metrics)
+        for total, times in ((replays, replay_times), (quality, quality_times)):
+            total[0] += times[0]
+            total[1] += times[1]
+    return (replays[0], replays[1]), (quality[0], quality[1])
+
+
+def run(repeats: int = 5, warm_repeats: int = 20) -> None:
     label, session = largest_session()
     get_tokenizer(TOKENIZER).count("warm up")
     metrics = [metric() for metric in METRICS]  # built (and validated by the registry) once, outside the timings
-    for spec in CONFIGS.values():  # load the summarizer's provider (litellm) outside the timings
-        window = {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000}
-        _timed_replay(fresh_copy(session), window | spec)
+    window = {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000}
+    configs = {name: window | spec for name, spec in CONFIGS.items()}
+    for config in configs.values():  # load the summarizer's provider (litellm) outside the timings
+        _timed_replay(fresh_copy(session), config)
     size_mb = sum(len(m.text) for m in session.messages) / 1e6
     print(f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
-          f"tokenizer {TOKENIZER}; best of {repeats}; goal: quality / replay <= 1.0")
+          f"tokenizer {TOKENIZER}; best of {repeats} ({warm_repeats} warm); goal: quality / replay <= 1.0")
     print(f"{'config':<11} {'compactions':>11} {'cold replay':>12} {'cold quality':>13} {'ratio':>6} {'(cpu)':>6} "
           f"{'warm replay':>12} {'warm quality':>13} {'ratio':>6}")
-    for name, spec in CONFIGS.items():
-        config = {"tokenizer": TOKENIZER, "context_limit": 64_000, "max_output": 8_000} | spec
+    for name, config in configs.items():
         cold_runs = []
         for _ in range(repeats):
             cold = fresh_copy(session)
-            clear_process_caches()
-            clear_summarizer_caches()
+            _cold()
             result, replay_times = _timed_replay(cold, config)
             cold_runs.append((replay_times, _quality(result, metrics)))
         cold_replay, cold_quality = min(r[0] for r, _ in cold_runs), min(q[0] for _, q in cold_runs)
         cpu_ratio = min(q[1] for _, q in cold_runs) / min(r[1] for r, _ in cold_runs)
         warm_runs = []
-        for _ in range(repeats):
+        for _ in range(warm_repeats):
             again, replay_times = _timed_replay(cold, config)
             warm_runs.append((replay_times, _quality(again, metrics)))
         warm_replay, warm_quality = min(r[0] for r, _ in warm_runs), min(q[0] for _, q in warm_runs)
         print(f"{name:<11} {len(result.compactions):>11} {cold_replay:>11.3f}s {cold_quality:>12.3f}s "
               f"{cold_quality / cold_replay:>6.2f} {cpu_ratio:>6.2f} {warm_replay:>11.4f}s {warm_quality:>12.4f}s "
               f"{warm_quality / warm_replay:>6.2f}", flush=True)
+    grids = [_grid(session, list(configs.values()), metrics) for _ in range(repeats)]
+    replay_wall, replay_cpu = min(g[0][0] for g in grids), min(g[0][1] for g in grids)
+    quality_wall, quality_cpu = min(g[1][0] for g in grids), min(g[1][1] for g in grids)
+    print(f"{'grid':<11} {'':>11} {replay_wall:>11.3f}s {quality_wall:>12.3f}s {quality_wall / replay_wall:>6.2f} "
+          f"{quality_cpu / replay_cpu:>6.2f}   ({len(configs)} configs in a row on one session, from cold)")
 
 
 if __name__ == "__main__":

@@ -120,6 +120,40 @@ def test_error_patterns_tried_at_their_cues_find_what_a_scan_finds(text):
         assert [m.span() for m in _cued_matches(pattern, text, cues)] == [m.span() for m in pattern.finditer(text)]
 
 
+_PHRASE_PIECES = ["KeyError: bad key", "error: no such file", "error[E0308]: mismatch", "fatal: not a repo",
+                  "panic: boom", "https://example.com/a", "12 ms", "1,5.7 seconds", "MAX_RETRIES = 5", "X_Y:'v'",
+                  "`pytest -q`", "`two words`", "$ git status", "  $ make test", "src/a.py", "Error:", "rror:",
+                  "]:", "[", "$", "`", "3", "ms", ".", ",", ":", "=", "_", "A", " ", "\t", "\n", "\u2192", "\u00e9"]
+_phrase_texts = st.lists(st.sampled_from(_PHRASE_PIECES), max_size=12).map("".join)
+
+
+@given(st.lists(_phrase_texts, max_size=6))
+@example(["KeyError", ": x", "$", " git log", "1", " ms"])
+def test_texts_extracted_together_give_what_each_gives_alone(texts):
+    """The passes for facts spanning words run once over the texts joined: what each text gets back
+    is what extracting it alone gives (no match spans two texts, none is lost at their seam)."""
+    from workbench.quality.facts import _extract, _extract_many
+
+    assert _extract_many(texts) == [_extract(text) for text in texts]
+
+
+@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool", "system"]), _phrase_texts,
+                          st.lists(_phrase_texts, max_size=2)), max_size=6))
+def test_messages_primed_together_get_the_facts_each_gets_alone(specs):
+    from workbench.quality.facts import prime
+
+    def build(role: str, text: str, arguments: list[str]) -> Message:
+        calls = tuple(ToolCall(f"c{i}", "bash", json.dumps({"command": a, "path": a, "note": a}))
+                      for i, a in enumerate(arguments)) if role == "assistant" else ()
+        return Message(role=role, content=text, tool_calls=calls,
+                       tool_call_id="c0" if role == "tool" else None)
+
+    together = [build(*spec) for spec in specs]
+    prime(together)
+    alone = [message_facts(build(*spec)) for spec in specs]
+    assert [list(message_facts(m).items()) for m in together] == [list(facts.items()) for facts in alone]
+
+
 def test_constraints_come_from_user_messages_only():
     text = "You must not touch the API."
     assert any(f.kind == "constraint" for f in message_facts(Message(role="user", content=text)).values())

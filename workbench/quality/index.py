@@ -19,13 +19,13 @@ from __future__ import annotations
 import threading
 from bisect import bisect_right
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import reduce
-from itertools import accumulate, compress
+from itertools import accumulate, compress, islice
 from operator import not_, or_
 from typing import cast
 
-from workbench.quality.facts import Fact, drop_quotes, message_facts, message_text, searched_text
+from workbench.quality.facts import Fact, drop_quotes, message_facts, message_text, prime, searched_text
 from workbench.quality.trace import assistant_positions, memo
 from workbench.session import Message, Session
 
@@ -35,21 +35,34 @@ FUZZY_KINDS = ("error", "command", "constraint")
 @dataclass(frozen=True, slots=True)
 class Masks:
     """The facts of one message as bit masks (all of them, its constraints, its error/command/constraint
-    facts), with its facts in order of mention and each bit position's place in that order (`rank`)."""
+    facts), with its facts in order of mention and the bit position of each (`order`, counted from the
+    lowest, `low`; `width` positions from there hold them all); `rank`, each relative position's place
+    in that order, is filled the first time a few facts are chosen."""
 
     every: int
     constraint: int
     fuzzy: int
     facts: tuple[Fact, ...]
-    rank: dict[int, int]
+    order: tuple[int, ...]
+    low: int
+    width: int
+    rank: dict[int, int] = field(default_factory=dict, compare=False, repr=False)
 
     def chosen(self, mask: int, limit: int | None = None) -> list[Fact]:
         """This message's facts whose bits are in `mask`, in order of mention (the first `limit`)."""
         hit = self.every & mask
         if hit == self.every:
             return list(self.facts[:limit])
-        facts, rank = self.facts, self.rank
-        return [facts[i] for i in sorted([rank[p] for p in positions(hit)])[:limit]]
+        if not hit:
+            return []
+        facts = self.facts
+        if hit.bit_count() * 8 <= len(facts):  # a few of many: looked up by position
+            rank = self.rank
+            if not rank:
+                rank.update(zip(self.order, range(len(facts)), strict=True))
+            return [facts[i] for i in sorted([rank[p] for p in positions(hit >> self.low)])[:limit]]
+        bits = format(hit >> self.low, "b").zfill(self.width)[::-1]  # bits[p]: is position low + p set
+        return list(islice(compress(facts, map("1".__eq__, map(bits.__getitem__, self.order))), limit))
 
 
 class FactIndex:
@@ -79,26 +92,30 @@ class FactIndex:
         self._lowered: tuple[str, list[int]] = ("", [])
 
     def _build(self, facts: Mapping[str, Fact]) -> Masks:
-        every = constraint = fuzzy = 0
         bits, keys = self.bits, self.keys
-        rank: dict[int, int] = {}
+        order: list[int] = []
+        every = constraint = fuzzy = 0
         with self._lock:
-            for place, (key, fact) in enumerate(facts.items()):
+            for key, fact in facts.items():
                 position = bits.get(key)
                 if position is None:
                     position = bits[key] = len(keys)
                     keys.append(key)
-                rank[position] = place
+                order.append(position)
                 bit = 1 << position
                 every |= bit
                 if fact.kind in FUZZY_KINDS:
                     fuzzy |= bit
                     if fact.kind == "constraint":
                         constraint |= bit
-        return Masks(every, constraint, fuzzy, tuple(facts.values()), rank)
+        low = min(order, default=0)
+        return Masks(every, constraint, fuzzy, tuple(facts.values()), tuple(p - low for p in order), low,
+                     (every >> low).bit_length())
 
     def own(self, messages: Iterable[Message]) -> None:
         """Index messages for the index's whole life (a session's own): held, cached by identity."""
+        messages = list(messages)
+        prime(messages)
         for message in messages:
             if id(message) not in self._own:
                 self._held.append(message)
@@ -125,6 +142,7 @@ class FactIndex:
         """`[self.masks(m) for m in messages]`, looked up by identity in one pass where it can."""
         found = list(map(self._own.get, map(id, messages)))
         if not all(found):  # (`None in found` would call the dataclass's __eq__ on each)
+            prime([message for message, masks in zip(messages, found, strict=True) if masks is None])
             found = [self.masks(message) if masks is None else masks
                      for message, masks in zip(messages, found, strict=True)]
         return cast("list[Masks]", found)
@@ -143,6 +161,7 @@ class FactIndex:
         known = self._every if seen is None else seen
         found = list(map(known.get, map(id, messages)))
         if None in found:
+            prime([message for message, mask in zip(messages, found, strict=True) if mask is None])
             for place, (message, mask) in enumerate(zip(messages, found, strict=True)):
                 if mask is None:
                     mask = found[place] = self.masks(message).every
