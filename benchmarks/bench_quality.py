@@ -22,6 +22,7 @@ Goal: quality / replay <= 1.0 (quality at most doubles the work).
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
@@ -75,6 +76,11 @@ def _timed_replay(session: Session, config: dict[str, Any]) -> tuple[Any, tuple[
     return result, (time.perf_counter() - started, time.process_time() - cpu)
 
 
+def _cores() -> int:
+    """Cores this process may run on (the replay counts tokens on each)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def _cold() -> None:
     clear_process_caches()
     clear_summarizer_caches()
@@ -104,7 +110,8 @@ def run(repeats: int = 5, warm_repeats: int = 20) -> None:
         _timed_replay(fresh_copy(session), config)
     size_mb = sum(len(m.text) for m in session.messages) / 1e6
     print(f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
-          f"tokenizer {TOKENIZER}; best of {repeats} ({warm_repeats} warm); goal: quality / replay <= 1.0")
+          f"tokenizer {TOKENIZER}; {_cores()} cores; best of {repeats} ({warm_repeats} warm); "
+          f"goal: quality / replay <= 1.0")
     print(f"{'config':<11} {'compactions':>11} {'cold replay':>12} {'cold quality':>13} {'ratio':>6} {'(cpu)':>6} "
           f"{'warm replay':>12} {'warm quality':>13} {'ratio':>6}")
     for name, config in configs.items():

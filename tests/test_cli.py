@@ -258,6 +258,43 @@ def test_replay_shows_what_each_compaction_kept_and_labels_the_offline_summaries
     assert plain.exit_code == 0 and "facts kept" in plain.output and "offline extractive" not in plain.output
 
 
+def _evaluator_answers(body):
+    """A judge's scores, a next action, or a probe answer, as an evaluator model would send them."""
+    system = body["messages"][0]["content"]
+    if system.startswith("You grade"):
+        from workbench.quality.judge import DIMENSIONS
+
+        return json.dumps(dict.fromkeys(DIMENSIONS, 3))
+    if system.startswith("You are continuing"):
+        return json.dumps({"tool": "read_file", "arguments": {"path": "src/app.py"}})
+    return "UNKNOWN"
+
+
+def test_replay_computes_the_model_metrics_asked_for_and_caches_their_answers(runner, sample_db):
+    from workbench.testing import FakeOpenAI, Fault
+
+    db, row = sample_db
+    with FakeOpenAI(responder=_evaluator_answers) as server:
+        config = (REPLAY_TOML + 'evaluator = "openai/fake-judge"\n'
+                  f'evaluator_options = {{ api_base = "{server.api_base}", api_key = "sk-dummy" }}\n')
+        asked = ["replay", row["id"], "--config", config, "--db", db, "--json", "--no-calls",
+                 "--metric", "judge_score", "--metric", "probe_accuracy"]
+        first = runner.invoke(main, asked)
+        assert first.exit_code == 0, first.output
+        metrics = json.loads(first.output)["metrics"]
+        assert metrics["judge_score"] == 3.0 and metrics["probe_accuracy"] == 0.0
+        assert metrics["evaluator_calls"] == server.request_count > 0
+        again = runner.invoke(main, asked)
+        assert again.exit_code == 0 and json.loads(again.output)["metrics"]["judge_score"] == 3.0
+        assert server.request_count == metrics["evaluator_calls"]  # answered from the database's cache
+        server.responder = lambda body: Fault.error(400, "no such model")
+        failed = runner.invoke(main, [*asked[:3], config.replace("fake-judge", "other-judge"), *asked[4:]])
+    assert failed.exit_code == 1
+    assert "judge_score" in failed.output and "no such model" in failed.output
+    plain = runner.invoke(main, ["replay", row["id"], "--config", REPLAY_TOML, "--db", db, "--metric", "judge_score"])
+    assert plain.exit_code == 2 and "judge_score asks a model: set `evaluator` in the config" in plain.output
+
+
 def test_replay_takes_a_preset_by_name(runner, sample_db):
     import workbench as wb
 

@@ -345,6 +345,22 @@ def test_the_run_reports_the_calls_hits_and_money_of_its_gateway(grid_db, other_
         assert gateway.stats.cost_usd <= evaluated.sum() + 1e-12 and evaluated["evaluator_cost_usd"] > 0
 
 
+def test_calls_at_unknown_prices_are_counted_apart_never_as_free(grid_db, other_process_default):
+    from workbench.testing import FakeOpenAI
+
+    db, _, _ = grid_db
+    with FakeOpenAI(responder=_answer) as server:
+        spec = _judged_spec(server)
+        unpriced = {k: v for k, v in spec["defaults"]["evaluator_options"].items() if "cost" not in k}
+        spec["defaults"] = {**spec["defaults"], "evaluator_options": unpriced}  # a judge LiteLLM cannot price
+        run = run_experiment(spec, db=str(db))
+    evaluated = int(run.results["evaluator_calls"].sum())
+    assert evaluated > 0 and run.progress.unpriced_calls == evaluated
+    assert run.progress.model_calls == server.request_count > evaluated  # the summarizer's are priced
+    assert run.progress.cost_usd > 0 and run.results["evaluator_cost_usd"].isna().all()
+    assert f"+ unknown for {evaluated} calls at unknown prices" in run.progress.line()
+
+
 @pytest.mark.filterwarnings("ignore:metric 'judge_score' failed:RuntimeWarning")
 def test_cells_whose_evaluator_failed_fail_and_a_resume_computes_them(grid_db, other_process_default):
     from workbench.testing import FakeOpenAI, Fault

@@ -154,6 +154,34 @@ def test_an_unusable_answer_stored_earlier_is_asked_again_and_replaced(tmp_path,
     assert server.request_count == 1
 
 
+@pytest.mark.parametrize("kind", ["memory", "duckdb"])
+@pytest.mark.parametrize("path", ["complete", "complete_many"])
+def test_an_answer_its_caller_refuses_is_not_served_nor_kept(tmp_path, server, kind, path):
+    """A caller's `validate` rejects answers it cannot read: such an answer is neither cached nor
+    served from the cache, and the answer asked instead replaces one stored earlier."""
+    def json_only(text: str) -> str | None:
+        return None if text.startswith("{") else "not a JSON object"
+
+    cache = MemoryCache() if kind == "memory" else DuckDBCache(tmp_path / "c.duckdb", write_behind=False)
+    with Gateway(cache, num_retries=0) as gw:
+        bound = bind(gw, server)
+
+        def call():
+            if path == "complete":
+                return bound.complete(ask(), validate=json_only)
+            return bound.complete_many([ask()], validate=json_only)[0]
+
+        server.script("Looks fine.", '{"ok": 1}', '{"ok": 2}')
+        assert call().text == "Looks fine."  # given back for the caller to judge, not kept
+        assert call().text == '{"ok": 1}' and call().cache_hit
+        assert bound.complete(ask()).text == '{"ok": 1}'  # a caller without a rule reads it too
+        cache.put(bound.cache_key(ask()), MODEL, {"old": True}, CacheEntry("prose stored earlier"), replace=True)
+        assert bound.complete(ask()).cache_hit  # usable for a caller without a rule
+        assert call().text == '{"ok": 2}'  # refused, asked again...
+        assert call().cache_hit and cache.get(bound.cache_key(ask())).text == '{"ok": 2}'  # ...and replaced
+    assert server.request_count == 3
+
+
 def test_a_refusal_is_a_summarizer_failure_naming_the_model_and_the_finish_reason(gateway, refusing):
     refusing.script(refused("Sorry, I cannot summarize this."), "")
     env = CompactionEnv(summarizer=bind(gateway, refusing))

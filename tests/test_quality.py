@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 import workbench as wb
 from workbench.quality.facts import message_facts
 from workbench.quality.probes import answerable, asked_probes, score_answer
-from workbench.quality.retention import analyse, analyse_compaction
+from workbench.quality.retention import MAX_LISTED, analyse, analyse_compaction
 from workbench.registry import evaluate_metrics, kinds
 from workbench.samples import bundled_samples
 from workbench.session import Message, Session, ToolCall
@@ -108,7 +108,12 @@ def test_replay_result_reports_quality_per_compaction(grid):
     assert [c.event_index for c in analysis.compactions] == list(range(len(result.compactions)))
     lost = columns["fact_retention"][0]["lost_facts"]
     assert lost and all(isinstance(f, str) for f in lost)
-    assert set(columns["needed_fact_retention"][0]) == {"needed_fact_retention", "needed_facts", "lost_needed_facts"}
+    assert set(columns["needed_fact_retention"][0]) == {"needed_fact_retention", "needed_facts", "lost_needed_count",
+                                                         "lost_needed_facts"}
+    for row, facts in zip(columns["fact_retention"], analysis.compactions, strict=True):
+        assert row["lost_count"] == len(facts.lost) >= len(row["lost_facts"])
+        assert len(row["lost_facts"]) == min(row["lost_count"], MAX_LISTED)
+    assert any(row["lost_count"] > MAX_LISTED for row in columns["fact_retention"])
 
 
 # -- hand-built compactions: the definitions ------------------------------------------------------
@@ -169,6 +174,9 @@ def test_no_compaction_means_nothing_to_measure():
     values, columns = evaluate_metrics(result)
     assert values["fact_retention"] is None and values["dangling_references"] == 0
     assert columns["fact_retention"] == []
+    frame = result.compactions_frame()
+    assert frame.empty and {"fact_retention", "needed_fact_retention"} <= set(frame.columns)
+    assert "dangling_references" not in frame.columns  # a run-level metric has no per-compaction column
 
 
 def test_probes_are_asked_at_their_call_and_answerable_offline(grid):

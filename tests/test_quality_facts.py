@@ -36,6 +36,11 @@ from workbench.session import Message, ToolCall
     ("upgrade to 1.2.3 first", "number", "1.2.3"),
     ("docs at https://example.com/a/b?x=1).", "url", "https://example.com/a/b?x=1"),
     ("connect to db-3.staging.internal:5432", "url", "db-3.staging.internal:5432"),
+    ("src/shipyard/plan.py:50:def main", "path", "src/shipyard/plan.py"),
+    ("see src/app.py:12 for it", "path", "src/app.py"),
+    ("FAILED tests/test_x.py::test_login_fails", "path", "tests/test_x.py"),
+    ("FAILED tests/test_x.py::test_login_fails", "identifier", "test_login_fails"),
+    ("compare dbe5100..66e1a0a now", "commit", "66e1a0a"),
     ("raised KeyError: 'point_code'", "error", "keyerror"),
     ("raised KeyError: 'point_code'", "error", "keyerror: point_code"),
     ("error: could not resolve host", "error", "error: could not resolve host"),
@@ -73,6 +78,19 @@ _FILLER = ["we", "the", "API", "x.py", "3.9", ".", "!", "?", "..", "\n", " ", " 
 def test_constraints_match_every_sentence_searched_on_its_own_ignoring_case(text):
     """The whole-text shortcut and the lower-cased search for ASCII give what searching each sentence,
     ignoring case, gives (non-ASCII letters that match ASCII ones ignoring case included)."""
+    from workbench.quality.facts import _CONSTRAINT_CUES, _SENTENCES
+
+    expected = [sentence for sentence in (m.group().strip() for m in _SENTENCES.finditer(text))
+                if len(sentence) >= 8 and _CONSTRAINT_CUES.search(sentence)]
+    assert [fact.text for fact in extract_constraints(text)] == expected
+
+
+@given(st.lists(st.sampled_from([p for p in _CUE_WORDS + _FILLER if p.isascii()] + ["keep the API", "e.g.", "no new"]),
+                max_size=40).map(" ".join))
+@example("Fine. We must x. Ok\nnever")
+def test_constraints_of_an_ascii_text_are_the_sentences_holding_a_cue(text):
+    """In an ASCII text the cues are found once in the whole text: a sentence is a constraint exactly
+    when searching it on its own finds one."""
     from workbench.quality.facts import _CONSTRAINT_CUES, _SENTENCES
 
     expected = [sentence for sentence in (m.group().strip() for m in _SENTENCES.finditer(text))
@@ -155,10 +173,11 @@ def test_messages_primed_together_get_the_facts_each_gets_alone(specs):
 
 
 def test_constraints_come_from_user_messages_only():
-    text = "You must not touch the API."
+    text = "You must not touch the API in src/api.py."
     assert any(f.kind == "constraint" for f in message_facts(Message(role="user", content=text)).values())
-    assert not any(f.kind == "constraint" for f in message_facts(Message(role="assistant", content=text)).values())
-    assert message_facts(Message(role="system", content=text)) == {}
+    for role in ("assistant", "system"):
+        facts = message_facts(Message(role=role, content=text))
+        assert "src/api.py" in facts and not any(f.kind == "constraint" for f in facts.values())
 
 
 def test_tool_call_arguments_give_commands_and_paths():

@@ -7,6 +7,7 @@ import json
 import re
 
 import pytest
+from builders import assistant, system, tool, user
 
 import workbench as wb
 from workbench.llm import Gateway, MemoryCache, set_default_gateway
@@ -15,7 +16,7 @@ from workbench.quality.judge import DIMENSIONS, parse_scores
 from workbench.quality.probes import answerable, asked_probes
 from workbench.registry import evaluate_metrics
 from workbench.samples import bundled_samples
-from workbench.session import ToolCall
+from workbench.session import Message, Session, ToolCall
 from workbench.testing import FakeOpenAI
 
 MODEL_METRICS = ["probe_accuracy", "judge_score", "continuation_match"]
@@ -139,7 +140,8 @@ def test_a_failed_evaluator_call_is_recorded_on_the_result(session, gateway):
 def test_without_an_evaluator_model_metrics_are_none(session):
     result = wb.replay(session, {"trigger": {"kind": "utilization", "ratio": 0.8},
                                  "strategy": {"kind": "sliding_window", "window": 10}, "context_limit": 48_000})
-    values, _ = evaluate_metrics(result, MODEL_METRICS)
+    with pytest.warns(UserWarning, match="cannot be measured"):
+        values, _ = evaluate_metrics(result, MODEL_METRICS)
     assert all(values[name] is None for name in MODEL_METRICS)
     assert values["evaluator_cost_usd"] is None and values["probe_answerable"] == pytest.approx(
         sum(answerable(result)) / len(answerable(result)))
@@ -160,7 +162,6 @@ def test_judge_reply_parsing(reply, scores):
     ('{"tool": "read_file", "arguments": {"path": "src/a.py"}}', 1.0),
     ('{"tool": "read_file", "arguments": {"path": "src/b.py"}}', None),
     ('{"tool": "bash", "arguments": {"command": "ls"}}', 0.0),
-    ("I would read the file.", 0.0),
 ])
 def test_continuation_match(reply, score):
     recorded = ToolCall("c1", "read_file", '{"path": "src/a.py"}')
@@ -170,3 +171,194 @@ def test_continuation_match(reply, score):
     else:
         assert value == score
     assert re.fullmatch(r"[01]\.\d+|[01]", str(value)) or 0 <= value <= 1
+
+
+# -- an evaluator's unusable answers: the evaluator failed, not the compaction ----------------------
+
+
+def _unusable(body):
+    system = body["messages"][0]["content"]
+    if system.startswith("You grade"):
+        return "The replacement is quite good, I'd say 4/5 overall."
+    if system.startswith("You are continuing"):
+        return "I would read the file next."
+    return ""  # a probe's answer
+
+
+def test_unusable_answers_fail_the_evaluator_and_are_not_scored(session, gateway):
+    from workbench.quality.evaluator import EvaluatorFailed, check_evaluator
+
+    with FakeOpenAI(responder=_unusable) as fake:
+        with pytest.warns(RuntimeWarning) as caught:
+            result = wb.replay(session, _config(fake), metrics=MODEL_METRICS)
+        sent = fake.request_count
+    assert [result.metrics[name] for name in MODEL_METRICS] == [None, None, None]
+    said = "\n".join(str(w.message) for w in caught)
+    assert re.search(r"judge: unusable answer for compaction \d+ \(call \d+\): no JSON object with the six 0-5 "
+                     r"scores; the reply began \"The replacement is quite good", said)
+    assert re.search(r"continuation: unusable answer for compaction \d+ \(call \d+\): no JSON object naming a "
+                     r"tool; the reply began 'I would read the file next.'", said)
+    assert re.search(r"probe: unusable answer for probe \d+ of \d+ \(call \d+\): an empty answer", said)
+    with pytest.raises(EvaluatorFailed, match="judge: unusable answer"):
+        check_evaluator(result)
+    assert 0 < result.metrics["evaluator_calls"] == sent  # each answer was paid for, and is counted
+
+
+@pytest.mark.filterwarnings("ignore:metric 'judge_score' failed:RuntimeWarning")  # the second run's, until then
+def test_an_unusable_answer_is_asked_again_on_the_next_run(session, gateway):
+    prose = {"on": True}
+
+    def judge(body):
+        if prose["on"] and body["messages"][0]["content"].startswith("You grade"):
+            return "Looks fine to me."
+        return _oracle(body)
+
+    with FakeOpenAI(responder=judge) as fake:
+        with pytest.warns(RuntimeWarning, match="judge: unusable answer"):
+            wb.replay(session, _config(fake), metrics=["judge_score"])
+        prose["on"] = False
+        again = wb.replay(session, _config(fake), metrics=["judge_score"])
+    assert again.metrics["judge_score"] == pytest.approx(sum(JUDGE_SCORES.values()) / 6)
+
+
+def test_answers_paid_for_before_a_batch_failed_are_counted(session, gateway):
+    from workbench.experiments.cells import CellSpend
+    from workbench.quality.evaluator import failures
+    from workbench.testing import Fault
+
+    probed = []
+
+    def one_then_errors(body):
+        probed.append(body)
+        return _oracle(body) if len(probed) == 1 else Fault.error(400, "prober overloaded")
+
+    with FakeOpenAI(responder=one_then_errors) as fake:
+        one_at_a_time = _config(fake)
+        one_at_a_time["evaluator_options"] = {**one_at_a_time["evaluator_options"], "concurrency": 1}
+        with pytest.warns(RuntimeWarning, match="prober overloaded"):
+            result = wb.replay(session, one_at_a_time, metrics=["probe_accuracy"])
+        assert len(probed) == 2 < len(asked_probes(result))  # no call is started once one failed
+        assert result.metrics["probe_accuracy"] is None and failures(result)
+        assert result.metrics["evaluator_calls"] == 1  # the one answer that came back
+        spent = CellSpend.of(result)
+        assert (spent.model_calls, spent.unpriced_calls, spent.cost_usd) == (1, 1, 0.0)  # its price is unknown
+
+        priced = {**_config(fake), "evaluator": "openai/priced-judge"}
+        priced["evaluator_options"] = {**priced["evaluator_options"], "input_cost_per_token": 1e-6,
+                                       "output_cost_per_token": 2e-6}
+        fake.responder = _oracle
+        paid = wb.replay(session, priced, metrics=["judge_score"])
+    spent = CellSpend.of(paid)
+    assert spent.unpriced_calls == 0 and spent.model_calls == paid.metrics["evaluator_calls"] > 0
+    assert spent.cost_usd == pytest.approx(paid.metrics["evaluator_cost_usd"]) and spent.cost_usd > 0
+
+
+# -- what the evaluator is sent -----------------------------------------------------------------------
+
+BADGE = ".session_status_badge"
+HIDDEN = "src/deep/hidden_target.py"
+SMALL_WINDOW = "openai/gpt-4-0613"  # LiteLLM's map gives it 8,192 tokens: the transcripts below do not fit
+
+
+def _badge_session():
+    """A file read as long as Claude Code's often are, the answer at character 13,110 of 32,133."""
+    body = "x" * 13_110 + f" {BADGE} " + "y" * (32_133 - 13_112 - len(BADGE))
+    messages = [system(), user("The status badge is grey; this is ticket LEDG-4242."),
+                assistant("Reading the stylesheet.", calls=(("c0", "read_file"),)), tool("c0", body),
+                assistant("The badge class is wrong.")]
+    return Session.from_messages(messages, probes=[
+        {"question": "Which CSS class styles the status badge?", "expected": BADGE},
+        {"question": "Which ticket is this work for?", "expected": "LEDG-4242"}])
+
+
+def _whole(server, evaluator="openai/fake-judge"):
+    """No compaction: the probes are asked against the whole recording."""
+    return {"trigger": {"kind": "utilization", "ratio": 0.9}, "strategy": {"kind": "sliding_window", "window": 10},
+            "context_limit": 200_000, "evaluator": evaluator,
+            "evaluator_options": {"api_base": server.api_base, "api_key": "sk-dummy"}}
+
+
+def _learn(session):
+    EXPECTED.clear()
+    EXPECTED.update({p.question: p.expected for p in session.probes})
+
+
+def test_the_prober_sees_long_messages_whole(server, gateway):
+    session = _badge_session()
+    _learn(session)
+    result = wb.replay(session, _whole(server), metrics=["probe_accuracy"])
+    assert result.metrics["probe_accuracy"] == 1.0
+    assert all(BADGE in body["messages"][-1]["content"] for body in server.requests)
+
+
+def test_a_probe_whose_answer_was_cut_to_fit_the_evaluator_is_left_unscored(server, gateway):
+    session = _badge_session()
+    _learn(session)
+    with pytest.warns(RuntimeWarning, match=r"probe_accuracy: 1 of 2 probes left unscored: .* cut to fit the "
+                                            r"evaluator 'openai/gpt-4-0613'"):
+        result = wb.replay(session, _whole(server, SMALL_WINDOW), metrics=["probe_accuracy"])
+    assert result.metrics["probe_accuracy"] == 1.0  # the probe it could be asked, answered
+    asked = [body["messages"][-1]["content"] for body in server.requests]
+    assert len(asked) == 1 and asked[0].endswith("Which ticket is this work for?")
+    assert len(asked[0]) < 8_192 * 3
+
+
+def _window_session():
+    """Before call 2 a sliding window drops the first step; the call then opens a file that only a
+    long log read (kept) names, in its middle."""
+    log = "z" * 15_000 + f" error raised in {HIDDEN} " + "z" * 15_000
+    opened = Message(role="assistant", content="Opening the file the log names.",
+                     tool_calls=(ToolCall("c2", "read_file", json.dumps({"path": HIDDEN})),))
+    return Session.from_messages([
+        system(), user("Fix the crash in the importer."),
+        assistant("Listing files.", calls=(("c0", "bash"),)), tool("c0", "src/a.py src/b.py", name="bash"),
+        assistant("Reading the log.", calls=(("c1", "read_file"),)), tool("c1", log),
+        opened, tool("c2", "def load(): ..."), assistant("Fixed.")])
+
+
+def _every_two_calls(server, strategy, evaluator="openai/fake-judge"):
+    return {**_whole(server, evaluator), "strategy": strategy,
+            "trigger": {"kind": "stat_threshold", "counters": {"iterations": 2}}}
+
+
+def test_the_judge_sees_the_next_step_and_is_told_the_kept_messages_are_not_shown(server, gateway):
+    result = wb.replay(_window_session(), _every_two_calls(server, {"kind": "sliding_window", "window": 1}),
+                       metrics=["judge_score"])
+    assert [e.call_index for e in result.compactions] == [2]
+    (body,) = [b for b in server.requests if b["messages"][0]["content"].startswith("You grade")]
+    prompt = body["messages"][-1]["content"]
+    original = prompt.split("<ORIGINAL>")[1].split("</ORIGINAL>")[0]
+    following = prompt.split("<NEXT>")[1].split("</NEXT>")[0]
+    assert "Listing files." in original and "Reading the log." not in original
+    assert "Opening the file the log names." in following and HIDDEN in following
+    assert "4 other messages were kept unchanged; they are not shown" in prompt
+    assert "not shown" in body["messages"][0]["content"]
+    assert result.metrics["judge_score"] == pytest.approx(sum(JUDGE_SCORES.values()) / 6)
+
+
+def test_a_continuation_whose_clue_was_cut_to_fit_the_evaluator_is_left_unscored(server, gateway):
+    config = _every_two_calls(server, {"kind": "sliding_window", "window": 1}, SMALL_WINDOW)
+    with pytest.warns(RuntimeWarning, match=r"continuation_match: 1 compaction\(s\) left unscored \(0\): the "
+                                            r"recorded next call uses what is in the context but in the part"):
+        result = wb.replay(_window_session(), config, metrics=["continuation_match"])
+    assert result.metrics["continuation_match"] is None and result.compaction_metrics[0]["continuation_match"] is None
+    assert server.request_count == 0
+
+
+def test_a_compaction_whose_replacement_the_evaluator_cannot_take_is_not_graded(server, gateway):
+    config = _every_two_calls(server, {"kind": "tool_result_truncation", "max_chars": 12_000}, SMALL_WINDOW)
+    with pytest.warns(RuntimeWarning, match=r"judge_score: 1 compaction\(s\) not graded \(0\): what they wrote"):
+        result = wb.replay(_window_session(), config, metrics=["judge_score"])
+    assert result.metrics["judge_score"] is None and server.request_count == 0
+
+
+def test_asking_for_model_metrics_without_an_evaluator_says_so_once(session):
+    offline = {"trigger": {"kind": "utilization", "ratio": 0.8}, "strategy": {"kind": "sliding_window", "window": 10},
+               "context_limit": 48_000}
+    with pytest.warns(UserWarning) as caught:
+        result = wb.replay(session, offline, metrics=["judge_score", "probe_accuracy"])
+    said = [str(w.message) for w in caught if "evaluator" in str(w.message)]
+    assert len(said) == 1
+    assert re.match(r"judge_score, probe_accuracy cannot be measured and are None: the config names no "
+                    r"evaluator model: set `evaluator`", said[0])
+    assert result.metrics["judge_score"] is None and result.metrics["probe_accuracy"] is None

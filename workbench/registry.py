@@ -459,6 +459,7 @@ _CONTRACTS: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
                 ("notify_compacted", 1, "notify_compacted(self, view) -> None", True)),
     "strategy": (("compact", 2, "compact(self, context, env) -> list[Message]", True),
                  ("fallback", 2, "fallback(self, context, env) -> list[Message]", False)),
+    "metric": (("unavailable", 1, "unavailable(self, result) -> str | None", False),),
 }
 
 
@@ -564,7 +565,9 @@ def register_metric(name: str, *, direction: str, unit: str = "", level: str = "
     `level`: what one value describes (`call`, `compaction`, `run`). The class (built without
     parameters) answers `compute(result) -> int | float | str | None` and optionally
     `per_compaction(result) -> list[Mapping]` (one row of columns per compaction event). A class
-    attribute `requires_model = True` makes it run only when asked for by name.
+    attribute `requires_model = True` makes it run only when asked for by name. An optional
+    `unavailable(result) -> str | None` says why the metric cannot be measured for a result (e.g.
+    its config names no model, so `compute` gives None): asked for by name, that is a warning.
     """
     if direction not in DIRECTIONS:
         raise ConfigError(f"metric {name!r}: direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
@@ -817,6 +820,8 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
 
     Returns (run-level values by metric name, per-compaction rows by metric name for the metrics
     that define `per_compaction`). A metric that fails is a warning naming it and a None value.
+    The metrics asked for by name that are `unavailable` for this result are one warning per
+    reason, naming them: asking for what cannot be measured is not silently an empty column.
     """
     registry = _family("metric")
     wanted = list(dict.fromkeys(names or ()))
@@ -824,11 +829,16 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
         lookup("metric", name)
     values: dict[str, Any] = {}
     columns: dict[str, list[Mapping[str, Any]]] = {}
+    unavailable: dict[str, list[str]] = {}
     for name, cls in registry.items():
         if getattr(cls, "requires_model", False) and name not in wanted:
             continue
         try:
             metric = cls()
+            why = getattr(metric, "unavailable", None)
+            reason = why(result) if name in wanted and callable(why) else None
+            if reason:
+                unavailable.setdefault(str(reason), []).append(name)
             values[name] = metric.compute(result)
             per_compaction = getattr(metric, "per_compaction", None)
             if callable(per_compaction):
@@ -837,6 +847,9 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
             warnings.warn(f"metric {name!r} failed and is reported as None: {type(exc).__name__}: {exc}",
                           RuntimeWarning, stacklevel=2)
             values[name] = None
+    for reason, named in unavailable.items():
+        warnings.warn(f"{', '.join(named)} cannot be measured and {'is' if len(named) == 1 else 'are'} None: {reason}",
+                      UserWarning, stacklevel=2)
     return values, columns
 
 

@@ -380,9 +380,18 @@ class ReplayResult:
             if index < len(self.compaction_metrics):
                 row.update(self.compaction_metrics[index])
             rows.append(row)
-        if not rows:  # the columns a frame with events has (the metrics' own columns come with their rows)
-            return pd.DataFrame(columns=COMPACTION_COLUMNS)
+        if not rows:  # the columns a frame with events has, and one per measured compaction-level metric
+            measured = [name for name in self.metrics if getattr(_metric_kind(name), "level", None) == "compaction"]
+            return pd.DataFrame(columns=[*COMPACTION_COLUMNS, *measured])
         return pd.DataFrame(rows)
+
+
+def _metric_kind(name: str) -> Any:
+    """The registered metric kind called `name` (None for a value no registered metric gives)."""
+    try:
+        return lookup("metric", name)
+    except ConfigError:
+        return None
 
 
 class _History(Sequence[Message]):

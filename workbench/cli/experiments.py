@@ -56,8 +56,8 @@ class _ProgressBar:
     def __call__(self, progress: Any) -> None:
         self._bar.total = progress.cells_total
         self._bar.n = progress.cells_done
-        self._bar.set_postfix_str(f"{progress.model_calls} calls, {progress.cache_hits} cached, "
-                                  f"${progress.cost_usd:.4f}", refresh=False)
+        self._bar.set_postfix_str(f"{progress.model_calls} calls, {progress.cache_hits} cached, {progress.cost}",
+                                  refresh=False)
         self._bar.refresh()
 
     def close(self) -> None:
@@ -126,7 +126,9 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
     if options().as_json:
         print_json({"run_id": run.id, "status": run.status, "cells": run.progress.cells_total,
                     "cells_reused": run.progress.cells_reused, "model_calls": run.progress.model_calls,
-                    "cache_hits": run.progress.cache_hits, "cost_usd": run.progress.cost_usd,
+                    "cache_hits": run.progress.cache_hits,
+                    "cost_usd": None if run.progress.unpriced_calls else run.progress.cost_usd,
+                    "priced_cost_usd": run.progress.cost_usd, "unpriced_calls": run.progress.unpriced_calls,
                     "failed_cells": run.progress.failed_cells, "note": run.summaries_note(),
                     "results": [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]})
     else:

@@ -7,6 +7,7 @@ failed ones, counted apart.
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -18,7 +19,9 @@ from workbench.errors import ConfigError
 
 FAILED_TERMINATIONS = ("compaction_failed", "context_overflow")
 QUALITY_SHOWN = (("fact_retention", "facts kept"), ("needed_fact_retention", "needed facts kept"),
-                 ("dangling_references", "dangling references"), ("probe_answerable", "probes answerable"))
+                 ("dangling_references", "dangling references"), ("probe_answerable", "probes answerable"),
+                 ("probe_accuracy", "probes answered"), ("judge_score", "judge score"),
+                 ("continuation_match", "next action matched"))
 
 
 def find_session_id(store: Any, prefix: str) -> str:
@@ -49,11 +52,15 @@ def _failed(event: Any) -> bool:
 @click.option("--calls/--no-calls", "show_calls", default=True,
               help="Include the per-call table (text) or the `calls` list (JSON).")
 @click.option("--save", is_flag=True, help="Store the result as a one-cell run (see `workbench runs`).")
+@click.option("--metric", "metrics", multiple=True, metavar="NAME",
+              help="Also compute this model metric (repeatable): probe_accuracy, judge_score, continuation_match; "
+                   "they ask the config's `evaluator` model. The metrics that need no model are always computed.")
 @shared_options
-def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool) -> None:
+def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, metrics: tuple[str, ...]) -> None:
     """Replay one stored session under one config; print per-call tokens and the compactions.
 
-    Exits 1 when the replay ends in compaction_failed or context_overflow.
+    Exits 1 when the replay ends in compaction_failed or context_overflow, or when a metric asked
+    for with --metric could not be computed (the result is printed first).
     """
     from workbench.config import parse_config
     from workbench.llm import DuckDBCache, Gateway
@@ -61,9 +68,20 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool) 
 
     with open_store(must_exist=True) as store:
         config = parse_config(config_spec)
+        model_metrics = _model_metrics(metrics, config)
         session = store.load_session(find_session_id(store, session_id))
-        with Gateway(DuckDBCache(store.connection)) as gateway:  # summaries cached in the database
-            result = replay(session, config, gateway=gateway)
+        with Gateway(DuckDBCache(store.connection)) as gateway, \
+                warnings.catch_warnings(record=True) as caught:  # summaries and answers cached in the database
+            warnings.simplefilter("always")
+            result = replay(session, config, gateway=gateway, metrics=model_metrics)
+        unmeasured: dict[str, str] = {}  # a metric asked for that failed: why (the rest goes on as a warning)
+        for warning in caught:
+            metric = next((name for name in model_metrics if f"'{name}'" in str(warning.message)
+                           and result.metrics.get(name) is None), None)
+            if metric is None:
+                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
+            else:
+                unmeasured.setdefault(metric, str(warning.message))
     run_id = None
     if save:
         from workbench.experiments import save_replay
@@ -89,6 +107,21 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool) 
             click.echo(f"saved as run {run_id}")
     if result.termination in FAILED_TERMINATIONS:
         raise CommandFailed("" if options().as_json else f"stopped: {result.error or result.termination}")
+    if unmeasured:
+        raise CommandFailed("; ".join(unmeasured.values()))
+
+
+def _model_metrics(names: Sequence[str], config: Any) -> tuple[str, ...]:
+    """The metrics `--metric` names, checked: each exists, and the model ones have an evaluator to ask."""
+    from workbench.registry import lookup
+
+    kinds = [lookup("metric", name) for name in names]
+    needing = [kind.kind for kind in kinds if getattr(kind, "requires_model", False)]  # type: ignore[attr-defined]
+    if needing and config.evaluator is None:
+        raise ConfigError(f"{', '.join(needing)} ask{'s' if len(needing) == 1 else ''} a model: set `evaluator` in "
+                          f"the config (e.g. evaluator = \"openai/gpt-4o-mini\")")
+    return tuple(kind.kind for kind in kinds)  # type: ignore[attr-defined]
+
 
 
 def _compaction_metrics(result: Any) -> list[dict[str, Any]]:

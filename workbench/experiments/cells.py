@@ -45,36 +45,50 @@ class CellSpend:
     """What a cell's model calls, the summarizer's and the evaluator's, cost in this run.
 
     `model_calls` reached a model, `cache_hits` were answered by the cache (or by an identical
-    call in flight), `cost_usd` is the money paid for the former at known prices: a cache hit
-    costs nothing, though the cell's `cost_usd` metrics price it at its original cost.
+    call in flight). `cost_usd` is the money paid for the calls that reached a model at known
+    prices; `unpriced_calls` of them are not in it, their price being unknown (a model LiteLLM's
+    price map lacks): a summary shows their cost as unknown, never as $0. A cache hit costs
+    nothing, though the cell's `cost_usd` metrics price it at its original cost.
     """
 
     model_calls: int = 0
     cache_hits: int = 0
     cost_usd: float = 0.0
+    unpriced_calls: int = 0
 
     @classmethod
     def of(cls, result: ReplayResult) -> CellSpend:
         """Read from the result's compaction events and its evaluator completions (which live only in
-        the process that measured it: this is taken there, before the result is sent anywhere)."""
+        the process that measured it: this is taken there, before the result is sent anywhere).
+
+        A compaction event gives its summarizer's spend as one sum, unknown when any of its calls
+        was unpriced: its calls that reached the model are then all counted in `unpriced_calls`."""
         from workbench.quality.evaluator import spend
 
-        calls = hits = 0
+        calls = hits = unpriced = 0
         cost = 0.0
         for event in result.compactions:
             usage = event.summarizer_usage or {}
             cached = int(usage.get("cache_hits") or 0)
-            calls += int(usage.get("calls") or 0) - cached
+            made = int(usage.get("calls") or 0) - cached
+            calls += made
             hits += cached
-            cost += float(usage.get("spent_usd") or 0.0)
+            spent = usage.get("spent_usd")
+            if spent is None:
+                unpriced += made
+            else:
+                cost += float(spent)
         for completions in spend(result).values():
             for completion in completions:
                 if completion.cache_hit:
                     hits += 1
+                    continue
+                calls += 1
+                if completion.cost_usd is None:
+                    unpriced += 1
                 else:
-                    calls += 1
-                    cost += float(completion.cost_usd or 0.0)
-        return cls(calls, hits, cost)
+                    cost += float(completion.cost_usd)
+        return cls(calls, hits, cost, unpriced)
 
 
 @dataclass(frozen=True)
@@ -87,7 +101,7 @@ class CellOutcome:
     result: ReplayResult | None
     duration_s: float
     error: BaseException | None = None
-    cache_entries: tuple[tuple[str, str, str, CacheEntry], ...] = ()
+    cache_entries: tuple[tuple[str, str, str, CacheEntry, bool], ...] = ()  # (key, model, request, entry, replace)
     spend: CellSpend = CellSpend()
 
 

@@ -140,7 +140,7 @@ class SnapshotCache:
         self._rows = {key: row for row, key in enumerate(snapshot.column("key").to_pylist())}
         self._lock = threading.Lock()
         self._made: dict[str, CacheEntry] = {}
-        self._unsent: list[tuple[str, str, str, CacheEntry]] = []
+        self._unsent: list[tuple[str, str, str, CacheEntry, bool]] = []
 
     def get(self, key: str) -> CacheEntry | None:
         from workbench.llm.cache import ENTRY_COLUMNS, CacheEntry
@@ -163,18 +163,19 @@ class SnapshotCache:
                 found[key] = entry
         return found
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
+            replace: bool = False) -> None:
         """Answers travel to the driver with their request as canonical JSON (`request_json`): one
-        string to pickle, and the driver's cache stores it as it is."""
+        string to pickle, and the driver's cache stores it as it is (replacing, with `replace`)."""
         from workbench.llm.cache import request_json
 
         with self._lock:
-            if key in self._made or key in self._rows:
+            if not replace and (key in self._made or key in self._rows):
                 return
             self._made[key] = entry
-            self._unsent.append((key, model, request_json(request), entry))
+            self._unsent.append((key, model, request_json(request), entry, replace))
 
-    def drain(self) -> tuple[tuple[str, str, str, CacheEntry], ...]:
+    def drain(self) -> tuple[tuple[str, str, str, CacheEntry, bool], ...]:
         with self._lock:
             unsent, self._unsent = self._unsent, []
         return tuple(unsent)

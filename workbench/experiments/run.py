@@ -120,7 +120,8 @@ class LocalExecutor:
 class RunProgress:
     """What a progress bar shows: cells done (reused included), and of the cells computed in this
     run (failed ones included) the model calls made, the cache hits and the money spent, the
-    summarizer's and the evaluator's together (`CellSpend`: a cache hit costs nothing)."""
+    summarizer's and the evaluator's together (`CellSpend`: a cache hit costs nothing; the
+    `unpriced_calls` are not in `cost_usd`, their price being unknown)."""
 
     cells_total: int
     cells_reused: int = 0
@@ -129,11 +130,18 @@ class RunProgress:
     cache_hits: int = 0
     cost_usd: float = 0.0
     failed_cells: int = 0
+    unpriced_calls: int = 0
+
+    @property
+    def cost(self) -> str:
+        """The money spent, saying how many calls it leaves out when some had no known price."""
+        unknown = f" + unknown for {self.unpriced_calls} calls at unknown prices" if self.unpriced_calls else ""
+        return f"${self.cost_usd:.4f}{unknown}"
 
     def line(self) -> str:
         failed = f", {self.failed_cells} failed" if self.failed_cells else ""
         return (f"{self.cells_done - self.failed_cells}/{self.cells_total} cells ({self.cells_reused} reused{failed}), "
-                f"{self.model_calls} model calls, {self.cache_hits} cache hits, ${self.cost_usd:.4f}")
+                f"{self.model_calls} model calls, {self.cache_hits} cache hits, {self.cost}")
 
 
 @dataclass
@@ -441,8 +449,8 @@ def _execute(spec: ExperimentSpec, todo: list[CellTask], store: Store, gateway: 
         for outcome in executor.map(work, todo):
             task = outcome.task
             sessions.done(task.session_id)
-            for key, model, request, entry in outcome.cache_entries:
-                gateway.cache.put(key, model, request, entry)
+            for key, model, request, entry, replace in outcome.cache_entries:
+                gateway.cache.put(key, model, request, entry, replace=replace)
             if outcome.result is None:
                 _warn_failed(task, outcome.error)
             writer.put(outcome)
@@ -531,6 +539,7 @@ def _count_calls(state: RunProgress, spent: CellSpend) -> None:
     state.model_calls += spent.model_calls
     state.cache_hits += spent.cache_hits
     state.cost_usd += spent.cost_usd
+    state.unpriced_calls += spent.unpriced_calls
 
 
 def results(run_id: str, db: str | None = None) -> pd.DataFrame:

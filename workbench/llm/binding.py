@@ -16,7 +16,7 @@ import hashlib
 import logging
 import os
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
@@ -51,12 +51,31 @@ __all__ = ["BoundModel", "GatewayAPI"]
 log = logging.getLogger("workbench.llm")
 
 
+#: A caller's rule for its answers: why a text is of no use to it, or None when it is.
+Validator = Callable[[str], "str | None"]
+
+
 @dataclass
 class _Request:
     key: str
     material_json: str  # the canonical JSON the key hashes, which the cache stores
     kwargs: dict[str, Any]
     use_cache: bool
+    validate: Validator | None = None
+    stored_rejected: bool = False  # the cache held an answer `validate` refused: the next one replaces it
+
+    def usable(self, entry: CacheEntry) -> bool:
+        """Whether `entry` may be served and stored for this request: usable by any caller
+        (`CacheEntry.usable`) and by this one (`validate`)."""
+        return entry.usable and (self.validate is None or self.validate(entry.text) is None)
+
+    def served(self, entry: CacheEntry) -> bool:
+        """Whether a stored `entry` answers this request; one only `validate` refuses is noted, so that
+        the answer asked instead takes its place in the cache (the first stored otherwise wins)."""
+        if self.usable(entry):
+            return True
+        self.stored_rejected = self.stored_rejected or entry.usable
+        return False
 
 
 # the steps a plan yields to its driver
@@ -168,7 +187,8 @@ class BoundModel:
 
     # -- requests and answers --
 
-    def _request(self, messages: Sequence[Any], max_tokens: int | None, repeat: int | None) -> _Request:
+    def _request(self, messages: Sequence[Any], max_tokens: int | None, repeat: int | None,
+                 validate: Validator | None = None) -> _Request:
         plain = plain_messages(messages)
         params = dict(self._params)
         if max_tokens is not None:
@@ -178,7 +198,7 @@ class BoundModel:
         key = hashlib.sha256(material_json.encode()).hexdigest()
         kwargs = {**params, **self._transport, "model": self.model, "messages": plain,
                   "timeout": self.timeout, "num_retries": 0, "max_retries": 0}
-        return _Request(key, material_json, kwargs, self.use_cache)
+        return _Request(key, material_json, kwargs, self.use_cache, validate)
 
     def cache_key(self, messages: Sequence[Any], *, max_tokens: int | None = None, repeat: int | None = None) -> str:
         return self._request(messages, max_tokens, repeat).key
@@ -231,11 +251,12 @@ class BoundModel:
         entry = CacheEntry(text=completion.text, input_tokens=completion.input_tokens,
                            output_tokens=completion.output_tokens, cost_usd=completion.cost_usd,
                            finish_reason=completion.finish_reason, duration_s=completion.duration_s)
-        if not entry.usable:
+        if not request.usable(entry):
             log.info("%s: not caching an unusable answer (finish_reason=%r)", self.model, completion.finish_reason)
             return
         try:
-            self.gateway.cache.put(request.key, self.model, request.material_json, entry)
+            self.gateway.cache.put(request.key, self.model, request.material_json, entry,
+                                   replace=request.stored_rejected)
         except Exception as exc:
             log.warning("could not store a response of %s in the cache: %s", self.model, redact(str(exc)))
 
@@ -253,7 +274,7 @@ class BoundModel:
         if not request.use_cache:
             return None
         entry = self.gateway.cache.get(request.key)
-        if entry is None or not entry.usable:
+        if entry is None or not request.served(entry):
             return None
         self.gateway.count(cache_hits=1)
         return self._hit(entry)
@@ -409,30 +430,30 @@ class BoundModel:
     # -- public calls --
 
     def complete(self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None,
-                 repeat: int | None = None) -> Completion:
+                 repeat: int | None = None, validate: Validator | None = None) -> Completion:
         """Answer `messages` (from the cache when possible); raises an `LLMError` when it fails for good.
 
         `purpose` ("summary", "probe", "judge", ...) is for logs only: it is not sent, nor part of
         the cache key. `repeat` overrides the bound `repeat` option (the sample number).
         """
-        return self._run(self._plan(self._request(messages, max_tokens, repeat), looked_up=False))
+        return self._run(self._plan(self._request(messages, max_tokens, repeat, validate), looked_up=False))
 
     async def acomplete(self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None,
-                        repeat: int | None = None) -> Completion:
+                        repeat: int | None = None, validate: Validator | None = None) -> Completion:
         """`complete` for asyncio (`litellm.acompletion`); the same cache, limits and retries."""
-        return await self._arun(self._plan(self._request(messages, max_tokens, repeat), looked_up=False))
+        return await self._arun(self._plan(self._request(messages, max_tokens, repeat, validate), looked_up=False))
 
-    def _prefetch(self, batch: Sequence[Sequence[Any]], max_tokens: int | None,
-                  repeat: int | None) -> tuple[list[_Request], list[Completion | None]]:
+    def _prefetch(self, batch: Sequence[Sequence[Any]], max_tokens: int | None, repeat: int | None,
+                  validate: Validator | None = None) -> tuple[list[_Request], list[Completion | None]]:
         """Build the requests and answer the cached ones with one cache query."""
-        requests = [self._request(messages, max_tokens, repeat) for messages in batch]
+        requests = [self._request(messages, max_tokens, repeat, validate) for messages in batch]
         hits: list[Completion | None] = [None] * len(requests)
         keys = [r.key for r in requests if r.use_cache]
         if keys:
             found = self.gateway.cache.get_many(keys)
             for index, request in enumerate(requests):
                 entry = found.get(request.key) if request.use_cache else None
-                if entry is not None and entry.usable:
+                if entry is not None and request.served(entry):
                     hits[index] = self._hit(entry)
             count = sum(hit is not None for hit in hits)
             if count:
@@ -441,12 +462,12 @@ class BoundModel:
 
     async def acomplete_many(self, batch: Sequence[Sequence[Any]], *, purpose: str = "summary",
                              max_tokens: int | None = None, repeat: int | None = None,
-                             return_exceptions: bool = False) -> list[Any]:
+                             return_exceptions: bool = False, validate: Validator | None = None) -> list[Any]:
         """Answer every message list concurrently (bounded by the model's limiter); results in input order.
 
         The cache is asked once for the whole batch; only the misses reach the model.
         """
-        requests, hits = self._prefetch(batch, max_tokens, repeat)
+        requests, hits = self._prefetch(batch, max_tokens, repeat, validate)
         repeated = _repeated_keys(requests)
 
         async def answer(index: int) -> Completion:
@@ -461,9 +482,9 @@ class BoundModel:
 
     def complete_many(self, batch: Sequence[Sequence[Any]], *, purpose: str = "summary",
                       max_tokens: int | None = None, repeat: int | None = None,
-                      max_workers: int | None = None) -> list[Completion]:
+                      max_workers: int | None = None, validate: Validator | None = None) -> list[Completion]:
         """The synchronous path from a pool of threads; results in input order (the first error is raised)."""
-        requests, hits = self._prefetch(batch, max_tokens, repeat)
+        requests, hits = self._prefetch(batch, max_tokens, repeat, validate)
         misses = [i for i, hit in enumerate(hits) if hit is None]
         if misses:
             from concurrent.futures import ThreadPoolExecutor

@@ -98,9 +98,11 @@ class Cache(Protocol):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]: ...
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
+            replace: bool = False) -> None:
         """Store `entry` under `key` unless the key is there; `request` is what the key hashes, as
-        key material or its canonical JSON (`request_json`)."""
+        key material or its canonical JSON (`request_json`). `replace=True` stores it whatever the
+        key holds: the gateway passes it when its caller refused the stored answer."""
 
 
 class MemoryCache:
@@ -119,9 +121,10 @@ class MemoryCache:
         with self._lock:
             return {k: self._entries[k] for k in keys if k in self._entries}
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
+            replace: bool = False) -> None:
         with self._lock:
-            if _replaces(self._entries.get(key), entry):
+            if replace or _replaces(self._entries.get(key), entry):
                 self._entries[key] = entry
                 self.requests[key] = json.loads(request_json(request))
 
@@ -194,7 +197,7 @@ class DuckDBCache:
         self._cursor = self._connection.cursor()
         self._db_lock = threading.Lock()
         self._pending_lock = threading.Lock()
-        self._pending: dict[str, tuple[list[Any], CacheEntry]] = {}
+        self._pending: dict[str, tuple[list[Any], CacheEntry, bool]] = {}  # key -> (row, entry, replace)
         self._read_lock = threading.Lock()
         self._open_read: _ReadBatch | None = None
         self._reading = False
@@ -271,16 +274,18 @@ class DuckDBCache:
             found.update(self._select(missing[start:start + 1000]))
         return found
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry) -> None:
+    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
+            replace: bool = False) -> None:
+        """Store `entry` under `key` unless the key holds a usable answer (`replace`: whatever it holds)."""
         row = [key, model, request_json(request), entry.text, entry.input_tokens, entry.output_tokens, entry.cost_usd,
                entry.finish_reason, entry.duration_s]
         if not self.write_behind or self._closed:
-            self._insert([row])
+            self._insert([(row, replace)])
             return
         with self._pending_lock:
             pending = self._pending.get(key)
-            if _replaces(None if pending is None else pending[1], entry):
-                self._pending[key] = (row, entry)
+            if replace or _replaces(None if pending is None else pending[1], entry):
+                self._pending[key] = (row, entry, replace or (pending is not None and pending[2]))
             full = len(self._pending) >= self.batch_size
         if self._flusher is None:
             self._start_flusher()
@@ -302,15 +307,19 @@ class DuckDBCache:
                 break
             self.flush()
 
-    def _insert(self, rows: list[list[Any]]) -> None:
+    def _insert(self, rows: list[tuple[list[Any], bool]]) -> None:
+        """Store (row, replace) pairs: a row replaces an unusable answer under its key, or any with `replace`."""
         with self._db_lock:
-            for start in range(0, len(rows), self._ROWS_PER_STATEMENT):
-                chunk = rows[start:start + self._ROWS_PER_STATEMENT]
-                placeholders = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
-                self._cursor.execute(
-                    f"INSERT INTO llm_cache ({self._INSERT_COLUMNS}) VALUES {placeholders} "
-                    f"ON CONFLICT (key) DO UPDATE SET {self._REPLACED} WHERE {_UNUSABLE_ROW}",
-                    [value for row in chunk for value in row])
+            for replacing in (False, True):
+                chosen = [row for row, replace in rows if replace is replacing]
+                condition = "" if replacing else f" WHERE {_UNUSABLE_ROW}"
+                for start in range(0, len(chosen), self._ROWS_PER_STATEMENT):
+                    chunk = chosen[start:start + self._ROWS_PER_STATEMENT]
+                    placeholders = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
+                    self._cursor.execute(
+                        f"INSERT INTO llm_cache ({self._INSERT_COLUMNS}) VALUES {placeholders} "
+                        f"ON CONFLICT (key) DO UPDATE SET {self._REPLACED}{condition}",
+                        [value for row in chunk for value in row])
 
     def flush(self) -> int:
         """Store the pending rows now; returns how many were written."""
@@ -319,7 +328,7 @@ class DuckDBCache:
         if not batch:
             return 0
         try:
-            self._insert([row for _, (row, _) in batch])
+            self._insert([(row, replace) for _, (row, _, replace) in batch])
         except Exception as exc:
             log.warning("could not store %d cached responses in DuckDB: %s", len(batch), redact(str(exc)))
             return 0

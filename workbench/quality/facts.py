@@ -82,7 +82,7 @@ _COMMAND_LINE = re.compile(r"^[ \t]*\$[ \t]+(\S[^\n]{1,200})$", re.MULTILINE)
 _SPACES = re.compile(r"\s+")
 _QUOTES = str.maketrans("", "", "`\"'“”‘’")
 _QUOTE_CHARS = ("`", '"', "'", "“", "”", "‘", "’")
-_ASCII_QUOTE_CHARS = _QUOTE_CHARS[:3]
+_ASCII_QUOTE_CHARS = ("`", '"', "'")
 _TRAILING = ".,;:!?)]}>"
 _ROOTS = re.compile(r"^(?:/(?:workspace|workspaces|projects?)/[^/]+/"
                     r"|/(?:testbed|repo|app|code)/|/(?:home|Users)/[^/]+/(?:[^/]+/){0,2}?(?=src/|tests?/|lib/|"
@@ -165,6 +165,14 @@ def _classify(token: str) -> tuple[Fact, ...]:
     token = token.lstrip(":-#+@").rstrip(_TOKEN_EDGES)
     if len(token) < 3 or _is_plain_word(token) or token.startswith(("http://", "https://")):
         return ()
+    if ":" in token:
+        located = _located(token)
+        if located is not None:
+            return located
+    if ".." in token and "/" not in token:
+        ends = token.replace("...", "..").split("..")
+        if len(ends) == 2 and all(len(end) >= 7 and _COMMIT.fullmatch(end) and _is_commit(end) for end in ends):
+            return tuple(Fact("commit", end, end) for end in ends)
     if "/" in token:
         key = normalize_path(token)
         slashes = token.count("/")
@@ -201,6 +209,22 @@ def _classify(token: str) -> tuple[Fact, ...]:
     return ()
 
 
+def _located(token: str) -> tuple[Fact, ...] | None:
+    """The facts of a path followed by a place in it: `src/app.py:12`, `src/app.py:50:def`
+    (`grep -n`), `tests/test_app.py::test_login` (a pytest id): the path, then whatever names
+    follow it (line and column numbers aside); None when the token is not one."""
+    head, _, rest = token.partition(":")
+    if not rest or not (rest[0].isdigit() or rest[0] == ":"):
+        return None
+    found = _classify(head)
+    if not found or found[0].kind != "path":
+        return None
+    for part in rest.split(":"):
+        if part and not part.isdigit():
+            found += _classify(part)
+    return found
+
+
 _CLASSIFIED: dict[bytes, tuple[Fact, ...]] = {}
 _MAX_CLASSIFIED = 500_000
 #: What `_classify` strips from a token's ends before looking at it, as bytes.
@@ -210,6 +234,7 @@ _LINE_ARROW = "\u2192"
 
 
 def _classify_piece(piece: bytes) -> tuple[Fact, ...]:
+    """The facts of a piece: an ASCII one is one token, any other is split by `_TOKEN` first."""
     if piece.isascii():
         return _classify(piece.decode("ascii"))
     return tuple(fact for token in _TOKEN.findall(piece.decode("utf-8", "surrogatepass")) for fact in _classify(token))
@@ -365,17 +390,33 @@ def _phrase_facts(text: str) -> Iterator[tuple[int, Fact]]:
 def extract_constraints(text: str) -> Iterator[Fact]:
     """The sentences of a user's text that state a constraint or a decision.
 
-    An ASCII text with no cue anywhere has none: a cue found in a sentence is found in the whole
-    text too (no cue crosses a sentence's end, and a sentence is bounded by non-word characters,
-    so the cue's word boundaries hold there as well).
+    In an ASCII text the cues are looked for once, in the whole text, and a sentence states one when
+    a cue starts within it: no cue crosses a sentence's end, and a sentence is bounded by non-word
+    characters, so a cue's word boundaries hold in the text exactly when they hold in the sentence.
     """
-    if text.isascii() and not _LOWER_CONSTRAINT_CUES.search(text.lower()):
+    if not text.isascii():
+        for match in _SENTENCES.finditer(text):
+            sentence = match.group().strip()
+            if 8 <= len(sentence) and (_LOWER_CONSTRAINT_CUES.search(sentence.lower()) if sentence.isascii()
+                                       else _CONSTRAINT_CUES.search(sentence)):
+                yield Fact("constraint", normalize(sentence, "constraint"), sentence)
         return
+    cues = [match.start() for match in _LOWER_CONSTRAINT_CUES.finditer(text.lower())]
+    if not cues:
+        return
+    place = 0
     for match in _SENTENCES.finditer(text):
-        sentence = match.group().strip()
-        if 8 <= len(sentence) and (_LOWER_CONSTRAINT_CUES.search(sentence.lower()) if sentence.isascii()
-                                   else _CONSTRAINT_CUES.search(sentence)):
-            yield Fact("constraint", normalize(sentence, "constraint"), sentence)
+        end = match.end()
+        if end <= cues[place]:
+            continue
+        while place < len(cues) and cues[place] < match.start():
+            place += 1
+        if place == len(cues):
+            return
+        if cues[place] < end:
+            sentence = match.group().strip()
+            if len(sentence) >= 8:
+                yield Fact("constraint", normalize(sentence, "constraint"), sentence)
 
 
 def _argument_strings(arguments: str) -> Iterator[tuple[str, str]]:
@@ -407,11 +448,10 @@ def _compute_many(messages: Sequence[Message]) -> list[Mapping[str, Fact]]:
     plans: list[list[int | list[Fact]]] = []  # per message, in order: a text's place in `texts`, or facts
     for message in messages:
         plan: list[int | list[Fact]] = []
-        if message.role != "system":
-            plan.append(len(texts))
-            texts.append(message.text)
-            if message.role == "user":
-                plan.append(list(extract_constraints(message.text)))
+        plan.append(len(texts))
+        texts.append(message.text)
+        if message.role == "user":
+            plan.append(list(extract_constraints(message.text)))
         for call in message.tool_calls:
             for name, value in _argument_strings(call.arguments):
                 if name in COMMAND_ARGUMENTS and value.strip():
@@ -456,9 +496,9 @@ def _forget(key: int) -> Any:
 def message_facts(message: Message) -> Mapping[str, Fact]:
     """The facts of one message by key (read-only); computed once per message and cached.
 
-    System messages give none (they are never compacted away); user messages also give their
-    constraints; tool calls give their arguments' facts, with `command` arguments as commands
-    and `path`-like arguments as paths.
+    Every message gives the facts of its text (a system prompt too: a fact it states is not lost
+    while it is kept); user messages also give their constraints; tool calls give their
+    arguments' facts, with `command` arguments as commands and `path`-like arguments as paths.
     """
     entry = _CACHE.get(id(message))
     if entry is not None and entry[0]() is message:

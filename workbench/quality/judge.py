@@ -1,54 +1,110 @@
 """An LLM judge of each compaction: how well what it wrote stands in for what it removed.
 
-For every applied compaction that removed something, the evaluator model sees the removed or
-rewritten messages and what the compaction put in their place (a summary, truncated results, or
-nothing), plus the recorded next request, and rates six dimensions from 0 to 5: accuracy,
-context awareness, artifact trail, completeness, continuity and instruction following. It
-answers with a JSON object; `judge_score` is the mean of the six (0-5), per compaction and, per
-run, the mean over compactions. A reply that is not such an object scores None for that event.
+For every applied compaction that removed something, the evaluator model is sent three parts:
+ORIGINAL, the messages the compaction removed or rewrote (each long message cut in the middle,
+marked, to `MAX_MESSAGE_CHARS`; the whole part cut to what the prompt has room for);
+REPLACEMENT, what the compaction put in their place, whole (a summary, truncated results, or
+nothing); and NEXT, what the agent did next in the recording (its reply at the compaction's call,
+cut to `NEXT_CHARS`). The messages the compaction kept unchanged are not shown, only counted:
+they are the same before and after, so they are not what is graded, and the judge is told they
+are still there. It rates six dimensions from 0 to 5 (accuracy, context awareness, artifact trail,
+completeness, continuity, instruction following) by what was lost, continuity against NEXT.
+
+It answers with a JSON object; `judge_score` is the mean of the six (0-5), per compaction and,
+per run, the mean over the compactions graded. A reply from which the six scores cannot be read
+(see `parse_scores`) is the evaluator's failure (`evaluator.ask`), not a score. A compaction whose
+REPLACEMENT and NEXT take more than half of what the evaluator can be sent is not graded (None,
+with a warning): a judge shown a cut replacement, or a sliver of the original, would grade the cut.
 """
 
 from __future__ import annotations
 
+import re
+import warnings
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
-from workbench.quality.evaluator import ask, evaluator_model, reply_object, transcript
-from workbench.quality.trace import applied_events, compaction_contexts, memo
+from workbench.quality.evaluator import (
+    Transcript,
+    ask,
+    evaluator_model,
+    missing_evaluator,
+    nested,
+    render,
+    reply_objects,
+    transcript_budget,
+)
+from workbench.quality.trace import applied_events, compaction_contexts, memo, session_of
 from workbench.registry import register_metric
 
 DIMENSIONS = ("accuracy", "context_awareness", "artifact_trail", "completeness", "continuity",
               "instruction_following")
-MAX_SECTION_CHARS = 120_000
+MAX_MESSAGE_CHARS = 12_000
+NEXT_CHARS = 4_000
 
 SYSTEM = """You grade how an AI coding agent's memory was compressed. Part of its history (ORIGINAL) was \
-removed or rewritten to save space; REPLACEMENT is everything the agent now has in its place. Grade the \
-REPLACEMENT against the ORIGINAL on six dimensions, each an integer from 0 (useless) to 5 (nothing needed was lost):
-- accuracy: what the replacement states is true to the original (no invented files, values or results);
-- context_awareness: it conveys where the work stands: the current task, what was tried, what is pending;
-- artifact_trail: it keeps the files read, created or changed and the commands run, with the key details;
-- completeness: the facts the agent will need again (paths, names, values, errors) are still there;
-- continuity: the agent could carry on from it without redoing work already done;
-- instruction_following: the user's constraints, preferences and decisions are preserved.
+removed or rewritten to save space; REPLACEMENT is what the compaction put in its place (it may be nothing). \
+The messages the compaction kept unchanged are still in the agent's memory but are not shown to you. NEXT is \
+what the agent actually did next. Long ORIGINAL messages are shortened in the middle where marked \
+"[... N characters omitted ...]": do not count as invented what could come from an omitted part.
+Grade what the agent lost, on six dimensions, each an integer from 0 (what mattered is gone) to 5 (nothing \
+that mattered was lost). A dimension for which ORIGINAL held nothing that matters scores 5, even when \
+REPLACEMENT is empty.
+- accuracy: what REPLACEMENT states is true to ORIGINAL (no invented files, values or results);
+- context_awareness: where the work stood in ORIGINAL (current task, what was tried, what is pending) survives;
+- artifact_trail: the files read, created or changed and the commands run in ORIGINAL survive, with their key details;
+- completeness: the facts of ORIGINAL the agent will need again (paths, names, values, errors) survive;
+- continuity: the agent could do what NEXT does without redoing work ORIGINAL records;
+- instruction_following: the user's constraints, preferences and decisions in ORIGINAL survive.
 Reply with one JSON object and nothing else, e.g. {"accuracy": 4, "context_awareness": 3, "artifact_trail": 5, \
 "completeness": 2, "continuity": 3, "instruction_following": 5}."""
 
+_KEY = re.compile(r"[\s\-]+")
+_SCORE = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*5(?:\.0+)?)?\s*")
+
+
+def _score(value: Any) -> float | None:
+    """A 0-5 score given as a number, a numeric string ("4", "4/5") or an object holding one."""
+    if isinstance(value, Mapping):
+        value = next((value[k] for k in ("score", "rating", "value") if k in value), None)
+    if isinstance(value, str):
+        match = _SCORE.fullmatch(value)
+        value = float(match.group(1)) if match else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return None
+    return float(min(5.0, max(0.0, value)))
+
+
+def _scores_in(data: Mapping[str, Any]) -> dict[str, float] | None:
+    by_key = {_KEY.sub("_", str(k).strip().lower()): v for k, v in data.items()}
+    scores = {name: _score(by_key.get(name)) for name in DIMENSIONS}
+    if any(v is None for v in scores.values()):
+        return None
+    return {name: float(v) for name, v in scores.items() if v is not None}
 
 
 def parse_scores(text: str) -> dict[str, float] | None:
-    """The six 0-5 scores of a judge's reply (clamped), or None when the reply lacks any of them."""
-    data = reply_object(text)
-    if data is None:
-        return None
-    scores: dict[str, float] = {}
-    for name in DIMENSIONS:
-        value = data.get(name, data.get(name.replace("_", " ")))
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            return None
-        scores[name] = float(min(5.0, max(0.0, value)))
-    return scores
+    """The six 0-5 scores of a judge's reply (clamped), or None when no JSON object in it has all six.
+
+    Read as models write them: the object alone, in a code fence or among prose; the scores at
+    its top level or one level down (`{"scores": {...}}`); keys in any case, with spaces or
+    hyphens for underscores; values as numbers, numeric strings ("4", "4/5") or `{"score": 4}`."""
+    for data in reply_objects(text):
+        for candidate in nested(data):
+            scores = _scores_in(candidate)
+            if scores is not None:
+                return scores
+    return None
 
 
-def _prompt(result: Any, index: int) -> list[dict[str, str]] | None:
+def _unreadable(text: str) -> str | None:
+    return None if parse_scores(text) is not None else "no JSON object with the six 0-5 scores"
+
+
+def _prompt(result: Any, index: int, budget: int, replies: Mapping[int, Any]) -> list[dict[str, str]] | None:
+    """The judge's messages for compaction `index`; None when it removed nothing.
+
+    Raises `_TooLong` when REPLACEMENT and NEXT leave ORIGINAL less than half of `budget`."""
     before, after = compaction_contexts(result, index)
     kept = {id(m) for m in after}
     known = {id(m) for m in before}
@@ -56,21 +112,56 @@ def _prompt(result: Any, index: int) -> list[dict[str, str]] | None:
     if not removed:
         return None
     written = [m for m in after if id(m) not in known]
-    replacement = transcript(written, MAX_SECTION_CHARS) if written else "(nothing: the content was dropped)"
+    replacement = "\n\n".join(map(render, written)) if written else "(nothing: the content was dropped)"
+    record = replies.get(result.compactions[index].call_index)
+    following = ("(not recorded: the replay ended here)" if record is None else
+                 Transcript.of([session_of(result).messages[record.message_index]], NEXT_CHARS, NEXT_CHARS).text)
+    room = budget - len(replacement) - len(following)
+    if room < budget // 2:
+        raise _TooLong
+    original = Transcript.of(removed, room, MAX_MESSAGE_CHARS).text
     return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"<ORIGINAL>\n{transcript(removed, MAX_SECTION_CHARS)}\n</ORIGINAL>\n\n"
-                                        f"<REPLACEMENT>\n{replacement}\n</REPLACEMENT>"}]
+            {"role": "user", "content": f"<ORIGINAL>\n{original}\n</ORIGINAL>\n\n"
+                                        f"<REPLACEMENT>\n{replacement}\n</REPLACEMENT>\n\n"
+                                        f"({len(after) - len(written)} other messages were kept unchanged; "
+                                        f"they are not shown.)\n\n"
+                                        f"<NEXT>\n{following}\n</NEXT>"}]
+
+
+class _TooLong(Exception):
+    pass
 
 
 def judgements(result: Any) -> dict[int, dict[str, float] | None] | None:
-    """Scores by event index for the compactions the judge saw; None without an evaluator."""
+    """Scores by event index for the compactions the judge saw (None for one too long to grade);
+    None without an evaluator."""
     def compute() -> dict[int, dict[str, float] | None] | None:
         model = evaluator_model(result)
         if model is None:
             return None
-        prompts = {i: p for i in applied_events(result) if (p := _prompt(result, i)) is not None}
-        completions = ask(result, model, list(prompts.values()), "judge")
-        return {i: parse_scores(c.text) for i, c in zip(prompts, completions, strict=True)}
+        budget = transcript_budget(result)
+        replies = {c.index: c for c in result.calls}
+        prompts: dict[int, list[dict[str, str]]] = {}
+        too_long: list[int] = []
+        for i in applied_events(result):
+            try:
+                prompt = _prompt(result, i, budget, replies)
+            except _TooLong:
+                too_long.append(i)
+                continue
+            if prompt is not None:
+                prompts[i] = prompt
+        labels = [f"compaction {i} (call {result.compactions[i].call_index})" for i in prompts]
+        completions = ask(result, model, list(prompts.values()), "judge", check=_unreadable, labels=labels)
+        judged: dict[int, dict[str, float] | None] = {i: parse_scores(c.text)
+                                                      for i, c in zip(prompts, completions, strict=True)}
+        judged.update(dict.fromkeys(too_long))
+        if too_long:
+            warnings.warn(f"judge_score: {len(too_long)} compaction(s) not graded ({', '.join(map(str, too_long))}): "
+                          f"what they wrote and the next step take more than half of what the evaluator "
+                          f"{getattr(result.config, 'evaluator', None)!r} can be sent ({budget:,} characters)",
+                          RuntimeWarning, stacklevel=2)
+        return judged
 
     return memo(result, "quality_judge", compute)
 
@@ -81,10 +172,14 @@ def _mean(scores: dict[str, float] | None) -> float | None:
 
 @register_metric("judge_score", direction="higher", unit="score 0-5", level="compaction")
 class JudgeScore:
-    """An LLM judge's mean 0-5 rating of each compaction's replacement over six dimensions
-    (accuracy, context awareness, artifact trail, completeness, continuity, instruction following)."""
+    """An LLM judge's mean 0-5 rating of what each compaction lost, seen against the next recorded step,
+    over six dimensions (accuracy, context awareness, artifact trail, completeness, continuity,
+    instruction following)."""
 
     requires_model: ClassVar[bool] = True
+
+    def unavailable(self, result: Any) -> str | None:
+        return missing_evaluator(result)
 
     def compute(self, result: Any) -> float | None:
         judged = judgements(result)

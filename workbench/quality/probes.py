@@ -7,24 +7,29 @@ against):
   every compaction has had its chance to lose them;
 - probes generated from needed facts: for each compaction, up to `GENERATED_PER_COMPACTION` of the
   removed facts the recording uses again, asked at the call that next uses them. The question
-  quotes the passage the fact came from with the fact blanked out (a cloze), so it can be
-  answered only by a context that kept the fact.
+  quotes the passage the fact came from with every occurrence of the fact blanked out (a cloze:
+  in any case, also inside a longer name), so it can be answered only by a context that kept the
+  fact.
 
 `probe_answerable` (offline) is the share of probes whose expected answer appears in the context
 at their call (normalised like facts). `probe_accuracy` (needs the config's `evaluator` model)
-is the share the model answers correctly from that context, scored `numeric` (numbers equal
-within 1e-6 relative) when the expected answer is a number, otherwise `contains` (the normalised
-expected answer within the normalised reply; an exact reply is a special case).
+is the share the model answers correctly from that context, scored `numeric` when the expected
+answer is a number (a number standing alone in the reply, not inside a word, identifier, path or
+version, equal within 1e-6 relative), otherwise `contains` (the normalised expected answer within
+the normalised reply; an exact reply is a special case). The model is sent that context whole,
+as the agent saw it, cut only beyond what it can take; a probe whose answer falls in such a cut
+is left unscored (see `model_answers`), and an answer it cannot give (empty) fails the evaluator.
 """
 
 from __future__ import annotations
 
 import re
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from workbench.quality.evaluator import ask, evaluator_model, transcript
+from workbench.quality.evaluator import Transcript, ask, evaluator_model, missing_evaluator, transcript_budget
 from workbench.quality.facts import Fact, normalize_text
 from workbench.quality.index import FactIndex, session_index
 from workbench.quality.retention import CompactionFacts, analyse
@@ -38,6 +43,8 @@ PASSAGE_CHARS = 90
 KIND_LABELS = {"path": "file path", "identifier": "identifier", "number": "number", "url": "URL or host",
                "error": "error", "commit": "commit hash", "command": "command", "constraint": "instruction"}
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+#: A number standing alone in a reply: not part of a word, an identifier, a path or a version.
+_STANDALONE_NUMBER = re.compile(r"(?<![\w./\\-])-?\d+(?:\.\d+)?(?![\w/\\]|\.\w)")
 
 
 @dataclass(frozen=True)
@@ -53,18 +60,42 @@ class AskedProbe:
     event_index: int | None = None
 
 
+_BLANK = "\ue000"  # stands for an occurrence of the answer until the passage is cut out
+
+
+def _occurrences(fact_text: str) -> re.Pattern[str]:
+    """The fact's text in any case, any run of whitespace standing for its spaces."""
+    return re.compile(r"\s+".join(map(re.escape, fact_text.split())), re.IGNORECASE)
+
+
 def _cloze(fact: Fact, source: Message) -> str:
-    text = source.text
-    if not text or fact.text not in text:
-        text = "\n".join([text, *(c.arguments for c in source.tool_calls)])
-    at = text.find(fact.text)
+    """A question quoting the passage of `source` around the fact with every occurrence of the fact
+    blanked out (in any case, also inside a longer word), so the question never gives its answer."""
     label = KIND_LABELS.get(fact.kind, "detail")
+    unknown = f"Earlier in this session a {label} was mentioned in a {source.role} message. Which {label} was it?"
+    if not fact.text.strip():
+        return unknown
+    pattern = _occurrences(fact.text)
+    text = source.text.replace(_BLANK, "")
+    if not pattern.search(text):
+        text = "\n".join([text, *(c.arguments.replace(_BLANK, "") for c in source.tool_calls)])
+    blanked = pattern.sub(_BLANK, text)
+    at = blanked.find(_BLANK)
     if at < 0:
-        return f"Earlier in this session a {label} was mentioned in a {source.role} message. Which {label} was it?"
-    start, end = max(0, at - PASSAGE_CHARS), min(len(text), at + len(fact.text) + PASSAGE_CHARS)
-    passage = " ".join((text[start:at] + "_____" + text[at + len(fact.text):end]).split())
-    return (f"Earlier in this session a {source.role} message contained this passage, with one {label} blanked "
-            f"out: \"...{passage}...\". What is the missing {label}? Answer with the {label} only.")
+        return unknown
+    passage = " ".join(blanked[max(0, at - PASSAGE_CHARS):at + 1 + PASSAGE_CHARS].split())
+    blanks = passage.count(_BLANK)
+    notes = [f"each _____ stands for the same {label}"] if blanks > 1 else []
+    if re.search(rf"\w{_BLANK}|{_BLANK}\w", passage):
+        notes.append(f"the {label} may be part of a longer name")
+    detail = "; ".join(notes)
+    shown = (f"with one {label} blanked out" + (" wherever it appears" if blanks > 1 else "")
+             + (f" ({detail})" if detail else ""))
+    passage = passage.replace(_BLANK, "_____")
+    if pattern.search(passage):  # the blanks' underscores completed the answer with the text beside them
+        return unknown
+    return (f"Earlier in this session a {source.role} message contained this passage, {shown}: \"...{passage}...\". "
+            f"What is the missing {label}? Answer with the {label} only.")
 
 
 def asked_probes(result: Any) -> list[AskedProbe]:
@@ -219,7 +250,7 @@ def score_answer(expected: str, answer: str) -> float:
     """1.0 when `answer` gives `expected` (numeric or contains scoring, see the module docstring), else 0.0."""
     if scoring_mode(expected) == "numeric":
         target = float(expected.strip().replace(",", ""))
-        for found in _NUMBER.findall(answer.replace(",", "")):
+        for found in _STANDALONE_NUMBER.findall(answer.replace(",", "")):
             if abs(float(found) - target) <= 1e-6 * max(1.0, abs(target)):
                 return 1.0
         return 0.0
@@ -227,34 +258,59 @@ def score_answer(expected: str, answer: str) -> float:
     return 1.0 if wanted and wanted in normalize_text(answer) else 0.0
 
 
-def model_answers(result: Any) -> list[float] | None:
-    """For each asked probe: 1.0/0.0 as the evaluator model answered it; None without an evaluator."""
-    def compute() -> list[float] | None:
+def model_answers(result: Any) -> list[float | None] | None:
+    """For each asked probe: 1.0/0.0 as the evaluator model answered it, None when it was left
+    unscored; None without an evaluator.
+
+    The model is sent the context at the probe's call whole, cut only beyond what it can take
+    (`evaluator.transcript_budget`). A probe whose answer is in that context but fell in the cut
+    is not asked: it is left unscored (a warning says how many), not scored as a wrong answer."""
+    def compute() -> list[float | None] | None:
         model = evaluator_model(result)
         if model is None:
             return None
         probes = asked_probes(result)
-        contexts = _contexts_by_call(result, probes)
-        rendered = {call: transcript(messages) for call, messages in contexts.items()}
+        budget = transcript_budget(result)
+        sent = {call: Transcript.of(messages, budget) for call, messages in _contexts_by_call(result, probes).items()}
+        asked = [i for i, p in enumerate(probes) if not sent[p.call_index].hides(p.expected)]
         batch = [[{"role": "system", "content": SYSTEM},
-                  {"role": "user", "content": f"<transcript>\n{rendered[p.call_index]}\n</transcript>\n\n"
-                                              f"Question: {p.question}"}] for p in probes]
-        completions = ask(result, model, batch, "probe")
-        return [score_answer(p.expected, c.text) for p, c in zip(probes, completions, strict=True)]
+                  {"role": "user", "content": f"<transcript>\n{sent[probes[i].call_index].text}\n</transcript>\n\n"
+                                              f"Question: {probes[i].question}"}] for i in asked]
+        labels = [f"probe {i + 1} of {len(probes)} (call {probes[i].call_index})" for i in asked]
+        completions = ask(result, model, batch, "probe", labels=labels)
+        scores: list[float | None] = [None] * len(probes)
+        for i, completion in zip(asked, completions, strict=True):
+            scores[i] = score_answer(probes[i].expected, completion.text)
+        unscored = len(probes) - len(asked)
+        if unscored:
+            warnings.warn(f"probe_accuracy: {unscored} of {len(probes)} probes left unscored: their answer is in the "
+                          f"context at their call, but in the part of the transcript cut to fit the evaluator "
+                          f"{getattr(result.config, 'evaluator', None)!r} ({budget:,} characters)",
+                          RuntimeWarning, stacklevel=2)
+        return scores
 
-    return memo(result, "quality_probe_answers", compute)
+    found: list[float | None] | None = memo(result, "quality_probe_answers", compute)
+    return found
+
+
+def _scored(scores: Sequence[float | None]) -> list[float]:
+    return [s for s in scores if s is not None]
 
 
 @register_metric("probe_accuracy", direction="higher", unit="share", level="run")
 class ProbeAccuracy:
     """Share of the probes the config's `evaluator` model answers correctly from the context at
-    their call (numeric or contains scoring); None without an evaluator."""
+    their call (numeric or contains scoring), over the probes it could be asked; None without an
+    evaluator."""
 
     requires_model: ClassVar[bool] = True
 
+    def unavailable(self, result: Any) -> str | None:
+        return missing_evaluator(result)
+
     def compute(self, result: Any) -> float | None:
         scores = model_answers(result)
-        return None if scores is None else _mean(scores)
+        return None if scores is None else _mean(_scored(scores))
 
     def per_compaction(self, result: Any) -> list[dict[str, Any]]:
         scores = model_answers(result)

@@ -9,7 +9,8 @@ multi-word facts (errors, commands, constraints), in its text (constraints match
 their content words are there, since summaries rephrase them).
 
 - `fact_retention` = retained / removed facts, per compaction; per run the mean weighted by the
-  tokens each compaction removed. `lost_facts` lists the rest.
+  tokens each compaction removed. `lost_count` counts the rest and `lost_facts` lists the first
+  `MAX_LISTED` of them.
 - `needed_fact_retention`: the same over the removed facts the recording uses again later — they
   appear in the text or tool-call arguments of an assistant message at or after the compaction's
   call. A user's constraints and decisions hold for the rest of the session, so they count as
@@ -133,6 +134,14 @@ class CompactionFacts:
     @property
     def needed_lost(self) -> list[Fact]:
         return [f for f, _ in self.mentions(self.needed_mask & ~self.retained_mask)]
+
+    @property
+    def lost_count(self) -> int:
+        return (self.removed_mask & ~self.retained_mask).bit_count()
+
+    @property
+    def needed_lost_count(self) -> int:
+        return (self.needed_mask & ~self.retained_mask).bit_count()
 
     def listed_lost(self, *, needed: bool = False, limit: int = MAX_LISTED) -> list[str]:
         """The texts of the first `limit` lost facts (of the needed ones with `needed`), in order of mention."""
@@ -366,7 +375,8 @@ def _rows(result: Any, columns: Any) -> list[dict[str, Any]]:
 @register_metric("fact_retention", direction="higher", unit="share", level="compaction")
 class FactRetention:
     """Share of the facts a compaction removed or rewrote that the context after it still states
-    (per run: mean weighted by the tokens each compaction removed); `lost_facts` lists the rest."""
+    (per run: mean weighted by the tokens each compaction removed); per compaction `lost_count`
+    counts the rest and `lost_facts` lists the first `MAX_LISTED` of them, in order of mention."""
 
     requires_model: ClassVar[bool] = False
 
@@ -377,6 +387,7 @@ class FactRetention:
         return _rows(result, lambda c: {
             "fact_retention": c.fact_retention if c else None,
             "removed_facts": c.removed_count if c else None,
+            "lost_count": c.lost_count if c else None,
             "lost_facts": c.listed_lost() if c else [],
         })
 
@@ -384,7 +395,8 @@ class FactRetention:
 @register_metric("needed_fact_retention", direction="higher", unit="share", level="compaction")
 class NeededFactRetention:
     """Share of the removed facts the recording uses again later (assistant text or tool-call
-    arguments; constraints always) that the context after the compaction still states."""
+    arguments; constraints always) that the context after the compaction still states; per
+    compaction `lost_needed_count` counts the others and `lost_needed_facts` lists the first `MAX_LISTED`."""
 
     requires_model: ClassVar[bool] = False
 
@@ -395,6 +407,7 @@ class NeededFactRetention:
         return _rows(result, lambda c: {
             "needed_fact_retention": c.needed_fact_retention if c else None,
             "needed_facts": c.needed_count if c else None,
+            "lost_needed_count": c.needed_lost_count if c else None,
             "lost_needed_facts": c.listed_lost(needed=True) if c else [],
         })
 

@@ -1,8 +1,13 @@
 """What the evaluator model cost for one replay, apart from the summarizer's spend.
 
 Registered after the model metrics (probe accuracy, judge, continuation), so computed after them:
-each sums the evaluator completions those metrics recorded for the result. Cache hits are
-counted in `evaluator_cache_hits` and not in `evaluator_calls` (requests actually sent).
+each sums the evaluator completions those metrics recorded for the result, those of a batch that
+then failed included (they were paid for). `evaluator_calls` counts the calls that reached the
+model in this replay and `evaluator_cache_hits` those the gateway's cache answered. The token and
+cost metrics describe the evaluation itself, whatever the cache held: a cache hit counts with the
+tokens and cost of the call that first got its answer, so a re-run served by the cache reports
+the same values as the first run. What this replay actually sent and paid is the part of them
+from the calls counted in `evaluator_calls`.
 """
 
 from __future__ import annotations
@@ -35,7 +40,8 @@ class _Spend:
 
 @register_metric("evaluator_calls", direction="lower", unit="calls", level="run")
 class EvaluatorCalls(_Spend):
-    """Requests sent to the evaluator model for this replay's quality metrics (cache hits excluded)."""
+    """Evaluator calls that reached the model in this replay (cache hits excluded; calls of a batch
+    that then failed included)."""
 
     def total(self, completions: list[Any]) -> int:
         return sum(1 for c in completions if not c.cache_hit)
@@ -51,22 +57,23 @@ class EvaluatorCacheHits(_Spend):
 
 @register_metric("evaluator_input_tokens", direction="lower", unit="tokens", level="run")
 class EvaluatorInputTokens(_Spend):
-    """Tokens sent to the evaluator model (probes, judge, continuation)."""
+    """Prompt tokens of the evaluator's calls (probes, judge, continuation), a cache hit counted at
+    the tokens of the call that first got its answer: the evaluation's size, not this run's traffic."""
 
     field = "input_tokens"
 
 
 @register_metric("evaluator_output_tokens", direction="lower", unit="tokens", level="run")
 class EvaluatorOutputTokens(_Spend):
-    """Tokens the evaluator model wrote."""
+    """Tokens of the evaluator's answers, a cache hit counted at the tokens its answer first took."""
 
     field = "output_tokens"
 
 
 @register_metric("evaluator_cost_usd", direction="lower", unit="usd", level="run")
 class EvaluatorCostUsd(_Spend):
-    """Cost of the evaluator's calls from LiteLLM prices (cache hits included at their original cost;
-    empty when a price is unknown)."""
+    """Cost of the evaluator's calls from LiteLLM prices, a cache hit counted at its original cost (what
+    the evaluation costs, not what this run paid); empty when a price is unknown."""
 
     def total(self, completions: list[Any]) -> float | None:
         costs = [c.cost_usd for c in completions]
