@@ -25,9 +25,8 @@ from workbench.quality.evaluator import (
     Transcript,
     ask,
     evaluator_model,
+    first_reading,
     missing_evaluator,
-    nested,
-    reply_objects,
     transcript_budget,
 )
 from workbench.quality.facts import normalize_text
@@ -68,12 +67,7 @@ def parse_action(text: str) -> tuple[str, dict[str, Any]] | None:
     (`{"tool_call": {...}}`, OpenAI's `{"function": {"name": ..., "arguments": "<JSON>"}}`); the
     name under `tool`, `name`, `tool_name` or `function`; the arguments under `arguments`, `args`,
     `input`, `parameters` or `params`, as an object or a JSON string."""
-    for data in reply_objects(text):
-        for candidate in nested(data):
-            action = _action_in(candidate)
-            if action is not None:
-                return action
-    return None
+    return first_reading(text, _action_in)
 
 
 def _unreadable(text: str) -> str | None:

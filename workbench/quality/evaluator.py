@@ -27,13 +27,15 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from workbench.compaction import REFUSED_FINISH_REASONS
 from workbench.errors import WorkbenchError
 from workbench.quality.facts import normalize_text
 from workbench.quality.trace import memo
 from workbench.session import Message
+
+T = TypeVar("T")
 
 #: Transcript characters an evaluator prompt may hold when LiteLLM does not know the model's window.
 MAX_TRANSCRIPT_CHARS = 240_000
@@ -288,3 +290,14 @@ def nested(data: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """`data` and the objects directly under its keys: where a model wraps what was asked for
     (`{"scores": {...}}`, `{"tool_call": {...}}`)."""
     return [data, *(value for value in data.values() if isinstance(value, Mapping))]
+
+
+def first_reading(text: str | None, read: Callable[[Mapping[str, Any]], T | None]) -> T | None:
+    """What `read` makes of the first object of a reply it can read: the reply's JSON objects
+    (`reply_objects`) in order, each before the objects under its keys (`nested`)."""
+    for data in reply_objects(text):
+        for candidate in nested(data):
+            found = read(candidate)
+            if found is not None:
+                return found
+    return None

@@ -28,10 +28,9 @@ from workbench.quality.evaluator import (
     Transcript,
     ask,
     evaluator_model,
+    first_reading,
     missing_evaluator,
-    nested,
     render,
-    reply_objects,
     transcript_budget,
 )
 from workbench.quality.trace import applied_events, compaction_contexts, memo, session_of
@@ -89,12 +88,7 @@ def parse_scores(text: str) -> dict[str, float] | None:
     Read as models write them: the object alone, in a code fence or among prose; the scores at
     its top level or one level down (`{"scores": {...}}`); keys in any case, with spaces or
     hyphens for underscores; values as numbers, numeric strings ("4", "4/5") or `{"score": 4}`."""
-    for data in reply_objects(text):
-        for candidate in nested(data):
-            scores = _scores_in(candidate)
-            if scores is not None:
-                return scores
-    return None
+    return first_reading(text, _scores_in)
 
 
 def _unreadable(text: str) -> str | None:
