@@ -7,7 +7,6 @@ failed ones, counted apart.
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import asdict
 from typing import Any
@@ -64,24 +63,15 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
     """
     from workbench.config import parse_config
     from workbench.llm import DuckDBCache, Gateway
+    from workbench.quality.evaluator import EvaluatorFailed, check_evaluator
     from workbench.replay import replay
 
     with open_store(must_exist=True) as store:
         config = parse_config(config_spec)
         model_metrics = _model_metrics(metrics, config)
         session = store.load_session(find_session_id(store, session_id))
-        with Gateway(DuckDBCache(store.connection)) as gateway, \
-                warnings.catch_warnings(record=True) as caught:  # summaries and answers cached in the database
-            warnings.simplefilter("always")
+        with Gateway(DuckDBCache(store.connection)) as gateway:  # summaries and answers cached in the database
             result = replay(session, config, gateway=gateway, metrics=model_metrics)
-        unmeasured: dict[str, str] = {}  # a metric asked for that failed: why (the rest goes on as a warning)
-        for warning in caught:
-            metric = next((name for name in model_metrics if f"'{name}'" in str(warning.message)
-                           and result.metrics.get(name) is None), None)
-            if metric is None:
-                warnings.warn_explicit(warning.message, warning.category, warning.filename, warning.lineno)
-            else:
-                unmeasured.setdefault(metric, str(warning.message))
     run_id = None
     if save:
         from workbench.experiments import save_replay
@@ -107,8 +97,10 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
             click.echo(f"saved as run {run_id}")
     if result.termination in FAILED_TERMINATIONS:
         raise CommandFailed("" if options().as_json else f"stopped: {result.error or result.termination}")
-    if unmeasured:
-        raise CommandFailed("; ".join(unmeasured.values()))
+    try:  # a model metric asked for whose evaluator failed: as a failed experiment cell would say
+        check_evaluator(result)
+    except EvaluatorFailed as exc:
+        raise CommandFailed(str(exc)) from exc
 
 
 def _model_metrics(names: Sequence[str], config: Any) -> tuple[str, ...]:
@@ -121,7 +113,6 @@ def _model_metrics(names: Sequence[str], config: Any) -> tuple[str, ...]:
         raise ConfigError(f"{', '.join(needing)} ask{'s' if len(needing) == 1 else ''} a model: set `evaluator` in "
                           f"the config (e.g. evaluator = \"openai/gpt-4o-mini\")")
     return tuple(kind.kind for kind in kinds)  # type: ignore[attr-defined]
-
 
 
 def _compaction_metrics(result: Any) -> list[dict[str, Any]]:
