@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality.facts import message_facts
-from workbench.quality.probes import answerable, asked_probes, score_answer
+from workbench.quality.probes import answerable, asked_probes
 from workbench.quality.retention import MAX_LISTED, analyse, analyse_compaction
 from workbench.registry import evaluate_metrics, kinds
 from workbench.samples import bundled_samples
@@ -191,18 +191,6 @@ def test_probes_are_asked_at_their_call_and_answerable_offline(grid):
     flags = answerable(result)
     assert values["probe_answerable"] == pytest.approx(sum(flags) / len(flags))
     assert 0 < values["probe_answerable"] < 1
-
-
-@pytest.mark.parametrize(("expected", "answer", "score"), [
-    ("GEO-7969", "The ticket is geo-7969.", 1.0),
-    ("GEO-7969", "GEO-7968", 0.0),
-    ("30", "It is 30.0 seconds", 1.0),
-    ("30", "300", 0.0),
-    ("KeyError: 'point_code'", "KeyError: point_code", 1.0),
-    ("src/app.py", "UNKNOWN", 0.0),
-])
-def test_probe_answer_scoring(expected, answer, score):
-    assert score_answer(expected, answer) == score
 
 
 def test_a_result_without_its_session_is_refused_clearly():

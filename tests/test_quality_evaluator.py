@@ -135,6 +135,12 @@ def test_a_cloze_never_shows_its_answer(fact, fillers, cases):
 
 
 @pytest.mark.parametrize(("expected", "answer", "score"), [
+    ("GEO-7969", "The ticket is geo-7969.", 1.0),
+    ("GEO-7969", "GEO-7968", 0.0),
+    ("30", "It is 30.0 seconds", 1.0),
+    ("30", "300", 0.0),
+    ("KeyError: 'point_code'", "KeyError: point_code", 1.0),
+    ("src/app.py", "UNKNOWN", 0.0),
     ("3", "I do not know; maybe src/app3.py", 0.0),
     ("3", "v3", 0.0),
     ("3", "3.py", 0.0),
@@ -147,7 +153,7 @@ def test_a_cloze_never_shows_its_answer(fact, fillers, cases):
     ("1200", "1,200 ms", 1.0),
     ("-2", "-2", 1.0),
 ])
-def test_a_number_counts_only_standing_alone(expected, answer, score):
+def test_probe_answers_are_scored_numbers_standing_alone_text_contained(expected, answer, score):
     assert score_answer(expected, answer) == score
 
 
