@@ -22,7 +22,6 @@ Goal: quality / replay <= 1.0 (quality at most doubles the work).
 
 from __future__ import annotations
 
-import os
 import time
 from typing import Any
 
@@ -33,7 +32,7 @@ from workbench.quality.probes import ProbeAnswerable
 from workbench.quality.retention import DanglingReferences, FactRetention, NeededFactRetention
 from workbench.replay import replay
 from workbench.session import Session
-from workbench.tokens import get_tokenizer
+from workbench.tokens import _cpus, get_tokenizer  # the cores the replay counts tokens on
 
 TOKENIZER = "cl100k_base"
 METRICS = (FactRetention, NeededFactRetention, DanglingReferences, ProbeAnswerable)
@@ -76,11 +75,6 @@ def _timed_replay(session: Session, config: dict[str, Any]) -> tuple[Any, tuple[
     return result, (time.perf_counter() - started, time.process_time() - cpu)
 
 
-def _cores() -> int:
-    """Cores this process may run on (the replay counts tokens on each)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def _cold() -> None:
     clear_process_caches()
     clear_summarizer_caches()
@@ -110,7 +104,7 @@ def run(repeats: int = 5, warm_repeats: int = 20) -> None:
         _timed_replay(fresh_copy(session), config)
     size_mb = sum(len(m.text) for m in session.messages) / 1e6
     print(f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
-          f"tokenizer {TOKENIZER}; {_cores()} cores; best of {repeats} ({warm_repeats} warm); "
+          f"tokenizer {TOKENIZER}; {_cpus()} cores; best of {repeats} ({warm_repeats} warm); "
           f"goal: quality / replay <= 1.0")
     print(f"{'config':<11} {'compactions':>11} {'cold replay':>12} {'cold quality':>13} {'ratio':>6} {'(cpu)':>6} "
           f"{'warm replay':>12} {'warm quality':>13} {'ratio':>6}")
