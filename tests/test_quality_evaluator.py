@@ -16,7 +16,7 @@ from workbench.quality.continuation import parse_action
 from workbench.quality.evaluator import MAX_TRANSCRIPT_CHARS, Transcript, transcript_budget
 from workbench.quality.facts import Fact, normalize_text
 from workbench.quality.judge import DIMENSIONS, parse_scores
-from workbench.quality.probes import _cloze, score_answer
+from workbench.quality.probes import _BLANK, _blanked, _cloze, _occurrences, score_answer
 from workbench.session import Message, ToolCall
 
 SCORES = dict(zip(DIMENSIONS, (4, 3, 5, 2, 3, 5), strict=True))
@@ -129,6 +129,19 @@ def test_a_cloze_never_shows_its_answer(fact, fillers, cases):
     question = _cloze(Fact("identifier", fact.lower(), fact), Message(role="user", content=text))
     shown = _passage(question) if "blanked out" in question else ""  # else the question quotes nothing
     assert " ".join(fact.lower().split()) not in normalize_text(shown)
+
+
+@given(st.text(st.sampled_from("ab \n\t"), min_size=1, max_size=6).filter(lambda t: bool(t.strip())),
+       st.lists(st.sampled_from(["a", "b", "A", "B", "ab", " ", "\n", "x.", " " * 150, "\n\t" * 40]), max_size=60)
+       .map("".join), st.integers(0, 60), st.integers(1, 120))
+@example("a b", "a" + " " * 150 + "b", 0, 1)  # an occurrence longer than the first window
+@example("a b", "xa b" + "\n" * 80 + "a" + " " * 150 + "b.", 0, 3)
+def test_the_passage_after_a_blank_is_the_text_blanked_throughout(fact, text, start, limit):
+    """`_blanked` reads only as far into the text as it needs, and gives what blanking the whole rest gives."""
+    pattern = _occurrences(fact)
+    start = min(start, len(text))
+    expected = pattern.sub(_BLANK, text[start:])[:limit]
+    assert _blanked(pattern, text, start, limit, len("".join(fact.split()))) == expected
 
 
 # -- probe scoring --------------------------------------------------------------------------------

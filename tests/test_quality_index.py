@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality.facts import message_facts, normalize_text
-from workbench.quality.index import messages_index, positions, session_index
+from workbench.quality.index import _LOWER_TO_ASCII, messages_index, positions, session_index
 from workbench.quality.retention import _PrefixUnions, analyse, last_use, removed_from
 from workbench.quality.trace import compaction_contexts
 from workbench.session import Message, Session
@@ -185,7 +185,7 @@ def test_removed_messages_are_those_of_before_missing_from_after_even_when_repea
 
 
 _TEXT_PIECES = ("Src/App.py", "src/app.py", "'src'/app.py", "run  the\ttests", "run the tests", "\u201cQuoted\u201d",
-                "quoted", "  ", "\n", "x", "ÉTÉ", "été", "\0")
+                "quoted", "  ", "\n", "x", "ÉTÉ", "été", "\0", "\u0130", "i\u0307", "i", "\u212a", "k", "K", "\u2192")
 
 
 @settings(max_examples=80, deadline=None)
@@ -193,6 +193,8 @@ _TEXT_PIECES = ("Src/App.py", "src/app.py", "'src'/app.py", "run  the\ttests", "
        st.lists(st.sampled_from(_TEXT_PIECES), min_size=1, max_size=3).map("".join))
 @example(["quoted", "x \u201cquoted\u201d", "run\nthe tests", "the tests"], "run the  tests")
 @example(["a\0b", "a", "b"], "a\0b")
+@example(["\u212aey", "KEY", "\u0130d", "id"], "k")
+@example(["\u0130d", "x"], "i\u0307d")
 def test_the_holders_of_a_string_are_the_messages_whose_normalised_text_has_it(texts, wanted):
     messages = [user(text) if i % 2 else assistant(text, calls=((f"c{i}", "bash"),)) for i, text in enumerate(texts)]
     index = messages_index(messages)
@@ -203,3 +205,9 @@ def test_the_holders_of_a_string_are_the_messages_whose_normalised_text_has_it(t
         "\n".join([m.text, *(c.arguments for c in m.tool_calls)]))}
     assert index.holders(wanted) == expected
     assert index.holders(wanted) is index.holders(wanted)
+
+
+def test_the_characters_that_lower_to_an_ascii_letter_are_the_two_the_byte_search_sets_aside():
+    """`holders` searches ASCII strings in texts whose ASCII letters alone are lowered; that is exact
+    for any text without these characters (the whole of Unicode checked, as this Python knows it)."""
+    assert _LOWER_TO_ASCII == tuple(c for c in map(chr, range(0x80, 0x110000)) if any(x.isascii() for x in c.lower()))

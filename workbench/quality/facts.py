@@ -76,12 +76,12 @@ _CUES = (r"\b(?:must|mustn't|don't|do not|never|always|should|shouldn't|avoid|in
          r"make sure|required?|requires|we decided|decided to|from now on|stay compatible|keep (?:it|the|them|\w+) "
          r"[\w ]*compatible|no new|not allowed|forbidden|please use|stick to|rather than)\b")
 _CONSTRAINT_CUES = re.compile(_CUES, re.IGNORECASE)
-#: The same cues for lower-cased ASCII text, where ignoring case changes nothing else (and costs twice as much).
+#: The same cues for lower-cased text, where ignoring case changes nothing else (and costs twice as much).
 _LOWER_CONSTRAINT_CUES = re.compile(_CUES)
 _COMMAND_LINE = re.compile(r"^[ \t]*\$[ \t]+(\S[^\n]{1,200})$", re.MULTILINE)
 _SPACES = re.compile(r"\s+")
-_QUOTES = str.maketrans("", "", "`\"'“”‘’")
-_QUOTE_CHARS = ("`", '"', "'", "“", "”", "‘", "’")
+#: What `drop_quotes` and fact keys drop: backticks, straight and curly quotes.
+QUOTE_CHARS = ("`", '"', "'", "“", "”", "‘", "’")
 _ASCII_QUOTE_CHARS = ("`", '"', "'")
 _TRAILING = ".,;:!?)]}>"
 _ROOTS = re.compile(r"^(?:/(?:workspace|workspaces|projects?)/[^/]+/"
@@ -105,7 +105,7 @@ class Fact:
 
 
 def _clean(text: str) -> str:
-    text = _SPACES.sub(" ", text.translate(_QUOTES)).strip().lower()
+    text = _SPACES.sub(" ", drop_quotes(text)).strip().lower()
     return text.rstrip(_TRAILING).strip()
 
 
@@ -116,7 +116,7 @@ def normalize_text(text: str) -> str:
 
 def drop_quotes(text: str) -> str:
     """The text without its quote characters (backticks, straight and curly quotes)."""
-    for quote in _ASCII_QUOTE_CHARS if text.isascii() else _QUOTE_CHARS:
+    for quote in _ASCII_QUOTE_CHARS if text.isascii() else QUOTE_CHARS:
         if quote in text:
             text = text.replace(quote, "")
     return text
@@ -124,11 +124,11 @@ def drop_quotes(text: str) -> str:
 
 def normalize_path(text: str) -> str:
     """`./src/a.py`, `/workspace/repo/src/a.py` and `src/a.py` all give `src/a.py`."""
-    path = text.translate(_QUOTES).strip().rstrip(_TRAILING)
+    path = drop_quotes(text).strip().rstrip(_TRAILING)
     while path.startswith("./"):
         path = path[2:]
-    path = _ROOTS.sub("", path, count=1)
-    return path.lower()
+    root = _ROOTS.match(path)
+    return (path[root.end():] if root else path).lower()
 
 
 def normalize(text: str, kind: str = "identifier") -> str:
@@ -158,6 +158,12 @@ def _is_plain_word(token: str) -> bool:
     return token.isalpha() and (token.islower() or token.isupper() or token[1:].islower())
 
 
+def _has_letter(text: str) -> bool:
+    if text.isascii():  # (an ASCII text has a letter exactly when casing changes it)
+        return text.upper() != text.lower()
+    return any(map(str.isalpha, text))
+
+
 def _classify(token: str) -> tuple[Fact, ...]:
     """The facts one whitespace-free token states on its own (memoised: tokens repeat a lot)."""
     if token.isdigit() or _is_plain_word(token):
@@ -176,7 +182,7 @@ def _classify(token: str) -> tuple[Fact, ...]:
     if "/" in token:
         key = normalize_path(token)
         slashes = token.count("/")
-        if any(map(str.isalpha, key)) and (slashes >= 2 or token[0] in "/~." or
+        if _has_letter(key) and (slashes >= 2 or token[0] in "/~." or
                                                _PATH_WITH_EXTENSION.fullmatch(token)):
             return (Fact("path", key, token),)
         return ()
@@ -381,42 +387,62 @@ def _phrase_facts(text: str) -> Iterator[tuple[int, Fact]]:
                 yield match.start(), Fact("command", normalize(inner, "command"), inner)
             elif " " in inner and len(inner) >= 3:
                 yield match.start(), Fact("identifier", normalize(inner), inner)
-    if "$ " in text:
-        for match in _COMMAND_LINE.finditer(text):
+    if "$" in text:
+        for match in _command_lines(text):
             command = match.group(1).strip()
             yield match.start(), Fact("command", normalize(command, "command"), command)
+
+
+def _command_lines(text: str) -> list[re.Match[str]]:
+    """What `_COMMAND_LINE.finditer(text)` finds: the pattern tried only at the start of each line
+    whose first character other than spaces and tabs is a `$` followed by one (found by plain
+    substring search: the pattern's `^` would be tried at every character)."""
+    starts: set[int] = set()
+    for cue in ("$ ", "$\t"):
+        at = text.find(cue)
+        while at >= 0:
+            line = text.rfind("\n", 0, at) + 1
+            if not text[line:at].strip(" \t"):
+                starts.add(line)
+            at = text.find(cue, at + 1)
+    return [match for match in (_COMMAND_LINE.match(text, start) for start in sorted(starts)) if match]
 
 
 def extract_constraints(text: str) -> Iterator[Fact]:
     """The sentences of a user's text that state a constraint or a decision.
 
-    In an ASCII text the cues are looked for once, in the whole text, and a sentence states one when
-    a cue starts within it: no cue crosses a sentence's end, and a sentence is bounded by non-word
-    characters, so a cue's word boundaries hold in the text exactly when they hold in the sentence.
+    The cues are looked for once, in the whole text (`_cue_starts`), and a sentence states one when
+    a cue starts within it: no cue holds a sentence's end (`.`, `!`, `?`, a line break), and a
+    sentence is bounded by non-word characters, so a cue's word boundaries hold in the text exactly
+    when they hold in the sentence. Only the sentence around each cue is read: sentences never
+    span lines, so the sentences of a line are those found from its start.
     """
-    if not text.isascii():
-        for match in _SENTENCES.finditer(text):
-            sentence = match.group().strip()
-            if 8 <= len(sentence) and (_LOWER_CONSTRAINT_CUES.search(sentence.lower()) if sentence.isascii()
-                                       else _CONSTRAINT_CUES.search(sentence)):
-                yield Fact("constraint", normalize(sentence, "constraint"), sentence)
-        return
-    cues = [match.start() for match in _LOWER_CONSTRAINT_CUES.finditer(text.lower())]
-    if not cues:
-        return
-    place = 0
-    for match in _SENTENCES.finditer(text):
-        end = match.end()
-        if end <= cues[place]:
+    end = 0
+    for cue in _cue_starts(text):
+        if cue < end:
             continue
-        while place < len(cues) and cues[place] < match.start():
-            place += 1
-        if place == len(cues):
-            return
-        if cues[place] < end:
-            sentence = match.group().strip()
-            if len(sentence) >= 8:
-                yield Fact("constraint", normalize(sentence, "constraint"), sentence)
+        for match in _SENTENCES.finditer(text, max(end, text.rfind("\n", 0, cue) + 1)):
+            if match.end() > cue:  # (every word character is in a sentence: this one starts at or before the cue)
+                break
+        else:
+            continue
+        end = match.end()
+        sentence = match.group().strip()
+        if len(sentence) >= 8:
+            yield Fact("constraint", normalize(sentence, "constraint"), sentence)
+
+
+#: The characters other than an ASCII letter's two cases that ignoring case matches with it, and `İ`,
+#: whose lower case is two characters: a text without them can be searched lowered, at half the cost.
+_CASE_ODD = ("\u0130", "\u0131", "\u017f", "\u212a")
+
+
+def _cue_starts(text: str) -> list[int]:
+    """Where the constraint cues start in the text, as `_CONSTRAINT_CUES.finditer` finds them."""
+    lowered = text.lower()
+    if len(lowered) == len(text) and (text.isascii() or not any(char in text for char in _CASE_ODD)):
+        return [match.start() for match in _LOWER_CONSTRAINT_CUES.finditer(lowered)]
+    return [match.start() for match in _CONSTRAINT_CUES.finditer(text)]
 
 
 def _argument_strings(arguments: str) -> Iterator[tuple[str, str]]:

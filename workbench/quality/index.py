@@ -23,9 +23,9 @@ from dataclasses import dataclass, field
 from functools import reduce
 from itertools import accumulate, compress, islice
 from operator import not_, or_
-from typing import cast
+from typing import Any, cast
 
-from workbench.quality.facts import Fact, drop_quotes, message_facts, message_text, prime, searched_text
+from workbench.quality.facts import QUOTE_CHARS, Fact, drop_quotes, message_facts, message_text, prime, searched_text
 from workbench.quality.trace import assistant_positions, memo
 from workbench.session import Message, Session
 
@@ -90,6 +90,7 @@ class FactIndex:
         self._layers: dict[int, list[tuple[str, int]]] = {}
         self._holders: dict[str, frozenset[int]] = {}
         self._lowered: tuple[str, list[int]] = ("", [])
+        self._bytes: tuple[bytes, list[int], list[int]] = (b"", [], [])
 
     def _build(self, facts: Mapping[str, Fact]) -> Masks:
         bits, keys = self.bits, self.keys
@@ -203,36 +204,66 @@ class FactIndex:
         configuration of a grid) costs a set lookup per message of its context.
 
         The own messages are searched as one text, lowered and without quotes but with their
-        whitespace as written (about half the cost of normalising them): a string with no space
-        is in a message's normalised text exactly when it is in that text; a string with spaces is
-        looked for there by its longest word, and confirmed in the normalised text of the few
-        messages that have it."""
+        whitespace as written (normalising them would cost more): a string with no space is in a
+        message's normalised text exactly when it is in that text; a string with spaces is looked
+        for there by its longest word, and confirmed in the normalised text of the few messages
+        that have it."""
         found = self._holders.get(wanted)
         if found is not None:
             return found
-        lowered, starts = self._lowered
-        if len(starts) != len(self._held):
-            texts = [_lowered(message) for message in self._held]
-            lowered, starts = "\0".join(texts), list(accumulate([len(t) + 1 for t in texts[:-1]], initial=0))
-            self._lowered = (lowered, starts)
         words = wanted.split(" ")
-        needle = max(words, key=len)
-        holders: list[Message] = []
         if "\0" in wanted:  # could span two messages of the joined text
             holders = [m for m in self._held if wanted in message_text(m)]
         else:
-            held = self._held
-            at = lowered.find(needle)
-            while at >= 0:
-                place = bisect_right(starts, at) - 1
-                holders.append(held[place])
-                if place + 1 == len(starts):
-                    break
-                at = lowered.find(needle, starts[place + 1])
+            holders = self._having(max(words, key=len))
             if len(words) > 1:
                 holders = [m for m in holders if wanted in message_text(m)]
         found = self._holders[wanted] = frozenset(map(id, holders))
         return found
+
+    def _having(self, needle: str) -> list[Message]:
+        """The own messages whose lowered, quote-free text (`_lowered`) contains `needle` (lower case,
+        no quotes, no NUL).
+
+        An ASCII needle is looked for in the UTF-8 bytes of the texts with their ASCII letters
+        lowered: a message's text lowered in full differs from that only at its non-ASCII capitals,
+        and only two of those lower to something holding an ASCII letter (`_LOWER_TO_ASCII`), so a
+        message with neither has the needle in one exactly when it has it in the other (UTF-8 bytes
+        match only at whole characters). Messages with one of the two, and any other needle, are
+        searched in the text lowered in full."""
+        if needle.isascii():
+            blob, starts, odd = self._bytes_blob()
+            found = _places(blob, starts, needle.encode("ascii"))
+            if odd:
+                found = sorted({*found, *(place for place in odd if needle in _lowered(self._held[place]))})
+        else:
+            if len(self._lowered[1]) != len(self._held):
+                texts = [_lowered(message) for message in self._held]
+                self._lowered = ("\0".join(texts), list(accumulate([len(t) + 1 for t in texts[:-1]], initial=0)))
+            found = _places(*self._lowered, needle)
+        held = self._held
+        return [held[place] for place in found]
+
+    def _bytes_blob(self) -> tuple[bytes, list[int], list[int]]:
+        """The own messages' texts as `_having` searches an ASCII needle in them: UTF-8, ASCII
+        letters lowered, quotes dropped, joined by NULs; where each starts; the messages with a
+        character of `_LOWER_TO_ASCII`."""
+        blob, starts, odd = self._bytes
+        if len(starts) != len(self._held):
+            texts: list[bytes] = []
+            odd = []
+            for place, message in enumerate(self._held):
+                text = searched_text(message)
+                data = text.encode("utf-8", "surrogatepass").lower()
+                for quote, encoded in _ASCII_QUOTE_BYTES if text.isascii() else _QUOTE_BYTES:
+                    if quote in text:  # (looked for in the text: a single character is found faster there)
+                        data = data.replace(encoded, b"")
+                if not text.isascii() and any(char in text for char in _LOWER_TO_ASCII):
+                    odd.append(place)
+                texts.append(data)
+            blob, starts = b"\0".join(texts), list(accumulate([len(t) + 1 for t in texts[:-1]], initial=0))
+            self._bytes = (blob, starts, odd)
+        return blob, starts, odd
 
     def has(self, mask: int, key: str) -> bool:
         position = self.bits.get(key)
@@ -263,6 +294,25 @@ class FactIndex:
             if position is not None:
                 total |= 1 << position
         return total
+
+
+#: The non-ASCII characters whose lower case holds an ASCII letter: `İ` gives `i̇`, the Kelvin sign `k`.
+_LOWER_TO_ASCII = ("\u0130", "\u212a")
+_QUOTE_BYTES = tuple((quote, quote.encode("utf-8")) for quote in QUOTE_CHARS)
+_ASCII_QUOTE_BYTES = tuple((quote, encoded) for quote, encoded in _QUOTE_BYTES if quote.isascii())
+
+
+def _places(blob: str | bytes, starts: list[int], needle: Any) -> list[int]:
+    """The places (in `starts`) of the joined texts of `blob` that contain `needle`, in order."""
+    places: list[int] = []
+    at = blob.find(needle)
+    while at >= 0:
+        place = bisect_right(starts, at) - 1
+        places.append(place)
+        if place + 1 == len(starts):
+            break
+        at = blob.find(needle, starts[place + 1])
+    return places
 
 
 def _lowered(message: Message) -> str:

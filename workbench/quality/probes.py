@@ -77,13 +77,14 @@ def _cloze(fact: Fact, source: Message) -> str:
         return unknown
     pattern = _occurrences(fact.text)
     text = source.text.replace(_BLANK, "")
-    if not pattern.search(text):
+    first = pattern.search(text)
+    if first is None:
         text = "\n".join([text, *(c.arguments.replace(_BLANK, "") for c in source.tool_calls)])
-    blanked = pattern.sub(_BLANK, text)
-    at = blanked.find(_BLANK)
-    if at < 0:
-        return unknown
-    passage = " ".join(blanked[max(0, at - PASSAGE_CHARS):at + 1 + PASSAGE_CHARS].split())
+        first = pattern.search(text)
+        if first is None:
+            return unknown
+    after = _blanked(pattern, text, first.end(), PASSAGE_CHARS, len("".join(fact.text.split())))
+    passage = " ".join(f"{text[max(0, first.start() - PASSAGE_CHARS):first.start()]}{_BLANK}{after}".split())
     blanks = passage.count(_BLANK)
     notes = [f"each _____ stands for the same {label}"] if blanks > 1 else []
     if re.search(rf"\w{_BLANK}|{_BLANK}\w", passage):
@@ -96,6 +97,33 @@ def _cloze(fact: Fact, source: Message) -> str:
         return unknown
     return (f"Earlier in this session a {source.role} message contained this passage, {shown}: \"...{passage}...\". "
             f"What is the missing {label}? Answer with the {label} only.")
+
+
+def _blanked(pattern: re.Pattern[str], text: str, start: int, limit: int, letters: int) -> str:
+    """`pattern.sub(_BLANK, text[start:])[:limit]`, reading the text no further than that needs.
+
+    The text is read in growing windows. A window's occurrences are the text's as far as no
+    occurrence runs past the window's end, and none can start before a point from which the
+    window still holds more non-space characters than an occurrence has (`letters`, its words'
+    length; an occurrence of a pattern of `_occurrences` is its words with whitespace between)."""
+    size = 2 * (limit + letters) + 64
+    while True:
+        end = min(len(text), start + size)
+        pieces: list[str] = []
+        produced, at = 0, start
+        for match in pattern.finditer(text, start, end):
+            if produced + match.start() - at >= limit:
+                break
+            pieces += (text[at:match.start()], _BLANK)
+            produced += match.start() - at + 1
+            at = match.end()
+            if produced >= limit:
+                break
+        reached = at + max(0, limit - produced)  # where the text that gives the `limit`-th character ends
+        if end == len(text) or (reached <= end and len("".join(text[reached:end].split())) > letters):
+            pieces.append(text[at:reached])
+            return "".join(pieces)[:limit]
+        size *= 4
 
 
 def asked_probes(result: Any) -> list[AskedProbe]:
