@@ -128,6 +128,17 @@ def test_error_patterns_tried_at_their_cues_find_what_a_scan_finds(text):
         assert [m.span() for m in _cued_matches(pattern, text, cues)] == [m.span() for m in pattern.finditer(text)]
 
 
+@given(st.lists(st.sampled_from(["$", "$ ", "$\t", " ", "\t", "\n", "ls", "x", " $ git log", "a$ b", "\u2192"]),
+                max_size=16).map("".join))
+@example("$ git status\n  $ pytest -q\n\t$\tls -la\nx $ no\n$ \n   $ ok")
+def test_command_lines_found_from_their_cues_are_what_a_scan_finds(text):
+    """`$ command` lines are looked for only at lines whose first non-blank character is a `$`
+    followed by a blank; that finds exactly the matches a scan of the whole text finds."""
+    from workbench.quality.facts import _COMMAND_LINE, _command_lines
+
+    assert [m.span() for m in _command_lines(text)] == [m.span() for m in _COMMAND_LINE.finditer(text)]
+
+
 _PHRASE_PIECES = ["KeyError: bad key", "error: no such file", "error[E0308]: mismatch", "fatal: not a repo",
                   "panic: boom", "https://example.com/a", "12 ms", "1,5.7 seconds", "MAX_RETRIES = 5", "X_Y:'v'",
                   "`pytest -q`", "`two words`", "$ git status", "  $ make test", "src/a.py", "Error:", "rror:",
