@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from hypothesis import example, given
@@ -137,6 +138,19 @@ def test_command_lines_found_from_their_cues_are_what_a_scan_finds(text):
     from workbench.quality.facts import _COMMAND_LINE, _command_lines
 
     assert [m.span() for m in _command_lines(text)] == [m.span() for m in _COMMAND_LINE.finditer(text)]
+
+
+def test_the_characters_case_ties_to_ascii_letters_are_the_ones_set_aside():
+    """Constraint cues are searched lowered and probe answers in bytes with their ASCII letters
+    lowered, except in texts holding a character of `CASE_ODD`; that is exact when it holds every
+    character ignoring case matches with an ASCII letter and every one whose lower case holds one
+    (the whole of Unicode checked, as this Python knows it)."""
+    from workbench.quality.facts import CASE_ODD
+
+    letter = re.compile("[a-z]", re.IGNORECASE)
+    others = [chr(code) for code in range(0x80, 0x110000)]
+    assert set(CASE_ODD) == {c for c in others if letter.fullmatch(c)}
+    assert {c for c in others if any(x.isascii() for x in c.lower())} == {"\u0130", "\u212a"} <= set(CASE_ODD)
 
 
 _PHRASE_PIECES = ["KeyError: bad key", "error: no such file", "error[E0308]: mismatch", "fatal: not a repo",

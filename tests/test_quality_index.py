@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality.facts import message_facts, normalize_text
-from workbench.quality.index import _LOWER_TO_ASCII, messages_index, positions, session_index
+from workbench.quality.index import messages_index, positions, session_index
 from workbench.quality.retention import _PrefixUnions, analyse, last_use, removed_from
 from workbench.quality.trace import compaction_contexts
 from workbench.session import Message, Session
@@ -206,8 +206,3 @@ def test_the_holders_of_a_string_are_the_messages_whose_normalised_text_has_it(t
     assert index.holders(wanted) == expected
     assert index.holders(wanted) is index.holders(wanted)
 
-
-def test_the_characters_that_lower_to_an_ascii_letter_are_the_two_the_byte_search_sets_aside():
-    """`holders` searches ASCII strings in texts whose ASCII letters alone are lowered; that is exact
-    for any text without these characters (the whole of Unicode checked, as this Python knows it)."""
-    assert _LOWER_TO_ASCII == tuple(c for c in map(chr, range(0x80, 0x110000)) if any(x.isascii() for x in c.lower()))

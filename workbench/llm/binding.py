@@ -37,15 +37,6 @@ from workbench.llm.provider import load_litellm
 from workbench.llm.retry import RetryPolicy
 from workbench.llm.transport import lends_client, on_the_wire
 
-
-def _repeated_keys(requests: Sequence[_Request]) -> set[str]:
-    """The cache keys a batch holds more than once."""
-    seen: set[str] = set()
-    repeated: set[str] = set()
-    for request in requests:
-        (repeated if request.key in seen else seen).add(request.key)
-    return repeated
-
 __all__ = ["BoundModel", "GatewayAPI"]
 
 log = logging.getLogger("workbench.llm")
@@ -76,6 +67,15 @@ class _Request:
             return True
         self.stored_rejected = self.stored_rejected or entry.usable
         return False
+
+
+def _repeated_keys(requests: Sequence[_Request]) -> set[str]:
+    """The cache keys a batch holds more than once."""
+    seen: set[str] = set()
+    repeated: set[str] = set()
+    for request in requests:
+        (repeated if request.key in seen else seen).add(request.key)
+    return repeated
 
 
 # the steps a plan yields to its driver

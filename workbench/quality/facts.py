@@ -80,6 +80,11 @@ _CONSTRAINT_CUES = re.compile(_CUES, re.IGNORECASE)
 _LOWER_CONSTRAINT_CUES = re.compile(_CUES)
 _COMMAND_LINE = re.compile(r"^[ \t]*\$[ \t]+(\S[^\n]{1,200})$", re.MULTILINE)
 _SPACES = re.compile(r"\s+")
+#: The non-ASCII characters that case ties to an ASCII letter: the ones ignoring case matches with one
+#: (`İ`, dotless `ı`, long `ſ`, the Kelvin sign), which include the ones whose lower case holds one (`İ`
+#: gives `i̇`, the Kelvin sign `k`). A text without them can be searched lowered, a case-insensitive
+#: search of ASCII letters costing twice as much, and its ASCII letters lowered alone lower it.
+CASE_ODD = ("\u0130", "\u0131", "\u017f", "\u212a")
 #: What `drop_quotes` and fact keys drop: backticks, straight and curly quotes.
 QUOTE_CHARS = ("`", '"', "'", "“", "”", "‘", "’")
 _ASCII_QUOTE_CHARS = ("`", '"', "'")
@@ -153,7 +158,7 @@ def _is_commit(token: str) -> bool:
     return any(c.isdigit() for c in token) and any(c.isalpha() for c in token)
 
 
-def _is_plain_word(token: str) -> bool:
+def _is_plain_word(token: str | bytes) -> bool:
     """Letters only, in one case or capitalised: no path, number, host, commit, error name nor identifier shape."""
     return token.isalpha() and (token.islower() or token.isupper() or token[1:].islower())
 
@@ -254,7 +259,7 @@ def _token_facts(text: str, out: list[Fact]) -> None:
     bytes outside the token class become spaces (`_TOKEN_BYTES`), so a split on whitespace gives the
     ASCII tokens whole, and only a piece holding other characters is decoded and split by `_TOKEN`
     (which keeps the Unicode word characters among them). A plain word or number states nothing
-    (`_classify`'s first test, done here on the bytes), and a piece is classified as what is left
+    (`_classify`'s first test, made here on the bytes), and a piece is classified as what is left
     of it once its edges are stripped, as `_classify` does first, so `path.py:` and `path.py` share one."""
     if _LINE_ARROW in text:
         text = text.replace(_LINE_ARROW, " ")
@@ -263,7 +268,7 @@ def _token_facts(text: str, out: list[Fact]) -> None:
     for piece in dict.fromkeys(text.encode("utf-8", "surrogatepass").translate(_TOKEN_BYTES).split()):
         found = known(piece)
         if found is None:
-            if piece.isalpha() and (piece.islower() or piece.isupper() or piece[1:].islower()) or piece.isdigit():
+            if piece.isdigit() or _is_plain_word(piece):
                 found = ()
             else:
                 core = piece.lstrip(_LEADING_EDGES).rstrip(_TRAILING_EDGES)
@@ -340,10 +345,6 @@ def _extract_many(texts: Sequence[str]) -> list[list[Fact]]:
         if text:
             _token_facts(text, out)
         found.append(out)
-    if len(texts) == 1:
-        for _, fact in _phrase_facts(texts[0]):
-            found[0].append(fact)
-        return found
     starts = list(accumulate([len(t) + 1 for t in texts[:-1]], initial=0))
     for at, fact in _phrase_facts("\n".join(texts)):
         found[bisect_right(starts, at) - 1].append(fact)
@@ -432,15 +433,12 @@ def extract_constraints(text: str) -> Iterator[Fact]:
             yield Fact("constraint", normalize(sentence, "constraint"), sentence)
 
 
-#: The characters other than an ASCII letter's two cases that ignoring case matches with it, and `İ`,
-#: whose lower case is two characters: a text without them can be searched lowered, at half the cost.
-_CASE_ODD = ("\u0130", "\u0131", "\u017f", "\u212a")
 
 
 def _cue_starts(text: str) -> list[int]:
     """Where the constraint cues start in the text, as `_CONSTRAINT_CUES.finditer` finds them."""
     lowered = text.lower()
-    if len(lowered) == len(text) and (text.isascii() or not any(char in text for char in _CASE_ODD)):
+    if len(lowered) == len(text) and (text.isascii() or not any(char in text for char in CASE_ODD)):
         return [match.start() for match in _LOWER_CONSTRAINT_CUES.finditer(lowered)]
     return [match.start() for match in _CONSTRAINT_CUES.finditer(text)]
 
@@ -473,8 +471,7 @@ def _compute_many(messages: Sequence[Message]) -> list[Mapping[str, Fact]]:
     texts: list[str] = []
     plans: list[list[int | list[Fact]]] = []  # per message, in order: a text's place in `texts`, or facts
     for message in messages:
-        plan: list[int | list[Fact]] = []
-        plan.append(len(texts))
+        plan: list[int | list[Fact]] = [len(texts)]
         texts.append(message.text)
         if message.role == "user":
             plan.append(list(extract_constraints(message.text)))

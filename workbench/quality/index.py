@@ -25,7 +25,16 @@ from itertools import accumulate, compress, islice
 from operator import not_, or_
 from typing import Any, cast
 
-from workbench.quality.facts import QUOTE_CHARS, Fact, drop_quotes, message_facts, message_text, prime, searched_text
+from workbench.quality.facts import (
+    CASE_ODD,
+    QUOTE_CHARS,
+    Fact,
+    drop_quotes,
+    message_facts,
+    message_text,
+    prime,
+    searched_text,
+)
 from workbench.quality.trace import assistant_positions, memo
 from workbench.session import Message, Session
 
@@ -227,10 +236,10 @@ class FactIndex:
 
         An ASCII needle is looked for in the UTF-8 bytes of the texts with their ASCII letters
         lowered: a message's text lowered in full differs from that only at its non-ASCII capitals,
-        and only two of those lower to something holding an ASCII letter (`_LOWER_TO_ASCII`), so a
-        message with neither has the needle in one exactly when it has it in the other (UTF-8 bytes
-        match only at whole characters). Messages with one of the two, and any other needle, are
-        searched in the text lowered in full."""
+        and of those only the ones of `CASE_ODD` lower to something holding an ASCII letter, so a
+        message with none of them has the needle in one exactly when it has it in the other (UTF-8
+        bytes match only at whole characters). Messages with one, and any other needle, are searched
+        in the text lowered in full."""
         if needle.isascii():
             blob, starts, odd = self._bytes_blob()
             found = _places(blob, starts, needle.encode("ascii"))
@@ -247,7 +256,7 @@ class FactIndex:
     def _bytes_blob(self) -> tuple[bytes, list[int], list[int]]:
         """The own messages' texts as `_having` searches an ASCII needle in them: UTF-8, ASCII
         letters lowered, quotes dropped, joined by NULs; where each starts; the messages with a
-        character of `_LOWER_TO_ASCII`."""
+        character of `CASE_ODD`."""
         blob, starts, odd = self._bytes
         if len(starts) != len(self._held):
             texts: list[bytes] = []
@@ -258,7 +267,7 @@ class FactIndex:
                 for quote, encoded in _ASCII_QUOTE_BYTES if text.isascii() else _QUOTE_BYTES:
                     if quote in text:  # (looked for in the text: a single character is found faster there)
                         data = data.replace(encoded, b"")
-                if not text.isascii() and any(char in text for char in _LOWER_TO_ASCII):
+                if not text.isascii() and any(char in text for char in CASE_ODD):
                     odd.append(place)
                 texts.append(data)
             blob, starts = b"\0".join(texts), list(accumulate([len(t) + 1 for t in texts[:-1]], initial=0))
@@ -296,8 +305,6 @@ class FactIndex:
         return total
 
 
-#: The non-ASCII characters whose lower case holds an ASCII letter: `İ` gives `i̇`, the Kelvin sign `k`.
-_LOWER_TO_ASCII = ("\u0130", "\u212a")
 _QUOTE_BYTES = tuple((quote, quote.encode("utf-8")) for quote in QUOTE_CHARS)
 _ASCII_QUOTE_BYTES = tuple((quote, encoded) for quote, encoded in _QUOTE_BYTES if quote.isascii())
 
