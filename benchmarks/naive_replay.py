@@ -29,7 +29,7 @@ class NaiveReplay(_Replay):
         self.context_tokens = self.fixed_tokens + self._count(self.context)
         self.system_tokens = self.fixed_tokens + self._count(split_leading_system(self.context)[0])
         self.only_system = not split_leading_system(self.context)[1]
-        self.steps = sum(1 for m in self.context if m.role != "tool")
+        self.steps = sum(1 for m in self.context if not m.is_observation)
 
     def _set_context(self, messages: list[Message], known: Any = None) -> None:
         self.context = messages  # what is known of its steps is of no use to a full recount

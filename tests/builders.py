@@ -76,7 +76,8 @@ class ScriptedSummarizer:
 @st.composite
 def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[Message]:
     """Random well-formed conversations: leading system, user turns, tool-using assistant steps,
-    some pinned messages, some multi-call steps, large and small results. `interrupted`: a system
+    text actions answered by user observations (as mini-swe-agent's), some pinned messages, some
+    multi-call steps, large and small results. `interrupted`: a system
     message sometimes sits between a call and its result (a reminder an agent injects), which makes
     the result a step of its own."""
     messages: list[Message] = []
@@ -85,12 +86,15 @@ def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[
     counter = 0
     for _ in range(draw(st.integers(0, max_steps))):
         importance = draw(st.sampled_from([0.0, 0.0, 0.0, 5.0, -3.0, 10.0]))
-        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools"]))
+        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools", "text_action"]))
         size = draw(st.sampled_from([5, 40, 400, 3000]))
         if kind == "user":
             messages.append(user(f"request {counter} " + "u" * size, importance=importance))
         elif kind == "assistant":
             messages.append(assistant(f"thinking {counter} " + "a" * size, importance=importance))
+        elif kind == "text_action":
+            messages.append(assistant(f"```bash\nrun {counter}\n```", importance=importance))
+            messages.append(user(f"<output>{counter} " + "o" * size + "</output>", observation=True))
         else:
             n_calls = draw(st.integers(1, 3))
             ids = tuple((f"t{counter}_{j}", draw(st.sampled_from(["read_file", "bash", "grep"])))

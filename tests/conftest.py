@@ -84,6 +84,47 @@ def grid_db(tmp_path) -> tuple[Path, Path, list[str]]:
     return db, spec, [s.id for s in sessions]
 
 
+EARLY_STOP_SPEC = """
+name = "early-stops"
+dataset = "early"
+
+[defaults]
+context_limit = 4000
+max_output = 500
+
+[[config]]
+name = "clear"
+trigger = { kind = "utilization", ratio = 0.5 }
+strategy = { kind = "hard_clear", keep_recent = 4 }
+
+[[config]]
+preset = "no-compaction"
+name = "raw"
+overflow_retry = false
+
+[regress]
+billed_input_tokens = "+2%"
+"""
+
+
+@pytest.fixture
+def early_stop_db(tmp_path) -> tuple[Path, Path]:
+    """A database of three generated sessions (4, 30 and 32 steps, dataset `early`) and a spec whose `raw`
+    config (no compaction in a 4000-token window) overflows on the two long ones after 15 calls: over
+    every session it bills less than `clear`, which completes all three. Returns the database and the
+    spec (a TOML file)."""
+    from workbench.session import Session
+    from workbench.store import Store
+
+    db = tmp_path / "wb.duckdb"
+    with Store(str(db)) as store:
+        store.import_sessions([Session.from_messages(conversation(n, result_chars=900), dataset="early")
+                               for n in (4, 30, 32)], dataset="early")
+    spec = tmp_path / "early-stops.toml"
+    spec.write_text(EARLY_STOP_SPEC)
+    return db, spec
+
+
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync"]

@@ -109,15 +109,20 @@ def test_page_lists_datasets_and_sessions_with_sizes(sessions_page, app_db):
     assert sorted(sessions_frame["id"]) == sorted(ids)
     planted = sessions_frame.set_index("id").loc["planted-html"]
     assert planted["recorded_compactions"] == 2
+    with Store(app_db, read_only=True) as store:
+        assert planted["observations"] == sum(m.is_observation for m in store.load_session("planted-html").messages) > 0
     assert planted["characters"] > 3 * len(HOSTILE)
     assert planted["format"] == "openai"
 
 
-def test_filters_narrow_the_session_list(sessions_page):
+def test_filters_narrow_the_session_list(sessions_page, app_db):
     at = sessions_page
     at.checkbox(key="only_recorded").check().run()
     assert not at.exception
-    assert list(at.dataframe[1].value["id"]) == ["planted-html"]
+    with Store(app_db, read_only=True) as store:
+        recorded = {r["id"] for r in store.session_rows() if r["recorded_compactions"]}
+    assert "planted-html" in recorded and "generated-12" not in recorded
+    assert set(at.dataframe[1].value["id"]) == recorded
     at.checkbox(key="only_recorded").uncheck().run()
     at.selectbox(key="dataset").set_value("generated").run()
     assert list(at.dataframe[1].value["id"]) == ["generated-12"]

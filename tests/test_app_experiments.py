@@ -105,17 +105,32 @@ def chart_traces(at: AppTest) -> dict[str, Any]:
 
 
 def test_cost_quality_chart_with_the_pareto_front(run_db, monkeypatch):
+    """At 6000 tokens most replays overflow under both configs: the page compares them on the sessions
+    both completed, says so under the leaderboard (the sentence the CLI and the report print), and only a
+    config that completed every session the other did is drawn filled and on the front."""
     from workbench.experiments import results
-    from workbench.experiments.charts import INCOMPLETE_TRACE, completion
+    from workbench.experiments.charts import completion
+    from workbench.experiments.compare import complete_pairs
 
     path, _, run_id = run_db
-    traces = chart_traces(open_page(path, monkeypatch))
-    done = completion(results(run_id, path))
-    assert (done["completed"] < done["cells"]).all()  # 6000 tokens: most replays overflow under both configs
-    # a point per config, each marked as cut short; with no config complete there is no front to draw
-    assert list(traces) == ["configs", INCOMPLETE_TRACE]
+    at = open_page(path, monkeypatch)
+    traces = chart_traces(at)
+    frame = results(run_id, path)
+    done = completion(frame)
+    assert (done["completed"] < done["cells"]).all()
+    pairs = complete_pairs(frame)
+    assert 0 < pairs.sessions < pairs.total and pairs.note in [w.value for w in at.warning]
     assert [t.split("<br>")[0] for t in traces["configs"].text] == ["window", "masking"]
-    assert list(traces["configs"].marker.symbol) == ["circle-open", "circle-open"]
+    assert list(traces["configs"].marker.symbol) == ["circle" if c in pairs.rankable else "circle-open"
+                                                     for c in ("window", "masking")]
+    means = pairs.results.groupby("config", sort=False)["billed_input_tokens"].mean()
+    assert list(traces["configs"].x) == pytest.approx([means["window"], means["masking"]])
+    if "Pareto front" in traces:
+        assert set(traces["Pareto front"].x) <= {means[c] for c in pairs.rankable}
+    at.checkbox(key=f"exp_all_sessions:{run_id}").check().run()
+    assert complete_pairs(frame, complete_only=False).note in [w.value for w in at.warning]
+    every = frame.groupby("config", sort=False)["billed_input_tokens"].mean()
+    assert list(chart_traces(at)["configs"].x) == pytest.approx([every["window"], every["masking"]])
 
 
 MIXED = SPEC.replace('name = "app-grid"', 'name = "mixed"').replace("context_limit = 6000", "context_limit = 12000")

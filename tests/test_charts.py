@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pandas as pd
+import pytest
 
 from workbench.experiments import charts
 
@@ -43,8 +44,9 @@ def test_a_front_of_one_point_is_drawn_and_no_front_is_not_listed():
     one = window_sweep().query("config != 'window-20'")
     front = traces(charts.cost_quality(one))["Pareto front"]
     assert list(front.x) == [900_000] and "markers" in front.mode  # a lone point, not an invisible line
-    cut_short = window_sweep().query("config == 'window-40'")
-    assert [t.name for t in charts.cost_quality(cut_short).data] == ["configs", charts.INCOMPLETE_TRACE]
+    cut_short = window_sweep().query("config != 'window-5' and config != 'window-20'")
+    # alone, no config completed more: its point is on its own front
+    assert [t.name for t in charts.cost_quality(cut_short).data] == ["configs", "Pareto front"]
     every = window_sweep().drop(columns=["termination"])  # ad-hoc frames without termination: all count
     assert [t.name for t in charts.cost_quality(every).data] == ["configs", "Pareto front"]
 
@@ -69,3 +71,60 @@ def test_a_single_point_gets_a_range_around_it():
     low, high = figure.layout.xaxis.range
     assert low < 1000 < high
     assert list(traces(figure)["configs"].textposition) == ["top center"]
+
+
+def test_a_firing_that_changed_nothing_is_not_drawn_as_a_compaction_point():
+    from builders import conversation
+
+    import workbench as wb
+
+    spec = {"name": "mask", "trigger": {"kind": "pressure", "turns": 1},
+            "strategy": {"kind": "observation_masking", "keep_recent": 3}, "context_limit": 20000}
+    result = wb.replay(wb.Session.from_messages(conversation(10, result_chars=400)), spec)
+    changed = [e.call_index for e in result.compactions if not e.noop]
+    assert changed and len(changed) < len(result.compactions)
+    _, calls, events = charts.frames_from_results([result])
+    assert list(traces(charts.token_curves(calls, events))["mask compactions"].x) == changed
+    # as stored: a nullable column, NULL on rows written before the flag (they are drawn: they did not tell)
+    stored = events.assign(noop=pd.array([None, *events["noop"][1:]], dtype="boolean"))
+    drawn = list(traces(charts.token_curves(calls, stored))["mask compactions"].x)
+    assert drawn == sorted({result.compactions[0].call_index, *changed})
+    only_noops = events[events["noop"]]
+    assert "mask compactions" not in traces(charts.token_curves(calls, only_noops))
+
+
+def uneven_sweep() -> pd.DataFrame:
+    """Twelve sessions; the largest window overflows on nine, after few calls, so over every session it
+    bills least and keeps most; over the three sessions every config completed it is the dearest."""
+    sessions = 12
+    return pd.concat([
+        cells("window-5", [900] * sessions, [0.5] * sessions, ["completed"] * sessions),
+        cells("window-20", [1_000] * 7 + [400] * 5, [0.7] * sessions, ["completed"] * 7 + ["context_overflow"] * 5),
+        cells("window-40", [1_100] * 3 + [100] * 9, [0.6] * 3 + [0.95] * 9,
+              ["completed"] * 3 + ["context_overflow"] * 7 + ["compaction_failed"] * 2),
+    ], ignore_index=True)
+
+
+def test_the_chart_compares_on_the_sessions_every_config_completed_and_says_so():
+    figure = charts.cost_quality(uneven_sweep())
+    points = traces(figure)["configs"]
+    assert list(points.x) == [900, 1_000, 1_100]  # the means over the 3 complete sessions
+    assert list(points.y) == pytest.approx([0.5, 0.7, 0.6])
+    assert "on 3 of 12 sessions where every config completed" in figure.layout.title.text
+    assert list(points.marker.symbol) == ["circle", "circle-open", "circle-open"]
+    assert list(traces(figure)["Pareto front"].x) == [900]  # window-20 keeps more, but completed fewer
+    every = charts.cost_quality(uneven_sweep(), complete_only=False)
+    assert list(traces(every)["configs"].x) == [900, pytest.approx(750), pytest.approx(1_100 * 3 / 12 + 100 * 9 / 12)]
+    assert "on all 12 sessions, replays that stopped early included" in every.layout.title.text
+    assert list(traces(every)["Pareto front"].x) == [900]  # the cheapest-looking window-40 is still never best
+    whole = cells("a", [1, 2], [0.5, 0.5], ["completed"] * 2)
+    assert "<sup>" not in charts.cost_quality(whole).layout.title.text  # nothing left out: nothing to say
+
+
+def test_the_leaderboard_means_are_over_the_complete_sessions_and_count_every_cell():
+    board = charts.leaderboard(uneven_sweep())
+    assert list(board["billed_input_tokens"]) == [900, 1_000, 1_100]
+    assert list(board["cells"]) == [12, 12, 12]
+    assert list(board["completed"]) == [1, pytest.approx(7 / 12), pytest.approx(3 / 12)]
+    every = charts.leaderboard(uneven_sweep(), complete_only=False)
+    assert every.loc["window-40", "billed_input_tokens"] == pytest.approx(350)

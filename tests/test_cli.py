@@ -437,9 +437,11 @@ def test_replay_exit_status_and_compaction_counts_agree(runner, sample_db, spec,
     result = json.loads(data.stdout)
     assert result["termination"] == termination
     assert text.stdout.splitlines()[0].endswith(termination)
-    done = [e for e in result["compactions"] if not e.get("error")]
+    done = [e for e in result["compactions"] if not e.get("error") and not e["noop"]]
     assert _compaction_count(text.stdout) == result["compaction_count"] == len(done) == \
         result["metrics"]["compactions"]
+    assert result["noop_compactions"] == result["metrics"]["noop_compactions"] == \
+        sum(1 for e in result["compactions"] if e["noop"])
     if termination == "completed":
         assert result["compaction_count"] > 0
     else:
@@ -697,3 +699,72 @@ def test_replay_shows_the_billed_input_beside_the_replayed_tokens_when_the_recor
     with Store(str(db)) as store:
         billed = wb.replay(store.load_session(ids[0]), REPLAY_TOML).recorded_columns()[0]
     assert first.split()[-1] == str(billed[0]) and billed[0] is not None
+
+
+MASK_EVERY_CALL = 'name = "mask"\ntrigger = { kind = "pressure", turns = 1 }\n' \
+                  'strategy = { kind = "observation_masking", keep_recent = 3 }\ncontext_limit = 20000'
+
+
+def test_replay_lists_only_the_compactions_that_changed_the_context_and_counts_the_noops(runner, tmp_path):
+    from builders import assistant, conversation, system, user
+
+    import workbench as wb
+
+    chat = [system(), user("Plan the release")]
+    for i in range(6):
+        chat += [assistant(f"thinking about part {i} " * 10), user(f"next part {i}")]
+    sessions = [wb.Session.from_messages(chat), wb.Session.from_messages(conversation(10, result_chars=400))]
+    db = str(tmp_path / "wb.duckdb")
+    with Store(db) as store:
+        store.import_sessions(sessions, dataset="mixed")
+    masked = wb.replay(sessions[1], MASK_EVERY_CALL)
+    changed = [e for e in masked.compactions if not e.noop]
+    noops = len(masked.compactions) - len(changed)
+    assert changed and noops
+    text = runner.invoke(main, ["replay", sessions[1].id, "--config", MASK_EVERY_CALL, "--db", db, "--no-calls"])
+    assert text.exit_code == 0, text.output
+    assert f"{len(changed)} compaction(s); {noops} no-op firing(s) not listed" in text.stdout
+    rows = [line.split()[0] for line in text.stdout.split("no-op firing(s)")[1].splitlines()[2:]
+            if line.split()[:1] and line.split()[0].isdigit()]
+    assert rows == [str(e.call_index) for e in changed]
+    assert "found nothing to change" not in text.stderr
+
+    nothing = runner.invoke(main, ["replay", sessions[0].id, "--config", MASK_EVERY_CALL, "--db", db, "--no-calls"])
+    assert nothing.exit_code == 0 and "0 compaction(s); 5 no-op firing(s) not listed" in nothing.stdout
+    said = [line for line in nothing.stderr.splitlines() if "found nothing" in line]
+    assert said == ["warning: 'mask' (observation_masking) found nothing to change in this session: its trigger "
+                    "fired 5 times and every compaction left the context as it was"]
+    data = json.loads(runner.invoke(main, ["replay", sessions[0].id, "--config", MASK_EVERY_CALL, "--db", db,
+                                           "--json", "--no-calls"]).stdout)
+    assert (data["compaction_count"], data["noop_compactions"], data["metrics"]["compactions"]) == (0, 5, 0)
+    assert all(event["noop"] for event in data["compactions"]) and "this session" in data["noop_note"]
+
+
+def test_run_and_compare_say_what_replays_that_stopped_early_left_out(runner, early_stop_db):
+    """`raw` overflows on two of the three sessions: `run` prints the leaderboard over the session both
+    configs completed and the same note as the app and the report; `--all-sessions` compares on all."""
+    from workbench.experiments import results
+    from workbench.experiments.compare import complete_pairs
+
+    db, spec = early_stop_db
+    shown = invoke(runner, "run", spec, "--db", db)
+    assert shown.exit_code == 0, shown.output
+    run_id = shown.output.split()[1].rstrip(":")
+    note = complete_pairs(results(run_id, str(db))).note
+    assert note.startswith("Compared on 1 of 3 sessions where every config completed; left out: raw 2 "
+                           "(context_overflow).")
+    assert note in shown.output
+    rows = {line.split()[0]: line.split() for line in shown.output.splitlines() if line.startswith(("clear", "raw"))}
+    billed = 4  # config, cells, completed, compactions, then billed_input_tokens
+    assert rows["clear"][billed] == rows["raw"][billed]  # the short session: neither compacts
+    every = invoke(runner, "run", spec, "--db", db, "--all-sessions")
+    assert "replays that stopped early included" in every.output
+    rows = {line.split()[0]: line.split() for line in every.output.splitlines() if line.startswith(("clear", "raw"))}
+    assert int(rows["raw"][billed].replace(",", "")) < int(rows["clear"][billed].replace(",", ""))
+    as_json = json.loads(invoke(runner, "run", spec, "--db", db, "--json").output)
+    assert as_json["complete_pairs"]["left_out"] == {"clear": {}, "raw": {"context_overflow": 2}}
+    compared = invoke(runner, "compare", run_id, "--db", db)
+    assert "1 paired session(s)" in compared.output.splitlines()[0]
+    assert "Compared on 1 of 3 sessions where both sides completed; left out: raw 2 (context_overflow)." \
+        in compared.output
+    assert "3 paired session(s)" in invoke(runner, "compare", run_id, "--db", db, "--all-sessions").output

@@ -16,6 +16,7 @@ import pytest
 from workbench.errors import ConfigError
 from workbench.experiments import compare, compare_frames, export, regress, run_experiment
 from workbench.experiments.charts import pareto_front
+from workbench.experiments.compare import NO_RESULT, STOPPED_EARLY, complete_pairs
 from workbench.experiments.export import FORMATS, format_of
 
 REPO = Path(__file__).resolve().parents[1]
@@ -103,18 +104,25 @@ def test_paired_interval_and_p_value_on_known_data():
         == "no clear difference"
 
 
-def test_pairs_where_a_side_stopped_early_are_counted_and_said():
-    """A side whose replays stopped early has totals over fewer calls: the comparison counts those pairs
-    and says why its costs read low, while the verdicts stay what the numbers give."""
+def test_pairs_where_a_side_stopped_early_are_left_out_and_said():
+    """A side whose replays stopped early has totals over fewer calls: by default the comparison keeps the
+    sessions both sides completed and says what it left out; with `complete_only=False` it keeps them all
+    and says they are in."""
     a = pd.DataFrame({"session_id": list("abcd"), "repeat": 0, "termination": "completed",
                       "billed_input_tokens": [900, 950, 1000, 980]})
     b = a.assign(termination=["context_overflow", "completed", "context_overflow", "context_overflow"],
                  billed_input_tokens=[300, 940, 310, 290])
     result = compare_frames(a, b, a_label="window-5", b_label="window-40")
     assert result.stopped == {"window-5": 0, "window-40": 3}
-    assert result.stopped_note.startswith("Replays stopped early (e.g. context_overflow): window-40 in 3 of 4 "
-                                          "paired cells. Their totals cover only the calls made")
-    assert result.to_dict()["stopped"] == {"window-5": 0, "window-40": 3}
+    billed = result.metric("billed_input_tokens")
+    assert (result.sessions, billed.pairs, billed.mean_delta) == (1, 1, -10)  # session b alone
+    assert result.stopped_note == ("Compared on 1 of 4 sessions where both sides completed; left out: window-40 3 "
+                                   f"(context_overflow). {STOPPED_EARLY}")
+    assert result.to_dict()["left_out"] == {"window-5": {}, "window-40": {"context_overflow": 3}}
+    every = compare_frames(a, b, a_label="window-5", b_label="window-40", complete_only=False)
+    assert every.metric("billed_input_tokens").pairs == 4 and not every.complete_only
+    assert every.stopped_note.startswith("Compared on all 4 sessions, replays that stopped early included; stopped "
+                                         "early: window-40 3 (context_overflow).")
     assert compare_frames(a, a).stopped_note is None
     assert compare_frames(a.drop(columns="termination"), b.drop(columns="termination")).stopped == {}
 
@@ -493,23 +501,24 @@ def test_the_report_leaderboard_shows_metrics_in_their_units():
     assert 'class="best">1,939,756' not in html and 'class="best">682,700</td>' in html  # fewer billed tokens win
 
 
-def test_the_report_leaderboard_ranks_no_config_whose_replays_stopped_early():
-    """A config most of whose cells overflowed bills the fewest tokens for want of calls: it is marked neither
-    best nor worst, and a note under the table says which and why."""
-    from workbench.experiments.charts import completion, leaderboard
+def test_the_report_leaderboard_ranks_no_config_that_completed_fewer_sessions():
+    """A config most of whose cells overflowed bills the fewest tokens for want of calls: the means are over
+    the session every config completed, it is marked neither best nor worst, and the note says what was left out."""
+    from workbench.experiments.charts import leaderboard
     from workbench.experiments.export import leaderboard_html
 
     results = pd.DataFrame({
         "session_id": list("abcabcabc"), "config": ["window-5"] * 3 + ["window-40"] * 3 + ["masking"] * 3,
         "termination": ["context_overflow", "context_overflow", "completed", *["completed"] * 6],
         "billed_input_tokens": [300, 310, 900, 1000, 1100, 1200, 1500, 1600, 1700]})
-    board = leaderboard(results)
-    html = leaderboard_html(board, completion(results))
-    assert 'class="best">1,100</td>' in html and 'class="worst">1,600</td>' in html  # window-40 beats masking
-    assert "<td>503</td>" in html  # window-5: the fewest tokens, unmarked
-    assert ("Replays stopped early in window-5 (context_overflow ×2 of 3 cells): not ranked best or worst. Their "
-            "totals cover only the calls made") in html
-    assert "stopped early" not in leaderboard_html(board.drop(index="window-5"))
+    pairs = complete_pairs(results)
+    html = leaderboard_html(leaderboard(results, pairs=pairs), pairs)
+    assert 'class="best">1,200</td>' in html and 'class="worst">1,700</td>' in html  # window-40 beats masking
+    assert "<td>900</td>" in html  # window-5: the fewest tokens on session c, unmarked
+    assert (f"Compared on 1 of 3 sessions where every config completed; left out: window-5 2 (context_overflow). "
+            f"{STOPPED_EARLY}") in html
+    whole = results[results["config"] != "window-5"]
+    assert "left out" not in leaderboard_html(leaderboard(whole), complete_pairs(whole))
 
 
 # -- repeats are not sessions; clear errors; failed cells fail the gate; full precision ----------------------
@@ -785,3 +794,113 @@ def test_run_json_carries_every_number_at_full_precision(grid_db):
     assert printed["compression_ratio"].tolist() == ratio.tolist()
     assert [_cell(v) for v in (0.00001234, 1234.5678, 2.0, float("nan"), float("inf"))] == \
         [0.00001234, 1234.5678, 2, None, None]
+
+
+# -- complete pairs: comparisons on the sessions where every config completed ----------------------------------
+
+
+def ended(rows: list[tuple[str, str, int, str]]) -> pd.DataFrame:
+    """Cells from (session, config, repeat, termination); the billed tokens count the rows."""
+    return pd.DataFrame([{"session_id": s, "config": c, "repeat": r, "termination": t, "billed_input_tokens": i}
+                         for i, (s, c, r, t) in enumerate(rows)])
+
+
+OK, OVERFLOW, FAILED = "completed", "context_overflow", "compaction_failed"
+
+
+@pytest.mark.parametrize(("rows", "sessions", "left_out", "rankable", "scope"), [
+    # every config completed every session: nothing left out, nothing to say
+    ([("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s2", "b", 0, OK)],
+     2, {"a": {}, "b": {}}, ("a", "b"), "on 2 of 2 sessions where every config completed"),
+    # b stopped on s2 in one of its two repeats: the whole session is left out
+    ([("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s2", "b", 0, OK), ("s2", "b", 1, OVERFLOW)],
+     1, {"a": {}, "b": {OVERFLOW: 1}}, ("a",), "on 1 of 2 sessions where every config completed"),
+    # b has no cell of s2 (a failed cell); a stopped on s3 in another way
+    ([("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s3", "a", 0, FAILED), ("s3", "b", 0, OK)],
+     1, {"a": {FAILED: 1}, "b": {NO_RESULT: 1}}, (), "on 1 of 3 sessions where every config completed"),
+    # no session where both completed: every session is compared, and the note says so
+    ([("s1", "a", 0, OK), ("s1", "b", 0, OVERFLOW), ("s2", "a", 0, OVERFLOW), ("s2", "b", 0, OVERFLOW)],
+     0, {"a": {OVERFLOW: 1}, "b": {OVERFLOW: 2}}, ("a",),
+     "on all 2 sessions: none where every config completed, replays that stopped early included"),
+])
+def test_complete_pairs_keeps_the_sessions_every_config_completed(rows, sessions, left_out, rankable, scope):
+    frame = ended(rows)
+    pairs = complete_pairs(frame)
+    assert (pairs.sessions, pairs.left_out, pairs.rankable, pairs.scope) == (sessions, left_out, rankable, scope)
+    kept = frame[pairs.in_complete_pairs]
+    assert set(kept["session_id"]) == set(pairs.complete_units)
+    assert len(pairs.results) == (len(kept) if sessions else len(frame))  # none complete: every row compared
+    assert (pairs.note is None) == (not any(left_out.values()))
+
+
+def test_the_note_counts_each_config_and_how_its_sessions_ended():
+    frame = ended([(f"s{i}", "window-20", 0, OK if i < 7 else OVERFLOW) for i in range(12)]
+                  + [(f"s{i}", "window-40", 0, OK if i < 3 else OVERFLOW if i < 10 else FAILED) for i in range(12)])
+    assert complete_pairs(frame).note == (
+        "Compared on 3 of 12 sessions where every config completed; left out: window-20 5 (context_overflow), "
+        f"window-40 9 (context_overflow 7, compaction_failed 2). {STOPPED_EARLY}")
+    assert complete_pairs(frame, complete_only=False).note.startswith(
+        "Compared on all 12 sessions, replays that stopped early included; stopped early: window-20 5")
+    assert complete_pairs(frame, ["window-20"]).note.startswith("Compared on 7 of 12 sessions")  # the configs asked
+    assert complete_pairs(frame.drop(columns="termination")).note is None  # ad-hoc frames: every cell counts
+
+
+@pytest.fixture
+def early_run(early_stop_db):
+    db, spec = early_stop_db
+    return db, spec, run_experiment(spec, db=str(db))
+
+
+def test_a_run_with_early_stops_is_compared_on_its_complete_sessions(early_run, tmp_path):
+    """`raw` overflows on the two long sessions: over every session it bills less than `clear`, which
+    completed them; the leaderboard, compare and the exports take the short session both completed."""
+    from workbench.experiments import charts
+
+    db, _, run = early_run
+    frame = run.results
+    every = charts.leaderboard(frame, complete_only=False)
+    assert every.loc["raw", "billed_input_tokens"] < every.loc["clear", "billed_input_tokens"]  # looks cheap
+    pairs = complete_pairs(frame)
+    assert (pairs.sessions, pairs.total, pairs.left_out, pairs.rankable) == \
+        (1, 3, {"clear": {}, "raw": {OVERFLOW: 2}}, ("clear",))
+    board = charts.leaderboard(frame)
+    short = frame[frame["calls"] == frame["calls"].min()]
+    assert list(board["billed_input_tokens"]) == list(short["billed_input_tokens"])
+    result = compare(run.id, db=str(db))
+    assert (result.sessions, result.metric("billed_input_tokens").pairs) == (1, 1)
+    assert result.stopped_note.startswith("Compared on 1 of 3 sessions where both sides completed; left out: raw 2 "
+                                          "(context_overflow).")
+    assert compare(run.id, db=str(db), complete_only=False).metric("billed_input_tokens").pairs == 3
+    cells = pd.read_csv(export(run.id, "csv", tmp_path / "r.csv", db=str(db)))
+    assert len(cells) == 6 and cells.columns[list(cells.columns).index("termination") + 1] == "in_complete_pairs"
+    assert sorted(cells.loc[cells["in_complete_pairs"], "config"]) == ["clear", "raw"]
+    assert pd.read_parquet(export(run.id, "parquet", tmp_path / "r.parquet", db=str(db)))["in_complete_pairs"].sum() \
+        == 2
+    calls = pd.read_csv(export(run.id, "csv", tmp_path / "calls.csv", db=str(db), level="calls"))
+    assert calls["in_complete_pairs"].sum() == short["calls"].sum()
+    document = json.loads(export(run.id, "json", tmp_path / "r.json", db=str(db)).read_text())
+    assert document["complete_pairs"]["note"] == pairs.note
+    assert [row["in_complete_pairs"] for row in document["results"]].count(True) == 2
+    for complete_only in (True, False):
+        report = export(run.id, "html", tmp_path / "r.html", db=str(db), complete_only=complete_only).read_text()
+        assert complete_pairs(frame, complete_only=complete_only).note in report
+        raw_row = report[report.index('<td class="text">raw</td>'):].split("</tr>")[0]
+        assert 'class="best"' not in raw_row  # fewer sessions completed: never the best mark
+
+
+def test_regress_compares_on_the_complete_sessions_and_fails_when_fewer_complete(early_stop_db):
+    db, spec = early_stop_db
+    report = regress(spec, db=str(db), update=True)
+    baseline = json.loads(report.baseline_path.read_text())
+    assert baseline["complete_pairs"]["early"]["sessions"] == 1
+    assert baseline["complete_pairs"]["early"]["left_out"] == {"raw": {OVERFLOW: 2}}
+    billed = {config: values["early"]["billed_input_tokens"] for config, values in baseline["metrics"].items()}
+    assert billed["raw"] == billed["clear"]  # the short session, which neither compacts
+    checked = regress(spec, db=str(db))
+    assert checked.ok and any("Compared on 1 of 3 sessions" in line for line in checked.notes)
+    baseline["complete_pairs"]["early"]["sessions"] = 2  # as if raw had completed one more session before
+    report.baseline_path.write_text(json.dumps(baseline))
+    worse = regress(spec, db=str(db))
+    assert not worse.ok and worse.problems == [
+        "early: every config completed 1 of 3 sessions, 2 in the baseline, so a config now stops early where it "
+        "completed (the means cover fewer sessions)"]

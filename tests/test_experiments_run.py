@@ -553,3 +553,91 @@ def test_a_users_metric_holding_nan_anywhere_is_stored_with_nulls(grid_db):
                                                      [run.id]).fetchall()]
     con.close()
     assert stored and all(d["gap_scores"] == {"first": None, "all": [None, 2.0]} for d in stored)
+
+
+# -- configs that never change a context ------------------------------------------------------------
+
+NOOP_SPEC = {"name": "noop-grid", "dataset": "chats", "defaults": {"context_limit": 20000, "max_output": 500},
+             "config": [
+                 {"name": "mask", "trigger": {"kind": "pressure", "turns": 1},
+                  "strategy": {"kind": "observation_masking", "keep_recent": 2}},
+                 {"name": "window", "trigger": {"kind": "pressure", "turns": 1},
+                  "strategy": {"kind": "sliding_window", "window": 2}},
+                 {"name": "never", "trigger": {"kind": "token_threshold", "threshold": 0},
+                  "strategy": {"kind": "observation_masking"}}]}
+
+
+@pytest.fixture
+def chats_db(tmp_path):
+    """Two sessions (dataset `chats`) without a tool result or an observation: nothing to mask."""
+    from builders import assistant, system, user
+
+    from workbench.session import Session
+
+    def chat(turns):
+        messages = [system(), user(f"Plan the migration of service {turns}")]
+        for i in range(turns):
+            messages += [assistant(f"thought {i}: " + "weighing the schema " * 15), user(f"go on with part {i}")]
+        return Session.from_messages(messages, dataset="chats")
+
+    db = tmp_path / "chats.duckdb"
+    with Store(str(db)) as store:
+        store.import_sessions([chat(8), chat(11)], dataset="chats")
+    return db
+
+
+def test_a_config_that_never_changes_a_context_says_so_once_naming_config_kind_and_dataset(chats_db, recwarn,
+                                                                                          tmp_path):
+    from workbench.errors import NoopCompactionsWarning
+    from workbench.experiments import export
+
+    run = run_experiment(NOOP_SPEC, db=str(chats_db))
+    said = [str(w.message) for w in recwarn.list if issubclass(w.category, NoopCompactionsWarning)]
+    assert len(said) == 1, said  # the window changes contexts; `never` never fired
+    assert said[0].startswith("'mask' (observation_masking) found nothing to change in 2 sessions of dataset 'chats'")
+    frame = run.results.set_index("config")
+    assert (frame.loc["mask", "compactions"] == 0).all() and (frame.loc["mask", "noop_compactions"] > 0).all()
+    assert f"fired {int(frame.loc['mask', 'noop_compactions'].sum()):,} times" in said[0]
+    assert (frame.loc["window", "compactions"] > 0).all()
+    assert (frame.loc["never", "noop_compactions"] == 0).all()
+    con = duckdb.connect(str(chats_db))
+    stored = con.execute("SELECT config, bool_and(noop), count(*) FROM cell_compactions WHERE run_id = ? "
+                         "GROUP BY config ORDER BY config", [run.id]).fetchall()
+    con.close()
+    assert [(config, everything_noop) for config, everything_noop, _ in stored] == [("mask", True), ("window", False)]
+    assert stored[0][2] == int(frame.loc["mask", "noop_compactions"].sum())
+    export(run.id, "json", tmp_path / "run.json", db=str(chats_db))  # exports carry the flag
+    exported = json.loads((tmp_path / "run.json").read_text())["compactions"]
+    flags: dict[str, set] = {}
+    for event in exported:
+        flags.setdefault(event["config"], set()).add(event["noop"])
+    assert flags["mask"] == {True} and False in flags["window"]
+    with pytest.warns(NoopCompactionsWarning, match="'mask' \\(observation_masking\\)"):
+        run_experiment(NOOP_SPEC, db=str(chats_db))  # a resumed run says it again: its results are the same
+
+
+def test_workbench_run_prints_the_noop_warning_once(chats_db, tmp_path):
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    spec = tmp_path / "noop-grid.toml"
+    spec.write_text(textwrap.dedent("""
+        name = "noop-grid"
+        dataset = "chats"
+        [defaults]
+        context_limit = 20000
+        [[config]]
+        name = "mask"
+        trigger = { kind = "pressure", turns = 1 }
+        strategy = { kind = "observation_masking", keep_recent = 2 }
+    """))
+    text = CliRunner().invoke(main, ["run", str(spec), "--db", str(chats_db)], catch_exceptions=False)
+    assert text.exit_code == 0
+    lines = [line for line in text.stderr.splitlines() if "found nothing to change" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: 'mask' (observation_masking) found nothing to change "
+                                                   "in 2 sessions of dataset 'chats'")
+    data = json.loads(CliRunner().invoke(main, ["run", str(spec), "--db", str(chats_db), "--json"]).stdout)
+    assert len(data["noop_configs"]) == 1 and data["noop_configs"][0] == lines[0].removeprefix("warning: ")
+    quiet = CliRunner().invoke(main, ["run", str(spec), "--db", str(chats_db), "-q"])
+    assert "found nothing" not in quiet.stderr

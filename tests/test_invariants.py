@@ -40,6 +40,7 @@ STRATEGY_SPECS: dict[str, list[dict]] = {
     "pipeline": [{"steps": [{"kind": "tool_result_truncation", "max_chars": 200},
                             {"kind": "sliding_window", "window": 5}]}],
     "handoff": [{}, {"user_tokens": 50}],
+    "step_gate": [{"min_steps": 3}, {"min_steps": 2, "strategy": {"kind": "sliding_window", "window": 2}}],
     "recorded": [{}],  # no session bound: the context is returned unchanged
 }
 
@@ -84,7 +85,7 @@ def check_strategy_invariants(kind: str, strategy, messages: list[Message], seve
     assert not lost, f"{kind} lost pinned message(s): {[m.text[:40] for m in lost]}"
 
     if kind in KEEPS_TASK:
-        task = next((m for m in _body if m.role == "user" and m.origin == "original"), None)
+        task = next((m for m in _body if m.role == "user" and m.origin == "original" and not m.observation), None)
         assert task is None or id(task) in kept, f"{kind} dropped the task (the first user message)"
 
     if kind in DROPPING:

@@ -92,7 +92,7 @@ def _naive(result) -> list[tuple[set[str], set[str], set[str]]]:
     uses = last_use(session)
     out = []
     for index, event in enumerate(result.compactions):
-        if event.failed:
+        if event.failed or event.noop:  # a firing that changed nothing is no compaction
             continue
         before, after = compaction_contexts(result, index)
         after_ids, before_ids = {id(m) for m in after}, {id(m) for m in before}

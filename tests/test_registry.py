@@ -143,7 +143,7 @@ def test_describe_lists_every_family_with_documented_parameters():
     for entry in listing["metric"]:
         assert entry["direction"] in registry.DIRECTIONS and entry["level"] in registry.LEVELS
     names = [e["name"] for e in listing["metric"]]
-    assert names[:3] == ["calls", "compactions", "peak_context_tokens"]
+    assert names[:4] == ["calls", "compactions", "noop_compactions", "peak_context_tokens"]
     assert {"openai", "claude-code", "aider"} <= {e["name"] for e in listing["importer"]}
     assert describe("metric") == {"metric": listing["metric"]}
 
@@ -355,7 +355,7 @@ def test_kinds_are_listed_in_the_same_order_whatever_was_imported_first():
     orders = {subprocess.run([sys.executable, "-c", script.format(first=first)], capture_output=True, text=True,
                              check=True).stdout.strip() for first in ("workbench", "workbench.quality.probes")}
     assert len(orders) == 1, orders
-    assert orders.pop().startswith("calls,compactions,peak_context_tokens")
+    assert orders.pop().startswith("calls,compactions,noop_compactions,peak_context_tokens")
 
 
 def test_the_listing_follows_registration_and_is_the_callers_own():

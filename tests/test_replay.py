@@ -35,8 +35,10 @@ def test_every_assistant_message_is_one_call_and_the_first_is_never_compacted():
     assert [c.message_index for c in result.calls] == [i for i, m in enumerate(session.messages)
                                                       if m.role == "assistant"]
     assert result.calls[0].compacted_before is False
-    assert all(c.compacted_before for c in result.calls[1:])
     assert [e.call_index for e in result.compactions] == list(range(1, len(result.calls)))
+    # a call counts as compacted before only when the firing changed its context (early ones fit the window)
+    assert [c.compacted_before for c in result.calls[1:]] == [not e.noop for e in result.compactions]
+    assert any(e.noop for e in result.compactions) and not all(e.noop for e in result.compactions)
 
 
 def test_context_is_measured_before_the_reply_is_appended():
@@ -51,13 +53,20 @@ def test_context_is_measured_before_the_reply_is_appended():
     assert result.termination == "completed" and result.compactions == []
 
 
-def test_a_firing_that_changes_nothing_still_records_an_event_and_counts_no_progress():
+def test_a_firing_that_changes_nothing_is_recorded_as_a_noop_and_is_no_compaction():
     result = replay(session_of(6), config({"kind": "pressure", "turns": 3}, {"kind": "sliding_window", "window": 100}))
     assert len(result.compactions) == 4
     for event in result.compactions:
         assert (event.messages_before, event.tokens_before) == (event.messages_after, event.tokens_after)
-        assert event.no_progress
-    assert result.metrics["compactions"] == 4
+        assert event.noop and event.no_progress
+    assert result.metrics["compactions"] == 0 and result.metrics["noop_compactions"] == 4
+    assert result.metrics["no_progress_compactions"] == 0 and result.metrics["compression_ratio"] is None
+    assert not any(c.compacted_before for c in result.calls)
+    for previous, call in zip(result.calls, result.calls[1:], strict=False):  # a prompt cache reuses it all
+        assert call.cached_prefix_tokens == previous.context_tokens
+    assert "0 compactions (+4 no-op)" in repr(result)
+    frame = result.to_frame()
+    assert frame["tokens_before_compaction"].isna().all() and frame["summary"].isna().all()
 
 
 def test_stat_threshold_counter_snapshots_space_the_compactions():
@@ -398,7 +407,8 @@ def test_repr_is_short_and_says_what_ran():
     result = replay(session_of(5), config({"kind": "pressure", "turns": 2}, {"kind": "sliding_window", "window": 2}))
     text = repr(result)
     assert text.startswith("<ReplayResult ") and "6 calls" in text and "completed" in text and len(text) < 200
-    assert f"{len(result.compactions)} compaction{'s' * (len(result.compactions) != 1)}," in text
+    assert "3 compactions (+1 no-op)," in text  # the first firing finds the context within the window
+    assert result.metrics["compactions"] == 3 and result.metrics["noop_compactions"] == 1
 
 
 def test_a_notebook_shows_the_main_metrics_why_a_replay_stopped_and_what_summarized():
@@ -940,3 +950,85 @@ def test_the_compactions_frame_of_a_replay_without_compactions_has_the_columns()
     assert {"call_index", "tokens_before", "tokens_after", "summary", "summarizer_calls",
             "summarizer_cost_usd"} <= set(empty.columns)
     assert empty.tokens_before.sum() == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# no-op compactions: a firing whose strategy returns the context unchanged is recorded, not counted
+
+
+def chat_without_observations(turns=12):
+    """A session with no tool result and no observation at all: nothing for masking to mask."""
+    messages = [system(), user("Plan the migration of the billing service")]
+    for i in range(turns):
+        messages += [assistant(f"thought {i}: " + "considering the schema " * 20), user(f"go on with part {i}")]
+    return wb.Session.from_messages(messages)
+
+
+EVERY_CALL = {"kind": "pressure", "turns": 1}
+MASKING = {"kind": "observation_masking", "keep_recent": 2}
+
+
+def test_masking_a_session_without_observations_makes_no_compaction_only_noops():
+    result = replay(chat_without_observations(), config(EVERY_CALL, MASKING, name="mask-every-call"))
+    assert len(result.compactions) == len(result.calls) - 1  # the trigger fired before every call but the first
+    assert all(e.noop and not e.failed for e in result.compactions)
+    assert result.metrics["compactions"] == 0 and result.metrics["noop_compactions"] == len(result.compactions)
+    assert not any(c.compacted_before for c in result.calls)
+    assert result.metrics["billed_input_tokens"] == replay(chat_without_observations(),
+                                                           "no-compaction").metrics["billed_input_tokens"]
+    note = result.noop_note()
+    assert note is not None and "'mask-every-call'" in note and "observation_masking" in note
+    assert "this session" in note and f"fired {len(result.compactions)} times" in note
+
+
+def test_compactions_count_only_the_firings_that_changed_the_context():
+    result = replay(session_of(12, result_chars=400), config(EVERY_CALL, {"kind": "observation_masking",
+                                                                          "keep_recent": 3}))
+    noops = [e for e in result.compactions if e.noop]
+    changed = [e for e in result.compactions if not e.noop]
+    assert noops and changed  # the first firings find no result old enough to mask, the later ones mask one
+    assert result.metrics["compactions"] == len(changed) and result.metrics["noop_compactions"] == len(noops)
+    assert all(e.tokens_after < e.tokens_before for e in changed)
+    assert sum(c.compacted_before for c in result.calls) == len(changed)
+    ratios = [e.tokens_before / e.tokens_after for e in changed]
+    assert result.metrics["compression_ratio"] == pytest.approx(sum(ratios) / len(ratios))
+    per_event = [row["compression_ratio"] for row in result.compaction_metrics]
+    assert [r is None for r in per_event] == [e.noop for e in result.compactions]
+    assert result.noop_note() is None
+
+
+def test_quality_metrics_read_only_the_compactions_that_changed_the_context():
+    from workbench.quality.trace import applied_events
+
+    result = replay(session_of(12, result_chars=400), config(EVERY_CALL, {"kind": "observation_masking",
+                                                                          "keep_recent": 3}))
+    assert applied_events(result) == [i for i, e in enumerate(result.compactions) if not e.noop]
+    assert all(row["fact_retention"] is None for row, e in zip(result.compaction_metrics, result.compactions,
+                                                               strict=True) if e.noop)
+
+
+@dataclass(frozen=True)
+class _Rebuilds:
+    """Returns the context as new messages built from the old ones, `change`d."""
+
+    change: ClassVar[dict] = {}
+
+    def compact(self, context, env):
+        return [m.replace(**self.change) if m.role == "tool" else m for m in context.messages]
+
+
+@pytest.mark.parametrize(("change", "noop"), [
+    ({}, True),  # equal messages, other objects: the same context
+    ({"content": "[hidden]"}, False),
+    ({"origin": "compacted_modified"}, False),  # the text is the same, the message is not
+    ({"importance": 5.0}, False),
+], ids=["copies", "content", "origin", "importance"])
+def test_a_noop_is_the_same_messages_in_the_same_order(change, noop):
+    name = f"rebuilds_{'_'.join(change) or 'nothing'}_noop_test"
+    wb.register_strategy(name)(type(name, (_Rebuilds,), {"change": change}))
+    try:
+        result = replay(session_of(4), config({"kind": "pressure", "turns": 3}, {"kind": name}))
+    finally:
+        wb.registry.unregister("strategy", name)
+    assert [e.noop for e in result.compactions] == [noop] * len(result.compactions) and result.compactions
+    assert result.metrics["noop_compactions"] == (len(result.compactions) if noop else 0)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import tomllib
 from pathlib import Path
 
 import pytest
@@ -11,6 +12,9 @@ from workbench.experiments import load_experiment, regress, run_experiment
 
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 SHIPPED = sorted(EXPERIMENTS.glob("*.toml"))
+#: The specs over the bundled samples; the others name a corpus (their baselines are checked on it).
+ON_SAMPLES = [p for p in SHIPPED if load_experiment(p).datasets == ("samples",)]
+CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "mini-swe-agent-gemini3"
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +37,7 @@ def test_reference_designs_has_one_config_per_design_plus_recorded_and_masking()
                      "ptc-runner-trim"]
 
 
-@pytest.mark.parametrize("spec", SHIPPED, ids=lambda p: p.stem)
+@pytest.mark.parametrize("spec", ON_SAMPLES, ids=lambda p: p.stem)
 def test_shipped_experiment_passes_its_baseline(spec, samples_db):
     report = regress(spec, db=samples_db)
     assert report.ok, report.text()
@@ -45,3 +49,70 @@ def test_a_second_run_of_reference_designs_reuses_every_cell(samples_db):
     run = run_experiment(spec, db=samples_db)
     assert run.progress.cells_reused == run.progress.cells_total == 108
     assert run.progress.model_calls == 0
+
+
+COMPLETED_SHARE = 0.9
+
+
+@pytest.mark.parametrize("spec", SHIPPED, ids=lambda p: p.stem)
+def test_every_config_of_a_shipped_spec_completes_on_the_samples(spec, samples_db):
+    """At its stated window, on a fresh `workbench init`: a config that stops early on the samples
+    would rank on fewer calls. A spec written for another dataset (a corpus) runs on the samples."""
+    raw = tomllib.loads(spec.read_text(encoding="utf-8"))
+    raw.pop("datasets", None)
+    raw["dataset"] = "samples"
+    results = run_experiment(raw, db=samples_db).results
+    completed = results.groupby("config")["termination"].apply(lambda t: (t == "completed").mean())
+    assert len(completed) == len(load_experiment(raw).configs)
+    assert (completed >= COMPLETED_SHARE).all(), completed[completed < COMPLETED_SHARE].to_dict()
+
+
+def test_the_samples_record_compactions_that_as_recorded_replays(samples_db):
+    results = run_experiment(EXPERIMENTS / "reference-designs.toml", db=samples_db).results
+    by_config = results.groupby("config")["compactions"].apply(lambda c: int((c > 0).sum()))
+    assert by_config["as-recorded"] >= 6
+    assert by_config["no-compaction"] == 0
+
+
+@pytest.fixture(scope="module")
+def corpus_db(tmp_path_factory) -> str:
+    if not CORPUS.is_dir():
+        pytest.skip("../shared/corpora is not present")
+    from workbench.store import Store
+
+    path = str(tmp_path_factory.mktemp("corpus") / "corpus.duckdb")
+    with Store(path) as store:
+        store.import_paths([str(CORPUS / "trajs")], dataset="swe-gemini3",
+                           outcomes=str(CORPUS / "results_summary.csv"))
+    return path
+
+
+def _readme_reductions() -> dict[str, tuple[str, str]]:
+    """The README's measured Complexity Trap table: policy -> (input reduction, cost reduction)."""
+    readme = (EXPERIMENTS.parent / "README.md").read_text(encoding="utf-8")
+    table = readme[readme.index("| policy | input tokens / session |"):].split("\n\n")[0]
+    rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
+    return {row[0].lower().replace(" ", "-"): (row[2], row[4]) for row in rows}
+
+
+@pytest.mark.shared
+def test_the_complexity_trap_on_the_corpus_prints_the_readme_table_and_passes_its_baseline(corpus_db):
+    """`workbench run experiments/complexity-trap.toml` on the corpus gives the reductions the README shows."""
+    import json
+
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    out = CliRunner().invoke(main, ["run", str(EXPERIMENTS / "complexity-trap.toml"), "--db", corpus_db, "--json"])
+    assert out.exit_code == 0, out.output
+    measured = {r["config"]: r for r in json.loads(out.stdout)["reductions"] if r["group"] == "all"}
+    expected = _readme_reductions()
+    assert set(expected) == {"raw-agent", "observation-masking", "llm-summary", "hybrid"} == set(measured)
+    for config, (input_reduction, cost_reduction) in expected.items():
+        if config == "raw-agent":
+            continue
+        assert f"{100 * measured[config]['input_reduction']:.1f} %" == input_reduction, config
+        assert f"{100 * measured[config]['cost_reduction']:.1f} %" == cost_reduction, config
+    report = regress(EXPERIMENTS / "complexity-trap.toml", db=corpus_db)
+    assert report.ok, report.text()

@@ -333,6 +333,24 @@ def test_token_counts_round_trip_primes_the_cache(db_path):
         assert all("cl100k_base" not in m._token_cache for m in loaded.messages)
 
 
+def test_migration_0006_flags_no_op_compactions_and_leaves_older_rows_unknown(tmp_path):
+    path = str(tmp_path / "old.duckdb")
+    con = duckdb.connect(path)
+    con.execute("CREATE TABLE schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP "
+                "DEFAULT current_timestamp)")
+    for name, sql in db.MIGRATIONS[:[name for name, _ in db.MIGRATIONS].index("0006_compaction_noop")]:
+        con.execute(sql)
+        con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [name])
+    con.execute("INSERT INTO cell_compactions (run_id, session_id, config, repeat, event_index, call_index) "
+                "VALUES ('r', 's', 'c', 0, 0, 3)")
+    con.close()
+    upgraded = db.connect(path)
+    try:
+        assert upgraded.execute("SELECT call_index, noop FROM cell_compactions").fetchall() == [(3, None)]
+    finally:
+        upgraded.close()
+
+
 def test_migrations_are_recorded(db_path):
     with Store(db_path) as store:
         names = [r[0] for r in store.connection.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]

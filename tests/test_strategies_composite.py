@@ -353,3 +353,36 @@ def test_a_stray_tool_result_keeps_its_call_and_what_parts_them():
 ])
 def test_may_summarize_says_which_configs_call_the_summarizer(spec, summarizes):
     assert may_summarize(build_strategy(spec)) is summarizes
+
+
+# ------------------------------------------------------------------------------------------------
+# step_gate: run a strategy only once the context is long enough
+
+
+@pytest.mark.parametrize("steps, min_steps, ran", [(3, 6, False), (4, 6, True), (10, 6, True), (0, 2, True)])
+def test_step_gate_runs_its_strategy_only_from_min_steps(steps, min_steps, ran):
+    """Context steps count as the `context_steps` gauge does: system, the task, then each turn."""
+    messages = [system(), user("the task"), *agent_turns(steps)]
+    gate = build_strategy({"kind": "step_gate", "min_steps": min_steps,
+                           "strategy": {"kind": "_test_append_marker", "label": "ran"}})
+    result = gate.compact(Context(messages), CompactionEnv())
+    assert (result[-1].text == "ran") is ran
+    if not ran:
+        assert all(a is b for a, b in zip(result, messages, strict=True))
+    assert may_summarize(build_strategy({"kind": "step_gate", "strategy": {"kind": "observation_masking"}})) is False
+    assert may_summarize(build_strategy({"kind": "step_gate"})) is True
+
+
+def test_step_gate_in_a_pipeline_summarizes_at_its_own_pace():
+    """The Complexity Trap's hybrid: masking at every firing, a summary only from 8 context steps."""
+    spec = {"kind": "pipeline", "steps": [
+        {"kind": "step_gate", "min_steps": 8, "strategy": {"kind": "summarize_progressive", "keep_recent": 2}},
+        {"kind": "observation_masking", "keep_recent": 2}]}
+    pipeline = build_strategy(spec)
+    short = [system(), user("the task"), *agent_turns(4)]
+    env = CompactionEnv(summarizer=ScriptedSummarizer())
+    assert not any(m.origin == "compacted_synthetic" for m in pipeline.compact(Context(short), env))
+    long = [system(), user("the task"), *agent_turns(7)]
+    result = pipeline.compact(Context(long), env)
+    assert sum(m.origin == "compacted_synthetic" for m in result) == 1
+    assert tool_pairing_problems(result) == []

@@ -296,3 +296,43 @@ def test_the_derived_memo_does_not_keep_messages_alive():
 def test_truncation_spares_a_lone_pinned_step():
     messages = [assistant("reading", calls=(("c", "read_file"),), importance=10), tool("c", "x" * 5000)]
     assert changed(messages, run({"kind": "tool_result_truncation", "max_chars": 100}, messages)) == []
+
+
+# ------------------------------------------------------------------------------------------------
+# observations of text-action agents: user turns showing a command's output (DESIGN §4)
+
+def text_step(i: int, chars: int = 300) -> list[Message]:
+    return [assistant(f"```bash\nrun {i}\n```"), user((f"<output {i}> " + "o" * chars)[:chars], observation=True)]
+
+
+@pytest.mark.parametrize("spec, changed_at, how", [
+    ({"kind": "observation_masking", "keep_recent": 2}, [3, 5], "masked"),
+    ({"kind": "clear_tool_uses", "keep": 2}, [3, 5], "cleared"),
+    ({"kind": "clear_tool_uses", "keep": 2, "exclude_tools": ["command"]}, [], None),
+    ({"kind": "tool_result_truncation", "max_chars": 100}, [3, 5, 7, 9], "truncated"),
+], ids=lambda value: value["kind"] if isinstance(value, dict) else None)
+def test_tool_kinds_act_on_user_observations(spec, changed_at, how):
+    messages = session(*(text_step(i) for i in range(4)))
+    result = run(spec, messages)
+    assert changed(messages, result) == changed_at
+    for index in changed_at:
+        assert result[index].role == "user" and result[index].observation
+        assert result[index].metadata["compaction"] == how and result[index].origin == "compacted_modified"
+    assert all(result[i] is messages[i] for i in range(len(messages)) if messages[i].role != "user"
+               or not messages[i].observation), "the actions and the task stay as they are"
+
+
+def test_a_text_action_is_one_tool_use_beside_tool_calls():
+    messages = session(text_step(0), step(1, tools=("read_file", "grep")), text_step(2))
+    result = run({"kind": "clear_tool_uses", "keep": 3}, messages)
+    assert changed(messages, result) == [3], "only the oldest use (the text action) is cleared"
+    assert "command" in run({"kind": "observation_masking", "keep_recent": 0,
+                             "placeholder": "[{tool} output hidden]"}, messages)[3].text
+
+
+def test_the_guard_counts_an_oversized_user_observation():
+    messages = session(text_step(0, chars=6000))
+    guard = build_strategy({"kind": "guard_select", "oversized_chars": 4000})
+    assert guard.select(Context(messages), CompactionEnv())[0] == "oversized"
+    result = guard.compact(Context(messages), CompactionEnv())
+    assert result[3].metadata.get("compaction") == "truncated"

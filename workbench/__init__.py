@@ -13,6 +13,7 @@ from workbench.errors import (
                               ConfigError,
                               FormatError,
                               InvariantError,
+                              NoopCompactionsWarning,
                               SessionFilterError,
                               StoreError,
                               SummarizerError,
@@ -57,7 +58,7 @@ __all__ = [
     "parse_config", "register_strategy", "register_trigger", "replay", "spec_of",
     "RecordedCompaction", "iter_sessions", "recorded_input_tokens", "session", "sessions",
     "StrategySpec", "TriggerSpec", "describe", "kinds", "param", "register_importer", "register_metric",
-    "SessionFilterError", "preset", "presets",
+    "SessionFilterError", "preset", "presets", "NoopCompactionsWarning",
 ]
 
 # Experiments load on first use (they bring pandas and numpy): `wb.run_experiment`, `wb.results`, ...

@@ -226,6 +226,20 @@ class Context:
         """The body grouped into steps."""
         return group_steps(self.body)
 
+    @property
+    def observations(self) -> list[int]:
+        """The indices (into `messages`) of the observations: tool results and the user turns that
+        show a text-action agent its command's output (`Message.is_observation`). A kind that acts
+        on tool results acts on these, whatever their role."""
+        return [index for index, message in enumerate(self.messages) if message.is_observation]
+
+
+#: The simulated window when none is given: the one default of the library, the CLI and the app
+#: (`workbench.config` re-exports it; every caller imports it from there or here, none restates it).
+DEFAULT_CONTEXT_LIMIT = 128_000
+#: The tokens kept free for the reply when none is given.
+DEFAULT_MAX_OUTPUT = 4096
+
 
 @dataclass
 class CompactionEnv:
@@ -237,8 +251,8 @@ class CompactionEnv:
     """
 
     tokenizer: Tokenizer = field(default_factory=lambda: resolve("heuristic"))
-    context_limit: int = 128_000
-    max_output: int = 4096
+    context_limit: int = DEFAULT_CONTEXT_LIMIT
+    max_output: int = DEFAULT_MAX_OUTPUT
     summarizer: Summarizer | None = None
     severity: str | None = None
     call_index: int = 0

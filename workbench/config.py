@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from workbench.calibration import CALIBRATIONS
+from workbench.compaction import DEFAULT_CONTEXT_LIMIT, DEFAULT_MAX_OUTPUT
 from workbench.errors import ConfigError, did_you_mean, folder_given, missing_file
-from workbench.presets import preset, presets
+from workbench.presets import fit_to_window, preset, presets
 from workbench.registry import StrategySpec, TriggerSpec, fresh, param, spec_of, validate
 from workbench.tokens import get_tokenizer
 
@@ -54,8 +55,8 @@ class ReplayConfig:
     strategy: StrategySpec = param(doc="how to compact: a strategy spec")
     name: str = param("", doc="label of the config (default: trigger+strategy)")
     tokenizer: str = param("heuristic", doc="heuristic, a tiktoken encoding, or litellm:<model>")
-    context_limit: int = param(128_000, doc="the simulated context window, in tokens", min=1)
-    max_output: int = param(4096, doc="tokens kept free for the reply", min=0)
+    context_limit: int = param(DEFAULT_CONTEXT_LIMIT, doc="the simulated context window, in tokens", min=1)
+    max_output: int = param(DEFAULT_MAX_OUTPUT, doc="tokens kept free for the reply", min=0)
     summarizer: str = param(DEFAULT_SUMMARIZER, doc="the model strategies summarize with (a LiteLLM model)")
     summarizer_options: Mapping[str, Any] = param({}, doc="LiteLLM options for the summarizer")
     on_failure: str = param("fatal", doc="what a failed compaction does", choices=ON_FAILURE)
@@ -68,6 +69,8 @@ class ReplayConfig:
                                                   "design decides)")
     evaluator: str | None = param(None, doc="the model answering probes and judging (model metrics); none: off")
     evaluator_options: Mapping[str, Any] = param({}, doc="LiteLLM options for the evaluator")
+    notes: tuple[str, ...] = param((), doc="what resolving the config changed in it, and why (a preset threshold "
+                                           "scaled to the window: workbench.presets.fit_to_window)")
     built_trigger: Any = field(init=False, repr=False, compare=False)
     built_strategy: Any = field(init=False, repr=False, compare=False)
 
@@ -106,8 +109,8 @@ class ReplayConfig:
     def to_dict(self, *, redact: bool = True) -> dict[str, Any]:
         """The full spec; secrets in the model options are left out unless `redact=False`.
 
-        `overflow_retry` and `evaluator` appear only when set, so configs written before they
-        existed keep the same stored spec.
+        `overflow_retry`, `evaluator` and `notes` appear only when set, so configs written before
+        they existed keep the same stored spec.
         """
         def options(table: Mapping[str, Any]) -> dict[str, Any]:
             return {k: v for k, v in table.items() if not (redact and k in SECRET_OPTION_KEYS)}
@@ -124,6 +127,8 @@ class ReplayConfig:
         if self.evaluator is not None:
             out["evaluator"] = self.evaluator
             out["evaluator_options"] = options(self.evaluator_options)
+        if self.notes:
+            out["notes"] = list(self.notes)
         return out
 
 
@@ -150,13 +155,20 @@ def merge_config(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[s
 
 def with_preset(spec: Mapping[str, Any]) -> dict[str, Any]:
     """A config table with its `preset = "NAME"` key (if any) replaced by that preset, the table's
-    own keys on top (`merge_config`); its name defaults to the preset's."""
+    own keys on top (`merge_config`); its name defaults to the preset's. A preset threshold that
+    cannot fire in the table's window is scaled to it, with a note (`presets.fit_to_window`)."""
     if "preset" not in spec:
         return dict(spec)
     name = spec["preset"]
     if not isinstance(name, str):
         raise ConfigError(f"'preset' must be a preset name, not {name!r}")
-    return merge_config(preset(name), {k: v for k, v in spec.items() if k != "preset"})
+    own = {k: v for k, v in spec.items() if k != "preset"}
+    return fit_to_window(name, merge_config(preset(name), own), chosen=trigger_keys(own))
+
+
+def trigger_keys(*tables: Mapping[str, Any]) -> set[str]:
+    """The trigger parameters `tables` set themselves (a preset's are theirs only when none is)."""
+    return {key for table in tables if isinstance(table.get("trigger"), Mapping) for key in table["trigger"]}
 
 
 def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayConfig:

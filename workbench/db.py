@@ -203,6 +203,16 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
                count(value) AS n
         FROM cell_metrics WHERE value IS NOT NULL GROUP BY ALL;
 """),
+    # Which user messages are observations (a text-action agent's command output; tool results are by
+    # role). NULL on rows stored before: the store derives them again (`Store.derive_observations`).
+    ("0005_message_observations", """
+    ALTER TABLE messages ADD COLUMN observation BOOLEAN;
+"""),
+    # Whether a compaction event left the context unchanged (a no-op firing: not counted in `compactions`).
+    # NULL on rows stored before, which did not tell.
+    ("0006_compaction_noop", """
+    ALTER TABLE cell_compactions ADD COLUMN noop BOOLEAN;
+"""),
 )
 
 

@@ -116,3 +116,15 @@ class SessionFilterError(ConfigError, StoreError):
     The message quotes the condition, says why (DuckDB's reason, without the query the store built
     around it) and lists the columns a condition may use.
     """
+
+
+class NoopCompactionsWarning(UserWarning):
+    """A config's trigger fired but its strategy never changed a context (e.g. observation masking on
+    sessions without observations): its rows equal no compaction at all, for a reason worth knowing.
+    The message names the config, its strategy kind, how many sessions and the dataset."""
+
+
+class NothingRecordedWarning(NoopCompactionsWarning):
+    """A config replaying the agent's own compactions (`as-recorded`) ran on sessions that recorded
+    none: there its rows repeat no-compaction. The message names the config, the dataset and how
+    many of its sessions have nothing recorded (`workbench.recorded.nothing_recorded_note`)."""

@@ -3,9 +3,10 @@
 Each metric reads a finished `ReplayResult` (its calls, compaction events and config) and declares
 which way is better, its unit and its level; `registry.evaluate_metrics` computes them for
 `ReplayResult.metrics`, next to the quality metrics of `workbench.quality` and any plugin's.
-A "compaction" here is an event that did not fail (a failed one under `on_failure = "fatal"`
-ends the replay). The per-call metrics read the result's call columns (`replay.call_column`), never
-building a record per call.
+A "compaction" here is an event that changed the context (`replay.changed_compactions`): a failed
+one (under `on_failure = "fatal"` it ends the replay) and a no-op (the strategy returned the context
+it was given) are not; `noop_compactions` counts the no-ops apart. The per-call metrics read the
+result's call columns (`replay.call_column`), never building a record per call.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.registry import kinds, register_metric
-from workbench.replay import call_column
+from workbench.replay import call_column, changed_compactions
 
 if TYPE_CHECKING:
     from workbench.replay import CompactionEvent, ReplayResult
@@ -26,7 +27,7 @@ def _column(result: ReplayResult, name: str) -> Sequence[Any]:
 
 
 def _done(result: ReplayResult) -> list[CompactionEvent]:
-    return [e for e in result.compactions if not e.failed]
+    return changed_compactions(result.compactions)
 
 
 def _usage_total(result: ReplayResult, key: str) -> int:
@@ -63,10 +64,20 @@ class Calls(_CostMetric):
 @register_metric("compactions", direction="none", unit="compactions", level="run")
 @dataclass(frozen=True)
 class Compactions(_CostMetric):
-    """Compactions performed (strategy runs that did not fail)."""
+    """Compactions that changed the context (strategy runs that neither failed nor were no-ops)."""
 
     def compute(self, result: ReplayResult) -> int:
         return len(_done(result))
+
+
+@register_metric("noop_compactions", direction="none", unit="compactions", level="run")
+@dataclass(frozen=True)
+class NoopCompactions(_CostMetric):
+    """Trigger firings whose strategy returned the context unchanged (nothing to mask, clear or drop):
+    not counted in `compactions`. Neutral: a trigger that fires often may cost nothing more."""
+
+    def compute(self, result: ReplayResult) -> int:
+        return sum(1 for e in result.compactions if e.noop)
 
 
 @register_metric("peak_context_tokens", direction="lower", unit="tokens", level="run")
@@ -163,8 +174,8 @@ class CompressionRatio(_CostMetric):
         return sum(ratios) / len(ratios) if ratios else None
 
     def per_compaction(self, result: ReplayResult) -> list[dict[str, Any]]:
-        return [{"compression_ratio": e.tokens_before / e.tokens_after if not e.failed and e.tokens_after > 0
-                 else None} for e in result.compactions]
+        return [{"compression_ratio": e.tokens_before / e.tokens_after
+                 if not e.failed and not e.noop and e.tokens_after > 0 else None} for e in result.compactions]
 
 
 @register_metric("no_progress_compactions", direction="lower", unit="compactions", level="run")
@@ -201,6 +212,6 @@ def direction(name: str) -> str:
 
 
 __all__ = ["BilledInputTokens", "CacheAwareInputTokens", "CachedInputTokens", "Calls", "Compactions",
-           "CompressionRatio", "CostUsd", "Fallbacks", "NoProgressCompactions", "PeakContextTokens",
+           "CompressionRatio", "CostUsd", "Fallbacks", "NoProgressCompactions", "NoopCompactions", "PeakContextTokens",
            "SummarizerCalls", "SummarizerInputTokens", "SummarizerOutputTokens", "SummarizerTruncated", "Termination",
            "direction"]

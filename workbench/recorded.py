@@ -17,6 +17,8 @@ agent did not compact (e.g. when paired with another trigger).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -69,18 +71,21 @@ class RecordedSummary:
 
     summarizes: ClassVar[bool] = False
 
-    _by_call: dict[int, tuple[RecordedCompaction, Message | None]] = field(
+    # A config's strategy is shared by the replays of an experiment's threads: the session bound is
+    # kept per thread (a replay binds and compacts in one thread), so replays never read another's.
+    _by_thread: dict[int, dict[int, tuple[RecordedCompaction, Message | None]]] = field(
         default_factory=dict, init=False, repr=False, compare=False)
 
     def bind_session(self, session: Session) -> None:
-        self._by_call.clear()
         messages = session.messages
+        by_call = {}
         for record in recorded_compactions(session):
             boundary = messages[record.message_index] if 0 <= record.message_index < len(messages) else None
-            self._by_call[record.call_index] = (record, boundary)
+            by_call[record.call_index] = (record, boundary)
+        self._by_thread[threading.get_ident()] = by_call
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        found = self._by_call.get(env.call_index)
+        found = self._by_thread.get(threading.get_ident(), {}).get(env.call_index)
         if found is None:
             return list(context.messages)
         record, boundary = found
@@ -91,7 +96,7 @@ class RecordedSummary:
                 if body[index] is boundary:
                     cut = index
                     break
-        while 0 < cut < len(body) and body[cut].role == "tool":
+        while 0 < cut < len(body) and body[cut].is_observation:
             cut -= 1
         pinned = flatten(s for s in group_steps(body[:cut]) if s.pinned)
         summary: list[Message] = []
@@ -102,8 +107,27 @@ class RecordedSummary:
         return [*context.system, *summary, *pinned, *body[cut:]]
 
 
+def uses_recorded(spec: Any) -> bool:
+    """Whether a config spec (a dict, or any table within it) replays the agent's own compactions:
+    a trigger or strategy of kind `recorded`, also inside combinators and pipelines."""
+    if isinstance(spec, Mapping):
+        return spec.get("kind") == "recorded" or any(uses_recorded(value) for value in spec.values())
+    if isinstance(spec, (list, tuple)):
+        return any(uses_recorded(value) for value in spec)
+    return False
+
+
+def nothing_recorded_note(config: str, sessions: int, where: str) -> str:
+    """The warning for a config replaying recorded compactions where none were recorded (`where`:
+    e.g. "of dataset 'samples'" for `sessions` sessions, or "session 1a2b3c" for one): there it never
+    compacts, and its rows repeat no-compaction."""
+    what = f"none of the {sessions} sessions {where} has" if sessions > 1 else f"{where} has no"
+    return (f"{config}: {what} recorded compactions (the agent did not compact, or its format does not record "
+            f"it): it replays the whole history, the same rows as no-compaction")
+
+
 def _summary_metadata(record: RecordedCompaction) -> dict[str, Any]:
     return {"recorded_compaction": True, "trigger": record.trigger, "tokens_before": record.tokens_before}
 
 
-__all__ = ["RecordedSummary", "RecordedTrigger", "recorded_compactions"]
+__all__ = ["RecordedSummary", "RecordedTrigger", "nothing_recorded_note", "recorded_compactions", "uses_recorded"]

@@ -45,7 +45,14 @@ from workbench.compaction import (
     trigger_answer,
     trigger_severity,
 )
-from workbench.config import DEFAULT_SUMMARIZER, ON_FAILURE, ReplayConfig, parse_config
+from workbench.config import (
+    DEFAULT_CONTEXT_LIMIT,
+    DEFAULT_MAX_OUTPUT,
+    DEFAULT_SUMMARIZER,
+    ON_FAILURE,
+    ReplayConfig,
+    parse_config,
+)
 from workbench.errors import CompactionError, ConfigError, InvariantError, SummarizerError
 from workbench.llm.lazy import LazyModel, timer_excluding_startup
 from workbench.registry import evaluate_metrics, lookup
@@ -81,7 +88,10 @@ TERMINATIONS = ("completed", "compaction_failed", "context_overflow")
 
 @dataclass(frozen=True)
 class CallRecord:
-    """One replayed LLM call (0-based `index`; `message_index` is the assistant message in the session)."""
+    """One replayed LLM call (0-based `index`; `message_index` is the assistant message in the session).
+
+    `compacted_before`: a compaction changed the context just before this call (a no-op firing does not).
+    """
 
     index: int
     message_index: int
@@ -95,7 +105,13 @@ class CallRecord:
 
 @dataclass(frozen=True)
 class CompactionEvent:
-    """One firing of the trigger and what the strategy did with it."""
+    """One firing of the trigger and what the strategy did with it.
+
+    `noop`: the strategy returned the context it was given (`unchanged`): the event is kept (the
+    trigger fired and was notified) but it is no compaction: the `compactions` metric, the charts
+    and the compaction lists leave it out, and `noop_compactions` counts it. A failed event is
+    never a no-op.
+    """
 
     call_index: int
     messages_before: int
@@ -111,11 +127,39 @@ class CompactionEvent:
     reactive: bool = False
     severity: str | None = None
     error: str | None = None
+    noop: bool = False
 
     @property
     def failed(self) -> bool:
         """The strategy failed and nothing replaced its result (fatal policy)."""
         return self.error is not None and not self.fell_back
+
+
+def unchanged(before: Sequence[Message], after: Sequence[Message]) -> bool:
+    """Whether a strategy's output is the context it was given: as many messages, and each the
+    message at the same position (the same object, or one equal to it in every field: role,
+    content, tool calls, ids, origin, importance, metadata). Its tokens then agree too."""
+    return len(before) == len(after) and all(a is b or a == b for a, b in zip(before, after, strict=True))
+
+
+def changed_compactions(events: Iterable[CompactionEvent]) -> list[CompactionEvent]:
+    """The events that changed the context: neither failed nor no-ops (what `compactions` counts)."""
+    return [e for e in events if not e.failed and not getattr(e, "noop", False)]
+
+
+def strategy_kind(config: ReplayConfig) -> str:
+    """The kind name of a config's strategy (`pipeline` for a pipeline)."""
+    kind = getattr(getattr(config, "built_strategy", None), "kind", None)
+    if kind is None and isinstance(config.strategy, Mapping):
+        kind = config.strategy.get("kind")
+    return str(kind or "?")
+
+
+def noop_note(config: str, kind: str, firings: int, where: str) -> str:
+    """What to say of a config whose trigger fired `firings` times in `where` ("this session", "500
+    sessions of dataset 'samples'") and whose strategy (`kind`) never changed the context."""
+    return (f"{config!r} ({kind}) found nothing to change in {where}: its trigger fired {firings:,} "
+            f"time{'s' * (firings != 1)} and every compaction left the context as it was")
 
 
 #: A context as it was at some point: the engine's list and its length then (it only grows by appends).
@@ -254,9 +298,11 @@ class ReplayResult:
         return {**self.__dict__, "gateway": None}  # a process's connections and locks stay in it
 
     def __repr__(self) -> str:
-        compactions = len(self.compactions)
+        compactions = len(changed_compactions(self.compactions))
+        noops = sum(1 for e in self.compactions if e.noop)
         return (f"<ReplayResult {self.session_id} {self.config.name!r}: {len(self.calls)} calls, "
-                f"{compactions} compaction{'s' * (compactions != 1)}, {self.termination}>")
+                f"{compactions} compaction{'s' * (compactions != 1)}"
+                f"{f' (+{noops} no-op)' if noops else ''}, {self.termination}>")
 
     def _repr_html_(self) -> str:
         """What a notebook shows: the result's line, why it stopped early (if it did), its main
@@ -295,6 +341,12 @@ class ReplayResult:
                 row.update(extra)
         self.compaction_metrics = rows
         return self
+
+    def noop_note(self) -> str | None:
+        """`noop_note` for this session when the trigger fired and every firing was a no-op, else None."""
+        if not self.compactions or not all(e.noop for e in self.compactions):
+            return None
+        return noop_note(self.config.name, strategy_kind(self.config), len(self.compactions), "this session")
 
     @property
     def summarized(self) -> bool:
@@ -347,23 +399,52 @@ class ReplayResult:
         return ([recorded_input_tokens(messages[i]) for i in call_column(self.calls, "message_index")],
                 [i in recorded for i in call_column(self.calls, "index")])
 
+    def observation_columns(self) -> tuple[list[int | None], list[int | None]]:
+        """Per call: the observations in the context sent (`Message.is_observation`: tool results and
+        a text-action agent's user observations), and how many of them a compaction had replaced
+        (masked, cleared or cut: origin `compacted_modified`); None without the context snapshots
+        (a `detached` result)."""
+        if not self._sent:
+            return [None] * len(self.calls), [None] * len(self.calls)
+        lengths = call_column(self.calls, "context_messages")
+        seen: list[int | None] = []
+        hidden: list[int | None] = []
+        segment_starts = [first for first, _ in self._sent]
+        for segment, (first, context) in enumerate(self._sent):
+            stop = segment_starts[segment + 1] if segment + 1 < len(segment_starts) else len(self.calls)
+            if first >= stop:
+                continue
+            flags = [m.is_observation for m in context[:lengths[stop - 1]]]
+            seen_prefix = list(accumulate(flags, initial=0))
+            hidden_prefix = list(accumulate([f and m.origin == "compacted_modified"
+                                             for f, m in zip(flags, context, strict=False)], initial=0))
+            for call in range(first, stop):
+                seen.append(seen_prefix[lengths[call]])
+                hidden.append(hidden_prefix[lengths[call]])
+        return seen, hidden
+
     def to_frame(self):  # -> pandas.DataFrame
-        """One row per call, with the compaction that preceded it (if any) merged in.
+        """One row per call, with the compaction that preceded it (if any; no-ops left out) merged in.
 
         `recorded_input_tokens` is the input the provider billed for the recorded call (None
-        without usage); `recorded_compaction` says the recorded agent compacted before it.
+        without usage); `recorded_compaction` says the recorded agent compacted before it;
+        `context_observations` counts the observations in the context and `hidden_observations` those
+        a compaction replaced (`observation_columns`).
         """
         import pandas as pd
 
         columns: dict[str, Any] = {name: list(call_column(self.calls, name)) for name in CALL_COLUMNS}
-        by_call = {e.call_index: e for e in self.compactions}
+        by_call = {e.call_index: e for e in self.compactions if not e.noop}
         events = [by_call.get(index) for index in columns["index"]]
         columns["recorded_input_tokens"], columns["recorded_compaction"] = self.recorded_columns()
         columns["tokens_before_compaction"] = [e.tokens_before if e else None for e in events]
         columns["summary"] = [e.summary if e else None for e in events]
+        columns["context_observations"], columns["hidden_observations"] = self.observation_columns()
         frame = pd.DataFrame(columns, columns=[
-            *CALL_COLUMNS, "recorded_input_tokens", "recorded_compaction", "tokens_before_compaction", "summary"])
-        frame["recorded_input_tokens"] = frame["recorded_input_tokens"].astype("Int64")
+            *CALL_COLUMNS, "recorded_input_tokens", "recorded_compaction", "tokens_before_compaction", "summary",
+            "context_observations", "hidden_observations"])
+        for name in ("recorded_input_tokens", "context_observations", "hidden_observations"):
+            frame[name] = frame[name].astype("Int64")
         frame.insert(0, "session_id", self.session_id)
         frame.insert(1, "config", self.config.name)
         return frame
@@ -571,7 +652,7 @@ class _Recording:
         model_keys = [f"input_tokens_for:{(m.get('model') if m else None) or default_model}" for m in metadata]
         prefix = list(accumulate(counts, initial=0))
         return cls(prefix=prefix,
-                   step_prefix=list(accumulate(map("tool".__ne__, roles), initial=0)),
+                   step_prefix=list(accumulate([not m.is_observation for m in messages], initial=0)),
                    assistant_at=assistant_at, ends=[*assistant_at[1:], len(messages)],
                    completion=[counts[i] - MESSAGE_OVERHEAD for i in assistant_at],
                    finish_reasons=[m.get("finish_reason") if m else None for m in metadata],
@@ -715,7 +796,7 @@ class _Replay:
         """The context is now `messages`; `known`: (leading system messages, how the rest groups, its
         tokens counted by `_counted`), when known: then the body's tokens are a sum over its steps."""
         self.context = messages
-        if known is not None and not known[1].strays:  # a step: one message that is no tool result, then results
+        if known is not None and not known[1].strays:  # a step: one message that is no observation, then observations
             leading = known[0]
             self.steps = leading + len(known[1].steps)
             system_tokens = self.fixed_tokens + sum(self._counts(messages[:leading]))
@@ -726,7 +807,7 @@ class _Replay:
             leading = 0
             while leading < len(roles) and roles[leading] == "system":
                 leading += 1
-            self.steps = len(roles) - roles.count("tool")
+            self.steps = len(roles) - sum([m.is_observation for m in messages])
             system_tokens = self.fixed_tokens + sum(counts[:leading])
             self.context_tokens = self.fixed_tokens + sum(counts)
         self.system_tokens = system_tokens
@@ -767,7 +848,7 @@ class _Replay:
             tokens = message_tokens(message, self.tokenizer)
             self.context.append(message)
             self.context_tokens += tokens
-            if message.role != "tool":
+            if not message.is_observation:
                 self.steps += 1
             if self.only_system and message.role == "system":
                 self.system_tokens += tokens
@@ -854,6 +935,7 @@ class _Replay:
                          where=f"{self.strategy.kind} before call {call_index}",
                          pinned_before=None if known_before is None
                          else bool(known_before.pinned) or any(m.pinned for m in context.system))
+        noop = unchanged(before, after)
         counted = None if steps is None else self._counted(steps)
         self._set_context(after, None if counted is None else (leading, counted))
         self.known_steps = None if counted is None else (leading, counted, len(after) - leading)
@@ -865,7 +947,7 @@ class _Replay:
             summary="\n\n".join(env.summaries) if env.summaries else None,
             summarizer_usage=_usage(env.completions), duration_s=elapsed(),
             fell_back=fell_back, no_progress=freed < NO_PROGRESS_FRACTION * tokens_before,
-            breaker_open=self.breaker_open, reactive=view.reactive, severity=env.severity, error=error))
+            breaker_open=self.breaker_open, reactive=view.reactive, severity=env.severity, error=error, noop=noop))
         self.exchanges.append(((before, len(before)), (after, len(after))))
         self.trigger.notify_compacted(self._view(call_index, at, overflow=view.overflow, reactive=view.reactive))
         return True
@@ -925,17 +1007,17 @@ class _Replay:
             if fires is not True and fires is not False:
                 fires = trigger_answer(fires, self.trigger)
             if fires:
-                compacted = True
                 if not self._compact(call_index, at, view):
                     return False
+                compacted = not self.events[-1].noop
         limit = self.config.context_limit - self.config.max_output
         if self.context_tokens > limit:
             if call_index > 0 and self.overflow_retry:
                 view = self._view(call_index, at, overflow=True, reactive=True)
                 if self.forced_retry or trigger_answer(self.trigger.should_compact(view), self.trigger):
-                    compacted = True
                     if not self._compact(call_index, at, view):
                         return False
+                    compacted = compacted or not self.events[-1].noop
             if self.context_tokens > limit:
                 self.termination = "context_overflow"
                 self.error = (f"call {call_index}: context {self.context_tokens} + max_output "
@@ -1124,7 +1206,8 @@ def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapp
 
 
 def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summarizer | str | None = None,
-            tokenizer: str = "heuristic", context_limit: int = 128_000, max_output: int = 4096,
+            tokenizer: str = "heuristic", context_limit: int = DEFAULT_CONTEXT_LIMIT,
+            max_output: int = DEFAULT_MAX_OUTPUT,
             severity: str | None = None, summarizer_options: Mapping[str, Any] | None = None,
             on_failure: str = "fatal", gateway: Any = None) -> list[Message]:
     """Run one strategy once on `messages` (Messages or OpenAI dicts) and return the new list.

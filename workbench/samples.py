@@ -37,6 +37,11 @@ MIN_CALLS = 20
 MAX_CALLS = 400
 DATASET_FILE = "{name}.jsonl.gz"
 MODEL = "gpt-4.1-2025-04-14"
+#: The recorded agent compacts its own context (as Claude Code's auto-compact does) before a call
+#: when the context passes this many tokens by its own count (characters / 4): the summary it
+#: continued from and the point are recorded in `metadata["recorded_compactions"]`, so `as-recorded`
+#: replays them. About 21k cl100k tokens: the replay of the agent's compactions fits a 32k window.
+AUTO_COMPACT_TOKENS = 16_000
 
 # --------------------------------------------------------------------------------------------
 # The fictional repositories
@@ -288,8 +293,10 @@ class _Builder:
     functions: dict[str, list[str]] = field(default_factory=dict)
     edited: set[str] = field(default_factory=set)
     made: int = 0          # assistant messages so far
-    chars: int = 0         # running context size, for the recorded usage
+    chars: int = 0         # running context size as the agent saw it, for the recorded usage
     call_counter: int = 0
+    kept_chars: int = 0    # what survives the agent's compactions: the system prompt and pinned messages
+    compactions: list[dict[str, Any]] = field(default_factory=list)
 
     # -- repository state -----------------------------------------------------------------
     @property
@@ -336,8 +343,41 @@ class _Builder:
     # -- messages ---------------------------------------------------------------------------
     def add(self, message: Message) -> Message:
         self.messages.append(message)
-        self.chars += len(message.text) + sum(len(c.arguments) for c in message.tool_calls)
+        size = len(message.text) + sum(len(c.arguments) for c in message.tool_calls)
+        self.chars += size
+        if message.role == "system" or message.importance >= 10:
+            self.kept_chars += size
         return message
+
+    def compact_if_full(self) -> None:
+        """The agent's own auto-compaction before the next call, recorded as an annotation: the
+        history stays whole; the agent's context (its recorded usage) restarts from the summary."""
+        if self.made == 0 or self.chars // 4 < AUTO_COMPACT_TOKENS:
+            return
+        summary = self.agent_summary()
+        self.compactions.append({"call_index": self.made, "message_index": len(self.messages), "trigger": "auto",
+                                 "tokens_before": self.chars // 4 + 1, "summary": summary})
+        self.chars = self.kept_chars + len(summary)
+
+    def agent_summary(self) -> str:
+        """What the agent wrote when it compacted: the task, the requests, the files, what it did last."""
+        requests = [m.text for m in self.messages if m.role == "user" and m.importance < 10]
+        pinned = [m.text for m in self.messages if m.role == "user" and m.importance >= 10]
+        first = self.messages[1].text if len(self.messages) > 1 else ""
+        read = list(dict.fromkeys(self.files))[-8:]
+        last_tool = next((m for m in reversed(self.messages) if m.role == "tool"), None)
+        lines = [f"This session continues an earlier conversation about /workspace/{self.package} that ran out "
+                 "of context. Summary of the work so far:",
+                 f"1. The session's first request: {first[:300]}",
+                 f"2. The current request: {requests[-1][:300] if requests else first[:300]}",
+                 f"3. Constraints in force: {'; '.join(p.splitlines()[0][:160] for p in pinned) or 'none stated'}",
+                 f"4. Files looked at: {', '.join(read) or 'none yet'}",
+                 f"5. Files changed: {', '.join(sorted(self.edited)) or 'none yet'}"]
+        if last_tool is not None:
+            tail = last_tool.text.strip().splitlines()[-1][:200] if last_tool.text.strip() else ""
+            lines.append(f"6. Last step: {last_tool.name} returned: {tail}")
+        lines.append("Continue from here without asking the user to repeat anything.")
+        return "\n".join(lines)
 
     def plant(self, text: str, expected: str, question: str, kind: str) -> None:
         """Record a probe for a fact in `text`, the message about to be added (checked literally)."""
@@ -354,6 +394,7 @@ class _Builder:
         return f"call_{self.rng.getrandbits(48):012x}{self.call_counter:03d}"
 
     def assistant(self, text: str | None, calls: Sequence[tuple[str, dict[str, Any]]] = ()) -> list[str]:
+        self.compact_if_full()
         tool_calls = tuple(ToolCall(id=self.call_id(), name=name, arguments=json.dumps(args, ensure_ascii=False))
                            for name, args in calls)
         completion = (len(text or "") + sum(len(c.arguments) for c in tool_calls)) // 4 + 1
@@ -722,7 +763,7 @@ def generate_session(seed: int, calls: int, dataset: str = "samples") -> Session
     session = Session.from_messages(
         b.messages, probes=b.probes, tools=TOOLS, dataset=dataset, format="openai",
         metadata={"generator": "workbench.samples", "seed": seed, "project": project["package"],
-                  "model": MODEL})
+                  "model": MODEL, **({"recorded_compactions": b.compactions} if b.compactions else {})})
     assert session.calls == calls, (session.calls, calls)
     return session
 

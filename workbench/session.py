@@ -28,6 +28,8 @@ ROLES: tuple[str, ...] = ("system", "user", "assistant", "tool")
 #: result (`name` and `content`, no `tool_call_id`), answering the assistant's legacy `function_call`.
 #: The original role is kept in the message's `metadata["original_role"]`; output uses the mapped role.
 ROLE_ALIASES: Mapping[str, str] = {"developer": "system", "function": "tool"}
+#: The roles an observation may have: a tool result, or the user turn a text-action agent is shown.
+OBSERVATION_ROLES: tuple[str, ...] = ("user", "tool")
 ORIGINS: tuple[str, ...] = ("original", "compacted_synthetic", "compacted_modified", "retrieved_history")
 PROBE_KINDS: tuple[str, ...] = ("recall", "artifact", "decision", "continuation")
 PINNED_IMPORTANCE = 10.0
@@ -82,9 +84,12 @@ class Message:
 
     `content` is text, a tuple of parts (`{"type": "text", "text": ...}`, `{"type": "image_url", ...}`)
     or None. `importance` is in [-10, 10]; 10 or more pins the message through every strategy.
-    `origin` says whether compaction made or changed it. `metadata` holds what the recording said
-    (usage, finish_reason, model, timestamps...). Token counts are cached on the instance, which is
-    safe because a message never changes.
+    `origin` says whether compaction made or changed it. `observation` marks a `user` message that
+    carries the environment's answer to the assistant's action just before it (the shell output a
+    text-action agent such as mini-swe-agent or SWE-agent is shown); a `tool` result is always an
+    observation (`is_observation`). `metadata` holds what the recording said (usage, finish_reason,
+    model, timestamps...). Token counts are cached on the instance, which is safe because a message
+    never changes.
     """
 
     role: str
@@ -95,11 +100,14 @@ class Message:
     origin: str = "original"
     importance: float = 0.0
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    observation: bool = False
     _token_cache: dict[str, int] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.role not in ROLES:
             raise ValueError(f"message role must be one of {', '.join(ROLES)}, not {self.role!r}")
+        if self.observation and self.role not in OBSERVATION_ROLES:
+            raise ValueError(f"only a user or tool message can be an observation, not a {self.role} message")
         if self.origin not in ORIGINS:
             raise ValueError(f"message origin must be one of {', '.join(ORIGINS)}, not {self.origin!r}")
         if not -10.0 <= float(self.importance) <= 10.0:
@@ -114,6 +122,12 @@ class Message:
     @property
     def pinned(self) -> bool:
         return self.importance >= PINNED_IMPORTANCE
+
+    @property
+    def is_observation(self) -> bool:
+        """Whether this message is the environment's answer to an action: a tool result, or a
+        user message marked `observation` (what masking, clearing and truncation act on)."""
+        return self.role == "tool" or self.observation
 
     def __repr__(self) -> str:
         """One short line (a message may hold megabytes of text): role, size, a preview."""
@@ -146,7 +160,8 @@ class Message:
         return replace(self, **changes)
 
     def to_openai(self, *, extras: bool = False) -> dict[str, Any]:
-        """The OpenAI chat dict; with `extras`, also `origin`, `importance` and `metadata` when set."""
+        """The OpenAI chat dict; with `extras`, also `origin`, `importance`, `observation` (a user
+        observation) and `metadata` when set."""
         content = self.content
         out: dict[str, Any] = {
             "role": self.role,
@@ -163,13 +178,16 @@ class Message:
                 out["origin"] = self.origin
             if self.importance:
                 out["importance"] = self.importance
+            if self.observation and self.role != "tool":
+                out["observation"] = True
             if self.metadata:
                 out["metadata"] = dict(self.metadata)
         return out
 
     @classmethod
     def from_openai(cls, data: Mapping[str, Any]) -> Message:
-        """Build from an OpenAI chat dict; `importance`, `origin` and `metadata` are read when present.
+        """Build from an OpenAI chat dict; `importance`, `origin`, `observation` and `metadata` are read
+        when present.
 
         Roles `developer` and (legacy) `function` become `system` and `tool` (`ROLE_ALIASES`), and an
         assistant's legacy `function_call` its one tool call (id-less here: `as_messages` pairs it).
@@ -196,6 +214,7 @@ class Message:
             origin=data.get("origin", "original"),
             importance=float(data.get("importance", 0.0) or 0.0),
             metadata=metadata,
+            observation=bool(data.get("observation")) and role != "tool",
         )
 
 
@@ -245,8 +264,8 @@ def as_messages(items: Iterable[MessageLike]) -> list[Message]:
 class Step:
     """A unit compaction keeps or drops whole.
 
-    `kind` is `system`, `user`, `assistant` (with its tool results) or `tool` (a stray tool
-    message with no call before it: only in malformed input).
+    `kind` is `system`, `user`, `assistant` (with its tool results and observations) or `tool` (a
+    stray tool message with no call before it: only in malformed input).
     """
 
     messages: tuple[Message, ...]
@@ -265,9 +284,9 @@ class Step:
         answer once each (and nothing else), or a step with no tool traffic at all: a context made
         of such steps pairs every call with its result (`tools_paired`)."""
         head, rest = self.messages[0], self.messages[1:]
-        if head.role == "tool" or any(m.role != "tool" for m in rest):
+        if head.role == "tool" or any(m.role != "tool" and not m.observation for m in rest):
             return False
-        answers = [m.tool_call_id for m in rest]
+        answers = [m.tool_call_id for m in rest if m.role == "tool"]
         if head.role != "assistant":
             return not answers
         ids = [call.id for call in head.tool_calls]
@@ -279,9 +298,14 @@ class Step:
 
     @cached_property
     def tool_uses(self) -> int:
-        """The tool calls this step makes (its head's, when the head is an assistant message)."""
+        """The tool calls this step makes (its head's, when the head is an assistant message); a
+        text action answered by user observations (no tool calls) is one use."""
         head = self.messages[0]
-        return len(head.tool_calls) if head.role == "assistant" else 0
+        if head.role != "assistant":
+            return 0
+        if head.tool_calls:
+            return len(head.tool_calls)
+        return 1 if any(m.observation for m in self.messages[1:]) else 0
 
     @property
     def head(self) -> Message:
@@ -289,10 +313,12 @@ class Step:
 
 
 def group_steps(messages: Sequence[Message]) -> list[Step]:
-    """Split messages into steps: each tool result joins the assistant step whose call it answers.
+    """Split messages into steps: each observation joins the assistant step whose action it answers.
 
-    Tool messages directly after an assistant message (or after its other results) join it; a
-    tool message anywhere else starts a step of its own.
+    Tool messages directly after an assistant message (or after its other results) join it, and so
+    does a user observation (`Message.observation`: a text-action agent's shell output); a tool
+    message anywhere else starts a step of its own, as does a user observation after anything but
+    an assistant step. Any other message starts a step.
     """
     steps: list[list[Message]] = []
     open_calls: set[str] = set()
@@ -302,6 +328,9 @@ def group_steps(messages: Sequence[Message]) -> list[Step]:
         ):
             steps[-1].append(message)
             open_calls.discard(message.tool_call_id or "")
+            continue
+        if message.observation and steps and steps[-1][0].role == "assistant":
+            steps[-1].append(message)
             continue
         steps.append([message])
         open_calls = {c.id for c in message.tool_calls} if message.role == "assistant" else set()

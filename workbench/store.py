@@ -36,23 +36,32 @@ import duckdb
 
 from workbench import db
 from workbench.errors import ConfigError, FormatError, SessionFilterError, StoreError
+from workbench.importers.observations import TEXT_ACTION_FORMATS, mark_observations
 from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall, content_hash
 
 if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
     import pandas as pd
 
+    from workbench.importers.outcomes import OutcomeMatch, OutcomeTable
+
 DEFAULT_BATCH_MESSAGES = 10_000
 DEFAULT_BATCH_BYTES = 24_000_000
 COUNTABLE = ("sessions", "messages", "calls", "probes")
 #: The columns of `Store.session_rows` and `Store.sessions()`.
-SESSION_COLUMNS = ("id", "dataset", "format", "messages", "calls", "recorded_compactions", "probes", "source",
-                   "imported_at")
+SESSION_COLUMNS = ("id", "dataset", "format", "messages", "calls", "observations", "recorded_compactions", "probes",
+                   "source", "imported_at")
+
+#: The outcomes `attach_outcomes` stored, as nullable boolean columns of the sessions filter
+#: (`where = "outcome_resolved"`); NULL for a session without an outcome.
+OUTCOME_COLUMNS_SQL = ("TRY_CAST(json_extract_string(metadata, '$.outcome.resolved') AS BOOLEAN) AS outcome_resolved, "
+                       "TRY_CAST(json_extract_string(metadata, '$.outcome.patch_applied') AS BOOLEAN) "
+                       "AS outcome_patch_applied")
 
 _MESSAGE_INSERT = """
     INSERT INTO messages (session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
-                          importance, metadata)
+                          importance, metadata, observation)
     SELECT session_id, idx, role, content, parts::JSON, tool_calls::JSON, tool_call_id, name, origin,
-           importance, metadata::JSON
+           importance, metadata::JSON, observation
     FROM _wb_messages
 """
 _SESSION_INSERT = """
@@ -108,6 +117,7 @@ class ImportReport:
     #: earlier imports of recordings that have grown since (old id -> the new id that replaced it)
     replaced: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
+    outcomes: OutcomeMatch | None = None  # what `outcomes=` attached (import_paths)
 
     @property
     def errors(self) -> list[FileOutcome]:
@@ -145,7 +155,8 @@ class ImportReport:
                 "session_ids": list(self.session_ids),
                 "replaced": [{"old": old, "new": new} for old, new in self.replaced.items()],
                 "seconds": round(self.seconds, 3),
-                "file_outcomes": [asdict(f) for f in self.files]}
+                "file_outcomes": [asdict(f) for f in self.files],
+                **({"outcomes": self.outcomes.to_dict()} if self.outcomes is not None else {})}
 
     def duplicates_text(self) -> str:
         """What was skipped as a duplicate, and why: a session met twice in this import, or one
@@ -235,7 +246,7 @@ class _Batch:
             "id", "dataset", "format", "source", "message_count", "call_count", "tools", "metadata")}
         self.messages: dict[str, list[Any]] = {k: [] for k in (
             "session_id", "idx", "role", "content", "parts", "tool_calls", "tool_call_id", "name",
-            "origin", "importance", "metadata")}
+            "origin", "importance", "metadata", "observation")}
         self.probes: dict[str, list[Any]] = {k: [] for k in (
             "session_id", "idx", "question", "expected", "kind", "from_call")}
         self.ids: list[str] = []
@@ -269,6 +280,7 @@ class _Batch:
         m["origin"].extend([msg.origin for msg in msgs])
         m["importance"].extend([float(msg.importance) for msg in msgs])
         m["metadata"].extend(_dumps(dict(msg.metadata)) if msg.metadata else None for msg in msgs)
+        m["observation"].extend([msg.observation for msg in msgs])
         calls = roles.count("assistant")
         chars = _chars(strings) + _chars(parts)
         s = self.sessions
@@ -300,7 +312,7 @@ class _Batch:
         import numpy as np
 
         dtypes = {"idx": np.int32, "message_count": np.int32, "call_count": np.int32, "from_call": np.int32,
-                  "importance": np.float64}
+                  "importance": np.float64, "observation": np.bool_}
 
         def column(name: str, values: list[Any]) -> Any:
             dtype = dtypes.get(name, object)
@@ -348,6 +360,8 @@ class Store:
                 self.close()
                 raise StoreError(f"database {self.path} has an older schema (missing {', '.join(pending)}); open "
                                  f"it once for writing to upgrade it, e.g. `workbench datasets --db {self.path}`")
+        if not read_only:
+            self.derive_observations()
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
@@ -376,6 +390,39 @@ class Store:
         except duckdb.Error as exc:
             raise StoreError(f"query on {self.path} failed: {exc}") from exc
 
+    def derive_observations(self, batch_sessions: int = 256) -> int:
+        """Mark the observations of messages stored before the store recorded them (their
+        `observation` is NULL), by the rule of each session's format (`mark_observations`), as an
+        import marks them now; returns how many sessions were derived. Runs when the store opens
+        for writing, so an older database is never read with its observations unmarked."""
+        con = self.connection
+        if not con.execute("SELECT count(*) FROM messages WHERE observation IS NULL").fetchall()[0][0]:
+            return 0
+        con.execute("UPDATE messages SET observation = false WHERE observation IS NULL AND session_id NOT IN "
+                    "(SELECT id FROM sessions WHERE format IN (SELECT unnest(?::VARCHAR[])))",
+                    [sorted(TEXT_ACTION_FORMATS)])
+        ids = [row[0] for row in con.execute(
+            "SELECT DISTINCT session_id FROM messages WHERE observation IS NULL ORDER BY session_id").fetchall()]
+        for start in range(0, len(ids), batch_sessions):
+            derived = self._load(ids[start:start + batch_sessions])
+            import numpy as np
+
+            _wb_observations = {  # read by DuckDB's replacement scan below
+                "session_id": np.array([s.id for s in derived for _ in s.messages], dtype=object),
+                "idx": np.array([i for s in derived for i in range(len(s.messages))], dtype=np.int32),
+                "observation": np.array([m.observation for s in derived for m in s.messages], dtype=np.bool_)}
+            con.execute("BEGIN TRANSACTION")
+            try:
+                con.execute("""UPDATE messages SET observation = o.observation
+                               FROM (SELECT * FROM _wb_observations) o
+                               WHERE messages.session_id = o.session_id AND messages.idx = o.idx""")
+                con.execute("COMMIT")
+            except BaseException:
+                _rollback(con)
+                raise
+        con.execute("UPDATE messages SET observation = false WHERE observation IS NULL")  # of no stored session
+        return len(ids)
+
     # -- writing ----------------------------------------------------------------------------------
     def import_sessions(self, sessions: Iterable[Session], dataset: str | None = None, *,
                         source: str | None = None) -> ImportReport:
@@ -393,17 +440,25 @@ class Store:
 
     def import_paths(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
                      format: str = "auto", dataset: str | None = None,
-                     progress: Callable[[FileOutcome], None] | None = None) -> ImportReport:
+                     progress: Callable[[FileOutcome], None] | None = None,
+                     outcomes: str | os.PathLike[str] | OutcomeTable | None = None) -> ImportReport:
         """Import files or folders (walked recursively) through `workbench.importers`.
 
         Each file is streamed (JSONL line by line) into the batches. A file that fails to read is
         reported in `report.files` with its error, and what it had already written is removed,
         so it contributes nothing; the other files are imported. `progress` is called with each
         file's `FileOutcome` when the file is done.
+
+        `outcomes` (a CSV such as a SWE-bench run's `results_summary.csv`, read before anything is
+        imported: a bad file raises `FormatError` and imports nothing) is attached to the sessions
+        of this import, the ones already stored included (`attach_outcomes`); `report.outcomes`
+        says how many matched.
         """
         from workbench import importers
         from workbench.importers._common import IncompleteLastLine
+        from workbench.importers.outcomes import OutcomeTable, read_outcomes
 
+        table = outcomes if isinstance(outcomes, OutcomeTable) or outcomes is None else read_outcomes(outcomes)
         started = time.perf_counter()
         report = ImportReport()
         if isinstance(paths, (str, os.PathLike)):
@@ -436,8 +491,32 @@ class Store:
                 report.files.append(outcome)
                 if progress is not None:
                     progress(outcome)
+        if table is not None:
+            report.outcomes = self.attach_outcomes(table, [*report.session_ids, *sorted(writer.existing)])
         report.seconds = time.perf_counter() - started
         return report
+
+    def attach_outcomes(self, outcomes: str | os.PathLike[str] | OutcomeTable,
+                        ids: Sequence[str] | None = None, dataset: str | None = None) -> OutcomeMatch:
+        """Store per-instance outcomes (a CSV path or a read table) in the metadata `outcome` of
+        the stored sessions `ids` (default: those of `dataset`, all when None) that ran a listed
+        instance (metadata `instance_id`). Attaching again replaces an earlier outcome. Returns the
+        match: sessions given an outcome, instances with no session, sessions with no row."""
+        from workbench.importers.outcomes import INSTANCE_KEY, OUTCOME_KEY, OutcomeTable, match_outcomes, read_outcomes
+
+        table = outcomes if isinstance(outcomes, OutcomeTable) else read_outcomes(outcomes)
+        wanted = self.session_ids(dataset) if ids is None else list(dict.fromkeys(ids))
+        rows = self._query("SELECT id, json_extract_string(metadata, ?) FROM sessions "
+                           "WHERE id IN (SELECT unnest(?::VARCHAR[])) ORDER BY id", [f"$.{INSTANCE_KEY}", wanted])
+        match = match_outcomes(table, rows)
+        if match.attached:
+            session_ids = list(match.attached)
+            values = [_dumps({OUTCOME_KEY: outcome.to_metadata(match.source)}) for outcome in match.attached.values()]
+            self._query("""
+                UPDATE sessions SET metadata = json_merge_patch(coalesce(sessions.metadata, '{}'::JSON), u.patch::JSON)
+                FROM (SELECT unnest(?::VARCHAR[]) AS id, unnest(?::VARCHAR[]) AS patch) u
+                WHERE sessions.id = u.id""", [session_ids, values])
+        return match
 
     def delete_sessions(self, ids: Iterable[str]) -> int:
         """Delete sessions (with their messages, probes and token counts); returns how many existed."""
@@ -512,20 +591,22 @@ class Store:
 
     # -- reading ----------------------------------------------------------------------------------
     def session_rows(self, dataset: str | None = None, where: str | None = None) -> list[dict[str, Any]]:
-        """One dict per session (id, dataset, format, messages, calls, recorded_compactions (the
-        agent's own, which `as-recorded` replays), probes, source, imported_at); the pandas-free form
-        of `sessions()`."""
+        """One dict per session (id, dataset, format, messages, calls, observations (tool results and
+        user observations, `Message.is_observation`), recorded_compactions (the agent's own, which
+        `as-recorded` replays), probes, source, imported_at); the pandas-free form of `sessions()`."""
         sql, params = self._select_sessions(dataset, where)
         rows = self._query(f"""
-            SELECT s.id, s.dataset, s.format, s.message_count, s.call_count, s.recorded_compactions,
-                   coalesce(p.n, 0), s.source, s.imported_at
+            SELECT s.id, s.dataset, s.format, s.message_count, s.call_count, coalesce(o.n, 0),
+                   s.recorded_compactions, coalesce(p.n, 0), s.source, s.imported_at
             FROM ({sql}) s LEFT JOIN (SELECT session_id, count(*) AS n FROM probes GROUP BY session_id) p
                  ON p.session_id = s.id
+            LEFT JOIN (SELECT session_id, count(*) AS n FROM messages WHERE role = 'tool' OR observation
+                       GROUP BY session_id) o ON o.session_id = s.id
             ORDER BY s.dataset, s.imported_at, s.id""", params)
         return [dict(zip(SESSION_COLUMNS, row, strict=False)) for row in rows]
 
     def sessions(self, dataset: str | None = None, where: str | None = None) -> pd.DataFrame:
-        """A DataFrame with one row per session: id, dataset, format, messages, calls,
+        """A DataFrame with one row per session: id, dataset, format, messages, calls, observations,
         recorded_compactions, probes, source, imported_at."""
         import pandas as pd
 
@@ -606,8 +687,8 @@ class Store:
 
     def _select_sessions(self, dataset: str | None, where: str | None) -> tuple[str, list[Any]]:
         sql = ("SELECT *, message_count AS messages, call_count AS calls, "
-               "coalesce(json_array_length(metadata -> '$.recorded_compactions'), 0) AS recorded_compactions "
-               "FROM sessions WHERE (? IS NULL OR dataset = ?)")
+               "coalesce(json_array_length(metadata -> '$.recorded_compactions'), 0) AS recorded_compactions, "
+               + OUTCOME_COLUMNS_SQL + " FROM sessions WHERE (? IS NULL OR dataset = ?)")
         params: list[Any] = [dataset, dataset]
         if where and where.strip():
             filtered = f"SELECT * FROM ({sql}) WHERE ({where}\n)"  # the newline ends a trailing -- comment
@@ -634,17 +715,23 @@ class Store:
             "SELECT id, dataset, format, tools, metadata FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
             [list(ids)])}
         messages: dict[str, list[Message]] = {i: [] for i in heads}
+        underived: set[str] = set()
         for row in self._query("""
                 SELECT session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
-                       importance, metadata
+                       importance, metadata, observation
                 FROM messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))
                 ORDER BY session_id, idx""", [list(heads)]):
-            sid, _idx, role, text, parts, calls, call_id, name, origin, importance, meta = row
+            sid, _idx, role, text, parts, calls, call_id, name, origin, importance, meta, observation = row
             content: Any = text if parts is None else json.loads(parts)
             tool_calls = tuple(ToolCall.from_openai(c) for c in json.loads(calls)) if calls else ()
+            if observation is None:
+                underived.add(sid)
             messages[sid].append(Message(role=role, content=content, tool_calls=tool_calls, tool_call_id=call_id,
                                          name=name, origin=origin, importance=importance,
-                                         metadata=json.loads(meta) if meta else {}))
+                                         metadata=json.loads(meta) if meta else {},
+                                         observation=bool(observation) and role == "user"))
+        for sid in underived:  # stored before observations were: the format's rule, as at import
+            messages[sid] = mark_observations(heads[sid][2], messages[sid])
         probes: dict[str, list[Probe]] = {i: [] for i in heads}
         for sid, question, expected, kind, from_call in self._query(
                 "SELECT session_id, question, expected, kind, from_call FROM probes "

@@ -67,6 +67,19 @@ def _check_dataset_name(_ctx: click.Context, _param: click.Parameter, value: str
     return value
 
 
+def _read_outcomes(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    """The outcomes table, read before any import: a bad file is a usage error naming its line."""
+    if value is None:
+        return None
+    from workbench.errors import FormatError
+    from workbench.importers.outcomes import read_outcomes
+
+    try:
+        return read_outcomes(value)
+    except FormatError as exc:
+        raise click.BadParameter(str(exc)) from None
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'s' * (n != 1)}"
 
@@ -80,8 +93,13 @@ def _plural(n: int, word: str) -> str:
               help="Dataset to file the sessions under [default: the format name].")
 @click.option("--progress/--no-progress", default=None,
               help=f"Progress bar on stderr [default: on for {PROGRESS_MIN_FILES}+ files, off with --quiet].")
+@click.option("--outcomes", default=None, metavar="CSV", callback=_read_outcomes,
+              help="Attach a run's per-instance outcomes (a CSV: instance_id,resolved,patch_applied, such as a "
+                   "SWE-bench run's results_summary.csv) to the sessions, matched by their instance id; sessions "
+                   "already stored get them too. Filter with --where \"outcome_resolved\".")
 @shared_options
-def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: bool | None) -> None:
+def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: bool | None,
+               outcomes: Any) -> None:
     """Import session files or folders (walked recursively).
 
     Prints the sessions and messages imported, the duplicates skipped (sessions already in the
@@ -106,7 +124,8 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
             bar = tqdm(total=total, unit="file", file=sys.stderr, desc="importing", leave=False)
         try:
             report = store.import_paths(list(paths), format=fmt, dataset=dataset,
-                                        progress=(lambda _outcome: bar.update(1)) if bar is not None else None)
+                                        progress=(lambda _outcome: bar.update(1)) if bar is not None else None,
+                                        outcomes=outcomes)
         finally:
             if bar is not None:
                 bar.close()
@@ -119,6 +138,8 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
             click.echo(report.replaced_text())
         if report.duplicates:
             click.echo(report.duplicates_text())
+        if report.outcomes is not None:
+            click.echo(report.outcomes.text())
         for warning in report.warnings:
             note(f"warning: {warning}")
         skipped = report.skipped_files
@@ -143,7 +164,7 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
 @click.option("--dataset", default=None, metavar="NAME", help="Only this dataset.")
 @click.option("--where", default=None, metavar="SQL",
               help="SQL condition over the sessions (columns: id, dataset, format, source, messages, calls, "
-                   "recorded_compactions, ...).")
+                   "recorded_compactions, outcome_resolved, outcome_patch_applied, ...).")
 @click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N",
               help="Show only the first N sessions (in the listing's order).")
 @shared_options
@@ -160,7 +181,7 @@ def sessions_cmd(dataset: str | None, where: str | None, limit: int | None) -> N
         click.echo("no sessions" + (f" in dataset {dataset!r}" if dataset else ""))
     else:
         print_table([{**row, "recorded": row["recorded_compactions"]} for row in rows],
-                    ["id", "dataset", "format", "messages", "calls", "recorded", "probes", "source"])
+                    ["id", "dataset", "format", "messages", "calls", "observations", "recorded", "probes", "source"])
 
 
 @click.command("datasets")

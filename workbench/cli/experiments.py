@@ -7,8 +7,11 @@ a readable report. `compare` prints per-metric paired deltas with a confidence i
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import click
@@ -70,16 +73,35 @@ def _progress_bar() -> _ProgressBar | None:
     return None if opts.quiet or opts.as_json else _ProgressBar()
 
 
-def _leaderboard_rows(frame: Any, metrics: list[str]) -> tuple[list[dict[str, Any]], list[str]]:
+def _leaderboard_rows(frame: Any, metrics: list[str], pairs: Any) -> tuple[list[dict[str, Any]], list[str]]:
     from workbench.experiments.charts import format_metric, leaderboard
 
-    board = leaderboard(frame)
+    board = leaderboard(frame, pairs=pairs)
     wanted = ["cells", "completed", *dict.fromkeys(m for m in metrics if m in board.columns)]
     rows = [{"config": str(config), **{str(c): format_metric(str(c), row[c]) for c in wanted}}
             for config, row in board.iterrows()]
     return rows, ["config", *wanted]
 
 
+@contextlib.contextmanager
+def _noop_warnings() -> Iterator[list[str]]:
+    """Collect the run's `NoopCompactionsWarning`s (the command prints them as its own lines); any
+    other warning is passed on as it came."""
+    from workbench.errors import NoopCompactionsWarning
+
+    notes: list[str] = []
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", NoopCompactionsWarning)
+        yield notes
+    for item in caught:
+        if issubclass(item.category, NoopCompactionsWarning):
+            notes.append(str(item.message))
+        else:
+            warnings.warn_explicit(item.message, item.category, item.filename, item.lineno, source=item.source)
+
+
+ALL_SESSIONS_HELP = ("Compare configs on every session, replays that stopped early included [default: only the "
+                     "sessions where every config completed].")
 DEFAULT_COLUMNS = ["compactions", "billed_input_tokens", "peak_context_tokens", "cost_usd", "compression_ratio",
                    "fact_retention", "needed_fact_retention", "probe_answerable"]
 
@@ -93,11 +115,13 @@ DEFAULT_COLUMNS = ["compactions", "billed_input_tokens", "peak_context_tokens", 
               help="Where cells run: threads of this process, or Ray workers (the `ray` extra).")
 @click.option("--address", default=None, metavar="ADDRESS",
               help="With --executor ray: the cluster, e.g. auto or ray://host:10001 [default: a local Ray].")
+@click.option("--all-sessions", is_flag=True, help=ALL_SESSIONS_HELP)
 @shared_options
 def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool, executor: str,
-            address: str | None) -> None:
+            address: str | None, all_sessions: bool) -> None:
     """Run an experiment grid (resumable) and print the run id and a results table."""
     from workbench.experiments import run as runner
+    from workbench.experiments.compare import complete_pairs
 
     if dry_run:
         plan = runner.dry_run(experiment, db=_db_must_exist())
@@ -117,12 +141,15 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
         raise click.UsageError("--address goes with --executor ray")
     bar = _progress_bar()
     try:
-        run = runner.run_experiment(experiment, db=_db_must_exist(), concurrency=concurrency, fresh=fresh,
-                                    progress=bar, executor=executor, address=address)
+        with _noop_warnings() as noop_notes:
+            run = runner.run_experiment(experiment, db=_db_must_exist(), concurrency=concurrency, fresh=fresh,
+                                        progress=bar, executor=executor, address=address)
     finally:
         if bar is not None:
             bar.close()
     frame = run.results
+    pairs = complete_pairs(frame, complete_only=not all_sessions) if len(frame) else None
+    reductions = _reductions(run, frame)
     if options().as_json:
         print_json({"run_id": run.id, "status": run.status, "cells": run.progress.cells_total,
                     "cells_reused": run.progress.cells_reused, "model_calls": run.progress.model_calls,
@@ -130,18 +157,40 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
                     "cost_usd": None if run.progress.unpriced_calls else run.progress.cost_usd,
                     "priced_cost_usd": run.progress.cost_usd, "unpriced_calls": run.progress.unpriced_calls,
                     "failed_cells": run.progress.failed_cells, "note": run.summaries_note(),
+                    "complete_pairs": None if pairs is None else pairs.to_dict(),
+                    "noop_configs": noop_notes,
+                    **({"reductions": [r.to_dict() for r in reductions]} if reductions is not None else {}),
                     "results": [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]})
     else:
         click.echo(f"run {run.id}: {run.status}, {run.progress.line()}")
-        rows, columns = _leaderboard_rows(frame, [*run.spec.metrics, *DEFAULT_COLUMNS])
+        rows, columns = _leaderboard_rows(frame, [*run.spec.metrics, *DEFAULT_COLUMNS], pairs)
         print_table(rows, columns)
+        if pairs is not None and pairs.note:
+            click.echo(pairs.note)
+        if reductions is not None:
+            from workbench.experiments.reductions import TABLE_COLUMNS, table_rows
+
+            baseline = reductions[0].config if reductions else ""
+            click.echo(f"\nreductions against {baseline!r} (per session, over the sessions where both completed):")
+            print_table(table_rows(reductions), TABLE_COLUMNS)
         summaries = run.summaries_note()
         if summaries:
             click.echo(summaries)
+        for line in noop_notes:
+            note(f"warning: {line}")
         for line in run.spec.notes:
             note(f"note: {line}")
     if run.progress.failed_cells:
         raise CommandFailed(f"{run.progress.failed_cells} cell(s) failed; run again to retry them")
+
+
+def _reductions(run: Any, frame: Any) -> list[Any] | None:
+    """The spec's `[report]` reductions of the run (None when the spec has no `[report]`)."""
+    if run.spec.report is None:
+        return None
+    from workbench.experiments.reductions import run_reductions
+
+    return run_reductions(run.id, run.spec.report, db=run.db, results=frame)
 
 
 @click.command("runs")
@@ -176,15 +225,18 @@ def runs_cmd(delete: tuple[str, ...]) -> None:
 @click.option("--out", "-o", "out", required=True, metavar="PATH", help="The file to write.")
 @click.option("--level", type=click.Choice(["cells", "calls", "compactions"]), default="cells", show_default=True,
               help="Which table csv/parquet export.")
+@click.option("--all-sessions", is_flag=True, help="The html report's leaderboard and chart over every session, "
+              "replays that stopped early included [default: the sessions where every config completed; tables "
+              "keep every row and mark it in `in_complete_pairs`].")
 @shared_options
-def export_cmd(run_id: str, fmt: str | None, out: str, level: str) -> None:
+def export_cmd(run_id: str, fmt: str | None, out: str, level: str, all_sessions: bool) -> None:
     """Export a run's results; html is a self-contained report with the charts."""
     from workbench.experiments import export
     from workbench.experiments.export import format_of
 
     fmt = fmt or format_of(out)
 
-    path = export(run_id, fmt, out, db=_db_must_exist(), level=level)
+    path = export(run_id, fmt, out, db=_db_must_exist(), level=level, complete_only=not all_sessions)
     if options().as_json:
         print_json({"run_id": run_id, "format": fmt, "path": str(path), "bytes": path.stat().st_size})
     else:
@@ -203,7 +255,8 @@ def regress_cmd(experiment: str, baseline: str | None, update: bool, verbose: bo
 
     bar = _progress_bar()
     try:
-        report = regress(experiment, baseline=baseline, db=_db_must_exist(), update=update, progress=bar)
+        with _noop_warnings() as noop_notes:
+            report = regress(experiment, baseline=baseline, db=_db_must_exist(), update=update, progress=bar)
     finally:
         if bar is not None:
             bar.close()
@@ -211,6 +264,8 @@ def regress_cmd(experiment: str, baseline: str | None, update: bool, verbose: bo
         print_json(report.to_dict())
     else:
         click.echo(report.text(verbose=verbose))
+    for line in noop_notes:
+        note(f"warning: {line}")
     if not report.ok:
         raise CommandFailed("")
 
@@ -221,14 +276,15 @@ def regress_cmd(experiment: str, baseline: str | None, update: bool, verbose: bo
 @click.option("--configs", nargs=2, default=None, metavar="A B", help="Compare these two configs.")
 @click.option("--metric", "metrics", multiple=True, help="Only these metrics (repeatable).")
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
+@click.option("--all-sessions", is_flag=True, help=ALL_SESSIONS_HELP)
 @shared_options
 def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, metrics: tuple[str, ...],
-                confidence: float) -> None:
+                confidence: float, all_sessions: bool) -> None:
     """Paired comparison per metric (B − A, in each metric's direction) with a confidence interval."""
     from workbench.experiments import compare
 
     result = compare(run_a, run_b, configs=configs or None, db=_db_must_exist(), metrics=list(metrics) or None,
-                     confidence=confidence)
+                     confidence=confidence, complete_only=not all_sessions)
     if options().as_json:
         print_json(result.to_dict())
         return

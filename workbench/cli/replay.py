@@ -2,7 +2,9 @@
 
 Exit 1 when the replay ends in `compaction_failed` or `context_overflow` (the result is printed
 first); text and JSON report the same compactions: those that changed the context, plus the
-failed ones, counted apart.
+failed ones, counted apart. No-op firings (the strategy returned the context unchanged) are not
+compactions: the text counts them in one line, the JSON lists them flagged `noop` and counts them
+in `noop_compactions`; when every firing was one, a warning says so (`noop_note`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any
 
 import click
 
-from workbench.cli.common import CommandFailed, open_store, options, print_json, print_table, shared_options
+from workbench.cli.common import CommandFailed, note, open_store, options, print_json, print_table, shared_options
 from workbench.errors import ConfigError
 
 FAILED_TERMINATIONS = ("compaction_failed", "context_overflow")
@@ -77,12 +79,16 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
         from workbench.experiments import save_replay
 
         run_id = save_replay(result, options().db_path, dataset=session.dataset)
-    done = [e for e in result.compactions if not _failed(e)]
-    failed = len(result.compactions) - len(done)
+    noops = sum(1 for e in result.compactions if getattr(e, "noop", False))
+    done = [e for e in result.compactions if not _failed(e) and not getattr(e, "noop", False)]
+    failed = len(result.compactions) - len(done) - noops
+    nothing_changed = result.noop_note()
+    nothing_recorded = _nothing_recorded(result, session)
     if options().as_json:
         data: dict[str, Any] = {"session_id": result.session_id, "config": result.config.to_dict(),
                 "termination": result.termination, "error": result.error, "metrics": result.metrics,
-                "compaction_count": len(done), "failed_compactions": failed, "note": result.baseline_note(),
+                "compaction_count": len(done), "failed_compactions": failed, "noop_compactions": noops,
+                "noop_note": nothing_changed, "note": result.baseline_note(), "recorded_note": nothing_recorded,
                 "calibration": result.calibration.to_dict() if result.calibration else None}
         if run_id:
             data["run_id"] = run_id
@@ -92,7 +98,13 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
                                zip(_records(result.compactions), _compaction_metrics(result), strict=True)]
         print_json(data)
     else:
-        _print_text(result, session, done, failed, show_calls)
+        _print_text(result, session, done, failed, noops, show_calls)
+        if nothing_changed:
+            note(f"warning: {nothing_changed}")
+        for line in result.config.notes:
+            note(f"note: {line}")
+        if nothing_recorded:
+            note(f"warning: {nothing_recorded}")
         if run_id:
             click.echo(f"saved as run {run_id}")
     if result.termination in FAILED_TERMINATIONS:
@@ -101,6 +113,15 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
         check_evaluator(result)
     except EvaluatorFailed as exc:
         raise CommandFailed(str(exc)) from exc
+
+
+def _nothing_recorded(result: Any, session: Any) -> str | None:
+    """The warning when the config replays the agent's own compactions and this session recorded none."""
+    from workbench.recorded import nothing_recorded_note, uses_recorded
+
+    if session.recorded_compactions or not uses_recorded(result.config.to_dict()):
+        return None
+    return nothing_recorded_note(result.config.name, 1, f"session {session.id}")
 
 
 def _model_metrics(names: Sequence[str], config: Any) -> tuple[str, ...]:
@@ -125,9 +146,10 @@ def _share(value: Any) -> str:
     return "" if value is None else f"{value:.2f}"
 
 
-def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_calls: bool) -> None:
+def _print_text(result: Any, session: Any, done: list[Any], failed: int, noops: int, show_calls: bool) -> None:
     click.echo(f"session {result.session_id} ({session.format}, {session.calls} calls) under "
-               f"{result.config.name!r}: {result.termination}")
+               f"{result.config.name!r} (window {result.config.context_limit:,} tokens, {result.config.max_output:,} "
+               f"kept for the reply, tokenizer {result.config.tokenizer}): {result.termination}")
     if show_calls:
         recorded_input, agent_compacted = result.recorded_columns()
         calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
@@ -145,8 +167,11 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, show_ca
                "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
                "facts kept": _share(m.get("fact_retention")), "needed kept": _share(m.get("needed_fact_retention")),
                "summary": (e.summary or "")[:60].replace("\n", " ")}
-              for e, m in zip(result.compactions, _compaction_metrics(result), strict=True)]
-    click.echo(f"\n{len(done)} compaction(s)" + (f", {failed} failed" if failed else ""))
+              for e, m in zip(result.compactions, _compaction_metrics(result), strict=True)
+              if not getattr(e, "noop", False)]
+    click.echo(f"\n{len(done)} compaction(s)" + (f", {failed} failed" if failed else "")
+               + (f"; {noops} no-op firing(s) not listed (the strategy returned the context unchanged)"
+                  if noops else ""))
     print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "facts kept",
                          "needed kept", "summary"])
     metrics = result.metrics

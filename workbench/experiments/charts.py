@@ -13,7 +13,7 @@ import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from workbench.experiments.compare import STOPPED_EARLY, declared_unit, metric_direction
+from workbench.experiments.compare import CompletePairs, complete_pairs, declared_unit, metric_direction
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -27,8 +27,8 @@ PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e
 HOVER_SUMMARY_CHARS = 400
 #: The name of the token chart's line of the input the provider billed for the recorded calls.
 RECORDED_INPUT_TRACE = "recorded input"
-#: The cost-versus-quality legend entry of the hollow markers (configs whose cells did not all complete).
-INCOMPLETE_TRACE = "hollow: not every cell completed (left off the front)"
+#: The cost-versus-quality legend entry of the hollow markers (configs that completed fewer sessions than another).
+INCOMPLETE_TRACE = "hollow: completed fewer sessions than another config (never on the front)"
 
 
 def _escape(text: Any, limit: int = HOVER_SUMMARY_CHARS) -> str:
@@ -53,7 +53,8 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
     """Context tokens at every call, a line per config, each compaction a marker (hover: before/after, summary).
 
     `calls` needs `call_index` (or `index`), `context_tokens` and a config column; `compactions`
-    needs `call_index`, `tokens_before`, `tokens_after`, `summary`. Recorded compaction points
+    needs `call_index`, `tokens_before`, `tokens_after`, `summary` (rows whose `noop` is true, firings
+    that left the context unchanged, are not drawn). Recorded compaction points
     (`recorded_compaction` true) are drawn as dotted vertical lines, and the input the provider
     billed for each recorded call (`recorded_input_tokens`, when the recording has usage) as a
     dotted grey line (hidden until picked in the legend when it rises far above `context_limit`):
@@ -75,6 +76,8 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
                                     + "</extra>"))
         if compactions is not None and len(compactions):
             events = compactions[compactions[config_column] == config]
+            if "noop" in events.columns:  # a firing that changed nothing is no compaction point
+                events = events[~events["noop"].fillna(False).astype(bool)]
             if len(events):
                 hover = [f"compaction before call {int(e.call_index)}<br>{int(e.tokens_before):,} → "
                          f"{int(e.tokens_after):,} tokens" + (f"<br><br>{_escape(e.summary)}" if
@@ -147,8 +150,12 @@ def pick_metric(columns: Sequence[str], preference: Sequence[str], frame: pd.Dat
     return chosen[0] if chosen else None
 
 
-def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None) -> pd.DataFrame:
-    """Mean of each numeric metric per config (configs in their run order), with the cell count."""
+def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None, *, complete_only: bool = True,
+                pairs: CompletePairs | None = None) -> pd.DataFrame:
+    """Mean of each numeric metric per config (configs in their run order) over the sessions where every
+    config completed (`pairs`, by default `complete_pairs(results)`; every session with
+    `complete_only=False`), after `cells` (every cell of the config) and `completed` (the share of them
+    that completed). Show `pairs.note` with it: it says what was left out."""
     import pandas as pd
 
     skip = {"run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s"}
@@ -156,7 +163,8 @@ def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None) -> 
     numeric = [c for c in candidates if c in results.columns and pd.api.types.is_numeric_dtype(results[c])
                and not pd.api.types.is_bool_dtype(results[c])]
     order = list(dict.fromkeys(results["config"]))
-    table = results.groupby("config", sort=False)[numeric].mean().reindex(order)
+    compared = (pairs or complete_pairs(results, complete_only=complete_only)).results
+    table = compared.groupby("config", sort=False)[numeric].mean().reindex(order)
     table.insert(0, "cells", results.groupby("config", sort=False).size().reindex(order))
     if "termination" in results.columns:
         completed = results.assign(ok=results["termination"].eq("completed")).groupby("config", sort=False)["ok"]
@@ -309,39 +317,15 @@ def completion(results: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame.from_dict(rows, orient="index").reindex(order)
 
 
-def stopped_early(board: pd.DataFrame, ends: pd.DataFrame | None = None) -> dict[str, str]:
-    """The configs of a leaderboard whose replays did not all complete, each with how its cells ended
-    (`context_overflow ×3 of 7 cells`, from `completion(results)` when given, else `3 of 7 cells`). Their
-    totals cover only the calls made, so a cost reads low for a reason that is no merit: a leaderboard
-    does not rank them."""
-    if "completed" not in board.columns:
-        return {}
-    how_ended = {str(k): str(v) for k, v in ends["stopped"].items() if v} if ends is not None else {}
-    found = {}
-    for config, row in board.iterrows():
-        share, cells = float(row["completed"]), float(row.get("cells", math.nan))
-        if math.isnan(share) or share >= 1:
-            continue
-        stopped = how_ended.get(str(config)) or (str(round(cells * (1 - share))) if math.isfinite(cells) else "")
-        found[str(config)] = f"{stopped} of {cells:.0f} cells" if math.isfinite(cells) else stopped
-    return found
-
-
-def stopped_note(stopped: Mapping[str, str]) -> str | None:
-    """What a leaderboard says under its table when configs stopped early (`stopped_early`)."""
-    if not stopped:
-        return None
-    sides = " and ".join(f"{config} ({how})" for config, how in stopped.items())
-    return f"Replays stopped early in {sides}: not ranked best or worst. {STOPPED_EARLY}"
-
-
 def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None = None,
-                 title: str = "Cost versus quality") -> go.Figure | None:
-    """A point per config (means over its cells) with the Pareto front; None without a quality metric.
+                 title: str = "Cost versus quality", complete_only: bool = True,
+                 pairs: CompletePairs | None = None) -> go.Figure | None:
+    """A point per config (means over the sessions where every config completed: `pairs`, by default
+    `complete_pairs(results)`) with the Pareto front; None without a quality metric.
 
-    A config whose cells did not all complete (the others stopped on `context_overflow` or
-    `compaction_failed`) is drawn hollow with `k of n completed` under its name: its means are over
-    replays cut short, so its cost reads low. It is left out of the Pareto front.
+    A config that completed fewer sessions than another (`pairs.rankable`) is drawn hollow and left out
+    of the Pareto front: it is never marked best. A config whose cells did not all complete has
+    `k of n completed` under its name. The subtitle says which sessions the means are over.
     """
     import plotly.graph_objects as go
 
@@ -349,20 +333,23 @@ def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None =
     y = y or pick_metric(list(results.columns), QUALITY_PREFERENCE, results)
     if x is None or y is None:
         return None
-    means = results.groupby("config", sort=False)[[x, y]].mean().dropna()
+    pairs = pairs or complete_pairs(results, complete_only=complete_only)
+    means = pairs.results.groupby("config", sort=False)[[x, y]].mean().dropna()
     if means.empty:
         return None
     done = completion(results).reindex(means.index)
     whole = done["completed"] == done["cells"]
+    ranked = means.index.map(lambda name: str(name) in pairs.rankable).to_numpy(dtype=bool)
     names = [str(i) for i in means.index]
     labels = [html.escape(name) if full else f"{html.escape(name)}<br>({k} of {n} completed)"
               for name, full, k, n in zip(names, whole, done["completed"], done["cells"], strict=True)]
     hover = [f"<b>{html.escape(name)}</b><br>{html.escape(x)}: {format_metric(x, vx)}<br>"
              f"{html.escape(y)}: {format_metric(y, vy)}<br>{k} of {n} cells completed"
-             + ("" if full else f" (stopped: {html.escape(str(stopped))})<br>not on the Pareto front: "
-                                "means over replays cut short")
-             for name, vx, vy, k, n, full, stopped in zip(names, means[x], means[y], done["completed"],
-                                                           done["cells"], whole, done["stopped"], strict=True)]
+             + ("" if full else f" (stopped: {html.escape(str(stopped))})")
+             + ("" if rank else "<br>not on the Pareto front: completed fewer sessions than another config")
+             for name, vx, vy, k, n, full, stopped, rank in zip(names, means[x], means[y], done["completed"],
+                                                                 done["cells"], whole, done["stopped"], ranked,
+                                                                 strict=True)]
     xs, ys = [float(v) for v in means[x]], [float(v) for v in means[y]]
     colors = [color_of(i) for i in range(len(means))]
     figure = go.Figure()
@@ -372,17 +359,19 @@ def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None =
         cliponaxis=False,  # a label may reach into the margin rather than be cut at the axis
         showlegend=False,  # each point carries its name; one legend colour would be wrong
         hovertext=hover, hoverinfo="text",
-        marker={"size": 11, "color": colors, "symbol": ["circle" if full else "circle-open" for full in whole],
+        marker={"size": 11, "color": colors, "symbol": ["circle" if rank else "circle-open" for rank in ranked],
                 "line": {"width": 2, "color": colors}}))
-    front = pareto_front(means[whole.to_numpy()], x, y)
+    front = pareto_front(means[ranked], x, y)
     if len(front):
         figure.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers", name="Pareto front",
                                     line={"dash": "dash", "color": "#444"}, hoverinfo="skip",
                                     marker={"symbol": "circle-open", "size": 19, "color": "#444"}))
-    if not whole.all():
+    if not ranked.all():
         figure.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=INCOMPLETE_TRACE, hoverinfo="skip",
                                     marker={"symbol": "circle-open", "size": 11, "color": "#444",
                                             "line": {"width": 2}}))
+    if pairs.stopped:
+        title = f"{title}<br><sup>{html.escape(pairs.scope)}</sup>"
     figure.update_layout(title=title, xaxis_title=f"{x} ({metric_direction(x)} is better)",
                          yaxis_title=f"{y} ({metric_direction(y)} is better)",
                          # the legend above the plot, not beside it: the plot keeps the width its labels need

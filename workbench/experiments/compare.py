@@ -11,6 +11,10 @@ p < 1 − confidence. When only the interval does, the verdict adds "not signifi
 sessions the percentile bootstrap is too narrow, and the exact test says so (with n sessions that
 differ, its p-value cannot go below 2/2^n, 0.25 for 3).
 
+Replays that stop early total only the calls they made, so every comparison of configs (here, and the
+leaderboard, charts, exports and regress) takes by default only the sessions where every compared config
+completed (`complete_pairs`), and says how many were left out and why (`CompletePairs.note`).
+
     cmp = wb.compare("run-a", "run-b")                       # same configs in two runs
     cmp = wb.compare("run-a", configs=("window-5", "window-20"))   # two configs of one run
     cmp.to_frame()
@@ -64,9 +68,136 @@ def metric_direction(name: str) -> Direction:
     return value if value in ("higher", "lower") else "none"
 
 
-#: Why results of replays that stopped early mislead, said wherever they are shown beside others.
-STOPPED_EARLY = ("Their totals cover only the calls made, so costs read low there; compare configs that complete, "
-                 "or widen the window.")
+#: Why results of replays that stopped early mislead, said wherever they are shown beside others
+#: (the tail of `CompletePairs.note`).
+STOPPED_EARLY = ("A replay that stops early totals only the calls it made, so it reads cheap; a config that completed "
+                 "fewer sessions than another is never marked best.")
+#: How a config's session reads in `CompletePairs.left_out` when the config has no cell of it (a failed cell).
+NO_RESULT = "no result"
+
+
+@dataclass(frozen=True, eq=False)
+class CompletePairs:
+    """The sessions where every compared config completed, and what was left out (`complete_pairs`).
+
+    A replay that stops early (`context_overflow`, `compaction_failed`) has totals over the calls it made
+    only, so a mean over it reads cheap: comparisons take `results` (the rows of the complete sessions)
+    and say `note`. With `complete_only=False`, or when no session is complete for every config,
+    `results` is every row and the note says that replays that stopped early are included."""
+
+    #: The rows compared: those of the complete sessions (every row when `complete_only` is False).
+    results: pd.DataFrame
+    #: Per row of the frame given, whether its session is one where every compared config completed.
+    in_complete_pairs: pd.Series
+    #: The configs compared, in their order.
+    configs: tuple[str, ...]
+    #: Sessions where every config completed, of `total`.
+    sessions: int
+    total: int
+    #: Per config, the sessions it did not complete, counted by how they ended (`NO_RESULT`: no cell).
+    left_out: Mapping[str, Mapping[str, int]]
+    #: Per config, the sessions it completed.
+    completed: Mapping[str, int]
+    #: The configs that may be marked best: each completed every session some compared config completed.
+    rankable: tuple[str, ...]
+    #: The sessions where every config completed (their `by` values; joined by "\x1f" when several).
+    complete_units: frozenset[str] = frozenset()
+    #: Whether `results` holds the complete sessions only (False when asked, or when none is complete).
+    complete_only: bool = True
+    #: What a session is, in the note (`sessions`, or `session × config units` for two runs).
+    unit: str = "sessions"
+    #: Which sides had to complete, in the note.
+    where: str = "every config completed"
+
+    @property
+    def stopped(self) -> bool:
+        """Whether any config failed to complete some session."""
+        return any(self.left_out.values())
+
+    @property
+    def scope(self) -> str:
+        """What was compared, in a few words (a chart's subtitle): `on 3 of 12 sessions where every config
+        completed`."""
+        if self.complete_only:
+            return f"on {self.sessions} of {self.total} {self.unit} where {self.where}"
+        if self.stopped and not self.sessions:
+            return f"on all {self.total} {self.unit}: none where {self.where}, replays that stopped early included"
+        return f"on all {self.total} {self.unit}, replays that stopped early included"
+
+    @property
+    def note(self) -> str | None:
+        """The warning every view shows (app, CLI, HTML report, exports) when a config stopped early;
+        None when every config completed every session."""
+        if not self.stopped:
+            return None
+        sides = ", ".join(f"{config} {sum(ends.values())} ({_how_ended(ends)})"
+                          for config, ends in self.left_out.items() if ends)
+        told = "left out" if self.complete_only else "stopped early"
+        return f"Compared {self.scope}; {told}: {sides}. {STOPPED_EARLY}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"complete_only": self.complete_only, "sessions": self.sessions, "total": self.total,
+                "left_out": {c: dict(ends) for c, ends in self.left_out.items()}, "completed": dict(self.completed),
+                "rankable": list(self.rankable), "note": self.note}
+
+
+def _how_ended(ends: Mapping[str, int]) -> str:
+    """`context_overflow`, or `context_overflow 7, compaction_failed 2` when sessions ended in more than one way."""
+    if len(ends) == 1:
+        return next(iter(ends))
+    return ", ".join(f"{end} {count}" for end, count in sorted(ends.items(), key=lambda item: -item[1]))
+
+
+def complete_pairs(results: pd.DataFrame, configs: Sequence[str] | None = None, *, complete_only: bool = True,
+                   by: Sequence[str] = ("session_id",), config_column: str = "config", unit: str = "sessions",
+                   where: str = "every config completed") -> CompletePairs:
+    """The complete-pairs view of result rows (session × config cells with `termination`): the sessions
+    (`by`) where every config of `configs` (default: all, in their order) completed every cell (all
+    repeats), and per config how many sessions it did not complete and how they ended. A session a
+    config has no cell of counts as `NO_RESULT` for it. Frames without `termination` (or without the
+    `by` columns) count every cell as completed.
+
+    Every comparison of configs (leaderboard, cost-versus-quality chart, `compare`, the exports'
+    `in_complete_pairs`, regress) starts here, so all say the same."""
+    import pandas as pd
+
+    names = [str(c) for c in configs] if configs is not None else \
+        [str(c) for c in dict.fromkeys(results[config_column])]
+    chosen = results[config_column].astype(str).isin(names)
+    rows = results[chosen]
+    keys = [c for c in by if c in rows.columns]
+    if "termination" not in rows.columns or not keys or not len(rows):
+        total = int(rows[keys].drop_duplicates().shape[0]) if keys else len(rows)
+        return CompletePairs(results=rows, in_complete_pairs=chosen, configs=tuple(names), sessions=total, total=total,
+                             left_out={n: {} for n in names}, completed={n: total for n in names},
+                             rankable=tuple(names), complete_units=frozenset(_unit_key(rows, keys)) if keys else
+                             frozenset(), unit=unit, where=where)
+    session = _unit_key(rows, keys)
+    ends = rows["termination"].astype(object).where(rows["termination"].notna(), "unknown").astype(str)
+    first_stop = (pd.DataFrame({"unit": session, "config": rows[config_column].astype(str), "end": ends})
+                  .groupby(["unit", "config"], sort=False)["end"]
+                  .agg(lambda values: next((v for v in values if v != "completed"), "completed")))
+    table = first_stop.unstack("config").reindex(columns=names).fillna(NO_RESULT)
+    done = table == "completed"
+    complete = set(table.index[done.all(axis=1)])
+    some_done = done.any(axis=1)
+    rankable = tuple(n for n in names if bool(done.loc[some_done, n].all()))
+    left_out = {n: {str(k): int(v) for k, v in table.loc[~done[n], n].value_counts().items()} for n in names}
+    mask = pd.Series(False, index=results.index)
+    mask[chosen] = session.isin(complete).to_numpy()
+    restricted = complete_only and bool(complete)
+    return CompletePairs(results=rows[mask[chosen].to_numpy()] if restricted else rows, in_complete_pairs=mask,
+                         configs=tuple(names), sessions=len(complete), total=len(table), left_out=left_out,
+                         completed={n: int(done[n].sum()) for n in names}, rankable=rankable,
+                         complete_units=frozenset(complete), complete_only=restricted, unit=unit, where=where)
+
+
+def _unit_key(rows: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
+    """One hashable key per row for the `keys` columns (the session, or the session and config)."""
+    if len(keys) == 1:
+        return rows[keys[0]].astype(str)
+    return rows[list(keys)].astype(str).agg("\x1f".join, axis=1)
+
 
 @dataclass(frozen=True)
 class MetricComparison:
@@ -121,17 +252,16 @@ class Comparison:
     unmatched: Mapping[str, int] = field(default_factory=dict)
     #: Set when either side's summaries came from the offline extractive baseline (`run.summaries_note`).
     note: str | None = None
-    #: Per side (label), how many of the paired cells stopped early (`termination` other than completed).
+    #: Per side (label), how many of the paired cells stopped early (`termination` other than completed),
+    #: before the pairs where a side stopped early were left out.
     stopped: Mapping[str, int] = field(default_factory=dict)
-
-    @property
-    def stopped_note(self) -> str | None:
-        """Said with the verdicts when a side's replays stopped early in some pairs: their totals cover fewer
-        calls, so a cost reads low (better) for a reason that is no merit."""
-        sides = [f"{label} in {count} of {self.cells}" for label, count in self.stopped.items() if count]
-        if not sides:
-            return None
-        return f"Replays stopped early (e.g. context_overflow): {' and '.join(sides)} paired cells. {STOPPED_EARLY}"
+    #: Per side (label), the paired units left out because that side did not complete them, by how they ended.
+    left_out: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    #: Whether only the units where both sides completed were compared (`complete_pairs`).
+    complete_only: bool = True
+    #: Said with the verdicts when a side's replays stopped early (`CompletePairs.note`): which pairs
+    #: were left out and why, or that they were compared though their totals cover fewer calls.
+    stopped_note: str | None = None
 
     @property
     def pairing(self) -> str:
@@ -162,7 +292,8 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return {"a": self.a, "b": self.b, "confidence": self.confidence, "sessions": self.sessions, "cells": self.cells,
                 "units": self.units, "pairing": self.pairing, "unmatched": dict(self.unmatched), "note": self.note,
-                "stopped": dict(self.stopped), "stopped_note": self.stopped_note,
+                "stopped": dict(self.stopped), "left_out": {k: dict(v) for k, v in self.left_out.items()},
+                "complete_only": self.complete_only, "stopped_note": self.stopped_note,
                 "metrics": [{**vars(m), "verdict": m.verdict} for m in self.metrics]}
 
 
@@ -199,12 +330,14 @@ def _is_number_column(column: pd.Series) -> bool:
 
 def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_label: str = "B",
                    metrics: Sequence[str] | None = None, align: Sequence[str] = ("session_id", "repeat"),
-                   confidence: float = 0.95, resamples: int = 4000, seed: int = 0) -> Comparison:
+                   confidence: float = 0.95, resamples: int = 4000, seed: int = 0,
+                   complete_only: bool = True) -> Comparison:
     """Compare two result frames (one row per cell) paired on the `align` columns.
 
     The paired cells of a unit (the `align` columns but `repeat`: a session, or a session and config)
     are averaged first, so the counts, the interval and the test see one delta per unit, never one per
-    repeat."""
+    repeat. By default only the units where both sides completed every cell are compared
+    (`complete_pairs`); `complete_only=False` keeps the others, and `stopped_note` says either way."""
     import pandas as pd
 
     if not 0 < confidence < 1:
@@ -227,6 +360,9 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
                for label, side in ((a_label, "a"), (b_label, "b"))} if ends else {}
     unmatched = {a_label: len(a) - len(merged), b_label: len(b) - len(merged)}
     unit = [c for c in align if c != "repeat"] or align
+    pairs = _paired_sides(merged, unit, a_label, b_label, complete_only) if ends else None
+    if pairs is not None and pairs.complete_only:
+        merged = merged[pairs.in_complete_pairs.to_numpy()[:len(merged)]]
     rng = np.random.default_rng(seed)
     items = []
     for name in numeric:
@@ -239,7 +375,23 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
     units = int(merged[unit].drop_duplicates().shape[0])
     return Comparison(a=a_label, b=b_label, metrics=tuple(items), confidence=confidence,
                       sessions=int(merged["session_id"].nunique()) if "session_id" in merged else units,
-                      cells=len(merged), units=units, unmatched=unmatched, stopped=stopped)
+                      cells=len(merged), units=units, unmatched=unmatched, stopped=stopped,
+                      left_out={} if pairs is None else pairs.left_out,
+                      complete_only=pairs is not None and pairs.complete_only,
+                      stopped_note=None if pairs is None else pairs.note)
+
+
+def _paired_sides(merged: pd.DataFrame, unit: Sequence[str], a_label: str, b_label: str,
+                  complete_only: bool) -> CompletePairs:
+    """`complete_pairs` of the two sides of merged pairs: side A's rows then side B's, labelled by side."""
+    import pandas as pd
+
+    labels = (a_label, b_label if b_label != a_label else f"{b_label} (B)")
+    sides = pd.concat([merged[list(unit)].assign(termination=merged[f"termination__{side}"].to_numpy(), side=label)
+                       for side, label in zip("ab", labels, strict=True)], ignore_index=True)
+    units = "sessions" if list(unit) == ["session_id"] else "session × config units"
+    return complete_pairs(sides, labels, complete_only=complete_only, by=unit, config_column="side", unit=units,
+                          where="both sides completed")
 
 
 def _compare_metric(name: str, values_a: np.ndarray, values_b: np.ndarray, confidence: float, resamples: int,
@@ -265,14 +417,16 @@ def _compare_metric(name: str, values_a: np.ndarray, values_b: np.ndarray, confi
 
 def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | None = None, db: str | None = None,
             metrics: Sequence[str] | None = None, confidence: float = 0.95, resamples: int = 4000,
-            seed: int = 0) -> Comparison:
+            seed: int = 0, complete_only: bool = True) -> Comparison:
     """Paired comparison of two runs, or of two configs (`configs=(A, B)`) of one or two runs.
 
     Two runs without `configs` pair cells on session, config and repeat (the configs both have).
+    Only the sessions where both sides completed are compared unless `complete_only=False`
+    (`Comparison.stopped_note` says what was left out, and why).
     The comparison's `note` says so when either side's summaries came from the offline extractive baseline.
     """
     comparison = _compare(run_a, run_b, configs=configs, db=db, metrics=metrics, confidence=confidence,
-                          resamples=resamples, seed=seed)
+                          resamples=resamples, seed=seed, complete_only=complete_only)
     return replace(comparison, note=_summaries_note(run_a, run_b, configs, db))
 
 
@@ -286,7 +440,8 @@ def _summaries_note(run_a: str, run_b: str | None, configs: Sequence[str] | None
 
 
 def _compare(run_a: str, run_b: str | None, *, configs: Sequence[str] | None, db: str | None,
-             metrics: Sequence[str] | None, confidence: float, resamples: int, seed: int) -> Comparison:
+             metrics: Sequence[str] | None, confidence: float, resamples: int, seed: int,
+             complete_only: bool = True) -> Comparison:
     from workbench.experiments.run import results
 
     frame_a = results(run_a, db=db)
@@ -306,14 +461,14 @@ def _compare(run_a: str, run_b: str | None, *, configs: Sequence[str] | None, db
         label_a = f"{run_a}:{config_a}" if run_b else config_a
         label_b = f"{run_b}:{config_b}" if run_b else config_b
         return compare_frames(side_a, side_b, a_label=label_a, b_label=label_b, metrics=metrics,
-                              confidence=confidence, resamples=resamples, seed=seed)
+                              confidence=confidence, resamples=resamples, seed=seed, complete_only=complete_only)
     if run_b is None:
         names = list(dict.fromkeys(frame_a["config"]))
         if len(names) != 2:
             raise ConfigError(f"run {run_a!r} has {len(names)} configs ({', '.join(names)}): "
                               "name two with --configs A B or give a second run")
         return _compare(run_a, None, configs=tuple(names), db=db, metrics=metrics, confidence=confidence,
-                        resamples=resamples, seed=seed)
+                        resamples=resamples, seed=seed, complete_only=complete_only)
     return compare_frames(frame_a, frame_b, a_label=run_a, b_label=run_b, metrics=metrics,
                           align=("session_id", "config", "repeat"), confidence=confidence, resamples=resamples,
-                          seed=seed)
+                          seed=seed, complete_only=complete_only)

@@ -7,6 +7,12 @@
   cost versus quality with the Pareto front, token curves with compaction markers, and the
   summaries. Every piece of session text is escaped.
 
+Replays that stop early total only the calls they made. The tabular exports keep every row and mark
+each with `in_complete_pairs` (its session is one where every config of the run completed), so a
+reader filters as the workbench compares; the json document says what was left out under
+`complete_pairs` (`CompletePairs.to_dict`). The html report's leaderboard and chart are over the
+complete pairs (every session with `complete_only=False`) and show the same note as the app and CLI.
+
 The file is written to a temporary name and renamed, so a failed export leaves nothing half-written.
 """
 
@@ -24,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 from workbench.errors import ConfigError, unwritable
 from workbench.experiments import charts
 from workbench.experiments import results as tables
-from workbench.experiments.compare import metric_direction
+from workbench.experiments.compare import CompletePairs, complete_pairs, metric_direction
 from workbench.extractive import baseline_note
 
 if TYPE_CHECKING:
@@ -117,9 +123,11 @@ def format_of(path: str | os.PathLike[str]) -> str:
 
 
 def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | None = None, *,
-           level: str = "cells") -> Path:
+           level: str = "cells", complete_only: bool = True) -> Path:
     """Write run `run_id` (an id, unique prefix or run name) as csv, parquet, json or html; returns the path.
 
+    Tables keep every row with `in_complete_pairs`; the html report compares configs on the complete
+    pairs unless `complete_only=False` (see the module's doc).
     A file name whose ending implies another format (`format="csv"` into `x.parquet`) is refused: the
     file would not be what its name says."""
     if format not in FORMATS:
@@ -141,17 +149,28 @@ def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | Non
         if format in ("csv", "parquet"):
             frame = {"cells": tables.results_frame, "calls": tables.calls_frame,
                      "compactions": tables.compactions_frame}[level](con, run_id)
-            _copy(con, frame, target, format)
+            _copy(con, marked(frame, complete_pairs(tables.results_frame(con, run_id))), target, format)
         elif format == "json":
             document = _document(con, run_id)
             _write_atomically(target, lambda p: p.write_text(json.dumps(document, indent=1, ensure_ascii=False),
                                                               encoding="utf-8"))
         else:
-            report = render_report(con, run_id)
+            report = render_report(con, run_id, complete_only=complete_only)
             _write_atomically(target, lambda p: p.write_text(report, encoding="utf-8"))
     finally:
         con.close()
     return target
+
+
+def marked(frame: pd.DataFrame, pairs: CompletePairs) -> pd.DataFrame:
+    """`frame` (cells, calls or compactions of a run) with `in_complete_pairs` after `termination` (or
+    `config`): whether the row's session is one where every config of the run completed."""
+    shown = frame.copy()
+    after = next((c for c in ("termination", "config") if c in shown.columns), None)
+    position = list(shown.columns).index(after) + 1 if after is not None else len(shown.columns)
+    shown.insert(position, "in_complete_pairs",
+                 shown["session_id"].astype(str).isin(pairs.complete_units) if "session_id" in shown else True)
+    return shown
 
 
 def _copy(con: Any, frame: pd.DataFrame, target: Path, format: str) -> None:
@@ -186,13 +205,15 @@ def _parsed_details(row: dict[str, Any]) -> dict[str, Any]:
 def _document(con: Any, run_id: str) -> dict[str, Any]:
     info = tables.run_info(con, run_id)
     cells, _, compactions = _frames(con, run_id)
+    pairs = complete_pairs(cells)
     configs = con.execute("SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position",
                           [run_id]).fetchall()
     return {
         "run": _json_ready(vars(info)), "spec": tables.run_spec(con, run_id),
         "configs": [{"name": name, **(json.loads(spec) if isinstance(spec, str) else spec)} for name, spec in configs],
-        "results": _records(cells), "compactions": [_parsed_details(row) for row in _records(compactions)],
-        "note": baseline_note(tables.summarizers_used(con, run_id)),
+        "results": _records(marked(cells, pairs)),
+        "compactions": [_parsed_details(row) for row in _records(marked(compactions, pairs))],
+        "note": baseline_note(tables.summarizers_used(con, run_id)), "complete_pairs": _json_ready(pairs.to_dict()),
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -214,13 +235,12 @@ details { margin: 6px 0; }
 """
 
 
-def leaderboard_html(board: pd.DataFrame, ends: pd.DataFrame | None = None) -> str:
+def leaderboard_html(board: pd.DataFrame, pairs: CompletePairs | None = None) -> str:
     """The leaderboard as an HTML table; per metric, the best config is green and the worst red.
 
-    Configs whose replays stopped early (`charts.stopped_early`; `ends` is `charts.completion(results)`,
-    to say how) are not ranked, and a note under the table says why."""
-    stopped = charts.stopped_early(board, ends)
-    ranked = board.drop(index=[c for c in board.index if str(c) in stopped])
+    Only the configs of `pairs.rankable` are ranked (a config that completed fewer sessions than another
+    is marked neither best nor worst), and `pairs.note` under the table says what the means are over."""
+    ranked = board if pairs is None else board[[str(c) in pairs.rankable for c in board.index]]
     head = "".join(f"<th>{html.escape(str(c))}</th>" for c in board.columns)
     best: dict[str, Any] = {}
     worst: dict[str, Any] = {}
@@ -239,7 +259,7 @@ def leaderboard_html(board: pd.DataFrame, ends: pd.DataFrame | None = None) -> s
                 " class=\"worst\"" if worst.get(column) == config else ""
             cells.append(f"<td{marker}>{html.escape(charts.format_metric(str(column), row[column]))}</td>")
         rows.append(f"<tr><td class=\"text\">{html.escape(str(config))}</td>{''.join(cells)}</tr>")
-    note = charts.stopped_note(stopped)
+    note = pairs.note if pairs is not None else None
     return (f"<table><thead><tr><th class=\"text\">config</th>{head}</tr></thead>"
             f"<tbody>{''.join(rows)}</tbody></table>"
             + (f"<p class=\"banner\">{html.escape(note)}</p>" if note else ""))
@@ -262,8 +282,9 @@ def _figure_html(figure: Any) -> str:
 
 def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compactions: pd.DataFrame, *,
                 meta: Sequence[tuple[str, str]] = (), summarizers: Sequence[str] = (),
-                context_limit: int | None = None) -> str:
-    """A self-contained HTML report of result frames (a stored run, or an ad-hoc comparison)."""
+                context_limit: int | None = None, complete_only: bool = True) -> str:
+    """A self-contained HTML report of result frames (a stored run, or an ad-hoc comparison); the
+    leaderboard and the chart compare configs on the complete pairs unless `complete_only=False`."""
     from plotly.offline import get_plotlyjs
 
     parts = [f"<h1>{html.escape(title)}</h1>"]
@@ -274,10 +295,10 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
     if note:
         parts.append(f"<div class=\"banner\">{html.escape(note)}</div>")
     parts.append("<h2>Leaderboard</h2>")
-    board = charts.leaderboard(results) if len(results) else None
-    parts.append(leaderboard_html(board, charts.completion(results)) if board is not None
-                 else "<p>No finished cells.</p>")
-    scatter = charts.cost_quality(results) if len(results) else None
+    pairs = complete_pairs(results, complete_only=complete_only) if len(results) else None
+    board = charts.leaderboard(results, pairs=pairs) if pairs is not None else None
+    parts.append(leaderboard_html(board, pairs) if board is not None else "<p>No finished cells.</p>")
+    scatter = charts.cost_quality(results, pairs=pairs) if pairs is not None else None
     if scatter is not None:
         parts.append("<h2>Cost versus quality</h2>")
         parts.append(_figure_html(scatter))
@@ -307,7 +328,7 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
             f"<body>{body}</body></html>")
 
 
-def render_report(con: Any, run_id: str) -> str:
+def render_report(con: Any, run_id: str, *, complete_only: bool = True) -> str:
     """The HTML report of a stored run."""
     info = tables.run_info(con, run_id)
     results, calls, compactions = _frames(con, run_id)
@@ -319,4 +340,4 @@ def render_report(con: Any, run_id: str) -> str:
             ("started", info.started_at.isoformat(timespec="seconds") if info.started_at else "?")]
     return report_html(f"Experiment {info.name}", results, calls, compactions, meta=meta,
                        summarizers=tables.summarizers_used(con, run_id),
-                       context_limit=limits.pop() if len(limits) == 1 else None)
+                       context_limit=limits.pop() if len(limits) == 1 else None, complete_only=complete_only)

@@ -1,15 +1,18 @@
 """Regression gates: a fresh run of an experiment against its stored baseline.
 
 The baseline (`experiments/baselines/NAME.json` beside the spec) holds, per config and dataset,
-the mean of every numeric metric, and the summary texts of every config whose summarizer is
-deterministic (the offline provider, or `temperature = 0`). The spec's `[regress]` table says how
-far each metric may move (see `Tolerance`); `summaries = "exact"` asks that the snapshots match,
-and a mismatch is shown as a unified diff. `update=True` rewrites the baseline from the fresh run.
+the mean of every numeric metric over the dataset's sessions where every config completed (a replay
+that stops early totals fewer calls; `complete_pairs`), how many those were, and the summary texts
+of every config whose summarizer is deterministic (the offline provider, or `temperature = 0`).
+The spec's `[regress]` table says how far each metric may move (see `Tolerance`); `summaries =
+"exact"` asks that the snapshots match, and a mismatch is shown as a unified diff. `update=True`
+rewrites the baseline from the fresh run.
 
 A check fails, rather than passes, when cells of the fresh run failed (their metrics are missing, so
-the means cover fewer sessions) or when a spec with tolerances had nothing to check; a baseline is
-never written from a run with failed cells or without metrics. The baseline (read, or to be written)
-is checked before the run starts, so a bad path does not cost a whole run.
+the means cover fewer sessions), when fewer sessions completed under every config than in the
+baseline, or when a spec with tolerances had nothing to check; a baseline is never written from a
+run with failed cells or without metrics. The baseline (read, or to be written) is checked before
+the run starts, so a bad path does not cost a whole run.
 
     report = wb.regress("experiments/reference-designs.toml")
     report.ok, print(report.text())
@@ -29,6 +32,7 @@ from typing import Any
 
 from workbench.errors import ConfigError, WorkbenchError, unwritable
 from workbench.experiments import results as tables
+from workbench.experiments.compare import complete_pairs
 from workbench.experiments.spec import ExperimentSpec, Tolerance, load_experiment
 
 BASELINE_VERSION = 1
@@ -96,6 +100,8 @@ class RegressionReport:
     tolerances: tuple[str, ...] = ()
     #: What to do about failed cells (how to see their errors and retry them).
     failed_hint: str = ""
+    #: Datasets where fewer sessions completed under every config than in the baseline (`complete_pairs`).
+    coverage_problems: list[str] = field(default_factory=list)
 
     @property
     def checks(self) -> int:
@@ -109,6 +115,7 @@ class RegressionReport:
         if self.failed_cells:
             found.append(f"{self.failed_cells} of {self.cells_total} cells of run {self.run_id} failed, so its "
                          f"means cover only the cells that finished{self.failed_hint}")
+        found.extend(self.coverage_problems)
         if self.tolerances and not self.checks:
             found.append(f"nothing was checked: neither the baseline nor the fresh run holds what the [regress] table "
                          f"names ({', '.join(self.tolerances)})")
@@ -183,17 +190,25 @@ def _clean(value: Any) -> float | None:
 
 
 def snapshot(con: Any, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
-    """The baseline document of a run: metric means per config and dataset, and (when the spec asks
-    `summaries = "exact"`) the summaries of its deterministic configs."""
+    """The baseline document of a run: metric means per config and dataset over the sessions of the
+    dataset where every config completed (`complete_pairs`; how many, and what was left out, under
+    `complete_pairs`), and (when the spec asks `summaries = "exact"`) the summaries of its
+    deterministic configs."""
     import pandas as pd
 
     frame = tables.results_frame(con, run_id)
     skip = {"run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s"}
     numeric = [c for c in frame.columns if c not in skip and pd.api.types.is_numeric_dtype(frame[c])]
     metrics: dict[str, dict[str, dict[str, float | None]]] = {}
-    for (config, dataset), rows in frame.groupby(["config", "dataset"], sort=False, dropna=False):
-        means = {name: _clean(rows[name].mean()) for name in numeric if rows[name].notna().any()}
-        metrics.setdefault(str(config), {})[str(dataset)] = dict(sorted(means.items()))
+    coverage: dict[str, dict[str, Any]] = {}
+    for dataset, cells in frame.groupby("dataset", sort=False, dropna=False):
+        pairs = complete_pairs(cells)
+        coverage[str(dataset)] = {"sessions": pairs.sessions, "total": pairs.total,
+                                  "left_out": {c: dict(ends) for c, ends in pairs.left_out.items() if ends},
+                                  "note": pairs.note}
+        for compared, rows in pairs.results.groupby("config", sort=False):
+            means = {name: _clean(rows[name].mean()) for name in numeric if rows[name].notna().any()}
+            metrics.setdefault(str(compared), {})[str(dataset)] = dict(sorted(means.items()))
     deterministic = {c.name for c in spec.configs if is_deterministic(c.config.to_dict())}
     summaries: dict[str, dict[str, list[str | None]]] = {}
     compactions = tables.compactions_frame(con, run_id) if "summaries" in spec.regress else None
@@ -207,7 +222,7 @@ def snapshot(con: Any, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
     return {"version": BASELINE_VERSION, "experiment": spec.name, "run_id": run_id,
             "code_version": info.code_version, "dataset_version": info.dataset_version,
             "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "metrics": metrics, "summaries": summaries}
+            "metrics": metrics, "complete_pairs": coverage, "summaries": summaries}
 
 
 def _summary_diff(old: Sequence[str | None], new: Sequence[str | None], label: str) -> str:
@@ -246,6 +261,7 @@ def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: Experim
                     continue
                 ok = old is not None and new is not None and tolerance.allows(old, new)
                 report.diffs.append(MetricDiff(config, dataset, metric, old, new, tolerance, ok))
+    _check_coverage(report, baseline.get("complete_pairs"), current.get("complete_pairs"))
     unchecked = [m for m in tolerances if not any(d.metric == m for d in report.diffs)]
     if unchecked:
         report.notes.append(f"{', '.join(unchecked)}: in neither the baseline nor the fresh run, so not checked "
@@ -264,6 +280,26 @@ def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: Experim
                     report.summary_diffs.append(SummaryDiff(
                         config, session_id, _summary_diff(texts, fresh_texts, f"{config}/{session_id[:12]}")))
     return report
+
+
+def _check_coverage(report: RegressionReport, baseline: Any, current: Any) -> None:
+    """The sessions the means are over: fewer where every config completed than in the baseline fails the
+    check (a config now stops early where it completed, and the means would cover other sessions); more is
+    a note. A baseline written before it recorded them is not checked."""
+    for dataset, fresh in (current or {}).items():
+        if fresh.get("note"):
+            report.notes.append(f"{dataset}: {fresh['note']}")
+        old = (baseline or {}).get(dataset) if isinstance(baseline, Mapping) else None
+        if not isinstance(old, Mapping) or not isinstance(old.get("sessions"), int):
+            continue
+        was, now = old["sessions"], fresh["sessions"]
+        if now < was:
+            report.coverage_problems.append(
+                f"{dataset}: every config completed {now} of {fresh['total']} sessions, {was} in the baseline, so "
+                "a config now stops early where it completed (the means cover fewer sessions)")
+        elif now > was:
+            report.notes.append(f"{dataset}: every config completed {now} sessions, {was} in the baseline: the means "
+                                "cover more sessions; run with --update to make them the baseline's")
 
 
 class BaselineRefused(WorkbenchError):

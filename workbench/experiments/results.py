@@ -9,7 +9,8 @@ Tables (created by the migration `0004_experiment_results` in `workbench.db`):
   plugin adds needs no new column;
 - `cell_calls`: one row per replayed LLM call of a cell;
 - `cell_compactions`: one row per compaction event, with its summary and per-compaction metrics
-  (e.g. lost facts) as JSON `details`.
+  (e.g. lost facts) as JSON `details`; `noop` (migration `0006_compaction_noop`) marks a firing whose
+  strategy returned the context unchanged (NULL on rows stored before it).
 
 Views: `results_long` (cells joined with their metrics) and `config_metrics` (per run, config and
 metric: mean, min, max, count) are what the app, the exports and notebooks read alike.
@@ -220,7 +221,8 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
                 messages_before=event.messages_before, messages_after=event.messages_after,
                 tokens_before=event.tokens_before, tokens_after=event.tokens_after, summary=event.summary,
                 duration_s=event.duration_s, fell_back=event.fell_back, no_progress=event.no_progress,
-                breaker_open=event.breaker_open, error=event.error, summarizer_calls=usage.get("calls"),
+                breaker_open=event.breaker_open, error=event.error, noop=event.noop,
+                summarizer_calls=usage.get("calls"),
                 summarizer_input_tokens=usage.get("input_tokens"), summarizer_output_tokens=usage.get("output_tokens"),
                 summarizer_cost_usd=_finite(usage.get("cost_usd")),
                 details=_json(_clean(details[index]), sort_keys=True) if details[index] else None)
@@ -361,6 +363,36 @@ def summarizers_used(con: duckdb.DuckDBPyConnection, run_id: str, configs: Seque
         if name in called and (configs is None or name in configs) and config.get("summarizer"):
             models.append(str(config["summarizer"]))
     return list(dict.fromkeys(models))
+
+
+@dataclass(frozen=True)
+class NoopConfig:
+    """A config of a run whose trigger fired but whose strategy changed no context in any stored cell."""
+
+    config: str
+    sessions: int
+    firings: int
+    datasets: tuple[str, ...]
+
+
+def noop_configs(con: duckdb.DuckDBPyConnection, run_id: str) -> list[NoopConfig]:
+    """The configs of a run whose cells hold no-op firings (`noop_compactions`) and nothing else: no
+    compaction that changed a context, none that failed (in the order of `run_configs`)."""
+    rows = con.execute("""
+        WITH counted AS (
+            SELECT config, session_id, dataset, termination,
+                   coalesce(TRY_CAST(json_extract(metrics, '$.noop_compactions') AS BIGINT), 0) AS noops,
+                   coalesce(TRY_CAST(json_extract(metrics, '$.compactions') AS BIGINT), 0) AS changed
+            FROM cells WHERE run_id = ?)
+        SELECT k.config, count(DISTINCT k.session_id), sum(k.noops),
+               list(DISTINCT k.dataset ORDER BY k.dataset) FILTER (WHERE k.dataset IS NOT NULL)
+        FROM counted k LEFT JOIN run_configs r ON r.run_id = ? AND r.config = k.config
+        GROUP BY k.config, r.position
+        HAVING sum(k.noops) > 0 AND sum(k.changed) = 0
+           AND count(*) FILTER (WHERE k.termination = 'compaction_failed') = 0
+        ORDER BY r.position, k.config""", [run_id, run_id]).fetchall()
+    return [NoopConfig(str(config), int(sessions), int(firings), tuple(map(str, datasets or ())))
+            for config, sessions, firings, datasets in rows]
 
 
 def calls_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:

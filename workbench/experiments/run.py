@@ -350,7 +350,9 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
     default: a local one); `gateway` replaces the one caching into the database; `progress` is
     called after every cell.
     `fresh=True` deletes the run's stored cells first, so everything is recomputed (model calls
-    still come from the cache).
+    still come from the cache). A config whose trigger fired but whose strategy changed no context
+    in any cell (e.g. masking on sessions without observations) is named once in a
+    `NoopCompactionsWarning` at the end.
     """
     from workbench import db as database
     from workbench.store import Store
@@ -395,6 +397,8 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
             if status == "finished" and state.failed_cells:
                 status = "finished_with_errors"
             tables.finish_run(con, run_id, status)
+        _warn_noop_configs(experiment, tables.noop_configs(con, run_id))
+        _warn_nothing_recorded(experiment, store)
     return Run(id=run_id, spec=experiment, db=db_path, progress=state, status=status)
 
 
@@ -533,6 +537,39 @@ def _warn_failed(task: CellTask, error: BaseException | None) -> None:
 
     warnings.warn(f"cell {task.session_id[:12]} × {task.config_name} (repeat {task.repeat}) failed: "
                   f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
+
+
+def _warn_nothing_recorded(spec: ExperimentSpec, store: Any) -> None:
+    """One `NothingRecordedWarning` per config replaying recorded compactions and dataset where none
+    of the run's sessions recorded any (there the config repeats no-compaction)."""
+    import warnings
+
+    from workbench.errors import NothingRecordedWarning
+    from workbench.recorded import nothing_recorded_note, uses_recorded
+
+    replaying = [cell.name for cell in spec.configs if uses_recorded(cell.config.to_dict())]
+    for dataset in spec.datasets if replaying else ():
+        counts = [row["recorded_compactions"] for row in store.session_rows(dataset, spec.where)]
+        for name in replaying if counts and not any(counts) else ():
+            warnings.warn(nothing_recorded_note(name, len(counts), f"of dataset {dataset!r}"),
+                          NothingRecordedWarning, stacklevel=3)
+
+
+def _warn_noop_configs(spec: ExperimentSpec, found: Sequence[tables.NoopConfig]) -> None:
+    """One `NoopCompactionsWarning` per config whose trigger fired in the run and whose strategy never
+    changed a context: its rows equal no compaction, which a reader of the results must be told."""
+    import warnings
+
+    from workbench.errors import NoopCompactionsWarning
+    from workbench.replay import noop_note, strategy_kind
+
+    configs = {c.name: c.config for c in spec.configs}
+    for item in found:
+        kind = strategy_kind(configs[item.config]) if item.config in configs else "?"
+        datasets = ", ".join(map(repr, item.datasets)) or "?"
+        where = (f"{item.sessions:,} session{'s' * (item.sessions != 1)} of "
+                 f"dataset{'s' * (len(item.datasets) > 1)} {datasets}")
+        warnings.warn(noop_note(item.config, kind, item.firings, where), NoopCompactionsWarning, stacklevel=3)
 
 
 def _count_calls(state: RunProgress, spent: CellSpend) -> None:

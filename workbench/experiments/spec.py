@@ -20,6 +20,9 @@
     billed_input_tokens = "+5%"          # may grow by at most 5 %
     summaries = "exact"
 
+    [report]                             # optional: reductions against a baseline config (reductions.py)
+    baseline = "window-5"
+
 A spec is validated whole when it is loaded: every error names the offending key (and the config
 it belongs to), and every expanded config is parsed, so a typo fails before any replay runs.
 """
@@ -36,12 +39,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from workbench.config import ReplayConfig, merge_config, names_file, parse_config
+from workbench.config import ReplayConfig, merge_config, names_file, parse_config, trigger_keys
 from workbench.errors import ConfigError, did_you_mean, folder_given, missing_file
+from workbench.experiments.reductions import ReportOptions, report_options
+from workbench.presets import fit_to_window
 from workbench.registry import kinds, lookup
 
 SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
-             "defaults", "config", "regress", "presets")
+             "defaults", "config", "regress", "presets", "report")
 CONFIG_ONLY_KEYS = ("matrix", "preset")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 _TOLERANCE = re.compile(r"^\s*(?P<sign>[+-]|±|\+-)?\s*(?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?P<percent>%)?\s*$")
@@ -104,6 +109,8 @@ class ExperimentSpec:
     description: str = ""
     source: str | None = None
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False)
+    #: `[report]`: reductions against a baseline config (`workbench.experiments.reductions`)
+    report: ReportOptions | None = None
 
     def config(self, name: str) -> ConfigCell:
         for cell in self.configs:
@@ -118,15 +125,17 @@ class ExperimentSpec:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """What the spec asks for that a run will leave empty: a metric that needs a model (probe
-        accuracy, the judge, continuation) on configs without an `evaluator`."""
+        """What resolving the configs changed (a preset threshold scaled to the window: each config's
+        `notes`), and what the spec asks for that a run will leave empty: a metric that needs a model
+        (probe accuracy, the judge, continuation) on configs without an `evaluator`."""
+        resolved = tuple(dict.fromkeys(line for cell in self.configs for line in cell.config.notes))
         needing = [m for m in self.metrics if getattr(lookup("metric", m), "requires_model", False)]
         without = [cell.name for cell in self.configs if cell.config.evaluator is None]
         if not needing or not without:
-            return ()
+            return resolved
         shown = ", ".join(without[:4]) + (f" and {len(without) - 4} more" if len(without) > 4 else "")
-        return (f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} an evaluator model (config key "
-                f"`evaluator`, e.g. in [defaults]); without one the column stays empty for {shown}",)
+        return (*resolved, f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} an evaluator model (config "
+                f"key `evaluator`, e.g. in [defaults]); without one the column stays empty for {shown}")
 
     def __repr__(self) -> str:
         return (f"ExperimentSpec({self.name!r}, datasets={list(self.datasets)}, "
@@ -184,6 +193,16 @@ def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
     matrix = entry.get("matrix") or {}
     if not isinstance(matrix, Mapping):
         raise _fail(where, "'matrix' must be a table of dotted keys to lists of values")
+    if preset_name is not None:  # a preset threshold that cannot fire in the window is scaled to it, with a note
+        own = trigger_keys(defaults, entry) | {str(path).split(".")[1] for path in matrix
+                                               if str(path).startswith("trigger.") and str(path).count(".") == 1}
+        return [(cell, fit_to_window(preset_name, spec, chosen=own), values)
+                for cell, spec, values in _expand_matrix(name, base, matrix, where)]
+    return _expand_matrix(name, base, matrix, where)
+
+
+def _expand_matrix(name: str, base: dict[str, Any], matrix: Mapping[str, Any],
+                   where: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     if not matrix:
         return [(name, base, {})]
     axes: list[tuple[str, list[Any]]] = []
@@ -370,7 +389,7 @@ def _validate(raw: dict[str, Any], origin: str | None,
         name=name, datasets=datasets, configs=tuple(cells), where=where,
         metrics=metrics, concurrency=_positive_int(raw, "concurrency", 4),
         repeats=_positive_int(raw, "repeats", 1), regress=regress, description=description,
-        source=origin, raw=raw)
+        source=origin, raw=raw, report=report_options(raw.get("report"), [cell.name for cell in cells]))
 
 
 def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -> None:

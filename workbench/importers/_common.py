@@ -24,6 +24,7 @@ from typing import Any
 
 from ..errors import FormatError
 from ..session import NO_RESULT_TEXT, Message, Session, ToolCall
+from .observations import mark_observations
 
 HEAD_BYTES = 256 * 1024
 """How much of a file the cheap format sniffers look at."""
@@ -652,9 +653,10 @@ def build_session(messages: Sequence[Message], fmt: str, *, tools: Sequence[Mapp
     """A Session with the common metadata filled in (model, usage totals) when not given.
 
     Compaction markers (`compaction_marker`) are removed from `messages` and recorded in
-    `metadata["recorded_compactions"]`.
+    `metadata["recorded_compactions"]`; the format's observations are marked (`mark_observations`).
     """
     messages, compactions = take_compactions(messages)
+    messages = mark_observations(fmt, messages)
     meta = {k: v for k, v in (metadata or {}).items() if v is not None and k != "recorded_compactions"}
     if compactions:
         meta["recorded_compactions"] = compactions

@@ -37,7 +37,7 @@ from workbench.llm.provider import load_litellm
 from workbench.llm.retry import RetryPolicy
 from workbench.llm.transport import lends_client, on_the_wire
 
-__all__ = ["BoundModel", "GatewayAPI"]
+__all__ = ["BoundModel", "GatewayAPI", "capped_output"]
 
 log = logging.getLogger("workbench.llm")
 
@@ -131,6 +131,30 @@ class GatewayAPI(Protocol):
 _Plan = Generator[_Step, Any, Completion]
 
 
+OUTPUT_LIMIT_OPTIONS = ("max_tokens", "max_completion_tokens")
+
+
+def capped_output(params: Mapping[str, Any], max_tokens: int | None) -> dict[str, Any]:
+    """The request's parameters with the caller's output budget `max_tokens` applied.
+
+    A strategy asks for the summary length its design derives; an output limit the user set in the
+    model's options (`max_tokens` or `max_completion_tokens`) caps it: the smaller one is sent, under
+    the user's key. Without a user limit the derived budget is sent as `max_tokens`; without a derived
+    one the user's options go as they are.
+    """
+    out = dict(params)
+    if max_tokens is None:
+        return out
+    derived = int(max_tokens)
+    user_keys = [key for key in OUTPUT_LIMIT_OPTIONS
+                 if isinstance(out.get(key), (int, float)) and not isinstance(out.get(key), bool)]
+    if not user_keys:
+        out["max_tokens"] = derived
+    for key in user_keys:
+        out[key] = min(int(out[key]), derived)
+    return out
+
+
 class BoundModel:
     """A model with its options, handed out by `Gateway.model`; satisfies `workbench.compaction.Summarizer`."""
 
@@ -190,9 +214,7 @@ class BoundModel:
     def _request(self, messages: Sequence[Any], max_tokens: int | None, repeat: int | None,
                  validate: Validator | None = None) -> _Request:
         plain = plain_messages(messages)
-        params = dict(self._params)
-        if max_tokens is not None:
-            params["max_tokens"] = int(max_tokens)
+        params = capped_output(self._params, max_tokens)
         repeat = self.repeat if repeat is None else int(repeat)
         material_json = canonical_json(key_material(self.model, plain, params, repeat, self.api_base))
         key = hashlib.sha256(material_json.encode()).hexdigest()

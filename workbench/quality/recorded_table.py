@@ -85,7 +85,7 @@ def recorded_summary_tokens(session: Any) -> int:
 
 
 def score(session: Any, spec: dict[str, Any]) -> dict[str, Any]:
-    from workbench.replay import replay
+    from workbench.replay import changed_compactions, replay
 
     spec = dict(spec)
     capped = spec.pop("cap", False)
@@ -103,7 +103,7 @@ def score(session: Any, spec: dict[str, Any]) -> dict[str, Any]:
         budget = max(1, budget - (longest - cap))
     values, _ = evaluate_metrics(result)
     summaries = [e.summary for e in result.compactions if e.summary]
-    done = [e for e in result.compactions if not e.failed]
+    done = changed_compactions(result.compactions)
     return {
         "compactions": len(done),
         "fact_retention": values.get("fact_retention"),

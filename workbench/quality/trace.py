@@ -62,8 +62,10 @@ def context_at(result: Any, call_index: int) -> list[Message]:
 
 
 def applied_events(result: Any) -> list[int]:
-    """Indices of the compaction events whose output became the context (failed ones excluded)."""
-    return [i for i, e in enumerate(result.compactions) if not getattr(e, "failed", False)]
+    """Indices of the compaction events that changed the context: failed ones and no-ops (the
+    strategy returned its input unchanged: nothing removed, nothing to grade) excluded."""
+    return [i for i, e in enumerate(result.compactions)
+            if not getattr(e, "failed", False) and not getattr(e, "noop", False)]
 
 
 # -- a small per-object memo (results and sessions are not hashable) -----------------------------

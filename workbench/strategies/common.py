@@ -18,6 +18,8 @@ from workbench.errors import ConfigError
 from workbench.session import Message, Step, flatten, group_steps
 
 DEFAULT_FALLBACK_FRACTION = 0.4
+#: How a transcript labels a user observation (a text-action agent's command output).
+OBSERVATION_LABEL = "command output"
 
 
 def last_steps_for_messages(steps: Sequence[Step], keep_messages: int, lengths: Sequence[int] | None = None) -> int:
@@ -100,8 +102,9 @@ def settle(step: Step, key: str) -> Step:
 
 
 def has_stray_tool_step(steps: Sequence[Step]) -> bool:
-    """Whether a step starts with a tool message (a result with no call before it)."""
-    return "tool" in [step.messages[0].role for step in steps]
+    """Whether a step starts with an observation: a tool message (a result with no call before it),
+    or a user observation with no assistant step before it (either may join a step put before it)."""
+    return any([step.messages[0].is_observation for step in steps])
 
 
 def stray_owners(steps: Sequence[Step]) -> dict[int, int]:
@@ -253,8 +256,8 @@ class Grouping:
 
     @cached_property
     def strays(self) -> list[int]:
-        """The indices of the steps that start with a tool result."""
-        return [index for index, step in enumerate(self.steps) if step.messages[0].role == "tool"]
+        """The indices of the steps that start with an observation (`has_stray_tool_step`)."""
+        return [index for index, step in enumerate(self.steps) if step.messages[0].is_observation]
 
     def known(self, messages: Sequence[Message]) -> BodySteps | None:
         """`BodySteps.of(group_steps(messages))` when `group` finds the steps, from what this grouping
@@ -464,8 +467,8 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
     them is a tool result that may join it, taken from the session's grouping the replay lends.
 
     This is exact: `group_steps` decides each message from the ones since its step began, so a
-    body's steps before its last are steps of any longer body it begins, a message that is not a
-    tool result always begins a step, and grouping again from a step's start gives the same steps.
+    body's steps before its last are steps of any longer body it begins, a message that is not an
+    observation always begins a step, and grouping again from a step's start gives the same steps.
     """
     messages, leading = context.messages, len(context.system)  # (the body is not copied)
     body_length = len(messages) - leading
@@ -478,7 +481,7 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
         _give(context, _group_known(context.body))
         return
     kept, start = len(prefix.steps), prefix_length
-    if messages[leading + prefix_length].role == "tool":  # it may join the prefix's last step: group that one again
+    if messages[leading + prefix_length].is_observation:  # it may join the prefix's last step: group that one again
         kept -= 1
         start -= prefix.lengths[kept]
     new = _group_known(messages[leading + start:])
@@ -570,6 +573,8 @@ def render_transcript(messages: Sequence[Message], *, max_chars_per_message: int
         label = message.role
         if message.role == "tool":
             label = f"tool result ({message.name or message.tool_call_id or 'unknown'})"
+        elif message.observation:
+            label = f"tool result ({OBSERVATION_LABEL})"
         text = message.text
         if max_chars_per_message is not None and len(text) > max_chars_per_message:
             text = text[:max_chars_per_message] + " ..."
@@ -594,6 +599,13 @@ def is_recorded_summary(message: Message) -> bool:
     return bool(message.metadata.get("compact_summary"))
 
 
+def is_user_request(message: Message) -> bool:
+    """A user message the user wrote: not a summary (written by a strategy or the recorded agent)
+    and not an observation (the environment's answer a text-action agent is shown as a user turn)."""
+    return message.role == "user" and not message.observation and not is_summary(message) \
+        and not is_recorded_summary(message)
+
+
 def may_summarize(strategy: Any) -> bool:
     """Whether a built strategy may call the summarizer (what a dry run lists as the models a config
     calls): its `summarizes` attribute, which the built-in kinds set (a composite from its parts);
@@ -609,8 +621,7 @@ def task_index(steps: Sequence[Step]) -> int | None:
     user message (they always keep it in front).
     """
     for index, step in enumerate(steps):
-        head = step.head
-        if head.role == "user" and not is_summary(head) and not is_recorded_summary(head):
+        if is_user_request(step.head):
             return index
     return None
 

@@ -1,4 +1,4 @@
-"""Strategy kinds made of other strategies: `guard_select` (003) and `pipeline`.
+"""Strategy kinds made of other strategies: `guard_select` (003), `pipeline` and `step_gate`.
 
 Nested strategies are given as specs (`{"kind": ..., **params}`, a kind name, or an already
 built strategy); their parameters are declared `StrategySpec`, so the registry builds them when the
@@ -16,6 +16,8 @@ from workbench.errors import CompactionError
 from workbench.registry import StrategySpec, param, register_strategy
 from workbench.session import Message
 from workbench.strategies.common import (
+    StepList,
+    body_steps,
     context_of,
     keep_last_fraction,
     keep_summaries_in,
@@ -68,7 +70,7 @@ class GuardSelect:
         return any(may_summarize(getattr(self, slot)) for slot in ("critical", "warn", "oversized", "gentle"))
 
     def has_oversized(self, context: Context) -> bool:
-        return any(m.role == "tool" and len(m.text) > self.oversized_chars for m in context.body)
+        return any(m.is_observation and len(m.text) > self.oversized_chars for m in context.body)
 
     def select(self, context: Context, env: CompactionEnv) -> tuple[str, Any]:
         """(slot name, strategy) for this context."""
@@ -140,4 +142,38 @@ class Pipeline:
         return messages
 
 
-__all__ = ["GuardSelect", "Pipeline", "severity_of"]
+@register_strategy("step_gate")
+@dataclass(frozen=True)
+class StepGate:
+    """Run `strategy` only once the context holds at least `min_steps` steps; otherwise change nothing.
+
+    Inside a pipeline whose trigger fires at every call, one config then compacts at two paces:
+    The Complexity Trap's hybrid masks observations at every turn and summarizes only when the
+    history reaches N turns (a step is one turn: an action with its observation, or a user message).
+    Steps are counted as the `context_steps` gauge counts them: the leading system messages included.
+    """
+
+    strategy: StrategySpec = param({"kind": "summarize_progressive", "keep_recent": 10},
+                                   doc="the strategy run once the context is long enough, as a strategy spec")
+    min_steps: int = param(2, doc="context steps (system messages included) from which the strategy runs", min=1)
+
+    @property
+    def summarizes(self) -> bool:
+        return may_summarize(self.strategy)
+
+    def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
+        known = body_steps(context)
+        if len(context.system) + len(known.steps) < self.min_steps:
+            return StepList(context.messages, len(context.system), known)
+        return returned_messages(self.strategy.compact(context, env), self.strategy)
+
+    def fallback(self, context: Context, env: CompactionEnv) -> list[Message]:
+        """The inner strategy's own fallback (the context is long enough, or compact changed nothing)."""
+        env.summaries.clear()
+        own = getattr(self.strategy, "fallback", None)
+        if callable(own):
+            return returned_messages(own(context, env), self.strategy, "fallback")
+        return keep_last_fraction(context)
+
+
+__all__ = ["GuardSelect", "Pipeline", "StepGate", "severity_of"]

@@ -48,6 +48,7 @@ from workbench.strategies.common import (
     glued_pins,
     is_recorded_summary,
     is_summary,
+    is_user_request,
     keep_last_fraction,
     render_transcript,
     summary_max_tokens,
@@ -132,7 +133,7 @@ def last_user_request(messages: Sequence[Message]) -> str:
     """
     pinned_fallback = ""
     for message in reversed(messages):
-        if message.role != "user":
+        if message.role != "user" or message.observation:
             continue
         if is_summary(message):
             carried = message.metadata.get("last_user_request")
@@ -441,7 +442,7 @@ class SummarizeSplit(_Summarizing):
         pinned, dropped, preserved = parts
         dropped_messages = flatten(dropped)
         topics = [m.text.strip().splitlines()[0][:80] for m in dropped_messages
-                  if m.role == "user" and not is_summary(m) and not is_recorded_summary(m) and m.text.strip()]
+                  if is_user_request(m) and m.text.strip()]
         text = (f"{prompts.COMPACT_SUMMARY_HEADER}[Context truncated: {len(dropped_messages)} earlier "
                 f"message{'s were' if len(dropped_messages) != 1 else ' was'} dropped without a summary "
                 f"because the summarizer was unavailable.")
@@ -664,7 +665,7 @@ class Handoff(_Summarizing):
         if not has_new_material(material):
             return unchanged(context)
         candidates = [m for s, h in zip(steps, held, strict=True) if not h for m in s.messages
-                      if m.role == "user" and not is_summary(m) and not is_recorded_summary(m)]
+                      if is_user_request(m)]
         kept: set[int] = set()
         budget = self.user_tokens
         for message in reversed(candidates):

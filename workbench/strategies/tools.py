@@ -5,6 +5,10 @@
 - `clear_tool_uses`: replace the results (and optionally the arguments) of all but the most
   recent tool uses, as a provider's server-side context editing does.
 
+"Tool result" means any observation (`Message.is_observation`): a `tool` message, or the `user`
+turn in which a text-action agent (mini-swe-agent, SWE-agent, OpenHands' CodeAct) is shown its
+command's output; its step (the action with its observations) is one tool use, named `command`.
+
 No message is dropped, so tool pairing is untouched. A changed message is a copy with origin
 `compacted_modified` and a `compaction` entry in its metadata saying what was done; everything
 else is returned as the very same object (prompt-cache prefixes are computed by identity). A
@@ -80,8 +84,19 @@ def _call_names(step: Step) -> dict[str, str]:
     return {c.id: c.name for c in step.head.tool_calls} if step.kind == "assistant" else {}
 
 
+#: The tool name a placeholder gives a user observation, and the use id `clear_tool_uses` gives its action.
+TEXT_ACTION = "command"
+
+
 def _tool_name(message: Message, names: Mapping[str, str]) -> str:
+    if message.role != "tool":
+        return TEXT_ACTION
     return message.name or names.get(message.tool_call_id or "", "") or "tool"
+
+
+def _use_id(message: Message) -> str | None:
+    """The tool use an observation answers: its call's id, or `TEXT_ACTION` for a user observation."""
+    return message.tool_call_id if message.role == "tool" else TEXT_ACTION
 
 
 def _placeholder_for(message: Message, placeholder: str, tool_name: str, how: str) -> Message | None:
@@ -222,7 +237,7 @@ class ToolResultTruncation:
         return rewriter.result()
 
     def _rewrite(self, message: Message) -> Message | None:
-        if message.role != "tool" or len(message.text) <= self.max_chars:
+        if not message.is_observation or len(message.text) <= self.max_chars:
             return None
         return derived(message, self, partial(self._cut, message))
 
@@ -269,9 +284,9 @@ class ObservationMasking:
 
 def _mask_result(message: Message, *, step: Step, placeholder: str, how: str,
                  only: frozenset[str] | None = None) -> Message | None:
-    """The placeholder version of `message` when it is a tool result (answering one of the calls
+    """The placeholder version of `message` when it is an observation (answering one of the uses
     `only` names, when given), else None."""
-    if message.role != "tool" or (only is not None and message.tool_call_id not in only):
+    if not message.is_observation or (only is not None and _use_id(message) not in only):
         return None
     return _masked(message, step, placeholder, how)
 
@@ -320,6 +335,8 @@ class ClearToolUses:
         calls = step.head.tool_calls if step.kind == "assistant" else ()
         if cleared is None:
             cleared = frozenset(c.id for c in calls if c.name not in self.exclude_tools)
+            if not calls and step.tool_uses and TEXT_ACTION not in self.exclude_tools:
+                cleared = frozenset((TEXT_ACTION,))
         rewrite = partial(self._clear, step=step, cleared=cleared)
         return _step_rewrite(step, key=key, detail=cleared, rewrite=rewrite, settled=settled)
 

@@ -22,7 +22,6 @@ from workbench.ui import common
 
 MIN_CONFIGS, MAX_CONFIGS = 2, 6
 DEFAULT_PRESETS = ("observation-masking", "gent-sliding-window", "ptc-runner-trim")
-DEFAULT_CONTEXT_LIMIT = 32_000
 MAX_CUSTOM = 3
 CUSTOM_TEMPLATE = """name = "custom-{n}"
 
@@ -66,13 +65,13 @@ def cached_replay(path: str, stamp: float, session_id: str, config_json: str) ->
 
 
 def window_settings() -> dict[str, Any]:
+    from workbench.config import DEFAULT_CONTEXT_LIMIT, DEFAULT_MAX_OUTPUT, DEFAULT_SUMMARIZER
+
     cols = st.columns(3)
     limit = cols[0].number_input("Context window (tokens)", min_value=1_000, max_value=2_000_000,
                                  value=DEFAULT_CONTEXT_LIMIT, step=1_000, key="compare_limit")
-    max_output = cols[1].number_input("Reserved for output (tokens)", min_value=0, max_value=200_000, value=4096,
-                                      step=256, key="compare_max_output")
-    from workbench.config import DEFAULT_SUMMARIZER
-
+    max_output = cols[1].number_input("Reserved for output (tokens)", min_value=0, max_value=200_000,
+                                      value=DEFAULT_MAX_OUTPUT, step=256, key="compare_max_output")
     summarizer = cols[2].text_input("Summarizer model", value=DEFAULT_SUMMARIZER, key="compare_summarizer",
                                     help="workbench/extractive is the offline extractive baseline (no model).")
     calibrated = st.checkbox("Calibrate token counts to the input the provider billed", key="compare_calibrate",
@@ -118,7 +117,7 @@ def kinds_reference() -> None:
 
 def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """The chosen configs as validated dicts, and whether every one is valid."""
-    from workbench.config import load_toml, parse_config
+    from workbench.config import load_toml, parse_config, with_preset
 
     catalogue = available_presets()
     if not catalogue:
@@ -130,10 +129,12 @@ def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     configs: list[dict[str, Any]] = []
     valid = True
     for name in chosen:
-        spec = {**catalogue[name], **window}
         try:
+            spec = with_preset({"preset": name, **window})  # a threshold that cannot fire here is scaled, with a note
             parse_config(spec)
             configs.append(spec)
+            for line in spec.get("notes", ()):
+                st.caption(line)
         except Exception as exc:  # a preset the registry rejects is shown, not raised
             valid = False
             st.error(f"preset {name}: {common.readable_error(exc)}")
@@ -201,12 +202,22 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
         calls["context_tokens"] += call_column(result.calls, "context_tokens")
         calls["recorded_compaction"] += recorded
         calls["recorded_input_tokens"] += recorded_input
-        events["config"] += [name] * len(result.compactions)
-        events["call_index"] += [e.call_index for e in result.compactions]
-        events["tokens_before"] += [e.tokens_before for e in result.compactions]
-        events["tokens_after"] += [e.tokens_after for e in result.compactions]
-        events["summary"] += [e.summary for e in result.compactions]
+        drawn = [e for e in result.compactions if not e.noop]  # a firing that changed nothing is no point
+        events["config"] += [name] * len(drawn)
+        events["call_index"] += [e.call_index for e in drawn]
+        events["tokens_before"] += [e.tokens_before for e in drawn]
+        events["tokens_after"] += [e.tokens_after for e in drawn]
+        events["summary"] += [e.summary for e in drawn]
     return pd.DataFrame(calls), pd.DataFrame(events)
+
+
+def window_caption(results: Sequence[Any]) -> str:
+    """The window and tokenizer the replays used, said once when they share them."""
+    described = {r.config.name: f"{r.config.context_limit:,}-token window ({r.config.max_output:,} kept for the "
+                                f"reply), tokenizer {r.config.tokenizer}" for r in results}
+    if len(set(described.values())) == 1:
+        return f"Replayed in a {next(iter(described.values()))}."
+    return "Replayed in: " + "; ".join(f"{name}: a {text}" for name, text in described.items()) + "."
 
 
 def shared_limit(results: Sequence[Any]) -> int | None:
@@ -315,7 +326,7 @@ def context_panel(results: Sequence[Any]) -> None:
 @st.fragment
 def summaries_panel(results: Sequence[Any]) -> None:
     st.subheader("Summaries")
-    with_events = [r for r in results if r.compactions]
+    with_events = [r for r in results if any(not e.noop for e in r.compactions)]
     if not with_events:
         st.info("No configuration compacted this session under this window.")
         return
@@ -326,12 +337,16 @@ def summaries_panel(results: Sequence[Any]) -> None:
             note = result.baseline_note()
             if note:
                 st.caption(note)
-            labels = [f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
-                      for i, e in enumerate(result.compactions)]
+            listed = [i for i, e in enumerate(result.compactions) if not e.noop]
+            noops = len(result.compactions) - len(listed)
+            if noops:
+                st.caption(f"{noops} firing{'s' * (noops != 1)} left the context unchanged (no-ops, not listed)")
+            labels = {i: f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
+                      for i, e in enumerate(result.compactions) if not e.noop}
             # the key follows the labels: a rerun whose events differ (another window, calibration) must not
             # keep showing the previous run's label for the same position
-            fingerprint = zlib.crc32("\n".join(labels).encode())
-            index = int(st.selectbox("Compaction", range(len(labels)), format_func=labels.__getitem__,
+            fingerprint = zlib.crc32("\n".join(labels.values()).encode())
+            index = int(st.selectbox("Compaction", listed, format_func=labels.__getitem__,
                                      key=f"compare_event:{result.config.name}:{fingerprint}"))
             event = result.compactions[index]
             if event.error:
@@ -413,6 +428,13 @@ def page() -> None:
     if not results:
         return
     charts_panel(results)  # first: nothing below delays the charts
+    st.caption(window_caption(results))
+    from workbench.recorded import nothing_recorded_note, uses_recorded
+
+    for result in results:  # the agent's own compactions asked for where the session recorded none
+        if result.session is not None and not result.session.recorded_compactions \
+                and uses_recorded(result.config.to_dict()):
+            st.warning(nothing_recorded_note(result.config.name, 1, f"session {result.session.id}"))
     fitted = next((r.calibration for r in results if r.calibration is not None), None)
     if fitted is not None:  # one fit per session, the same under every config
         st.caption(fitted.describe())

@@ -111,6 +111,7 @@ def session_detail(session: Session, tokenizer: str = "heuristic") -> dict[str, 
         messages.append({
             "index": index, "role": message.role, "text": message.text, "name": message.name,
             "tool_call_id": message.tool_call_id, "importance": message.importance, "origin": message.origin,
+            "observation": message.is_observation,
             "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
             "non_text_parts": _non_text_parts(message.content), "tokens": tokens, "cumulative_tokens": total,
         })

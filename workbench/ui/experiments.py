@@ -59,13 +59,13 @@ def load_summaries_note(path: str, stamp: float, run_id: str) -> str | None:
 
 @st.cache_data(show_spinner=False, max_entries=32)
 def load_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None,
-                    b: str | None) -> tuple[pd.DataFrame, str | None, int, str | None, str]:
+                    b: str | None, complete_only: bool = True) -> tuple[pd.DataFrame, str | None, int, str | None, str]:
     """The comparison's table, its note (set when a side's summaries are the offline baseline's), how
     many pairs of cells it found, its note on replays that stopped early, and what it paired (in words)."""
     from workbench.experiments import compare
 
     configs = (a, b) if a is not None and b is not None else None
-    comparison = compare(run_a, run_b, configs=configs, db=path)
+    comparison = compare(run_a, run_b, configs=configs, db=path, complete_only=complete_only)
     return comparison.to_frame(), comparison.note, comparison.cells, comparison.stopped_note, comparison.pairing
 
 
@@ -126,9 +126,9 @@ def build_report(path: str, stamp: float, run_id: str) -> bytes:
 
 
 def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None, b: str | None,
-                     key: str) -> None:
+                     key: str, complete_only: bool = True) -> None:
     try:
-        table, summaries, cells, stopped, pairing = load_comparison(path, stamp, run_a, run_b, a, b)
+        table, summaries, cells, stopped, pairing = load_comparison(path, stamp, run_a, run_b, a, b, complete_only)
         if not cells:
             configs_a = [str(c) for c in dict.fromkeys(load_results(path, stamp, run_a)["config"])]
             configs_b = [str(c) for c in dict.fromkeys(load_results(path, stamp, run_b)["config"])] if run_b else []
@@ -148,7 +148,8 @@ def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: 
 
 
 @st.fragment
-def comparison_panel(path: str, stamp: float, run_id: str, configs: list[str], other_runs: dict[str, str]) -> None:
+def comparison_panel(path: str, stamp: float, run_id: str, configs: list[str], other_runs: dict[str, str],
+                     complete_only: bool = True, results: Any = None) -> None:
     st.subheader("Paired comparison")
     mode = st.radio("Compare", ["two configurations of this run", "this run with another run"], horizontal=True,
                     key=f"exp_mode:{run_id}")
@@ -158,18 +159,30 @@ def comparison_panel(path: str, stamp: float, run_id: str, configs: list[str], o
             return
         other = st.selectbox("Run B", list(other_runs), format_func=lambda key: other_runs[key],
                              key=f"exp_other:{run_id}")
-        _show_comparison(path, stamp, run_id, other, None, None, key=f"exp_runs_comparison:{run_id}")
+        _show_comparison(path, stamp, run_id, other, None, None, key=f"exp_runs_comparison:{run_id}",
+                         complete_only=complete_only)
         return
     if len(configs) < 2:
         st.info("This run has a single configuration: nothing to pair.")
         return
     cols = st.columns(2)
     a = cols[0].selectbox("A", configs, index=0, key=f"exp_a:{run_id}")
-    b = cols[1].selectbox("B", configs, index=1, key=f"exp_b:{run_id}")
+    b = cols[1].selectbox("B", configs, index=default_partner(results, configs), key=f"exp_b:{run_id}")
     if a == b:
         st.info("Pick two different configurations.")
         return
-    _show_comparison(path, stamp, run_id, None, a, b, key=f"exp_comparison:{run_id}")
+    _show_comparison(path, stamp, run_id, None, a, b, key=f"exp_comparison:{run_id}", complete_only=complete_only)
+
+
+def default_partner(results: Any, configs: list[str]) -> int:
+    """The config paired with the first by default: the next one that compacted in some cell (one
+    that never did, e.g. as-recorded on sessions with nothing recorded, repeats no-compaction)."""
+    if "compactions" in getattr(results, "columns", ()):
+        acted = set(results.loc[results["compactions"].fillna(0) > 0, "config"].astype(str))
+        found = next((i for i, name in enumerate(configs) if i > 0 and name in acted), None)
+        if found is not None:
+            return found
+    return 1
 
 
 @st.fragment
@@ -313,6 +326,7 @@ def jobs_panel() -> None:
 
 def page() -> None:
     from workbench.experiments import charts
+    from workbench.experiments.compare import complete_pairs
 
     path = common.database_path()
     st.title("Experiments")
@@ -359,17 +373,24 @@ def page() -> None:
         return
     configs = [str(c) for c in dict.fromkeys(results["config"])]
     st.subheader("Leaderboard")
-    board = charts.displayed(charts.leaderboard(results))
+    every = st.checkbox("Every session, replays that stopped early included", key=f"exp_all_sessions:{run_id}",
+                        help="By default configs are compared on the sessions where every config completed: a replay "
+                             "that stops early totals only the calls it made.")
+    pairs = complete_pairs(results, complete_only=not every)
+    board = charts.displayed(charts.leaderboard(results, pairs=pairs))
     st.dataframe(board, width="stretch", key=f"exp_leaderboard:{run_id}", column_config={
         str(c): st.column_config.NumberColumn(format=charts.display_format(str(c))) for c in board.columns})
+    if pairs.note:
+        st.warning(pairs.note)
     summaries = load_summaries_note(path, stamp, run_id)
     if summaries:
         st.caption(summaries)
-    scatter = charts.cost_quality(results)
+    scatter = charts.cost_quality(results, pairs=pairs)
     if scatter is None:
         st.info("No quality metric in this run: the cost-versus-quality chart needs one (e.g. fact_retention).")
     else:
         st.plotly_chart(scatter, key=f"exp_scatter:{run_id}", width="stretch")
     report_panel(path, stamp, run_id)
     drill_down_panel(results, run_id, configs)
-    comparison_panel(path, stamp, run_id, configs, {k: v for k, v in labels.items() if k != run_id})
+    comparison_panel(path, stamp, run_id, configs, {k: v for k, v in labels.items() if k != run_id},
+                     complete_only=not every, results=results)

@@ -61,9 +61,12 @@ def render_message(message: dict[str, Any], session_id: str) -> None:
             tags.append("pinned" if message["importance"] >= 10 else f"importance {message['importance']:g}")
         if message["origin"] != "original":
             tags.append(str(message["origin"]))
+        if message.get("observation") and role != "tool":
+            tags.append("observation")
         st.caption(" · ".join(tags))
         if message["text"]:
-            render_text(message["text"], role=role, key=f"{session_id}:{message['index']}")
+            shown_as = "tool" if message.get("observation") else role
+            render_text(message["text"], role=shown_as, key=f"{session_id}:{message['index']}")
         for part in message["non_text_parts"]:
             st.caption(f"[{part} part]")
         for call in message["tool_calls"]:
@@ -137,7 +140,8 @@ def render_detail(path: str, stamp: float, session_id: str) -> None:
 
 #: Counts with thousands separators, like the totals above the tables.
 _COUNTS = {name: st.column_config.NumberColumn(format="localized")
-           for name in ("sessions", "messages", "calls", "characters", "recorded_compactions", "probes")}
+           for name in ("sessions", "messages", "calls", "observations", "characters", "recorded_compactions",
+                        "probes")}
 
 
 def page() -> None:
@@ -170,7 +174,7 @@ def page() -> None:
     rows = [s for s in sessions if (dataset == "(all)" or s["dataset"] == dataset)
             and s["format"] in chosen_formats and (not only_recorded or s["recorded_compactions"])
             and (not search or search in s["id"] or search in str(s["source"] or ""))]
-    st.dataframe([{k: s[k] for k in ("id", "dataset", "format", "messages", "calls", "characters",
+    st.dataframe([{k: s[k] for k in ("id", "dataset", "format", "messages", "calls", "observations", "characters",
                                      "recorded_compactions", "probes", "source")} for s in rows],
                  hide_index=True, width="stretch", column_config=_COUNTS)
     if not rows:
