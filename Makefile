@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 DB ?= $(or $(WORKBENCH_DB),data/workbench.duckdb)
 PORT ?= 8501
 
-.PHONY: run test lint bench install db clean
+.PHONY: run test test-fast lint bench install db clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +26,10 @@ run: $(STAMP) db
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+# Everything but the tests marked slow (browser, Ray, notebook, scale, corpus): the loop while working.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check workbench tests benchmarks

@@ -12,10 +12,13 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
 import pytest
+
+pytestmark = pytest.mark.slow  # the headless-Chromium walk of the app: `make test-fast` leaves it out
 
 ROOT = Path(__file__).resolve().parents[1]
 STARTUP_TIMEOUT_S = 60
@@ -76,13 +79,23 @@ def server_url(tmp_path_factory):
 
 
 @pytest.fixture
-def page(chromium):
+def page(chromium, server_url):
+    """A page of a fresh browser context; every request the browser makes is recorded, and a request
+    to any host but the app's fails the test (the app promises nothing beyond the machine)."""
     context = chromium.new_context(viewport={"width": 1400, "height": 1800})
     context.set_default_timeout(PAGE_TIMEOUT_MS)
+    requested: list[str] = []
+    context.on("request", lambda request: requested.append(request.url))
     try:
         yield context.new_page()
     finally:
         context.close()
+    app_host = urllib.parse.urlsplit(server_url).netloc
+    elsewhere = sorted({url for url in requested
+                        if urllib.parse.urlsplit(url).scheme in ("http", "https", "ws", "wss")
+                        and urllib.parse.urlsplit(url).netloc != app_host})
+    assert requested, "the browser made no request at all"
+    assert not elsewhere, f"requests beyond the app ({app_host}): {elsewhere}"
 
 
 def shoot(page, tmp_path: Path, name: str) -> None:

@@ -144,7 +144,7 @@ def test_another_spec_is_checked_against_its_own_baseline_and_shows_only_its_rep
     check(at)
     assert not at.error, [e.value for e in at.error]
     assert len(at.success) == 1 and at.success[0].value.startswith("PASS: beta-gate")
-    assert "beta-gate.json" in at.caption[0].value
+    assert any("beta-gate.json" in c.value for c in at.caption), [c.value for c in at.caption]
     at.selectbox(key="reg_baseline").set_value(str(tmp_path / "baselines" / "alpha-gate.json")).run()
     assert not at.success and not at.dataframe  # a report shows only with the baseline it was made against
 
@@ -195,3 +195,19 @@ def test_a_run_whose_cells_failed_fails_the_check_and_says_why(gate, monkeypatch
     shown = [e.value for e in at.error]
     assert shown[0].startswith(("FAIL: failing-gate", "REGRESSION: failing-gate")) and not at.success, shown
     assert any(re.search(r"\d+ of \d+ cells of run failing-gate-\w+ failed", text) for text in shown), shown
+
+
+def test_the_page_says_how_many_cells_a_check_runs_before_it_runs(gate, monkeypatch, tmp_path):
+    path, specs = gate
+    fresh = tmp_path / "specs"
+    fresh.mkdir()
+    (fresh / "fresh-gate.toml").write_text(SPEC.replace('name = "tiny-gate"', 'name = "fresh-gate"')
+                                           .replace("keep_recent = 2", "keep_recent = 1"))
+    (fresh / "baselines").mkdir()
+    (fresh / "baselines" / "fresh-gate.json").write_text((specs / "baselines" / "tiny-gate.json").read_text())
+    at = open_page(path, fresh, monkeypatch)
+    planned = [c.value for c in at.caption if "cells" in c.value]
+    assert planned and re.search(r"a check runs the spec's \d+ cells \(\d+ sessions × 1 configs × 1 repeat\): "
+                                 r"\d+ to replay", planned[0]), planned
+    at = open_page(path, specs, monkeypatch)  # tiny-gate ran when its baseline was written
+    assert any(c.value.startswith("Every cell is stored already") for c in at.caption), [c.value for c in at.caption]

@@ -240,11 +240,13 @@ def test_replay_shows_what_each_compaction_kept_and_labels_the_offline_summaries
     with Store(db) as store:
         expected = wb.replay(store.load_session(row["id"]), REPLAY_TOML)
     header = next(line for line in text.output.splitlines() if line.startswith("call "))
-    assert "facts kept" in header and "needed kept" in header
+    assert "task state" in header and "lexical kept" in header and "needed kept" in header
+    assert "lexical facts removed (paths, identifiers, numbers, commands)" in text.output
     first = next(line for line in text.output.splitlines() if line.split()[:1] == [str(expected.compactions[0]
                                                                                        .call_index)])
     assert f"{expected.compaction_metrics[0]['fact_retention']:.2f}" in first
-    assert f"facts kept {expected.metrics['fact_retention']:.3f}" in text.output
+    assert f"lexical facts kept {expected.metrics['fact_retention']:.3f}" in text.output
+    assert f"task state stated {expected.metrics['task_state_coverage']:.3f}" in text.output
     assert "Summaries by workbench/extractive: the offline extractive baseline (not a model)" in text.output
     data = json.loads(runner.invoke(main, ["replay", row["id"], "--config", REPLAY_TOML, "--db", db, "--json",
                                            "--no-calls"]).output)
@@ -255,7 +257,7 @@ def test_replay_shows_what_each_compaction_kept_and_labels_the_offline_summaries
     window = REPLAY_TOML.replace('{ kind = "summarize_split", preserve = 0.4 }',
                                  '{ kind = "sliding_window", window = 4 }')
     plain = runner.invoke(main, ["replay", row["id"], "--config", window, "--db", db, "--no-calls"])
-    assert plain.exit_code == 0 and "facts kept" in plain.output and "offline extractive" not in plain.output
+    assert plain.exit_code == 0 and "lexical facts kept" in plain.output and "offline extractive" not in plain.output
 
 
 def _evaluator_answers(body):
@@ -457,7 +459,9 @@ def test_no_calls_omits_the_calls(runner, sample_db):
     assert len(with_calls["calls"]) == row["calls"]
     assert "calls" not in without and without["metrics"] == with_calls["metrics"]
     text = runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db, "--no-calls"]).stdout
-    assert "cached" not in text.splitlines()[1]
+    full = runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db]).stdout
+    assert "per call (" not in text and "per call (" in full
+    assert len(full.splitlines()) - len(text.splitlines()) == row["calls"] + 3  # a blank, the title, the header
 
 
 # --------------------------------------------------------------------------------------------
@@ -694,7 +698,10 @@ def test_replay_shows_the_billed_input_beside_the_replayed_tokens_when_the_recor
 
     db, _, ids = grid_db
     result = runner.invoke(main, ["replay", ids[0], "--config", REPLAY_TOML, "--db", db], catch_exceptions=False)
-    header, first = result.output.splitlines()[1:3]
+    lines = result.output.splitlines()
+    assert lines[1].startswith("billed input "), "the totals come right after the header"
+    at = next(i for i, line in enumerate(lines) if line.startswith("per call ("))
+    header, first = lines[at + 1:at + 3]
     assert header.split()[-2:] == ["recorded", "input"] and "agent compacted" not in header
     with Store(str(db)) as store:
         billed = wb.replay(store.load_session(ids[0]), REPLAY_TOML).recorded_columns()[0]

@@ -325,6 +325,24 @@ def test_tolerances_gate_metric_drift(grid_db, tmp_path):
     assert "may grow by at most 2 %" in report.text()
 
 
+def test_a_spec_without_tolerances_is_checked_on_task_state_coverage(grid_db, tmp_path):
+    """Without a [regress] table the check is task-state coverage (the audited quality metric)."""
+    import tomllib
+
+    db, spec, _ = grid_db
+    bare = tomllib.loads(Path(spec).read_text())
+    bare.pop("regress")
+    baseline = tmp_path / "bare.json"
+    regress(bare, baseline=baseline, db=str(db), update=True)
+    assert regress(bare, baseline=baseline, db=str(db)).ok
+    stored = json.loads(baseline.read_text())
+    stored["metrics"]["split"]["grid"]["task_state_coverage"] += 0.2  # the fresh run now states less
+    baseline.write_text(json.dumps(stored))
+    report = regress(bare, baseline=baseline, db=str(db))
+    assert [(d.config, d.metric) for d in report.failures] == [("split", "task_state_coverage")]
+    assert "checked by default on task_state_coverage" in report.text()
+
+
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=cwd,
                           timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
@@ -735,7 +753,7 @@ def test_a_spec_with_tolerances_never_passes_having_checked_nothing(grid_db, tmp
         "(summaries)"]
     spec["regress"] = {}
     unregulated = regress(spec, baseline=baseline, db=str(db))
-    assert unregulated.ok and "nothing is checked" in unregulated.text()  # no tolerances: nothing to fail
+    assert unregulated.ok and "checked by default on task_state_coverage" in unregulated.text()
 
 
 @pytest.mark.filterwarnings("ignore:cell .* failed:RuntimeWarning")

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+
 from workbench.experiments import export, run_experiment
+
+pytestmark = pytest.mark.slow  # the HTML report in headless Chromium: `make test-fast` leaves it out
 
 
 def test_the_html_report_draws_its_charts_offline(grid_db, chromium, tmp_path):

@@ -197,6 +197,7 @@ def test_shared_recordings_mark_their_observations(folder, expected):
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_masking_cuts_the_corpus_input_by_a_third():
     """The Complexity Trap's agent (mini-swe-agent, text actions): masking the observations older
     than the last 10 turns cuts the billed input by at least 30 % over 100 real trajectories."""

@@ -3,18 +3,19 @@ probe accuracy, the judge and continuation, their separate spend, and the cache 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 
 import pytest
-from builders import assistant, system, tool, user
+from builders import assistant, conversation, system, tool, user
 
 import workbench as wb
 from workbench.llm import Gateway, MemoryCache, set_default_gateway
 from workbench.quality.continuation import action_match, parse_action
-from workbench.quality.judge import DIMENSIONS, parse_scores
+from workbench.quality.judge import DIMENSIONS, RUBRIC, parse_scores
 from workbench.quality.probes import answerable, asked_probes
-from workbench.registry import evaluate_metrics
+from workbench.registry import evaluate_metrics, kinds
 from workbench.samples import bundled_samples
 from workbench.session import Message, Session, ToolCall
 from workbench.testing import FakeOpenAI
@@ -362,3 +363,42 @@ def test_asking_for_model_metrics_without_an_evaluator_says_so_once(session):
     assert re.match(r"judge_score, probe_accuracy cannot be measured and are None: the config names no "
                     r"evaluator model: set `evaluator`", said[0])
     assert result.metrics["judge_score"] is None and result.metrics["probe_accuracy"] is None
+
+
+# -- the judge's six dimensions -------------------------------------------------------------------
+
+def _varied_judge(body):
+    """Scores that differ by compaction (from a digest of the prompt), each dimension apart."""
+    if not body["messages"][0]["content"].startswith("You grade"):
+        return _oracle(body)
+    digest = hashlib.sha256(body["messages"][-1]["content"].encode()).digest()
+    return json.dumps({d: digest[i] % 6 for i, d in enumerate(DIMENSIONS)})
+
+
+def test_each_of_the_six_dimensions_is_a_metric_of_its_own(gateway):
+    dimensions = [f"judge_{d}" for d in DIMENSIONS]
+    metrics = kinds("metric")
+    assert all(metrics[m].direction == "higher" and metrics[m].level == "compaction" and metrics[m].requires_model
+               and metrics[m].unit == "score 0-5" for m in dimensions)
+    with FakeOpenAI(responder=_varied_judge) as fake:
+        config = _every_two_calls(fake, {"kind": "sliding_window", "window": 2})
+        result = wb.replay(Session.from_messages(conversation(12)), config, metrics=["judge_score", *dimensions])
+        asked = [b for b in fake.requests if b["messages"][0]["content"].startswith("You grade")]
+    rows = [r for r in result.compaction_metrics if r["judge_score"] is not None]
+    assert len(asked) == len(rows) > 1, "one judgement per compaction serves all seven metrics"
+    for name in dimensions:
+        assert len({r[name] for r in rows}) > 1, name
+        assert result.metrics[name] == pytest.approx(sum(r[name] for r in rows) / len(rows))
+    for row in rows:
+        assert row["judge_score"] == pytest.approx(sum(row[name] for name in dimensions) / 6)
+    rubric = asked[0]["messages"][0]["content"]
+    assert all(f"- {d}: {RUBRIC[d]};" in rubric for d in DIMENSIONS)
+    assert all(f"{score} - " in rubric for score in range(6)), "every score of the scale is described"
+
+
+def test_a_dimension_asked_for_alone_is_judged_and_listed_per_compaction(gateway):
+    with FakeOpenAI(responder=_varied_judge) as fake:
+        config = _every_two_calls(fake, {"kind": "sliding_window", "window": 2})
+        result = wb.replay(Session.from_messages(conversation(12)), config, metrics=["judge_continuity"])
+    assert "judge_score" not in result.metrics and result.metrics["judge_continuity"] is not None
+    assert all("judge_continuity" in row for row in result.compaction_metrics)

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a Jupyter kernel running the notebook: `make test-fast` leaves it out
+
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 
 

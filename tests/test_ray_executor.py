@@ -34,6 +34,8 @@ from workbench.experiments.results import (  # noqa: E402
 )
 from workbench.testing import FakeOpenAI  # noqa: E402
 
+pytestmark = pytest.mark.slow  # a local Ray cluster: `make test-fast` leaves it out
+
 # Nothing leaves the machine: no usage report, no dashboard, no token prompt.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
 TIMING_COLUMNS = {"run_id", "duration_s", "finished_at"}

@@ -213,8 +213,9 @@ def test_stored_sessions_list_their_recorded_compactions_and_filter_on_them(tmp_
     replayed = CliRunner().invoke(main, ["replay", recorded_session().id, "--config", "as-recorded", "--db", db],
                                   catch_exceptions=False)
     lines = replayed.output.splitlines()
-    assert lines[1].split()[-2:] == ["agent", "compacted"] and "recorded input" not in lines[1]  # no usage
+    at = next(i for i, line in enumerate(lines) if line.startswith("per call (")) + 1
+    assert lines[at].split()[-2:] == ["agent", "compacted"] and "recorded input" not in lines[at]  # no usage
     call = recorded_session().recorded_compactions[0].call_index
-    assert next(line for line in lines[2:] if line.split()[0] == str(call)).split()[-2:] == ["yes", "yes"]
+    assert next(line for line in lines[at + 1:] if line.split()[0] == str(call)).split()[-2:] == ["yes", "yes"]
     plain_replay = CliRunner().invoke(main, ["replay", plain.id, "--config", "as-recorded", "--db", db])
-    assert "agent compacted" not in plain_replay.output.splitlines()[1]
+    assert "agent compacted" not in plain_replay.output

@@ -18,6 +18,8 @@ from workbench.experiments.run import CellOutcome, CellTask, LocalExecutor
 from workbench.session import Session
 from workbench.store import Store
 
+pytestmark = pytest.mark.slow  # thousands of generated sessions: `make test-fast` leaves it out
+
 SESSIONS = 50
 MESSAGES = 50 * 120
 SEED = 13

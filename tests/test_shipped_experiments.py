@@ -96,6 +96,7 @@ def _readme_reductions() -> dict[str, tuple[str, str]]:
 
 
 @pytest.mark.shared
+@pytest.mark.slow
 def test_the_complexity_trap_on_the_corpus_prints_the_readme_table_and_passes_its_baseline(corpus_db):
     """`workbench run experiments/complexity-trap.toml` on the corpus gives the reductions the README shows."""
     import json

@@ -66,6 +66,8 @@ _LAZY = {
     "run_experiment": "workbench.experiments", "results": "workbench.experiments", "runs": "workbench.experiments",
     "compare": "workbench.experiments", "export": "workbench.experiments", "regress": "workbench.experiments",
     "load_experiment": "workbench.experiments", "delete_runs": "workbench.experiments",
+    "label_summary": "workbench.labels", "summary_labels": "workbench.labels",
+    "audit_metrics": "workbench.experiments.audit",
 }
 __all__ += list(_LAZY)
 

@@ -22,6 +22,8 @@ are those of the built objects, defaults included, for storage.
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 import re
 import tomllib
 from collections.abc import Mapping
@@ -130,6 +132,30 @@ class ReplayConfig:
         if self.notes:
             out["notes"] = list(self.notes)
         return out
+
+
+#: The `to_dict()` keys `config_hash` leaves out: they name or explain a config, they do not change its replay.
+UNHASHED_KEYS = ("name", "notes")
+
+
+def config_hash(config: ReplayConfig | Mapping[str, Any] | str | Path) -> str:
+    """A short, stable hash of what a config replays with: its full spec (`to_dict()`, secrets left out,
+    defaults filled in) without its name and notes (`UNHASHED_KEYS`).
+
+    Anything `parse_config` takes is accepted, so a preset name, the dict it stands for and a stored
+    `to_dict()` of the same config hash alike, and a renamed config keeps its hash (and the human labels
+    of its summaries, stored under it). A stored spec that no longer parses (a kind since removed) is
+    hashed as it is, the same way, so its labels stay readable.
+    """
+    try:
+        spec = parse_config(config).to_dict()
+    except ConfigError:
+        if not isinstance(config, Mapping):
+            raise
+        spec = dict(config)
+    canonical = {k: v for k, v in spec.items() if k not in UNHASHED_KEYS}
+    text = json.dumps(canonical, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 _FIELDS = (*(f.name for f in fields(ReplayConfig) if f.init and f.name not in ("trigger", "strategy")),

@@ -213,6 +213,21 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ("0006_compaction_noop", """
     ALTER TABLE cell_compactions ADD COLUMN noop BOOLEAN;
 """),
+    # A researcher's verdict on one compaction's summary: the session, the config's hash
+    # (`workbench.config.config_hash`, so a renamed config keeps its labels), and the compaction's
+    # `event_index` in the replay. A new label for the same key replaces the old one.
+    ("0007_summary_labels", """
+    CREATE TABLE summary_labels (
+        session_id VARCHAR NOT NULL,
+        config_hash VARCHAR NOT NULL,
+        config VARCHAR NOT NULL,
+        compaction INTEGER NOT NULL,
+        label VARCHAR NOT NULL CHECK (label IN ('good', 'bad')),
+        note VARCHAR,
+        labelled_at TIMESTAMP NOT NULL,
+        PRIMARY KEY (session_id, config_hash, compaction)
+    );
+"""),
 )
 
 

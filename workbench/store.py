@@ -30,6 +30,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import duckdb
@@ -755,6 +756,45 @@ class Store:
                                metadata=json.loads(meta) if meta else {}))
         return out
 
+    # -- human labels of summaries (`summary_labels`; see `SummaryLabel`) ----------------------------
+    def set_summary_label(self, session_id: str, config_hash: str, compaction: int, label: str, *,
+                          config: str = "", note: str | None = None) -> SummaryLabel:
+        """Store a researcher's label of one compaction's summary and return it as stored. A label
+        already stored for the same (session, config hash, compaction) is replaced. `label` is
+        'good' or 'bad' (ConfigError otherwise); a blank note is stored as none."""
+        if label not in SUMMARY_LABELS:
+            raise ConfigError(f"a summary label is {' or '.join(map(repr, SUMMARY_LABELS))}, not {label!r}")
+        if not str(session_id).strip() or not str(config_hash).strip():
+            raise ConfigError("a summary label needs a session id and a config hash")
+        if isinstance(compaction, bool) or int(compaction) != compaction or compaction < 0:
+            raise ConfigError(f"the compaction of a label is its event index (0 or more), not {compaction!r}")
+        stored = SummaryLabel(session_id=str(session_id), config_hash=str(config_hash), config=str(config or ""),
+                              compaction=int(compaction), label=label, note=(note or "").strip() or None,
+                              labelled_at=datetime.now(UTC).replace(tzinfo=None))
+        self._query("INSERT OR REPLACE INTO summary_labels (session_id, config_hash, config, compaction, label, "
+                    "note, labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?)", list(asdict(stored).values()))
+        return stored
+
+    def summary_label(self, session_id: str, config_hash: str, compaction: int) -> SummaryLabel | None:
+        """The label of one compaction's summary, or None when it has none."""
+        rows = self._query(f"SELECT {', '.join(SUMMARY_LABEL_COLUMNS)} FROM summary_labels "
+                           "WHERE session_id = ? AND config_hash = ? AND compaction = ?",
+                           [session_id, config_hash, int(compaction)])
+        return SummaryLabel(*rows[0]) if rows else None
+
+    def summary_labels(self, session_id: str | None = None, config_hash: str | None = None) -> pd.DataFrame:
+        """Every stored label (or those of one session and/or config hash), one row per labelled
+        compaction, columns `SUMMARY_LABEL_COLUMNS`: session_id, config_hash, config (its name when
+        labelled, for display), compaction (the event index in the replay), label ('good' | 'bad'),
+        note (None when none), labelled_at. This is the `labels` frame the metric audit takes."""
+        return summary_labels_frame(self.connection, session_id=session_id, config_hash=config_hash)
+
+    def delete_summary_label(self, session_id: str, config_hash: str, compaction: int) -> bool:
+        """Remove one compaction's label; returns whether there was one."""
+        rows = self._query("DELETE FROM summary_labels WHERE session_id = ? AND config_hash = ? AND compaction = ? "
+                           "RETURNING 1", [session_id, config_hash, int(compaction)])
+        return bool(rows)
+
 
 # --------------------------------------------------------------------------------------------
 # The batch writer
@@ -1156,3 +1196,47 @@ def _candidate_files(importers: Any, paths: Sequence[str]) -> Iterator[tuple[str
                 continue
             seen.add(real)
             yield path, root
+
+
+# --------------------------------------------------------------------------------------------
+# Human labels of summaries
+# --------------------------------------------------------------------------------------------
+
+#: The verdicts a researcher gives a summary.
+SUMMARY_LABELS = ("good", "bad")
+#: The columns of `Store.summary_labels()` (and of the `summary_labels` table), in order.
+SUMMARY_LABEL_COLUMNS = ("session_id", "config_hash", "config", "compaction", "label", "note", "labelled_at")
+
+
+@dataclass(frozen=True)
+class SummaryLabel:
+    """A researcher's verdict on the summary of one compaction.
+
+    The key is (`session_id`, `config_hash`, `compaction`): the config by `workbench.config.config_hash`
+    (its spec without its name, so a renamed config keeps its labels; `config` is the name it had when
+    labelled, for display) and the compaction by its `event_index` in that config's replay of the
+    session (the order of `ReplayResult.compactions`, no-op firings counted; the `#i` of the Compare
+    page and `cell_compactions.event_index`). A deterministic replay gives the same events again, so
+    a label made on the Compare page finds its compaction in a stored run of the same config.
+    """
+
+    session_id: str
+    config_hash: str
+    config: str
+    compaction: int
+    label: str
+    note: str | None
+    labelled_at: datetime
+
+
+def summary_labels_frame(con: duckdb.DuckDBPyConnection, *, session_id: str | None = None,
+                         config_hash: str | None = None) -> pd.DataFrame:
+    """The stored labels as a DataFrame of `SUMMARY_LABEL_COLUMNS` (see `Store.summary_labels`), read
+    on an open connection (the exports read them on the connection they read the run with)."""
+    try:
+        return con.execute(f"SELECT {', '.join(SUMMARY_LABEL_COLUMNS)} FROM summary_labels "
+                           "WHERE (?::VARCHAR IS NULL OR session_id = ?) AND (?::VARCHAR IS NULL OR config_hash = ?) "
+                           "ORDER BY session_id, config_hash, compaction",
+                           [session_id, session_id, config_hash, config_hash]).df()
+    except duckdb.Error as exc:
+        raise StoreError(f"reading the summary labels failed: {exc}") from exc

@@ -23,7 +23,7 @@ from workbench.cli.data import FORMAT_CHOICES, format_names, init_database
 __all__ = ["COMMAND_MODULES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "FORMAT_CHOICES",
            "format_names", "init_database", "main"]
 
-COMMAND_MODULES = ("data", "replay", "kinds", "experiments")
+COMMAND_MODULES = ("data", "replay", "kinds", "experiments", "audit")
 
 
 @click.group(cls=WorkbenchGroup, context_settings={"help_option_names": ["-h", "--help"]})

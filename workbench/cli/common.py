@@ -211,6 +211,15 @@ class WorkbenchGroup(click.Group):
     """The `workbench` group: runs a command and turns every error into an exit status and one
     line (or a JSON error under --json)."""
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command list with each command's whole first sentence (click cuts it at 45 characters
+        and the width left, which hid what half the commands do)."""
+        rows = [(name, command.get_short_help_str(limit=1_000)) for name in self.list_commands(ctx)
+                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> NoReturn:
         arguments = list(sys.argv[1:] if args is None else args)

@@ -103,7 +103,7 @@ def _noop_warnings() -> Iterator[list[str]]:
 ALL_SESSIONS_HELP = ("Compare configs on every session, replays that stopped early included [default: only the "
                      "sessions where every config completed].")
 DEFAULT_COLUMNS = ["compactions", "billed_input_tokens", "peak_context_tokens", "cost_usd", "compression_ratio",
-                   "fact_retention", "needed_fact_retention", "probe_answerable"]
+                   "task_state_coverage", "fact_retention", "needed_fact_retention", "probe_answerable"]
 
 
 @click.command("run")

@@ -19,7 +19,12 @@ from workbench.cli.common import CommandFailed, note, open_store, options, print
 from workbench.errors import ConfigError
 
 FAILED_TERMINATIONS = ("compaction_failed", "context_overflow")
-QUALITY_SHOWN = (("fact_retention", "facts kept"), ("needed_fact_retention", "needed facts kept"),
+#: What the lexical fact metrics count, said wherever they are shown.
+LEXICAL_NOTE = ("task state: the share of the task's state (task, instructions, constraints, files touched, "
+                "decisions, progress, next step, open errors) the context still states; lexical: the share of "
+                "the lexical facts removed (paths, identifiers, numbers, commands) still present")
+QUALITY_SHOWN = (("task_state_coverage", "task state stated"), ("fact_retention", "lexical facts kept"),
+                 ("needed_fact_retention", "needed lexical facts kept"),
                  ("dangling_references", "dangling references"), ("probe_answerable", "probes answerable"),
                  ("probe_accuracy", "probes answered"), ("judge_score", "judge score"),
                  ("continuation_match", "next action matched"))
@@ -147,40 +152,18 @@ def _share(value: Any) -> str:
 
 
 def _print_text(result: Any, session: Any, done: list[Any], failed: int, noops: int, show_calls: bool) -> None:
+    """The header, the totals and quality, the compactions, then (long) the per-call table: what a
+    reader looks for first comes first."""
     click.echo(f"session {result.session_id} ({session.format}, {session.calls} calls) under "
                f"{result.config.name!r} (window {result.config.context_limit:,} tokens, {result.config.max_output:,} "
                f"kept for the reply, tokenizer {result.config.tokenizer}): {result.termination}")
-    if show_calls:
-        recorded_input, agent_compacted = result.recorded_columns()
-        calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
-                  "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
-                  "compacted": "yes" if c.compacted_before else "", "recorded input": "" if tokens is None else tokens,
-                  "agent compacted": "yes" if agent else ""}
-                 for c, tokens, agent in zip(result.calls, recorded_input, agent_compacted, strict=True)]
-        # beside the replay, what the recording says when it says it: the input the provider billed, the
-        # agent's compactions
-        extra = [name for name, values in (("recorded input", recorded_input), ("agent compacted", agent_compacted))
-                 if any(value not in (None, False) for value in values)]
-        print_table(calls, ["call", "messages", "tokens", "cached", "output", "compacted", *extra])
-    events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",
-               "tokens": f"{e.tokens_before}->{e.tokens_after}", "seconds": round(e.duration_s, 3),
-               "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
-               "facts kept": _share(m.get("fact_retention")), "needed kept": _share(m.get("needed_fact_retention")),
-               "summary": (e.summary or "")[:60].replace("\n", " ")}
-              for e, m in zip(result.compactions, _compaction_metrics(result), strict=True)
-              if not getattr(e, "noop", False)]
-    click.echo(f"\n{len(done)} compaction(s)" + (f", {failed} failed" if failed else "")
-               + (f"; {noops} no-op firing(s) not listed (the strategy returned the context unchanged)"
-                  if noops else ""))
-    print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "facts kept",
-                         "needed kept", "summary"])
     metrics = result.metrics
 
     def count(name: str) -> str:
         value = metrics.get(name)
         return f"{value:,}" if isinstance(value, int) else str(value)
 
-    click.echo(f"\nbilled input {count('billed_input_tokens')} tokens, cached {count('cached_input_tokens')}, "
+    click.echo(f"billed input {count('billed_input_tokens')} tokens, cached {count('cached_input_tokens')}, "
                f"peak context {count('peak_context_tokens')}, summarizer calls {count('summarizer_calls')}")
     from workbench.experiments.charts import format_metric
 
@@ -193,6 +176,34 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, noops: 
     note = result.baseline_note()
     if note:
         click.echo(note)
+    events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",
+               "tokens": f"{e.tokens_before}->{e.tokens_after}", "seconds": round(e.duration_s, 3),
+               "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
+               "task state": _share(m.get("task_state_coverage")),
+               "lexical kept": _share(m.get("fact_retention")), "needed kept": _share(m.get("needed_fact_retention")),
+               "summary": (e.summary or "")[:60].replace("\n", " ")}
+              for e, m in zip(result.compactions, _compaction_metrics(result), strict=True)
+              if not e.noop]
+    click.echo(f"\n{len(done)} compaction(s)" + (f", {failed} failed" if failed else "")
+               + (f"; {noops} no-op firing(s) not listed (the strategy returned the context unchanged)"
+                  if noops else ""))
+    print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "task state",
+                         "lexical kept", "needed kept", "summary"])
+    if events:
+        click.echo(f"({LEXICAL_NOTE})")
+    if show_calls:
+        recorded_input, agent_compacted = result.recorded_columns()
+        calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
+                  "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
+                  "compacted": "yes" if c.compacted_before else "", "recorded input": "" if tokens is None else tokens,
+                  "agent compacted": "yes" if agent else ""}
+                 for c, tokens, agent in zip(result.calls, recorded_input, agent_compacted, strict=True)]
+        # beside the replay, what the recording says when it says it: the input the provider billed, the
+        # agent's compactions
+        extra = [name for name, values in (("recorded input", recorded_input), ("agent compacted", agent_compacted))
+                 if any(value not in (None, False) for value in values)]
+        click.echo(f"\nper call ({len(calls)}; --no-calls leaves this table out):")
+        print_table(calls, ["call", "messages", "tokens", "cached", "output", "compacted", *extra])
 
 
 COMMANDS = (replay_cmd,)

@@ -19,8 +19,11 @@ if TYPE_CHECKING:
     import pandas as pd
     import plotly.graph_objects as go
 
-QUALITY_PREFERENCE = ("needed_fact_retention", "fact_retention", "probe_accuracy", "probe_answerable", "judge_score",
-                      "continuation_match")
+#: The quality metric charts and leaderboards show by default, best first: task-state coverage, which the
+#: metric audit finds ranks a real summary above a keyword list of equal tokens (the lexical fact metrics,
+#: which count paths, identifiers, numbers and commands, do not).
+QUALITY_PREFERENCE = ("task_state_coverage", "needed_fact_retention", "fact_retention", "probe_accuracy",
+                      "probe_answerable", "judge_score", "continuation_match")
 COST_PREFERENCE = ("cost_usd", "billed_input_tokens", "cache_aware_input_tokens")
 PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
            "#7f7f7f")

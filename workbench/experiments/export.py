@@ -3,6 +3,8 @@
 - csv / parquet: one table, written by DuckDB's COPY: `level="cells"` (default; one row per
   session × config × repeat, every metric a column), `"calls"` or `"compactions"`.
 - json: one document with the run, its configs, the cells and the compactions (summaries included).
+- compactions (the json's, the compactions level, the html's summaries) carry the human labels of their
+  summaries: `label` ('good' | 'bad') and `label_note`, empty where none (`workbench.labels`).
 - html: a report that works offline (plotly.js is embedded, nothing is fetched): the leaderboard,
   cost versus quality with the Pareto front, token curves with compaction markers, and the
   summaries. Every piece of session text is escaped.
@@ -45,8 +47,18 @@ MAX_REPORT_SUMMARIES = 200
 
 
 def _frames(con: Any, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    return (tables.results_frame(con, run_id), tables.calls_frame(con, run_id),
-            tables.compactions_frame(con, run_id))
+    return (tables.results_frame(con, run_id), tables.calls_frame(con, run_id), labelled_compactions(con, run_id))
+
+
+def labelled_compactions(con: Any, run_id: str) -> pd.DataFrame:
+    """The run's compactions with the human labels of their summaries: `label` ('good' | 'bad') and
+    `label_note` after `summary`, empty where the compaction has no label (`workbench.labels`)."""
+    from workbench.config import config_hash
+    from workbench.labels import with_labels
+    from workbench.store import summary_labels_frame
+
+    hashes = {name: config_hash(spec) for name, spec in tables.run_configs(con, run_id).items()}
+    return with_labels(tables.compactions_frame(con, run_id), summary_labels_frame(con), hashes)
 
 
 def writable_target(path: Path, format: str) -> None:
@@ -148,7 +160,7 @@ def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | Non
         run_id = tables.resolve_run_id(con, run_id)
         if format in ("csv", "parquet"):
             frame = {"cells": tables.results_frame, "calls": tables.calls_frame,
-                     "compactions": tables.compactions_frame}[level](con, run_id)
+                     "compactions": labelled_compactions}[level](con, run_id)
             _copy(con, marked(frame, complete_pairs(tables.results_frame(con, run_id))), target, format)
         elif format == "json":
             document = _document(con, run_id)
@@ -318,7 +330,7 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
         for row in shown.to_dict(orient="records"):
             parts.append(f"<details><summary>{html.escape(str(row['config']))} · session "
                          f"{html.escape(str(row['session_id'])[:16])} · before call {row['call_index']} · "
-                         f"{row['tokens_before']:,} → {row['tokens_after']:,} tokens</summary>"
+                         f"{row['tokens_before']:,} → {row['tokens_after']:,} tokens{_label_text(row)}</summary>"
                          f"<pre>{html.escape(str(row['summary']))}</pre></details>")
         if len(compactions[compactions["summary"].notna()]) > len(shown):
             parts.append(f"<p class=\"meta\">First {len(shown)} summaries shown; the json export has them all.</p>")
@@ -326,6 +338,15 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
     return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_STYLE}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
             f"<body>{body}</body></html>")
+
+
+def _label_text(row: Mapping[Any, Any]) -> str:
+    """` · labelled good: NOTE` (escaped) for a compaction a researcher labelled, else ""."""
+    label = row.get("label")
+    if not isinstance(label, str):
+        return ""
+    note = row.get("label_note")
+    return html.escape(f" · labelled {label}" + (f": {note}" if isinstance(note, str) and note else ""))
 
 
 def render_report(con: Any, run_id: str, *, complete_only: bool = True) -> str:

@@ -416,6 +416,12 @@ def run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> RunInfo:
     return replace(info, status=shown_status(info.id, info.status))
 
 
+def run_configs(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, Any]]:
+    """The full replay config (`ReplayConfig.to_dict()`) of each named config of a run, in order."""
+    rows = con.execute("SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position", [run_id]).fetchall()
+    return {name: json.loads(spec) if isinstance(spec, str) else dict(spec) for name, spec in rows}
+
+
 def run_spec(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, Any]:
     rows = con.execute("SELECT spec FROM runs WHERE id = ?", [run_id]).fetchall()
     if not rows:

@@ -9,10 +9,10 @@ summarizer's (`evaluator_calls`, `evaluator_cache_hits`, `evaluator_input_tokens
 metrics that spend).
 """
 
-from workbench.quality import continuation, judge, probes, retention
+from workbench.quality import continuation, judge, probes, recovery, retention, task_state
 from workbench.quality import spend as _spend  # noqa: F401  (registers the spend metrics, after the others)
 from workbench.quality.facts import Fact, extract_facts, message_facts, normalize
 from workbench.quality.retention import CompactionFacts, RunFacts, analyse
 
 __all__ = ["CompactionFacts", "Fact", "RunFacts", "analyse", "continuation", "extract_facts", "judge",
-           "message_facts", "normalize", "probes", "retention"]
+           "message_facts", "normalize", "probes", "recovery", "retention", "task_state"]

@@ -11,10 +11,14 @@ are still there. It rates six dimensions from 0 to 5 (accuracy, context awarenes
 completeness, continuity, instruction following) by what was lost, continuity against NEXT.
 
 It answers with a JSON object; `judge_score` is the mean of the six (0-5), per compaction and,
-per run, the mean over the compactions graded. A reply from which the six scores cannot be read
-(see `parse_scores`) is the evaluator's failure (`evaluator.ask`), not a score. A compaction whose
-REPLACEMENT and NEXT take more than half of what the evaluator can be sent is not graded (None,
-with a warning): a judge shown a cut replacement, or a sliver of the original, would grade the cut.
+per run, the mean over the compactions graded. Each dimension is also a metric of its own
+(`judge_accuracy`, `judge_context_awareness`, `judge_artifact_trail`, `judge_completeness`,
+`judge_continuity`, `judge_instruction_following`: per compaction, and per run the mean over the
+compactions graded); asked for together with `judge_score`, the judge is asked once. A reply
+from which the six scores cannot be read (see `parse_scores`) is the evaluator's failure
+(`evaluator.ask`), not a score. A compaction whose REPLACEMENT and NEXT take more than half of
+what the evaluator can be sent is not graded (None, with a warning): a judge shown a cut
+replacement, or a sliver of the original, would grade the cut.
 """
 
 from __future__ import annotations
@@ -36,27 +40,48 @@ from workbench.quality.evaluator import (
 from workbench.quality.trace import applied_events, compaction_contexts, memo, session_of
 from workbench.registry import register_metric
 
-DIMENSIONS = ("accuracy", "context_awareness", "artifact_trail", "completeness", "continuity",
-              "instruction_following")
 MAX_MESSAGE_CHARS = 12_000
 NEXT_CHARS = 4_000
 
-SYSTEM = """You grade how an AI coding agent's memory was compressed. Part of its history (ORIGINAL) was \
-removed or rewritten to save space; REPLACEMENT is what the compaction put in its place (it may be nothing). \
-The messages the compaction kept unchanged are still in the agent's memory but are not shown to you. NEXT is \
-what the agent actually did next. Long ORIGINAL messages are shortened in the middle where marked \
-"[... N characters omitted ...]": do not count as invented what could come from an omitted part.
-Grade what the agent lost, on six dimensions, each an integer from 0 (what mattered is gone) to 5 (nothing \
-that mattered was lost). A dimension for which ORIGINAL held nothing that matters scores 5, even when \
-REPLACEMENT is empty.
-- accuracy: what REPLACEMENT states is true to ORIGINAL (no invented files, values or results);
-- context_awareness: where the work stood in ORIGINAL (current task, what was tried, what is pending) survives;
-- artifact_trail: the files read, created or changed and the commands run in ORIGINAL survive, with their key details;
-- completeness: the facts of ORIGINAL the agent will need again (paths, names, values, errors) survive;
-- continuity: the agent could do what NEXT does without redoing work ORIGINAL records;
-- instruction_following: the user's constraints, preferences and decisions in ORIGINAL survive.
-Reply with one JSON object and nothing else, e.g. {"accuracy": 4, "context_awareness": 3, "artifact_trail": 5, \
-"completeness": 2, "continuity": 3, "instruction_following": 5}."""
+#: What each dimension (Factory's six) asks of a compaction; the judge's prompt states them as written here.
+RUBRIC = {
+    "accuracy": "every statement in REPLACEMENT is true to ORIGINAL: no file, value, result or outcome invented or "
+                "altered (when REPLACEMENT states nothing, nothing in it is wrong)",
+    "context_awareness": "the agent still knows where it stands: the task and the subtask in hand, what it tried "
+                         "and with what result, what is still pending",
+    "artifact_trail": "the agent still knows which files it read, created, changed or deleted, how it changed each, "
+                      "and which commands it ran with what outcome",
+    "completeness": "the specific facts of ORIGINAL the agent will need again (paths, names, values, error messages, "
+                    "test names) are still there",
+    "continuity": "the agent can take the step shown in NEXT, and go on after it, without reading again or running "
+                  "again what ORIGINAL already covered",
+    "instruction_following": "the user's instructions, constraints and preferences, and the decisions taken with the "
+                             "user, survive so that the agent keeps to them",
+}
+DIMENSIONS = tuple(RUBRIC)
+
+SYSTEM = """You grade a compaction of an AI coding agent's working memory: how much of what the agent needs \
+it kept. To free space, part of the agent's history (ORIGINAL) was removed or rewritten; REPLACEMENT is what the \
+compaction put in its place, and may be nothing. The messages it kept unchanged are still in the agent's memory \
+but are not shown to you. NEXT is the step the agent took right after the compaction. An ORIGINAL message marked \
+"[... N characters omitted ...]" was shortened for you only: a REPLACEMENT statement that could come from the \
+omitted part is not invented.
+
+Score each of the six dimensions below on its own, as an integer from 0 to 5:
+5 - nothing that matters to this dimension was lost (also when ORIGINAL held nothing for it, even with an empty \
+REPLACEMENT);
+4 - only details lost that the agent would not miss;
+3 - useful information lost that the agent could get back cheaply;
+2 - important information lost: the agent would have to redo work to get it back;
+1 - most of what mattered lost;
+0 - all of it lost, or REPLACEMENT contradicts ORIGINAL.
+One dimension does not decide another: a short REPLACEMENT can be wholly accurate and yet incomplete.
+
+Dimensions:
+""" + "\n".join(f"- {name}: {question};" for name, question in RUBRIC.items()) + """
+
+Reply with one JSON object holding the six integer scores and nothing else, e.g. {"accuracy": 4, \
+"context_awareness": 3, "artifact_trail": 5, "completeness": 2, "continuity": 3, "instruction_following": 5}."""
 
 _KEY = re.compile(r"[\s\-]+")
 _SCORE = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*5(?:\.0+)?)?\s*")
@@ -191,3 +216,35 @@ class JudgeScore:
             row.update({f"judge_{d}": (scores or {}).get(d) for d in DIMENSIONS})
             rows.append(row)
         return rows
+
+
+class JudgeDimension:
+    """One of the judge's six dimensions as a metric: its 0-5 score per compaction, per run the mean
+    over the compactions graded (the same judgement `judge_score` averages)."""
+
+    requires_model: ClassVar[bool] = True
+    dimension: ClassVar[str]
+
+    def unavailable(self, result: Any) -> str | None:
+        return missing_evaluator(result)
+
+    def compute(self, result: Any) -> float | None:
+        scores = [s[self.dimension] for s in (judgements(result) or {}).values() if s]
+        return sum(scores) / len(scores) if scores else None
+
+    def per_compaction(self, result: Any) -> list[dict[str, Any]]:
+        judged = judgements(result) or {}
+        return [{f"judge_{self.dimension}": (judged.get(index) or {}).get(self.dimension)}
+                for index in range(len(result.compactions))]
+
+
+def _dimension_metric(dimension: str) -> type[JudgeDimension]:
+    name = f"judge_{dimension}"
+    metric = type("Judge" + dimension.title().replace("_", ""), (JudgeDimension,), {
+        "dimension": dimension,
+        "__doc__": f"The LLM judge's 0-5 score of what each compaction lost on {dimension.replace('_', ' ')}: "
+                   f"{RUBRIC[dimension]} (per run: the mean over the compactions graded)."})
+    return register_metric(name, direction="higher", unit="score 0-5", level="compaction")(metric)
+
+
+DIMENSION_METRICS = {f"judge_{d}": _dimension_metric(d) for d in DIMENSIONS}

@@ -38,7 +38,8 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "sliding_window 20": {"strategy": {"kind": "sliding_window", "window": 20}},
     "hard_clear 10": {"strategy": {"kind": "hard_clear", "keep_recent": 10}},
 }
-COLUMNS = ("fact_retention", "needed_fact_retention", "dangling_references", "summary_tokens", "tokens_after")
+COLUMNS = ("task_state_coverage", "fact_retention", "needed_fact_retention", "dangling_references", "summary_tokens",
+           "tokens_after")
 
 
 def recorded_sessions(paths: Sequence[str | Path]) -> list[Any]:
@@ -106,6 +107,7 @@ def score(session: Any, spec: dict[str, Any]) -> dict[str, Any]:
     done = changed_compactions(result.compactions)
     return {
         "compactions": len(done),
+        "task_state_coverage": values.get("task_state_coverage"),
         "fact_retention": values.get("fact_retention"),
         "needed_fact_retention": values.get("needed_fact_retention"),
         "dangling_references": values.get("dangling_references"),

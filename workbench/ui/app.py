@@ -13,7 +13,7 @@ import streamlit as st
 def main() -> None:
     from workbench.ui import compare, experiments, regression, sessions, sql
 
-    st.set_page_config(page_title="Compaction Workbench", page_icon=":material/compress:", layout="wide")
+    st.set_page_config(page_title="Compaction Workbench", page_icon="🗜️", layout="wide")
     navigation = st.navigation([
         st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="", default=True),
         st.Page(compare.page, title="Compare", icon=":material/compare_arrows:", url_path="compare"),

@@ -18,7 +18,7 @@ from typing import Any
 import streamlit as st
 
 from workbench.extractive import OFFLINE_BASELINE_LABEL, is_offline_baseline
-from workbench.ui import common
+from workbench.ui import common, data
 
 MIN_CONFIGS, MAX_CONFIGS = 2, 6
 DEFAULT_PRESETS = ("observation-masking", "gent-sliding-window", "ptc-runner-trim")
@@ -368,6 +368,53 @@ def summaries_panel(results: Sequence[Any]) -> None:
             if measured:
                 with st.expander("Quality of this compaction"):
                     st.json({k: v for k, v in measured.items()}, expanded=True)
+            label_panel(result, index)
+
+
+#: `st.session_state` key: database stamps a label written here produced -> the stamp before the write.
+LABEL_STAMPS = "compare_label_stamps"
+
+
+def label_panel(result: Any, index: int) -> None:
+    """Rate compaction `index`'s summary good or bad, with a note, stored through `workbench.labels` under
+    the session, the config's hash and the compaction's event index; the stored label is shown again
+    whenever this compaction is. A write changes the database file, not its sessions: its new stamp is
+    remembered as the old one, so the page does not take the replays for outdated."""
+    from workbench.config import config_hash
+    from workbench.labels import delete_summary_label, label_summary
+    from workbench.store import SUMMARY_LABELS
+
+    path = common.database_path()
+    digest = config_hash(result.config)
+    key = f"compare_label:{result.session_id}:{digest}:{index}"
+    try:
+        with data.reading(path) as store:
+            current = store.summary_label(result.session_id, digest, index)
+    except Exception as exc:  # a busy or older database: said, the rest of the panel stays
+        common.show_read_error(exc, "The label of this summary cannot be read: ")
+        return
+    verdict = st.radio("Rate this summary", SUMMARY_LABELS, horizontal=True, key=f"{key}:verdict",
+                       index=SUMMARY_LABELS.index(current.label) if current is not None else None)
+    note = st.text_input("Note (optional)", value=(current.note or "") if current is not None else "",
+                         key=f"{key}:note", placeholder="what it kept or lost")
+    stamps: dict[float, float] = st.session_state.setdefault(LABEL_STAMPS, {})
+    before = data.stamp(path)
+    try:
+        if st.button("Save the label", key=f"{key}:save", disabled=verdict is None):
+            current = label_summary(result.session_id, result.config, index, str(verdict), note=note, db=path)
+            stamps[data.stamp(path)] = stamps.get(before, before)
+        if current is not None and st.button("Remove the label", key=f"{key}:remove"):
+            delete_summary_label(result.session_id, result.config, index, db=path)
+            stamps[data.stamp(path)] = stamps.get(before, before)
+            current = None
+    except Exception as exc:  # e.g. a run launched from the app holds the database
+        common.show_read_error(exc, "The label could not be stored: ")
+        return
+    if current is not None:
+        st.caption(f"Labelled {current.label} ({current.labelled_at:%Y-%m-%d %H:%M} UTC)"
+                   + (f": {current.note}" if current.note else ""))
+    else:
+        st.caption("Not labelled yet.")
 
 
 def comparison_report(session_id: str, results: Sequence[Any]) -> str:
@@ -409,6 +456,7 @@ def page() -> None:
     if opened is None:
         return
     overview, stamp = opened
+    stamp = st.session_state.get(LABEL_STAMPS, {}).get(stamp, stamp)  # a label written here changed no session
     labels = {s["id"]: common.session_label(s) for s in overview["sessions"]}
     session_id = st.selectbox("Session", list(labels), format_func=lambda key: labels[key], key="compare_session")
     window = window_settings()

@@ -155,7 +155,10 @@ def page() -> None:
     busy = job is not None and not job.done
     if not Path(baseline).is_file():
         st.warning(f"No baseline at `{baseline}` yet: `workbench regress {spec_file} --update` writes it.")
-    elif st.button("Check against the baseline", key="reg_run", type="primary", disabled=busy):
+    else:
+        st.caption(planned_work(str(spec_file), path))
+    if Path(baseline).is_file() and st.button("Check against the baseline", key="reg_run", type="primary",
+                                              disabled=busy):
         job = Job(spec_file.stem, lambda report: regress(str(spec_file), baseline, db=path, progress=report))
         st.session_state[JOB_KEY] = job
         st.session_state[JOB_TARGET_KEY] = (str(spec_file), baseline)
@@ -170,6 +173,24 @@ def page() -> None:
         progress_panel(job)
     else:
         show_job(job)
+
+
+def planned_work(spec_file: str, path: str) -> str:
+    """What a check will run before it runs: the cells of the spec's grid, and how many a stored run
+    of the same code and data already holds (reused, not replayed)."""
+    from workbench.experiments import dry_run
+
+    try:
+        plan = dry_run(spec_file, db=path)
+    except Exception as exc:  # a spec naming a dataset the database lacks, say
+        return f"The check cannot run here: {common.readable_error(exc)}"
+    to_run = plan["cells_to_run"]
+    what = (f"a check runs the spec's {plan['cells']:,} cells ({plan['sessions']:,} sessions × "
+            f"{len(plan['configs'])} configs × {plan['repeats']} repeat{'s' * (plan['repeats'] != 1)})")
+    if to_run == 0:
+        return f"Every cell is stored already: {what}, all reused."
+    reused = f", {plan['cells_done']:,} reused from a stored run" if plan["cells_done"] else ""
+    return f"Before comparing, {what}: {to_run:,} to replay{reused}."
 
 
 def baseline_picker(spec_file: str, choices: list[str], own: int) -> str:
