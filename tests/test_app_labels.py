@@ -93,3 +93,19 @@ def test_a_label_is_replaced_then_removed(replayed):
     assert not at.exception
     assert stored_labels(path).empty
     assert any(c.value == "Not labelled yet." for c in at.caption)
+
+
+def test_the_metric_audit_reads_a_label_set_in_the_app(replayed):
+    """A label made on the Compare page counts in `audit-metrics` of the same config: each metric's
+    agreement with it is reported."""
+    import workbench as wb
+
+    at, path = replayed
+    config = {"preset": "observation-masking", **WINDOW}
+    key = label_key(at, config_hash(with_preset(config)))
+    at.radio(key=f"{key}:verdict").set_value("good").run()
+    at.button(key=f"{key}:save").click().run()
+    audit = wb.audit_metrics("generated", db=path, where=f"id = '{SESSION}'", config=config)
+    assert audit.labelled == 1
+    assert set(audit.agreement) >= {"task_state_coverage", "fact_retention"}
+    assert "label_agreement" in audit.to_frame().columns

@@ -66,9 +66,11 @@ _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 # -- degradations --------------------------------------------------------------------------------
 
 def _written(before: Sequence[Message], after: Sequence[Message]) -> list[Message]:
-    """The messages the compaction wrote (in `after`, not in `before`): its summary."""
+    """The messages the compaction wrote (in `after`, not in `before`): its summary. A rewritten tool
+    exchange (a masked or cut observation, a call with cleared arguments) is no summary: replacing or
+    dropping it would break the pairing of calls and results, so the summary degradations leave it."""
     ids = {id(m) for m in before}
-    return [m for m in after if id(m) not in ids]
+    return [m for m in after if id(m) not in ids and not m.is_observation and not m.tool_calls]
 
 
 def _tokens(messages: Iterable[Message], tokenizer: str) -> int:
@@ -307,11 +309,11 @@ def audit_sessions(sessions: Sequence[Session], *, config: Mapping[str, Any] | s
     """The audit of these sessions (see the module docstring). `config`: the config (dict or preset
     name) of the sessions without recorded compactions (default `DEFAULT_CONFIG`); `evaluator`: the
     model of the model metrics (they are skipped without one)."""
-    from workbench.config import config_hash
+    from workbench.config import config_hash, with_preset
     from workbench.presets import preset
     from workbench.replay import replay
 
-    default = preset(config) if isinstance(config, str) else dict(config) if config else preset(DEFAULT_CONFIG)
+    default = preset(config) if isinstance(config, str) else with_preset(config) if config else preset(DEFAULT_CONFIG)
     metrics, skipped = audited_metrics(evaluator=evaluator is not None)
     model_metrics = [m for m in metrics if getattr(kinds("metric")[m], "requires_model", False)]
     values: dict[str, list[tuple[Any, dict[str, Any]]]] = {m: [] for m in metrics}
@@ -329,10 +331,11 @@ def audit_sessions(sessions: Sequence[Session], *, config: Mapping[str, Any] | s
     degraded: Counter[str] = Counter()
     for session in sessions:
         spec = _config_for(session, default)
+        # labels name the config the summary came from: the evaluator that grades it is no part of that
+        hashed = {config_hash(spec)} | ({config_hash("as-recorded")} if spec.get("name") == "as-recorded" else set())
         if evaluator is not None:
             spec = {**spec, "evaluator": evaluator}
         tokenizer = str(spec.get("tokenizer", "heuristic"))
-        hashed = {config_hash(spec)} | ({config_hash("as-recorded")} if spec.get("name") == "as-recorded" else set())
         rows: dict[str, dict[int, Mapping[str, Any]]] = {}
         intact_events: list[tuple[int, int]] = []
         for variant in ("intact", *DEGRADATIONS):
