@@ -12,7 +12,7 @@ from typing import Any
 from workbench.config import parse_config
 from workbench.replay import ReplayResult, _Replay, as_session
 from workbench.session import Message, split_leading_system
-from workbench.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, _image_parts, counted_text
+from workbench.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, counted_text, image_parts
 
 
 class NaiveReplay(_Replay):
@@ -22,7 +22,7 @@ class NaiveReplay(_Replay):
     jump = False
 
     def _count(self, messages: Sequence[Message]) -> int:
-        return sum(self.tokenizer.count(counted_text(m)) + IMAGE_TOKENS * _image_parts(m) + MESSAGE_OVERHEAD
+        return sum(self.tokenizer.count(counted_text(m)) + IMAGE_TOKENS * image_parts(m) + MESSAGE_OVERHEAD
                    for m in messages)
 
     def _recount(self) -> None:

@@ -65,3 +65,28 @@ def test_session_with_an_ambiguous_prefix_names_the_candidates(tmp_path: Path) -
 def test_a_missing_database_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(wb.StoreError, match="does not exist"):
         wb.sessions(db=tmp_path / "absent.duckdb")
+
+
+def test_overview_counts_each_sessions_characters_and_recorded_compactions(db: Path) -> None:
+    from workbench.access import overview
+
+    shown = overview(db)
+    assert sorted(d["name"] for d in shown["datasets"]) == ["mine", "theirs"]
+    by_id = {row["id"]: row for row in shown["sessions"]}
+    for stored in wb.sessions(db=db):
+        assert by_id[stored.id]["characters"] == sum(len(m.text) for m in stored.messages)
+        assert by_id[stored.id]["recorded_compactions"] == len(stored.recorded_compactions)
+
+
+def test_session_detail_runs_the_token_total_and_keeps_annotations_out_of_metadata(db: Path) -> None:
+    from workbench.access import session_detail
+    from workbench.tokens import message_tokens
+
+    stored = next(s for s in wb.sessions(db=db) if s.recorded_compactions)
+    detail = session_detail(stored)
+    tokens = [message_tokens(m, "heuristic") for m in stored.messages]
+    assert [m["tokens"] for m in detail["messages"]] == tokens
+    assert [m["cumulative_tokens"] for m in detail["messages"]] == [sum(tokens[:i + 1]) for i in range(len(tokens))]
+    assert detail["tokens"] == sum(tokens) and detail["calls"] == stored.calls
+    assert detail["recorded_compactions"] == [c.to_dict() for c in stored.recorded_compactions]
+    assert "recorded_compactions" not in detail["metadata"]

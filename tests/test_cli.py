@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -154,7 +155,8 @@ def test_a_locked_database_is_a_one_line_error(tmp_path):
     try:
         assert holder.stdout.readline().strip() == "ready"
         result = subprocess.run([sys.executable, "-m", "workbench", "sessions", "--db", str(db)],
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=60,
+                                env={**os.environ, "WORKBENCH_LOCK_WAIT": "0.5"})  # not the default 10 s
     finally:
         holder.communicate("\n", timeout=30)
     assert result.returncode == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -262,7 +263,7 @@ def test_the_session_cache_reads_the_next_pending_sessions_together_and_keeps_on
         reads: list[list[str]] = []
         original = store.sessions_by_id
         store.sessions_by_id = lambda wanted: reads.append(list(wanted)) or original(wanted)  # type: ignore[method-assign]
-        cache = _SessionCache(store, batch=2)
+        cache = _SessionCache(lambda: contextlib.nullcontext(store), batch=2)
         cache.expect([CellTask(s, "tiny", config, 0) for s in ids for config in ("a", "b")])
         first = cache.get(ids[0])
         assert first.id == ids[0] and reads == [[ids[0], ids[1]]]  # the next pending session came along

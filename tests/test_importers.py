@@ -22,8 +22,11 @@ from workbench.importers import (
     FORMATS,
     FileResult,
     UnknownFormatError,
+    candidate_files,
     candidates,
     detect,
+    format_name,
+    ignored_files,
     iter_load,
     iter_sessions,
     load,
@@ -1373,3 +1376,33 @@ def test_shared_folder_walk() -> None:
     assert len(results) == len(_shared_files())
     formats = {s.format for r in results for s in r.sessions}
     assert formats == set(FORMATS) - {"anthropic", "workbench"}
+
+
+def test_a_walk_of_several_paths_reads_each_real_file_once_and_names_what_it_passes_over(tmp_path: Path) -> None:
+    chat = write_json(tmp_path / "a" / "chat.json", [{"role": "user", "content": "hi"}])
+    (tmp_path / "a" / "package.json").write_text('{"name": "x"}')
+    (tmp_path / "a" / "notes.txt").write_text("not a session")
+    (tmp_path / "a" / ".git").mkdir()
+    write_json(tmp_path / "a" / ".git" / "hidden.json", [])
+    (tmp_path / "b").mkdir()
+    os.symlink(chat, tmp_path / "b" / "link.json")
+    given = [str(tmp_path / "a"), str(tmp_path / "b"), str(chat), str(tmp_path / "missing.json")]
+
+    assert list(candidate_files(given)) == [(str(chat), str(tmp_path / "a")), (str(tmp_path / "missing.json"), None)]
+    ignored = {os.path.relpath(path, tmp_path): why for path, why in ignored_files(given)}
+    assert set(ignored) == {os.path.join("a", name) for name in (".git", "package.json", "notes.txt")}
+    assert "folder skipped" in ignored[os.path.join("a", ".git")]
+    assert "configuration file" in ignored[os.path.join("a", "package.json")]
+    assert "not a session file type" in ignored[os.path.join("a", "notes.txt")]
+
+
+@pytest.mark.parametrize(("given", "expected"), [("auto", "auto"), (" AUTO ", "auto"), ("openai-chat", "openai"),
+                                                 ("Claude", "claude-code"), ("codex", "codex")])
+def test_format_name_resolves_aliases(given: str, expected: str) -> None:
+    assert format_name(given, "") == expected
+
+
+def test_format_name_rejects_an_unknown_format_naming_the_file() -> None:
+    with pytest.raises(FormatError, match="unknown format 'nope'") as info:
+        format_name("nope", "some/file.json")
+    assert "some/file.json" in str(info.value)

@@ -106,11 +106,6 @@ def run(args: list[str], *, pythonpath: Path, db: Path) -> subprocess.CompletedP
                           timeout=300, cwd=pythonpath)
 
 
-def kinds_command_exists() -> bool:
-    return (Path(__file__).resolve().parents[1] / "workbench" / "cli" / "kinds.py").is_file()
-
-
-@pytest.mark.skipif(not kinds_command_exists(), reason="the `workbench kinds` command is not there yet")
 def test_the_plugin_kinds_are_listed_without_any_import(plugin_dir: Path, tmp_path: Path) -> None:
     done = run(["kinds", "--json"], pythonpath=plugin_dir, db=tmp_path / "unused.duckdb")
     assert done.returncode == 0, done.stderr
@@ -155,16 +150,11 @@ def test_the_plugin_importer_trigger_strategy_and_metric_work_from_the_cli(plugi
 
 def test_a_broken_plugin_is_a_warning_naming_it(plugin_dir: Path, tmp_path: Path) -> None:
     write_distribution(plugin_dir, "wbplugin_broken", "wbplugin_broken", 'raise RuntimeError("half-installed")\n')
-    args = ["kinds", "--json"] if kinds_command_exists() else ["sessions", "--json"]
-    db = tmp_path / "empty.duckdb"
-    if not kinds_command_exists():
-        assert run(["import", str(tmp_path)], pythonpath=plugin_dir, db=db).returncode in (0, 1)
-    done = run(args, pythonpath=plugin_dir, db=db)
+    done = run(["kinds", "--json"], pythonpath=plugin_dir, db=tmp_path / "empty.duckdb")
     assert done.returncode == 0, done.stderr
     assert "wbplugin_broken" in done.stderr and "half-installed" in done.stderr
     json.loads(done.stdout)  # the command still did its work
-    if kinds_command_exists():
-        assert "demo_every" in {e["name"] for e in json.loads(done.stdout)["trigger"]}  # the good plugin loaded
+    assert "demo_every" in {e["name"] for e in json.loads(done.stdout)["trigger"]}  # the good plugin loaded
 
 
 def test_a_plugin_is_loaded_only_when_kinds_are_needed(plugin_dir: Path) -> None:

@@ -6,7 +6,6 @@ import pytest
 from builders import ScriptedSummarizer, agent_turns, assistant, system, user
 
 import workbench as wb
-import workbench.recorded  # registers the `recorded` kinds even before the registry loads them by name
 from workbench.config import parse_config
 from workbench.presets import preset, presets
 from workbench.replay import replay
@@ -158,9 +157,9 @@ NON_LLM_PRESETS = ("no-compaction", "observation-masking", "gent-sliding-window"
 def _recorded_sessions(shared_sessions) -> list[wb.Session]:
     sessions = [s for s in wb.load(shared_sessions / "claude-code") if s.recorded_compactions]
     if not sessions:
-        pytest.skip("no shared session carries recorded compactions as annotations yet")
-    if any(m.metadata.get("compact_summary") for s in sessions for m in s.messages):
-        pytest.skip("the importers still put recorded summaries among the messages")
+        pytest.skip("the shared claude-code sessions record no compactions")
+    assert not any(m.metadata.get("compact_summary") for s in sessions for m in s.messages), \
+        "recorded summaries are annotations, never messages"
     return sessions
 
 

@@ -195,8 +195,8 @@ def test_pipeline_reports_only_summaries_left_in_the_result() -> None:
 
 
 def test_pipeline_fallback_forgets_what_the_failed_attempt_recorded() -> None:
-    """Regression: a partly successful run (first step summarized, second failed) must not report
-    the first step's summary beside the fallback's result unless the fallback put it there."""
+    """A partly successful run (first step summarized, second failed) does not report the first
+    step's summary beside the fallback's result unless the fallback put it there."""
     messages = session(10)
     pipeline = build_strategy({"kind": "pipeline", "steps": [
         {"kind": "summarize_split", "preserve": 0.5}, {"kind": "_test_failing"}]})

@@ -349,7 +349,7 @@ def test_summarize_full_custom_prompt_is_the_appended_request() -> None:
 
 
 def test_fillers_are_never_sent_as_the_existing_summary() -> None:
-    """Regression: 001's cleaning fillers are synthetic but are not summaries."""
+    """001's cleaning fillers are synthetic but are not summaries."""
     cleaned = clean_history([user("go"), assistant("", calls=(("a", "grep"),))])
     assert [m.text for m in cleaned[2:]] == [TOOL_NO_RESPONSE, AFTER_TOOLS_TEXT]
     for spec in ({"kind": "summarize_progressive"}, {"kind": "summarize_split", "preserve": 0.2},
@@ -761,7 +761,7 @@ class BudgetRecorder(ScriptedSummarizer):
 
 
 def test_adaptive_chunking_headers_are_numbered() -> None:
-    """Regression: the `{index}` / `{total}` placeholders used to reach the context unformatted."""
+    """The `{index}` / `{total}` placeholders of the chunk headers are filled in."""
     messages = [system(), *topics(3, 2)]
     result, env = run({"kind": "adaptive_chunking", "keep_recent": 0}, messages)
     headers = [m.text.splitlines()[0] for m in synthetic(result)]
@@ -822,9 +822,9 @@ def long_session(n_topics: int) -> list[Message]:
 
 
 def test_adaptive_chunking_replay_keeps_each_compacted_context_within_the_target() -> None:
-    """Regression (issue 9): chunk summaries used to pile up (55 of them filling 48k of a 63k window).
-    A long generated session, a model that writes 250 tokens whatever it is asked: after every
-    compaction the context holds at most half the usable window."""
+    """Chunk summaries do not pile up across compactions. A long generated session, a model that
+    writes 250 tokens whatever it is asked: after every compaction the context holds at most half
+    the usable window."""
     from workbench.replay import replay
 
     session = long_session(60)
@@ -842,8 +842,8 @@ def test_adaptive_chunking_replay_keeps_each_compacted_context_within_the_target
 
 
 def test_fallback_after_a_partly_successful_summarization_reports_no_missing_summary() -> None:
-    """Regression: chunk 1 summarized, chunk 2 failed, fallback used: the event used to report chunk 1's
-    summary although the fallback's context does not hold it."""
+    """Chunk 1 summarized, chunk 2 failed, fallback used: the event does not report chunk 1's summary,
+    which the fallback's context does not hold."""
     from workbench.replay import replay
 
     session = long_session(12)

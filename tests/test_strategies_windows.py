@@ -439,7 +439,7 @@ def test_kept_runs_keep_a_parted_result_with_its_call(runs, glued):
 
 def test_a_window_keeps_a_parted_result_with_its_call():
     """The last two steps of the body are a reminder and a result whose call sits before it: the
-    window keeps the call too, so nothing is orphaned (it used to fail the replay's pairing check)."""
+    window keeps the call too, so nothing is orphaned (the replay's pairing check holds)."""
     from workbench.session import flatten
 
     steps = _parted_steps()

@@ -1,4 +1,5 @@
-"""Reading sessions back from the workbench database: `wb.sessions(...)` and `wb.session(id)`.
+"""Reading sessions back from the workbench database: `wb.sessions(...)` and `wb.session(id)`, and
+the read models the app shows (`overview` of a database, `session_detail` of one session).
 
 Both open the database read-only through `workbench.store.Store` (so they work beside a running
 app or another reader) and close it again; `db` defaults to `$WORKBENCH_DB`, else
@@ -9,11 +10,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from typing import Any
 
 from workbench.errors import StoreError
 from workbench.session import Session
 
-__all__ = ["iter_sessions", "session", "sessions"]
+__all__ = ["iter_sessions", "overview", "session", "session_detail", "sessions"]
 
 
 def sessions(dataset: str | None = None, where: str | None = None,
@@ -58,3 +60,47 @@ def session(id: str, db: str | os.PathLike[str] | None = None) -> Session:
             raise StoreError(f"{len(matches)} sessions start with {wanted!r} in {store.path} ({shown}); "
                              "give more of the id")
         return store.load_session(matches[0])
+
+
+def overview(db: str | os.PathLike[str] | None = None) -> dict[str, list[dict[str, Any]]]:
+    """Datasets, and sessions with their size in characters and their recorded compaction count."""
+    from workbench.store import Store
+
+    with Store(db, read_only=True) as store:
+        sessions = store.session_rows()
+        characters = dict(store.connection.execute(
+            "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
+        ).fetchall())
+        for row in sessions:
+            row["characters"] = int(characters.get(row["id"], 0))
+        return {"datasets": store.dataset_rows(), "sessions": sessions}
+
+
+def _non_text_parts(content: Any) -> list[str]:
+    if not isinstance(content, tuple):
+        return []
+    return [str(p.get("type")) for p in content if isinstance(p, dict) and p.get("type") != "text"]
+
+
+def session_detail(session: Session, tokenizer: str = "heuristic") -> dict[str, Any]:
+    """One session as plain data: messages (role, text, tool calls, tokens and running total), the
+    recorded compactions by the message they precede, probes, tools, metadata."""
+    from workbench.tokens import message_tokens
+
+    messages = []
+    total = 0
+    for index, message in enumerate(session.messages):
+        tokens = message_tokens(message, tokenizer)
+        total += tokens
+        messages.append({
+            "index": index, "role": message.role, "text": message.text, "name": message.name,
+            "tool_call_id": message.tool_call_id, "importance": message.importance, "origin": message.origin,
+            "observation": message.is_observation,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
+            "non_text_parts": _non_text_parts(message.content), "tokens": tokens, "cumulative_tokens": total,
+        })
+    metadata = {k: v for k, v in session.metadata.items() if k != "recorded_compactions"}
+    return {"id": session.id, "dataset": session.dataset, "format": session.format, "messages": messages,
+            "recorded_compactions": [c.to_dict() for c in session.recorded_compactions],
+            "probes": [p.to_dict() for p in session.probes], "tools": [dict(t) for t in session.tools],
+            "metadata": metadata, "calls": session.calls, "tokens": total}

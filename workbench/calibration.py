@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.session import Message, Session, recorded_input_tokens
-from workbench.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, Tokenizer, _image_parts, message_tokens, prime, resolve
+from workbench.tokens import IMAGE_TOKENS, MESSAGE_OVERHEAD, Tokenizer, image_parts, message_tokens, prime, resolve
 
 CALIBRATIONS = ("none", "recorded")
 #: A point whose relative residual exceeds this multiple of the median residual (and 2 %) is an outlier.
@@ -94,7 +94,7 @@ class ScaledTokenizer:
 
 def _framing(message: Message) -> int:
     """The per-message tokens a tokenizer does not count (framing overhead and image estimates)."""
-    return MESSAGE_OVERHEAD + IMAGE_TOKENS * _image_parts(message)
+    return MESSAGE_OVERHEAD + IMAGE_TOKENS * image_parts(message)
 
 
 def prime_scaled(messages: Iterable[Message], scaled: ScaledTokenizer) -> None:

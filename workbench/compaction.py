@@ -135,7 +135,8 @@ class CallSpan:
 
     @cached_property
     def last_finish_reasons(self) -> Sequence[str | None]:
-        return self.columns("last_finish_reasons")
+        reasons: Sequence[str | None] = self.columns("last_finish_reasons")
+        return reasons
 
 
 def first_true(mask: Any) -> int | None:

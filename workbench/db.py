@@ -5,12 +5,23 @@ Every table of the workbench is created here by append-only, named migrations re
 Higher layers (`store`, `llm`, `experiments`) read and write through `connect()`, which refuses
 a path naming a file that is not a DuckDB database (a CSV or JSON file passed as `--db` by mistake
 is never opened, so never changed) and, with `create=False`, a path that does not exist.
+
+DuckDB lets one process open a file for writing and then no other process open it at all, so a
+process holds the file only while it reads or writes: `connect()` waits a while for another
+process's hold to end (`WORKBENCH_LOCK_WAIT` seconds, 10 by default) before saying the file is in
+use, and a long writer (a run, the model cache) opens it through a `FileHold`, which closes it
+again as soon as no thread of the process uses it.
 """
 
 from __future__ import annotations
 
 import os
+import random
 import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -228,6 +239,12 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         PRIMARY KEY (session_id, config_hash, compaction)
     );
 """),
+    # The process writing a run (host name and pid): other processes read a run while it goes on, and
+    # tell a run still under way from one cut short by whether that process lives. NULL on runs before.
+    ("0008_run_process", """
+    ALTER TABLE runs ADD COLUMN host VARCHAR;
+    ALTER TABLE runs ADD COLUMN pid INTEGER;
+"""),
 )
 
 
@@ -237,6 +254,19 @@ def default_path() -> str:
 
 
 MEMORY_LIMIT_ENV = "WORKBENCH_MEMORY_LIMIT"
+LOCK_WAIT_ENV = "WORKBENCH_LOCK_WAIT"
+DEFAULT_LOCK_WAIT = 10.0
+
+
+def default_lock_wait() -> float:
+    """`$WORKBENCH_LOCK_WAIT` (seconds to wait for a file another process holds), else 10."""
+    raw = os.environ.get(LOCK_WAIT_ENV)
+    if not raw:
+        return DEFAULT_LOCK_WAIT
+    try:
+        return max(0.0, float(raw))
+    except ValueError as exc:
+        raise StoreError(f"${LOCK_WAIT_ENV} must be a number of seconds, not {raw!r}") from exc
 
 
 def default_memory_limit() -> str | None:
@@ -298,31 +328,24 @@ def check_database_path(path: str, *, create: bool = True) -> None:
 
 
 def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
-            migrate: bool = True, create: bool = True,
-            memory_limit: str | None = None) -> duckdb.DuckDBPyConnection:
+            migrate: bool = True, create: bool = True, memory_limit: str | None = None,
+            lock_wait: float | None = None) -> duckdb.DuckDBPyConnection:
     """Open the database file (creating it and its folder unless `create` is False or `read_only`)
     and bring its schema up to date.
 
-    `":memory:"` opens a private in-memory database. A file held by another process raises
-    `StoreError` saying so, rather than DuckDB's lock message; a file that is not a DuckDB
-    database raises `NotADatabaseError`; a missing file with `create=False` or `read_only`
-    raises `MissingDatabaseError`. `memory_limit` (default `$WORKBENCH_MEMORY_LIMIT`) caps
-    DuckDB's memory for this database.
+    `":memory:"` opens a private in-memory database. A file held by another process is tried again,
+    at growing intervals, for `lock_wait` seconds (default `$WORKBENCH_LOCK_WAIT`, else 10: another
+    process holds it only while it writes a batch), then raises `StoreError` saying it is in use,
+    rather than DuckDB's lock message; a file that is not a DuckDB database raises
+    `NotADatabaseError`; a missing file with `create=False` or `read_only` raises
+    `MissingDatabaseError`. `memory_limit` (default `$WORKBENCH_MEMORY_LIMIT`) caps DuckDB's memory
+    for this database.
     """
     target = str(path) if path is not None else default_path()
     check_database_path(target, create=create and not read_only)
     if target != ":memory:" and not read_only:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
-    try:
-        connection = duckdb.connect(target, read_only=read_only)
-    except duckdb.IOException as exc:
-        message = str(exc)
-        if "lock" in message.lower():
-            pid = _LOCK_PID.search(message)
-            holder = f" (pid {pid.group(1)})" if pid else ""
-            raise StoreError(f"database {target} is in use by another process{holder}; "
-                             f"close it or pass another --db") from exc
-        raise StoreError(f"cannot open database {target}: {message}") from exc
+    connection = _open_waiting(target, read_only, default_lock_wait() if lock_wait is None else lock_wait)
     limit = memory_limit or default_memory_limit()
     if limit:
         try:
@@ -333,6 +356,74 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     if migrate and not read_only:
         apply_migrations(connection)
     return connection
+
+
+def _open_waiting(target: str, read_only: bool, lock_wait: float) -> duckdb.DuckDBPyConnection:
+    """`duckdb.connect`, tried again while another process holds the file, until `lock_wait` has passed."""
+    deadline = time.monotonic() + max(0.0, lock_wait)
+    pause = 0.02
+    while True:
+        try:
+            return duckdb.connect(target, read_only=read_only)
+        except duckdb.IOException as exc:
+            message = str(exc)
+            if "lock" not in message.lower():
+                raise StoreError(f"cannot open database {target}: {message}") from exc
+            left = deadline - time.monotonic()
+            if left <= 0:
+                pid = _LOCK_PID.search(message)
+                holder = f" (pid {pid.group(1)})" if pid else ""
+                raise StoreError(f"database {target} is in use by another process{holder}; "
+                                 f"close it or pass another --db") from exc
+        # jittered, so that two waiting processes do not keep trying at the same instants
+        time.sleep(min(left, pause * random.uniform(0.5, 1.0)))
+        pause = min(pause * 1.5, 0.25)
+
+
+class FileHold:
+    """One process's hold on a database file, shared by its threads: `open()` yields a cursor on a
+    connection opened for the first user and closed when the last one is done, so the file is held
+    only while some thread reads or writes (another process can open it in between, see `connect`).
+
+    The schema is migrated on the first open only. Each user gets a cursor of its own (DuckDB
+    cursors are not shared between threads); a transaction begun on it ends before the `with` does.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, memory_limit: str | None = None,
+                 lock_wait: float | None = None):
+        self.path = str(path) if path is not None else default_path()
+        self.memory_limit = memory_limit
+        self.lock_wait = lock_wait
+        self._lock = threading.Lock()
+        self._connection: duckdb.DuckDBPyConnection | None = None
+        self._users = 0
+        self._migrated = False
+        self.opened = 0  # how many times the file was opened: a figure for tests and progress reports
+
+    @contextmanager
+    def open(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        with self._lock:
+            if self._connection is None:
+                self._connection = connect(self.path, migrate=not self._migrated, memory_limit=self.memory_limit,
+                                           lock_wait=self.lock_wait)
+                self._migrated = True
+                self.opened += 1
+            self._users += 1
+            cursor = self._connection.cursor()
+        try:
+            yield cursor
+        finally:
+            cursor.close()
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._connection is not None:
+                    self._connection.close()
+                    self._connection = None
+
+    @property
+    def held(self) -> bool:
+        """Whether a thread of this process has the file open through this hold now."""
+        return self._connection is not None
 
 
 def applied_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:

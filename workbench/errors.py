@@ -127,4 +127,4 @@ class NoopCompactionsWarning(UserWarning):
 class NothingRecordedWarning(NoopCompactionsWarning):
     """A config replaying the agent's own compactions (`as-recorded`) ran on sessions that recorded
     none: there its rows repeat no-compaction. The message names the config, the dataset and how
-    many of its sessions have nothing recorded (`workbench.recorded.nothing_recorded_note`)."""
+    many of its sessions have nothing recorded (`workbench.strategies.recorded.nothing_recorded_note`)."""

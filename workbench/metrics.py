@@ -115,7 +115,7 @@ class CacheAwareInputTokens(_CostMetric):
     def compute(self, result: ReplayResult) -> float:
         billed = sum(_column(result, "context_tokens"))
         cached = sum(_column(result, "cached_prefix_tokens"))
-        return round(billed - cached + cached * result.config.cache_read_ratio, 1)
+        return round(float(billed - cached + cached * result.config.cache_read_ratio), 1)
 
 
 @register_metric("summarizer_calls", direction="lower", unit="calls", level="run")

@@ -51,9 +51,9 @@ from workbench.errors import ConfigError, did_you_mean
 T = TypeVar("T")
 
 FAMILIES: tuple[str, ...] = ("trigger", "strategy", "importer", "metric")
-#: Modules holding the built-in kinds, imported by name on first use (a missing one is skipped).
-BUILTIN_MODULES: tuple[str, ...] = ("workbench.triggers", "workbench.strategies", "workbench.recorded",
-                                    "workbench.importers", "workbench.metrics", "workbench.quality")
+#: Modules holding the built-in kinds, imported by name on first use.
+BUILTIN_MODULES: tuple[str, ...] = ("workbench.triggers", "workbench.strategies", "workbench.importers",
+                                    "workbench.metrics", "workbench.quality")
 #: The entry-point group through which installed packages contribute kinds.
 PLUGIN_GROUP = "workbench.plugins"
 DIRECTIONS: tuple[str, ...] = ("higher", "lower", "none")
@@ -596,10 +596,6 @@ def _warn(message: str) -> None:
 def _import_builtin(module: str) -> None:
     try:
         importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name is not None and module.startswith(exc.name):
-            return  # this built-in module does not exist (yet): nothing to register
-        _warn(f"built-in kinds module {module} could not be imported: {type(exc).__name__}: {exc}")
     except Exception as exc:
         _warn(f"built-in kinds module {module} could not be imported: {type(exc).__name__}: {exc}")
 

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from itertools import accumulate, chain, compress, count, repeat
 from operator import is_
-from typing import Any, cast, overload
+from typing import TYPE_CHECKING, Any, TypeVar, cast, overload
 
 from workbench.calibration import CALIBRATIONS, CalibrationFit, ScaledTokenizer, fit_recorded, prime_scaled, schema_text
 from workbench.compaction import (
@@ -78,6 +78,9 @@ from workbench.strategies.common import (
     shared_prefix_length,
 )
 from workbench.tokens import MESSAGE_OVERHEAD, Tokenizer, get_tokenizer, message_tokens, messages_tokens, prime
+
+if TYPE_CHECKING:  # pandas loads on first use (`to_frame`)
+    import pandas as pd
 
 NO_PROGRESS_FRACTION = 0.10
 #: The most calls `_Replay._skip` reads at once: a trigger fires every few dozen calls in a long
@@ -423,7 +426,7 @@ class ReplayResult:
                 hidden.append(hidden_prefix[lengths[call]])
         return seen, hidden
 
-    def to_frame(self):  # -> pandas.DataFrame
+    def to_frame(self) -> pd.DataFrame:
         """One row per call, with the compaction that preceded it (if any; no-ops left out) merged in.
 
         `recorded_input_tokens` is the input the provider billed for the recorded call (None
@@ -449,7 +452,7 @@ class ReplayResult:
         frame.insert(1, "config", self.config.name)
         return frame
 
-    def compactions_frame(self):  # -> pandas.DataFrame
+    def compactions_frame(self) -> pd.DataFrame:
         """One row per compaction event, with the summarizer usage and the per-compaction metrics."""
         import pandas as pd
 
@@ -507,7 +510,10 @@ class _History(Sequence[Message]):
             yield self._messages[index]
 
 
-def _fast_constructor(cls: type, supplied: Sequence[str]) -> Any:
+_Record = TypeVar("_Record")
+
+
+def _fast_constructor(cls: type[_Record], supplied: Sequence[str]) -> Callable[[dict[str, Any]], _Record]:
     """A constructor of the frozen dataclass `cls` from a dict of its fields, set at once.
 
     A frozen dataclass's __init__ sets each field through `object.__setattr__`; per replayed call
@@ -516,7 +522,7 @@ def _fast_constructor(cls: type, supplied: Sequence[str]) -> Any:
     not in `supplied` get their defaults. Classes with slots, a `__post_init__` or a required field
     missing from `supplied` use their constructor.
     """
-    fields = dataclasses.fields(cls)
+    fields = dataclasses.fields(cast(Any, cls))
     names = {f.name for f in fields}
     missing = {f.name: f.default for f in fields if f.name not in supplied}
     if (hasattr(cls, "__post_init__") or "__slots__" in cls.__dict__ or not set(supplied) <= names
@@ -524,8 +530,8 @@ def _fast_constructor(cls: type, supplied: Sequence[str]) -> Any:
         return lambda values: cls(**values)
     new, set_attribute = object.__new__, object.__setattr__
 
-    def make(values: dict[str, Any]) -> Any:
-        instance: Any = new(cls)
+    def make(values: dict[str, Any]) -> _Record:
+        instance: _Record = new(cls)
         set_attribute(instance, "__dict__", {**missing, **values} if missing else values)
         return instance
 

@@ -301,7 +301,7 @@ class _Builder:
     # -- repository state -----------------------------------------------------------------
     @property
     def package(self) -> str:
-        return self.project["package"]
+        return str(self.project["package"])
 
     def module_path(self, module: str) -> str:
         return f"src/{self.package}/{module}.py"

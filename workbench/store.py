@@ -336,9 +336,10 @@ class Store:
     """The workbench database: sessions, messages, probes, token counts.
 
     `Store(path)` opens (creating and migrating) the DuckDB file; `path` defaults to
-    `$WORKBENCH_DB`, else `data/workbench.duckdb`. A file held by another process raises
-    `StoreError`. With `read_only=True` nothing is created or migrated and other readers may
-    open the file at the same time; with `create=False` a missing file raises
+    `$WORKBENCH_DB`, else `data/workbench.duckdb`. A file another process holds past
+    `$WORKBENCH_LOCK_WAIT` seconds (10 by default, see `db.connect`) raises `StoreError`. With
+    `read_only=True` nothing is created or migrated and other readers may open the file at the
+    same time; with `create=False` a missing file raises
     `db.MissingDatabaseError` instead of being created, and a file that is not a DuckDB database
     always raises `db.NotADatabaseError` (and is left untouched). `batch_messages`/`batch_bytes` size the write batches;
     `memory_limit` (e.g. "512MB"; default `$WORKBENCH_MEMORY_LIMIT`) caps DuckDB's buffer cache,
@@ -385,7 +386,7 @@ class Store:
     def __repr__(self) -> str:
         return f"Store({self.path!r}{', read_only=True' if self.read_only else ''})"
 
-    def _query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple]:
+    def _query(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         try:
             return self.connection.execute(sql, params or []).fetchall()
         except duckdb.Error as exc:
@@ -456,7 +457,7 @@ class Store:
         says how many matched.
         """
         from workbench import importers
-        from workbench.importers._common import IncompleteLastLine
+        from workbench.importers import IncompleteLastLine, candidate_files, ignored_files
         from workbench.importers.outcomes import OutcomeTable, read_outcomes
 
         table = outcomes if isinstance(outcomes, OutcomeTable) or outcomes is None else read_outcomes(outcomes)
@@ -465,9 +466,9 @@ class Store:
         if isinstance(paths, (str, os.PathLike)):
             paths = [paths]
         given = [os.fspath(p) for p in paths]
-        report.ignored = [FileOutcome(path=path, skipped=why) for path, why in _ignored_files(importers, given)]
+        report.ignored = [FileOutcome(path=path, skipped=why) for path, why in ignored_files(given)]
         with _Writer(self, report, dataset) as writer:
-            for path, root in _candidate_files(importers, given):
+            for path, root in candidate_files(given):
                 outcome = FileOutcome(path=path)
                 try:
                     outcome.bytes = os.path.getsize(path)
@@ -1156,46 +1157,6 @@ def _display(path: str, root: str | None) -> str:
         except ValueError:
             pass
     return os.path.basename(path)
-
-
-_IGNORED_FOLDER = "folder skipped (version control, virtualenv or cache)"
-_IGNORED_CONFIG = "a well-known configuration file, not a session"
-
-
-def _ignored_files(importers: Any, paths: Sequence[str]) -> Iterator[tuple[str, str]]:
-    """(path, why) for every folder and file a folder walk of `paths` passes over without reading:
-    skipped folders (named once, not walked), well-known config files, other file types."""
-    skip_dirs = set(getattr(importers, "_SKIP_DIRS", ()))
-    skip_files = set(getattr(importers, "_SKIP_FILES", ()))
-    for given in paths:
-        if not os.path.isdir(given):
-            continue
-        wanted = {path for path, _root in importers.candidates(given)}
-        for folder, dirs, files in os.walk(given):
-            dirs.sort()
-            for name in [d for d in dirs if d in skip_dirs]:
-                yield os.path.join(folder, name), _IGNORED_FOLDER
-            dirs[:] = [d for d in dirs if d not in skip_dirs]
-            for name in sorted(files):
-                path = os.path.join(folder, name)
-                if path in wanted:
-                    continue
-                yield path, (_IGNORED_CONFIG if name in skip_files else
-                             "not a session file type (*.json, *.jsonl, *.traj, .aider.chat.history.md...)")
-
-
-def _candidate_files(importers: Any, paths: Sequence[str]) -> Iterator[tuple[str, str | None]]:
-    """(file, walk root) for every candidate file under `paths`, each real file once, in the
-    importers' order and by their folder-walk rules (a missing path is yielded as itself: the
-    importer then reports it)."""
-    seen: set[str] = set()
-    for given in paths:
-        for path, root in importers.candidates(given):
-            real = os.path.realpath(path)
-            if real in seen:
-                continue
-            seen.add(real)
-            yield path, root
 
 
 # --------------------------------------------------------------------------------------------

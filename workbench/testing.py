@@ -498,7 +498,8 @@ class FakeOpenAIProcess(_Endpoint):
             return json.loads(response.read())
 
     def stats(self) -> dict[str, int]:
-        return self._call("GET", "/_fake/stats")
+        stats: dict[str, int] = self._call("GET", "/_fake/stats")
+        return stats
 
     @property
     def request_count(self) -> int:
@@ -514,7 +515,8 @@ class FakeOpenAIProcess(_Endpoint):
 
     @property
     def requests(self) -> list[dict[str, Any]]:
-        return self._call("GET", "/_fake/requests")["requests"]
+        requests: list[dict[str, Any]] = self._call("GET", "/_fake/requests")["requests"]
+        return requests
 
     def script(self, *items: str | Fault) -> FakeOpenAIProcess:
         self._call("POST", "/_fake/script", [_item_to_json(item) for item in items])

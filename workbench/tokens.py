@@ -17,11 +17,11 @@ from __future__ import annotations
 import functools
 import heapq
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 from workbench.errors import ConfigError
 from workbench.session import Message
@@ -191,7 +191,8 @@ def counted_text(message: Message) -> str:
     return text
 
 
-def _image_parts(message: Message) -> int:
+def image_parts(message: Message) -> int:
+    """How many image parts the message's content holds (each counted as `IMAGE_TOKENS`)."""
     content = message.content
     if not isinstance(content, tuple):
         return 0
@@ -204,7 +205,7 @@ def message_tokens(message: Message, tokenizer: str | Tokenizer = "heuristic") -
     cache = message._token_cache
     cached = cache.get(tok.name)
     if cached is None:
-        cached = tok.count(counted_text(message)) + IMAGE_TOKENS * _image_parts(message) + MESSAGE_OVERHEAD
+        cached = tok.count(counted_text(message)) + IMAGE_TOKENS * image_parts(message) + MESSAGE_OVERHEAD
         cache[tok.name] = cached
     return cached
 
@@ -221,7 +222,7 @@ def prime(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic")
     distinct = list(dict.fromkeys(texts))
     counts = dict(zip(distinct, tok.count_batch(distinct), strict=True))
     for message, text in zip(todo, texts, strict=True):
-        message._token_cache[name] = counts[text] + IMAGE_TOKENS * _image_parts(message) + MESSAGE_OVERHEAD
+        message._token_cache[name] = counts[text] + IMAGE_TOKENS * image_parts(message) + MESSAGE_OVERHEAD
 
 
 def messages_tokens(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic") -> int:
@@ -237,7 +238,8 @@ def messages_tokens(messages: Iterable[Message], tokenizer: str | Tokenizer = "h
 _token_cache = attrgetter("_token_cache")
 
 
-def count_tokens(text_or_message: str | Message | dict | Iterable, tokenizer: str | Tokenizer = "heuristic") -> int:
+def count_tokens(text_or_message: str | Message | Mapping[str, Any] | Iterable[Any],
+                 tokenizer: str | Tokenizer = "heuristic") -> int:
     """Tokens of a text, a message (with its overhead) or a list of messages (sum of the messages)."""
     tok = resolve(tokenizer)
     if isinstance(text_or_message, str):

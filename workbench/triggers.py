@@ -12,6 +12,7 @@ to one replay (stat_threshold's counter snapshots) lives in a private, non-init 
 | `pressure`        | `turns` (8), `tokens` (none)                            | 004 (ptc_runner) |
 | `guard`           | `warn_threshold` (0.8), `hard_limit` (128000), `min_available` (0) | 003 (aisopod) |
 | `any`, `all`      | `triggers` [spec, ...]                                  | combinators      |
+| `recorded`        | none: where the recorded agent compacted                | the agent itself |
 
 Every trigger answers `should_compact(view)` before a call and hears `notify_compacted(view)` after
 a compaction. `guard` also reports `severity(view)` (`none`, `warn`, `critical`), and `any` / `all`
@@ -37,7 +38,7 @@ from typing import Any, ClassVar
 from workbench.compaction import CallSpan, TriggerView, trigger_answer, trigger_severity
 from workbench.errors import ConfigError
 from workbench.registry import TriggerSpec, param, register_trigger
-from workbench.session import Message
+from workbench.session import Message, Session
 from workbench.tokens import HeuristicTokenizer, counted_text
 
 #: Counters the replay engine maintains (keys ending in `*` match by prefix, e.g. `input_tokens_for:*`).
@@ -485,5 +486,33 @@ class AllOf(_Combinator):
         return mask
 
 
-__all__ = ["AllOf", "AnyOf", "Guard", "KNOWN_COUNTERS", "KNOWN_GAUGES", "Pressure", "StatThreshold",
-           "TokenThreshold", "Utilization", "ptc_message_tokens"]
+@register_trigger("recorded")
+@dataclass(frozen=True)
+class RecordedTrigger:
+    """Fire before each call at which the recorded agent compacted its context (once per call).
+
+    It needs the session it replays: the engine calls `bind_session(session)` before the walk;
+    unbound, it never fires. Paired with the `recorded` strategy (`workbench.strategies.recorded`)
+    it replays the agent's own compactions.
+
+    Never fires before the first call (the engine does not ask) and has no overflow retry of its
+    own: a recorded session whose replayed context does not fit ends with `context_overflow`.
+    """
+
+    _calls: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+    _done: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
+
+    def bind_session(self, session: Session) -> None:
+        self._calls.clear()
+        self._done.clear()
+        self._calls.update(r.call_index for r in session.recorded_compactions)
+
+    def should_compact(self, view: TriggerView) -> bool:
+        return view.call_index in self._calls and view.call_index not in self._done
+
+    def notify_compacted(self, view: TriggerView) -> None:
+        self._done.add(view.call_index)
+
+
+__all__ = ["AllOf", "AnyOf", "Guard", "KNOWN_COUNTERS", "KNOWN_GAUGES", "Pressure", "RecordedTrigger",
+           "StatThreshold", "TokenThreshold", "Utilization", "ptc_message_tokens"]

@@ -3,8 +3,7 @@
 `main` is the click group; the options every command shares (`--db`, `--json`, `--quiet`), the
 exit statuses, JSON errors and Ctrl-C handling live in `common`. Each command module defines
 its commands and lists them in a module-level `COMMANDS` tuple; adding a module name to
-`COMMAND_MODULES` registers them (a listed module that does not exist yet is skipped, which
-leaves room for `experiments`: run, export, regress, compare).
+`COMMAND_MODULES` registers them.
 
 Heavy libraries (pandas, litellm, streamlit) are imported by the commands that need them, never
 at module level, so `workbench --help` stays fast.
@@ -13,7 +12,6 @@ at module level, so `workbench --help` stays fast.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 
 import click
 
@@ -38,11 +36,8 @@ def main() -> None:
 
 def _register_commands() -> None:
     for name in COMMAND_MODULES:
-        qualified = f"{__name__}.{name}"
-        if importlib.util.find_spec(qualified) is None:
-            continue
-        module = importlib.import_module(qualified)
-        for command in getattr(module, "COMMANDS", ()):
+        module = importlib.import_module(f"{__name__}.{name}")
+        for command in module.COMMANDS:
             main.add_command(command)
 
 

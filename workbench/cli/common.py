@@ -278,10 +278,8 @@ def _caused_by_interrupt(exc: BaseException) -> bool:
 def _apply_offline_defaults() -> None:
     """The entry point's offline defaults (tokenizers and models without network), never
     overriding what the user set."""
-    try:
-        from workbench.offline import apply_defaults
-    except ImportError:  # pragma: no cover - an older tree without the offline module
-        return
+    from workbench.offline import apply_defaults
+
     apply_defaults()
 
 

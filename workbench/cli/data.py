@@ -40,7 +40,7 @@ def _check_format(_ctx: click.Context, _param: click.Parameter, value: str) -> s
     if value in format_names():
         return value
     try:
-        return str(importers._format_name(value, ""))  # aliases such as openai-chat
+        return str(importers.format_name(value, ""))  # aliases such as openai-chat
     except FormatError:
         raise click.BadParameter(f"unknown format {value!r}; choose one of: {', '.join(format_names())}") from None
 
@@ -49,10 +49,9 @@ def _count_candidates(paths: tuple[str, ...]) -> int:
     """How many files the import will read (folders walked with the importers' rules)."""
     if not any(os.path.isdir(p) for p in paths):
         return len(paths)
-    from workbench import importers
-    from workbench.store import _candidate_files
+    from workbench.importers import candidate_files
 
-    return sum(1 for _ in _candidate_files(importers, list(paths)))
+    return sum(1 for _ in candidate_files(paths))
 
 
 def _check_dataset_name(_ctx: click.Context, _param: click.Parameter, value: str | None) -> str | None:

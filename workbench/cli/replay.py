@@ -36,7 +36,7 @@ def find_session_id(store: Any, prefix: str) -> str:
         return prefix
     matches = [i for i in store.session_ids() if i.startswith(prefix)]
     if len(matches) == 1:
-        return matches[0]
+        return str(matches[0])
     if not matches:
         raise ConfigError(f"no session {prefix!r} in {store.path}; `workbench sessions` lists them")
     raise ConfigError(f"session prefix {prefix!r} is ambiguous: {', '.join(matches[:5])}...")
@@ -122,7 +122,7 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
 
 def _nothing_recorded(result: Any, session: Any) -> str | None:
     """The warning when the config replays the agent's own compactions and this session recorded none."""
-    from workbench.recorded import nothing_recorded_note, uses_recorded
+    from workbench.strategies.recorded import nothing_recorded_note, uses_recorded
 
     if session.recorded_compactions or not uses_recorded(result.config.to_dict()):
         return None

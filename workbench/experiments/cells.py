@@ -147,14 +147,15 @@ class CellWork:
 class BoundCellWork:
     """`work(task)`, what `Executor.map` runs: a `CellWork` bound to this process's sessions and gateway.
 
-    `load` reads a session through the run's session cache; `store` (the run's database) and
+    `load` reads a session through the run's session cache; `store` (the run's database, open for
+    an executor other than the local one, None for the local one, which holds no file) and
     `gateway` are there for an executor that computes cells elsewhere: it exports sessions and a
     snapshot of the model cache from `store`, rebuilds a gateway from `gateway`'s settings on its
     workers, and commits the answers they bring back through `gateway.cache`.
     """
 
     cell: CellWork
-    store: Store
+    store: Store | None
     gateway: Any
     load: Callable[[str], Session]
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 
@@ -62,7 +62,7 @@ def metric_direction(name: str) -> Direction:
     for attribute in ("direction", "better"):
         value = getattr(kind, attribute, None)
         if value in ("higher", "lower", "none"):
-            return value
+            return cast("Direction", value)
     info = getattr(kind, "metric_info", None) or getattr(kind, "__metric__", None)
     value = getattr(info, "direction", None) if info is not None else None
     return value if value in ("higher", "lower") else "none"

@@ -353,6 +353,8 @@ class _RayRun:
         self.ray = ray
         self.executor = executor
         self.work = work
+        if work.store is None:
+            raise TypeError("RayExecutor exports sessions from the run's store: `work.store` must be open")
         self.cursor = work.store.connection.cursor()
         self.batches = _batches(tasks, max(1, executor.sessions_per_batch))
         slots = float(ray.cluster_resources().get("CPU", 1)) / max(executor.cpus_per_cell, 0.01)

@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from workbench.errors import ConfigError, WorkbenchError, unwritable
 from workbench.experiments import results as tables
@@ -393,7 +393,7 @@ def read_baseline(target: Path, spec: ExperimentSpec, *, given: bool = False) ->
     problem = baseline_problem(stored)
     if problem:
         raise ConfigError(f"{target}: not a baseline ({problem}; --update writes one)")
-    return stored
+    return cast("dict[str, Any]", stored)
 
 
 def _kind(value: Any) -> str:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
@@ -100,15 +101,34 @@ def connect_existing(db: str | os.PathLike[str] | None) -> duckdb.DuckDBPyConnec
     return database.connect(os.fspath(db) if db is not None else database.default_path(), create=False)
 
 
-#: The runs under way in this process. A run recorded as running that is not one of them was cut
-#: short (killed, the machine stopped): a run holds its database for writing, so no other process
-#: could have it open while the run goes on; it is shown as interrupted (a resume computes the rest).
+#: The runs under way in this process. A run recorded as running that is not one of them is under way
+#: in the process its row names (`host`, `pid`) while that process lives; otherwise it was cut short
+#: (killed, the machine stopped) and is shown as interrupted (a resume computes the rest).
 _ACTIVE_RUNS: set[str] = set()
 
 
-def shown_status(run_id: str, status: str) -> str:
-    """The status to show for a run recorded with `status` (see `_ACTIVE_RUNS`)."""
-    return "interrupted" if status == "running" and run_id not in _ACTIVE_RUNS else status
+def shown_status(run_id: str, status: str, host: str | None = None, pid: int | None = None) -> str:
+    """The status to show for a run recorded with `status` by the process `pid` on `host`.
+
+    A run of another machine is taken as running (its process cannot be asked); one of this machine
+    is running while its process lives, and a row from before runs named their process is not."""
+    if status != "running" or run_id in _ACTIVE_RUNS:
+        return status
+    if host is None or pid is None or pid == os.getpid():
+        return "interrupted"
+    if host != socket.gethostname():
+        return status
+    return status if _process_alive(pid) else "interrupted"
+
+
+def _process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: alive
+        return True
+    return True
 
 
 def start_run(con: duckdb.DuckDBPyConnection, run_id: str, *, name: str, kind: str, spec: Mapping[str, Any],
@@ -118,14 +138,16 @@ def start_run(con: duckdb.DuckDBPyConnection, run_id: str, *, name: str, kind: s
     _ACTIVE_RUNS.add(run_id)
     exists = con.execute("SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchall()[0][0]
     if exists:
-        con.execute("UPDATE runs SET status = 'running', finished_at = NULL, cells_total = ? WHERE id = ?",
-                    [cells_total, run_id])
+        con.execute("UPDATE runs SET status = 'running', finished_at = NULL, cells_total = ?, host = ?, pid = ? "
+                    "WHERE id = ?", [cells_total, socket.gethostname(), os.getpid(), run_id])
         return False
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, NULL)",
+        con.execute("INSERT INTO runs (id, name, kind, spec, code_version, dataset_version, datasets, cells_total, "
+                    "status, started_at, finished_at, host, pid) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, NULL, ?, ?)",
                     [run_id, name, kind, _json(spec), code_version, dataset_version, list(datasets), cells_total,
-                     _now()])
+                     _now(), socket.gethostname(), os.getpid()])
         for position, (config_name, config_spec) in enumerate(configs):
             con.execute("INSERT INTO run_configs VALUES (?, ?, ?, ?)",
                         [run_id, config_name, position, _json(config_spec)])
@@ -321,12 +343,16 @@ def delete_runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[
 def runs_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
     frame = _frame(con, """
         SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id) AS cells_done,
-               r.code_version, r.dataset_version, r.datasets, r.started_at, r.finished_at
+               r.code_version, r.dataset_version, r.datasets, r.started_at, r.finished_at, r.host, r.pid
         FROM runs r LEFT JOIN cells c ON c.run_id = r.id
         GROUP BY ALL ORDER BY r.started_at DESC""")
-    frame["status"] = [shown_status(run_id, status) for run_id, status in zip(frame["id"], frame["status"],
-                                                                              strict=True)]
-    return frame
+    import pandas as pd
+
+    frame["status"] = [shown_status(run_id, status, None if pd.isna(host) else str(host),
+                                    None if pd.isna(pid) else int(pid))
+                       for run_id, status, host, pid in zip(frame["id"], frame["status"], frame["host"],
+                                                            frame["pid"], strict=True)]
+    return frame.drop(columns=["host", "pid"])
 
 
 def results_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
@@ -408,12 +434,13 @@ def compactions_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFra
 def run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> RunInfo:
     rows = con.execute("""
         SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id), r.code_version,
-               r.dataset_version, r.started_at, r.finished_at
+               r.dataset_version, r.started_at, r.finished_at, r.host, r.pid
         FROM runs r LEFT JOIN cells c ON c.run_id = r.id WHERE r.id = ? GROUP BY ALL""", [run_id]).fetchall()
     if not rows:
         raise StoreError(f"no run {run_id!r}")
-    info = RunInfo(*rows[0])
-    return replace(info, status=shown_status(info.id, info.status))
+    *fields, host, pid = rows[0]
+    info = RunInfo(*fields)
+    return replace(info, status=shown_status(info.id, info.status, host, pid))
 
 
 def run_configs(con: duckdb.DuckDBPyConnection, run_id: str) -> dict[str, dict[str, Any]]:

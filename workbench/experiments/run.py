@@ -10,6 +10,11 @@ writes (DuckDB has a single writer), whole cells per transaction, at once or, wh
 finishing, a quarter of a second later (`COMMIT_INTERVAL`), so an interrupted run (Ctrl-C, kill -9)
 holds only whole cells and loses at most the last quarter second's.
 
+A run holds the database file only while it reads or writes (a batch of cells, a batch of
+sessions, a model-cache lookup: `workbench.db.FileHold`), never between: DuckDB lets no other
+process open a file one process has open for writing, and the CLI, the app and notebooks read the
+sessions and the run's finished cells while it goes on (they wait for a batch to be written).
+
 Cells go through an `Executor` (local threads by default, or Ray workers with `executor="ray"`):
 it maps a function over tasks and yields outcomes as they complete. Model calls go through one
 gateway whose cache is the database's `llm_cache`, so a re-run of a finished cell's calls costs
@@ -18,6 +23,7 @@ nothing either.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
@@ -41,6 +47,7 @@ from workbench.strategies.common import may_summarize
 if TYPE_CHECKING:
     import pandas as pd
 
+    from workbench.db import FileHold
     from workbench.replay import ReplayResult
     from workbench.session import Session
     from workbench.store import Store
@@ -153,7 +160,7 @@ class Run:
     db: str
     progress: RunProgress
     status: str = "finished"
-    _results: Any = field(default=None, repr=False)
+    _results: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
     def results(self) -> pd.DataFrame:
@@ -276,18 +283,19 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
 
 
 class _SessionCache:
-    """Sessions loaded on demand by the writer's store, kept only while cells of theirs are pending.
+    """Sessions loaded on demand, kept only while cells of theirs are pending.
 
     Cells come session by session (see `grid`), so it holds about as many sessions as there are
     cells in flight, never the dataset: a session is dropped when its last cell is done, and one
     with no pending cell (an unexpected or repeated load) is handed out without being kept.
     A miss also reads the next `batch - 1` pending sessions in the same queries: a run's first
     cells all want a session at once, and one read of many costs about what one read of one does.
-    `peak` is the most sessions it ever held at once.
+    `peak` is the most sessions it ever held at once. `open_store` opens the database for one read,
+    closed after it, so that the run does not hold the file between reads.
     """
 
-    def __init__(self, store: Store, batch: int = 1):
-        self._store = store
+    def __init__(self, open_store: Callable[[], contextlib.AbstractContextManager[Store]], batch: int = 1):
+        self._open_store = open_store
         self._batch = max(1, int(batch))
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
@@ -307,14 +315,16 @@ class _SessionCache:
             if session is not None:
                 return session
             if self._remaining.get(session_id, 0) <= 0:
-                return self._store.load_session(session_id)
+                with self._open_store() as store:
+                    return store.load_session(session_id)
             wanted = [session_id, *self._upcoming(session_id)]
-            for loaded in self._store.sessions_by_id(wanted):
-                self._sessions[loaded.id] = loaded
-            self.peak = max(self.peak, len(self._sessions))
-            session = self._sessions.get(session_id)
-            if session is None:
-                return self._store.load_session(session_id)  # raises: the session is gone
+            with self._open_store() as store:
+                for loaded in store.sessions_by_id(wanted):
+                    self._sessions[loaded.id] = loaded
+                self.peak = max(self.peak, len(self._sessions))
+                session = self._sessions.get(session_id)
+                if session is None:
+                    return store.load_session(session_id)  # raises: the session is gone
             return session
 
     def _upcoming(self, session_id: str) -> list[str]:
@@ -360,7 +370,7 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
     experiment = load_experiment(spec if not isinstance(spec, os.PathLike) else Path(spec))
     db_path = os.fspath(db) if db is not None else database.default_path()
     chosen = _choose_executor(executor, address)
-    with Store(db_path) as store:
+    with Store(db_path) as store:  # what the run needs to start, read at once: the file is not held for the run
         pairs = select_sessions(store, experiment)
         dataset_of = dict(pairs)
         version = dataset_version(pairs)
@@ -374,30 +384,33 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
         if fresh:
             _delete_cells(con, run_id)
         done = tables.finished_cells(con, run_id)
-        todo = [CellTask(s, dataset_of.get(s), c, r) for s, c, r in all_cells if (s, c, r) not in done]
-        state = RunProgress(cells_total=len(all_cells), cells_reused=len(done), cells_done=len(done))
-        if progress:
-            progress(state)
-        status = "finished"
-        owned_gateway = None
-        calls_in_flight = concurrency or experiment.concurrency
-        if gateway is None:
-            from workbench.llm import DuckDBCache, Gateway
+    todo = [CellTask(s, dataset_of.get(s), c, r) for s, c, r in all_cells if (s, c, r) not in done]
+    state = RunProgress(cells_total=len(all_cells), cells_reused=len(done), cells_done=len(done))
+    if progress:
+        progress(state)
+    status = "finished"
+    owned_gateway = None
+    calls_in_flight = concurrency or experiment.concurrency
+    hold = database.FileHold(db_path)
+    if gateway is None:
+        from workbench.llm import DuckDBCache, Gateway
 
-            gateway = owned_gateway = Gateway(DuckDBCache(con), concurrency=max(8, calls_in_flight))
-        local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
-        try:
-            _execute(experiment, todo, store, gateway, chosen or local, run_id, state, progress)
-        except BaseException:  # Ctrl-C, or the run itself failed (a write, the progress callback...)
-            status = "interrupted"
-            raise
-        finally:
-            if owned_gateway is not None:
-                owned_gateway.close()
-            if status == "finished" and state.failed_cells:
-                status = "finished_with_errors"
+        gateway = owned_gateway = Gateway(DuckDBCache(hold), concurrency=max(8, calls_in_flight))
+    local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
+    try:
+        _execute(experiment, todo, db_path, hold, gateway, chosen or local, run_id, state, progress)
+    except BaseException:  # Ctrl-C, or the run itself failed (a write, the progress callback...)
+        status = "interrupted"
+        raise
+    finally:
+        if owned_gateway is not None:
+            owned_gateway.close()
+        if status == "finished" and state.failed_cells:
+            status = "finished_with_errors"
+        with hold.open() as con:
             tables.finish_run(con, run_id, status)
-        _warn_noop_configs(experiment, tables.noop_configs(con, run_id))
+    with Store(db_path) as store:
+        _warn_noop_configs(experiment, tables.noop_configs(store.connection, run_id))
         _warn_nothing_recorded(experiment, store)
     return Run(id=run_id, spec=experiment, db=db_path, progress=state, status=status)
 
@@ -438,28 +451,40 @@ def _delete_cells(con: Any, run_id: str) -> None:
     con.execute("COMMIT")
 
 
-def _execute(spec: ExperimentSpec, todo: list[CellTask], store: Store, gateway: Any, executor: Executor,
-             run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None) -> None:
+def _execute(spec: ExperimentSpec, todo: list[CellTask], db_path: str, hold: FileHold, gateway: Any,
+             executor: Executor, run_id: str, state: RunProgress,
+             progress: Callable[[RunProgress], None] | None) -> None:
+    """Compute the cells of `todo` and write them. The local executor reads sessions and writes cells
+    through brief opens of the file; another executor (Ray) is given a store it holds while it runs."""
+    from workbench.store import Store
+
     if not todo:
         return
     cells_per_session = max(1, len(spec.configs) * spec.repeats)
     in_flight = int(getattr(executor, "concurrency", 1) or 1)
-    sessions = _SessionCache(store, batch=min(64, -(-in_flight // cells_per_session)))
+    sessions = _SessionCache(lambda: Store(db_path), batch=min(64, -(-in_flight // cells_per_session)))
     sessions.expect(todo)
     cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))
-    work = BoundCellWork(cell, store, gateway, sessions.get)  # the cache loads under its own lock
-    writer = _CellWriter(store.connection.cursor(), run_id, state, progress)
-    try:
-        for outcome in executor.map(work, todo):
-            task = outcome.task
-            sessions.done(task.session_id)
-            for key, model, request, entry, replace in outcome.cache_entries:
-                gateway.cache.put(key, model, request, entry, replace=replace)
-            if outcome.result is None:
-                _warn_failed(task, outcome.error)
-            writer.put(outcome)
-    finally:
-        writer.close()
+    with contextlib.ExitStack() as stack:
+        store = None if isinstance(executor, LocalExecutor) else stack.enter_context(Store(db_path))
+        work = BoundCellWork(cell, store, gateway, sessions.get)  # the cache loads under its own lock
+        writer = _CellWriter(hold, run_id, state, progress)
+        try:
+            _write_outcomes(executor.map(work, todo), sessions, gateway, writer)
+        finally:
+            writer.close()
+
+
+def _write_outcomes(outcomes: Iterable[CellOutcome], sessions: _SessionCache, gateway: Any,
+                    writer: _CellWriter) -> None:
+    for outcome in outcomes:
+        task = outcome.task
+        sessions.done(task.session_id)
+        for key, model, request, entry, replace in outcome.cache_entries:
+            gateway.cache.put(key, model, request, entry, replace=replace)
+        if outcome.result is None:
+            _warn_failed(task, outcome.error)
+        writer.put(outcome)
 
 
 class _CellWriter:
@@ -469,13 +494,16 @@ class _CellWriter:
     A cell that finishes after a quiet spell is committed at once; cells that finish while a commit
     is under way or within `COMMIT_INTERVAL` of the last one are written together in the next, so
     the database keeps up with any number of cells in flight and a busy run pays one transaction
-    (a few milliseconds of CPU, whatever its size) per interval rather than per cell. A crash loses
-    at most the cells of the last interval, which a resumed run computes again. `close()` writes
-    what is pending at once (also on Ctrl-C) and re-raises a write error.
+    (a few milliseconds of CPU, whatever its size) per interval rather than per cell. Each batch
+    opens the file, writes its cells in one transaction and closes it (`FileHold`), so between
+    batches other processes can open it. A crash loses at most the cells of the last interval,
+    which a resumed run computes again. `close()` writes what is pending at once (also on Ctrl-C)
+    and re-raises a write error.
     """
 
-    def __init__(self, con: Any, run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None):
-        self._con = con
+    def __init__(self, hold: FileHold, run_id: str, state: RunProgress,
+                 progress: Callable[[RunProgress], None] | None):
+        self._hold = hold
         self._run_id = run_id
         self._state = state
         self._progress = progress
@@ -506,10 +534,12 @@ class _CellWriter:
             outcomes = [o for o in batch if o is not None]
             if self._error is not None:
                 continue
+            finished = [tables.FinishedCell(o.result, o.task.config_name, o.task.repeat, o.task.dataset, o.duration_s)
+                        for o in outcomes if o.result is not None]
             try:
-                tables.save_cells(self._con, self._run_id, [
-                    tables.FinishedCell(o.result, o.task.config_name, o.task.repeat, o.task.dataset, o.duration_s)
-                    for o in outcomes if o.result is not None])
+                if finished:
+                    with self._hold.open() as con:
+                        tables.save_cells(con, self._run_id, finished)
             except BaseException as exc:  # reported by put() or close() in the caller's thread
                 self._error = exc
                 continue
@@ -527,7 +557,6 @@ class _CellWriter:
     def close(self) -> None:
         self._queue.put(None)
         self._thread.join()
-        self._con.close()
         if self._error is not None:
             raise self._error
 
@@ -545,7 +574,7 @@ def _warn_nothing_recorded(spec: ExperimentSpec, store: Any) -> None:
     import warnings
 
     from workbench.errors import NothingRecordedWarning
-    from workbench.recorded import nothing_recorded_note, uses_recorded
+    from workbench.strategies.recorded import nothing_recorded_note, uses_recorded
 
     replaying = [cell.name for cell in spec.configs if uses_recorded(cell.config.to_dict())]
     for dataset in spec.datasets if replaying else ():

@@ -14,6 +14,10 @@ Public API:
 - `iter_sessions(path, format="auto", dataset=None, *, source=None)`: the sessions of one
   file, streamed line by line for JSONL layouts (openai, anthropic, openhands eval output);
 - `candidates(path)`: the (file, walk root) pairs a folder walk visits;
+- `candidate_files(paths)`: those pairs for several paths, each real file once, and
+  `ignored_files(paths)`: what the walk passes over, with the reason;
+- `format_name(format, path)`: the canonical name of a format or one of its aliases;
+- `IncompleteLastLine`: the warning for a JSONL file whose last line is cut off mid-write;
 - `UnknownFormatError`: the FormatError subclass for a file that matches no format.
 
 Every session gets `format`, `dataset` (the given one, else the format name) and metadata
@@ -43,10 +47,10 @@ from ..errors import ConfigError, FormatError
 from ..registry import kinds, lookup, register_importer
 from ..session import Session
 from . import aider, anthropic, claude_code, codex, mini_swe_agent, openai, openhands, swe_agent, workbench_export
-from ._common import display_path, read_head
+from ._common import IncompleteLastLine, display_path, read_head
 
-__all__ = ["BUILTIN_FORMATS", "FORMATS", "FileResult", "UnknownFormatError", "candidates", "detect", "formats",
-           "iter_load", "iter_sessions", "load"]
+__all__ = ["BUILTIN_FORMATS", "FORMATS", "FileResult", "IncompleteLastLine", "UnknownFormatError", "candidate_files",
+           "candidates", "detect", "format_name", "formats", "ignored_files", "iter_load", "iter_sessions", "load"]
 
 BUILTIN_FORMATS: tuple[str, ...] = ("openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
                             "openhands", "aider", "workbench")
@@ -186,7 +190,7 @@ def iter_load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], 
     """
     if isinstance(paths, (str, os.PathLike)):
         paths = [paths]
-    fmt = _format_name(format, "")
+    fmt = format_name(format, "")
     seen_files: set[str] = set()
     seen_ids: set[str] = set()
     for given in paths:
@@ -207,7 +211,7 @@ def iter_sessions(path: str | os.PathLike[str], format: str = "auto", dataset: s
     naming the file and the format.
     """
     path = os.fspath(path)
-    name = _format_name(format, path)
+    name = format_name(format, path)
     if name == "auto":
         name = detect(path)
     reader: Callable[[str], Iterable[Session]] = lookup("importer", name)().iter_sessions
@@ -250,7 +254,7 @@ def _load_file(path: str, root: str | None, fmt: str, dataset: str | None, seen_
     return FileResult(path=path, sessions=tuple(sessions), error=None)
 
 
-def _format_name(format: str, path: str) -> str:
+def format_name(format: str, path: str) -> str:
     """The canonical format name for `format` (aliases such as `openai-chat` accepted)."""
     if not isinstance(format, str):
         raise FormatError(path or "<format>", f"format must be a name, not {type(format).__name__}",
@@ -290,4 +294,39 @@ def _is_candidate(name: str) -> bool:
 
 
 
-_candidates = candidates  # the name used before `candidates` was public
+def candidate_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, str | None]]:
+    """(file, walk root) for every candidate file under `paths`, each real file once, in
+    `candidates` order (a missing path is yielded as itself: the importer then reports it)."""
+    seen: set[str] = set()
+    for given in paths:
+        for path, root in candidates(given):
+            real = os.path.realpath(path)
+            if real in seen:
+                continue
+            seen.add(real)
+            yield path, root
+
+
+_IGNORED_FOLDER = "folder skipped (version control, virtualenv or cache)"
+_IGNORED_CONFIG = "a well-known configuration file, not a session"
+_IGNORED_TYPE = "not a session file type (*.json, *.jsonl, *.traj, .aider.chat.history.md...)"
+
+
+def ignored_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, str]]:
+    """(path, why) for every folder and file a folder walk of `paths` passes over without reading:
+    skipped folders (named once, not walked), well-known config files, other file types."""
+    for given in paths:
+        given = os.fspath(given)
+        if not os.path.isdir(given):
+            continue
+        wanted = {path for path, _root in candidates(given)}
+        for folder, dirs, files in os.walk(given):
+            dirs.sort()
+            for name in [d for d in dirs if d in _SKIP_DIRS]:
+                yield os.path.join(folder, name), _IGNORED_FOLDER
+            dirs[:] = [d for d in dirs if d not in _SKIP_DIRS]
+            for name in sorted(files):
+                path = os.path.join(folder, name)
+                if path in wanted:
+                    continue
+                yield path, (_IGNORED_CONFIG if name in _SKIP_FILES else _IGNORED_TYPE)

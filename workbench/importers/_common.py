@@ -285,7 +285,7 @@ def content_text(value: Any) -> str:
                 texts.append(part["text"])
         return "\n".join(texts)
     if isinstance(value, dict) and isinstance(value.get("text"), str):
-        return value["text"]
+        return str(value["text"])
     return as_str(value)
 
 

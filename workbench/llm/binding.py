@@ -18,7 +18,7 @@ import os
 import time
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from workbench.compaction import Completion
 from workbench.llm.cache import Cache, CacheEntry, canonical_json, key_material
@@ -405,7 +405,7 @@ class BoundModel:
             try:
                 step = plan.send(value) if error is None else plan.throw(error)
             except StopIteration as done:
-                return done.value
+                return cast("Completion", done.value)
             value = error = None
             try:
                 if isinstance(step, _Attempt):
@@ -432,7 +432,7 @@ class BoundModel:
             try:
                 step = plan.send(value) if error is None else plan.throw(error)
             except StopIteration as done:
-                return done.value
+                return cast("Completion", done.value)
             value = error = None
             try:
                 if isinstance(step, _Attempt):

@@ -16,7 +16,8 @@ import json
 import logging
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -165,10 +166,11 @@ def _close_if_alive(reference: Any) -> None:
 class DuckDBCache:
     """The `llm_cache` table of the workbench database (`workbench.db`).
 
-    Give it an open connection (shared with the rest of the process; this cache uses its own
-    cursor behind a lock, so any thread may call it) or a path (opened with migrations applied,
-    closed by `close()`). The first response stored under a key wins (over an unusable one, see
-    the module's docstring).
+    Give it a path or a `workbench.db.FileHold` (the file is opened for each read or write and
+    closed after it, so other processes can open it between them), or an open connection (shared
+    with the rest of the process and held as long as it is open; this cache uses its own cursor
+    behind a lock, so any thread may call it). Migrations are applied at once. The first response
+    stored under a key wins (over an unusable one, see the module's docstring).
 
     Writes are batched (write-behind): `put` returns at once and a background thread stores the
     pending rows every `flush_interval` seconds (or when `batch_size` are waiting) in one
@@ -187,14 +189,18 @@ class DuckDBCache:
                  batch_size: int = 256):
         from workbench import db
 
+        self._hold: db.FileHold | None = None
+        self._cursor: Any = None
         if connection_or_path is None or isinstance(connection_or_path, (str, os.PathLike)):
-            self._connection = db.connect(connection_or_path)
-            self._owned = True
+            self._hold = db.FileHold(connection_or_path)
+        elif isinstance(connection_or_path, db.FileHold):
+            self._hold = connection_or_path
         else:
-            self._connection = connection_or_path
-            db.apply_migrations(self._connection)
-            self._owned = False
-        self._cursor = self._connection.cursor()
+            db.apply_migrations(connection_or_path)
+            self._cursor = connection_or_path.cursor()
+        if self._hold is not None:
+            with self._hold.open():  # migrates, and fails here rather than at the first lookup
+                pass
         self._db_lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: dict[str, tuple[list[Any], CacheEntry, bool]] = {}  # key -> (row, entry, replace)
@@ -251,13 +257,23 @@ class DuckDBCache:
             raise mine.error
         return mine.found.get(key)
 
-    def _select(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
+    @contextmanager
+    def _database(self) -> Iterator[Any]:
+        """A cursor on the database, for one statement or transaction, behind the cache's lock."""
         with self._db_lock:
-            if len(keys) == 1:
-                rows = self._cursor.execute(f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key = ?",
-                                            [keys[0]]).fetchall()
+            if self._hold is None:
+                yield self._cursor
             else:
-                rows = self._cursor.execute(
+                with self._hold.open() as cursor:
+                    yield cursor
+
+    def _select(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
+        with self._database() as cursor:
+            if len(keys) == 1:
+                rows = cursor.execute(f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key = ?",
+                                      [keys[0]]).fetchall()
+            else:
+                rows = cursor.execute(
                     f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))",
                     [list(dict.fromkeys(keys))]).fetchall()
         return {row[0]: CacheEntry.from_row(row[1:]) for row in rows}
@@ -309,14 +325,14 @@ class DuckDBCache:
 
     def _insert(self, rows: list[tuple[list[Any], bool]]) -> None:
         """Store (row, replace) pairs: a row replaces an unusable answer under its key, or any with `replace`."""
-        with self._db_lock:
+        with self._database() as cursor:
             for replacing in (False, True):
                 chosen = [row for row, replace in rows if replace is replacing]
                 condition = "" if replacing else f" WHERE {_UNUSABLE_ROW}"
                 for start in range(0, len(chosen), self._ROWS_PER_STATEMENT):
                     chunk = chosen[start:start + self._ROWS_PER_STATEMENT]
                     placeholders = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
-                    self._cursor.execute(
+                    cursor.execute(
                         f"INSERT INTO llm_cache ({self._INSERT_COLUMNS}) VALUES {placeholders} "
                         f"ON CONFLICT (key) DO UPDATE SET {self._REPLACED}{condition}",
                         [value for row in chunk for value in row])
@@ -339,8 +355,8 @@ class DuckDBCache:
 
     def __len__(self) -> int:
         self.flush()
-        with self._db_lock:
-            return int(self._cursor.execute("SELECT count(*) FROM llm_cache").fetchall()[0][0])
+        with self._database() as cursor:
+            return int(cursor.execute("SELECT count(*) FROM llm_cache").fetchall()[0][0])
 
     def close(self) -> None:
         if self._closed:
@@ -355,12 +371,10 @@ class DuckDBCache:
             import atexit
 
             atexit.unregister(self._atexit)
-            with self._db_lock:
-                try:
-                    self._cursor.close()
-                except Exception:
-                    pass
-                finally:
-                    if self._owned:
-                        self._connection.close()
+            if self._cursor is not None:
+                with self._db_lock:
+                    try:
+                        self._cursor.close()
+                    except Exception:
+                        pass
 

@@ -135,7 +135,7 @@ class Flight:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._done = threading.Event()
-        self._async: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
+        self._async: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = []
         self.result: Completion | None = None
         self.error: BaseException | None = None
 
@@ -163,6 +163,6 @@ class Flight:
         await future
 
 
-def _resolve(future: asyncio.Future) -> None:
+def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)

@@ -61,7 +61,7 @@ class LLMError(WorkbenchError):
         return (_rebuild_error, (type(self), self.args, self.__dict__))
 
 
-def _rebuild_error(cls: type[LLMError], args: tuple, state: dict) -> LLMError:
+def _rebuild_error(cls: type[LLMError], args: tuple[Any, ...], state: dict[str, Any]) -> LLMError:
     error = cls.__new__(cls)
     Exception.__init__(error, *args)
     error.__dict__.update(state)

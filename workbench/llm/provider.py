@@ -62,7 +62,8 @@ def handler_class(litellm_module: Any = None) -> type:
     class ExtractiveLLM(litellm.CustomLLM):  # type: ignore[name-defined]  # a base class known only at run time
         """`workbench/extractive`: answers every request with `extractive_summary` of its messages."""
 
-        def _respond(self, model: str, messages: list, optional_params: Mapping[str, Any] | None) -> Any:
+        def _respond(self, model: str, messages: list[dict[str, Any]],
+                     optional_params: Mapping[str, Any] | None) -> Any:
             name = model.split("/", 1)[1] if model.startswith(f"{PROVIDER}/") else model
             if name != extractive.MODEL:
                 from litellm.llms.custom_llm import CustomLLMError
@@ -84,13 +85,13 @@ def handler_class(litellm_module: Any = None) -> type:
                                     total_tokens=prompt_tokens + completion_tokens),
             )
 
-        def completion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+        def completion(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
             return self._respond(model, messages, kwargs.get("optional_params"))
 
-        async def acompletion(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+        async def acompletion(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
             return self._respond(model, messages, kwargs.get("optional_params"))
 
-        def _chunk(self, model: str, messages: list, optional_params: Any) -> dict[str, Any]:
+        def _chunk(self, model: str, messages: list[dict[str, Any]], optional_params: Any) -> dict[str, Any]:
             response = self._respond(model, messages, optional_params)
             usage = response.usage
             return {"text": response.choices[0].message.content, "is_finished": True, "finish_reason": "stop",
@@ -98,10 +99,10 @@ def handler_class(litellm_module: Any = None) -> type:
                     "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
                               "total_tokens": usage.total_tokens}}
 
-        def streaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+        def streaming(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
             yield self._chunk(model, messages, kwargs.get("optional_params"))
 
-        async def astreaming(self, model: str, messages: list, *args: Any, **kwargs: Any) -> Any:
+        async def astreaming(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
             yield self._chunk(model, messages, kwargs.get("optional_params"))
 
     _HANDLER_CLASSES[id(litellm)] = ExtractiveLLM

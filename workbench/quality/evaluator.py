@@ -105,7 +105,7 @@ def transcript_budget(result: Any) -> int:
 
 def spend(result: Any) -> dict[str, list[Any]]:
     """The evaluator completions made for a result, by purpose."""
-    return memo(result, "quality_spend", dict)
+    return memo(result, "quality_spend", dict[str, list[Any]])
 
 
 def record_spend(result: Any, purpose: str, completions: Sequence[Any]) -> None:
@@ -121,7 +121,7 @@ class EvaluatorFailed(WorkbenchError):
 def failures(result: Any) -> list[str]:
     """What went wrong with the evaluator calls made for a result (`purpose: error`), in order: a
     run counts a cell whose evaluator failed as a failed cell, so that resuming computes it again."""
-    return memo(result, "quality_failures", list)
+    return memo(result, "quality_failures", list[str])
 
 
 def check_evaluator(result: Any) -> None:

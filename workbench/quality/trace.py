@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from workbench.session import Message, Session
 
@@ -74,7 +74,10 @@ _MEMO: dict[int, tuple[weakref.ref[Any], dict[str, Any]]] = {}
 _MEMO_LOCK = threading.RLock()  # re-entrant: `forget` takes it, and a collection may run it under the lock
 
 
-def _memo(owner: Any, name: str, compute: Callable[[], Any]) -> Any:
+_T = TypeVar("_T")
+
+
+def _memo(owner: Any, name: str, compute: Callable[[], _T]) -> _T:
     key = id(owner)
     entry = _MEMO.get(key)
     if entry is None or entry[0]() is not owner:
@@ -90,7 +93,7 @@ def _memo(owner: Any, name: str, compute: Callable[[], Any]) -> Any:
     values = entry[1]
     if name not in values:
         values[name] = compute()
-    return values[name]
+    return cast("_T", values[name])
 
 
 memo = _memo

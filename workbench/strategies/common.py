@@ -498,7 +498,7 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
 def steps_of(context: Context) -> list[Step]:
     """`context.steps`, from what the context was given (`context_of`, `continue_steps`) when it was,
     else grouped, taking the steps of the session's messages from the grouping the replay lends."""
-    known = context.__dict__.get("steps")
+    known: list[Step] | None = context.__dict__.get("steps")
     if known is not None:
         return known
     steps = _group(context.body)

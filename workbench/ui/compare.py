@@ -35,18 +35,6 @@ window = 8
 """
 
 
-def available_presets() -> dict[str, dict[str, Any]]:
-    """The presets by name; none (and a note) while the module is missing or broken."""
-    try:
-        from workbench.presets import presets
-    except ImportError:
-        return {}
-    try:
-        return presets()
-    except Exception:  # a broken presets module leaves TOML configs usable
-        return {}
-
-
 @st.cache_resource(show_spinner=False)
 def gateway() -> Any:
     """The process-wide LLM gateway (its cache and concurrency limits shared by every session)."""
@@ -118,10 +106,9 @@ def kinds_reference() -> None:
 def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """The chosen configs as validated dicts, and whether every one is valid."""
     from workbench.config import load_toml, parse_config, with_preset
+    from workbench.presets import presets
 
-    catalogue = available_presets()
-    if not catalogue:
-        st.warning("No presets available (workbench.presets is missing): write the configs as TOML below.")
+    catalogue = presets()
     chosen = st.multiselect("Presets", list(catalogue), default=[p for p in DEFAULT_PRESETS if p in catalogue],
                             max_selections=MAX_CONFIGS, key="compare_presets")
     custom = int(st.number_input("Configurations written as TOML", min_value=0, max_value=MAX_CUSTOM, value=0,
@@ -477,7 +464,7 @@ def page() -> None:
         return
     charts_panel(results)  # first: nothing below delays the charts
     st.caption(window_caption(results))
-    from workbench.recorded import nothing_recorded_note, uses_recorded
+    from workbench.strategies.recorded import nothing_recorded_note, uses_recorded
 
     for result in results:  # the agent's own compactions asked for where the session recorded none
         if result.session is not None and not result.session.recorded_compactions \

@@ -1,4 +1,5 @@
-"""Plain data for the pages (no streamlit here): overviews, one session's messages, ad-hoc comparison frames.
+"""Plain data for the pages (no streamlit here): the database path and stamp, reads that say when a run of
+the app holds the database, the SQL console. The read models themselves are in `workbench.access`.
 
 Every read opens the database read-only and closes it right after, so the app never holds DuckDB's
 lock between reruns (the CLI can import while the app is open).
@@ -46,17 +47,24 @@ def is_busy(exc: BaseException) -> bool:
 
 
 @contextmanager
+def busy_as_message() -> Iterator[None]:
+    """DuckDB's refusal to open the file while a run of this app writes, as `DatabaseBusyError`."""
+    try:
+        yield
+    except Exception as exc:
+        if is_busy(exc):
+            raise DatabaseBusyError(BUSY_MESSAGE) from exc
+        raise
+
+
+@contextmanager
 def reading(path: str) -> Iterator[Store]:
     """The database opened read-only for one read, closed after it; `DatabaseBusyError` (with
     `BUSY_MESSAGE`) while a run of this app is writing to it."""
     from workbench.store import Store
 
-    try:
+    with busy_as_message():
         store = Store(path, read_only=True)
-    except Exception as exc:
-        if is_busy(exc):
-            raise DatabaseBusyError(BUSY_MESSAGE) from exc
-        raise
     with store:
         yield store
 
@@ -76,50 +84,16 @@ def stamp(path: str) -> float:
 
 
 def overview(path: str) -> dict[str, list[dict[str, Any]]]:
-    """Datasets, and sessions with their size in characters and their recorded compaction count."""
-    with reading(path) as store:
-        sessions = store.session_rows()
-        characters = dict(store.connection.execute(
-            "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
-        ).fetchall())
-        for row in sessions:
-            row["characters"] = int(characters.get(row["id"], 0))
-        return {"datasets": store.dataset_rows(), "sessions": sessions}
+    """`workbench.access.overview`, with `DatabaseBusyError` while a run of this app writes."""
+    from workbench.access import overview
+
+    with busy_as_message():
+        return overview(path)
 
 
 def load_session(path: str, session_id: str) -> Session:
     with reading(path) as store:
         return store.load_session(session_id)
-
-
-def _non_text_parts(content: Any) -> list[str]:
-    if not isinstance(content, tuple):
-        return []
-    return [str(p.get("type")) for p in content if isinstance(p, dict) and p.get("type") != "text"]
-
-
-def session_detail(session: Session, tokenizer: str = "heuristic") -> dict[str, Any]:
-    """One session as plain data: messages (role, text, tool calls, tokens and running total), the
-    recorded compactions by the message they precede, probes, tools, metadata."""
-    from workbench.tokens import message_tokens
-
-    messages = []
-    total = 0
-    for index, message in enumerate(session.messages):
-        tokens = message_tokens(message, tokenizer)
-        total += tokens
-        messages.append({
-            "index": index, "role": message.role, "text": message.text, "name": message.name,
-            "tool_call_id": message.tool_call_id, "importance": message.importance, "origin": message.origin,
-            "observation": message.is_observation,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
-            "non_text_parts": _non_text_parts(message.content), "tokens": tokens, "cumulative_tokens": total,
-        })
-    metadata = {k: v for k, v in session.metadata.items() if k != "recorded_compactions"}
-    return {"id": session.id, "dataset": session.dataset, "format": session.format, "messages": messages,
-            "recorded_compactions": [c.to_dict() for c in session.recorded_compactions],
-            "probes": [p.to_dict() for p in session.probes], "tools": [dict(t) for t in session.tools],
-            "metadata": metadata, "calls": session.calls, "tokens": total}
 
 
 def pretty_arguments(arguments: str) -> str:

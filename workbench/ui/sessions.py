@@ -10,19 +10,16 @@ from typing import Any
 
 import streamlit as st
 
+from workbench.access import session_detail
 from workbench.ui import common, data, importing
 
 PAGE_SIZE = 40
 PREVIEW_CHARS = 1500
 AVATARS = {"system": "⚙️", "user": "user", "assistant": "assistant", "tool": "🛠️"}
 
-# Kept for callers of the former single-page module.
-db_path_from_args = data.db_path_from_args
-
-
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_detail(path: str, stamp: float, session_id: str) -> dict[str, Any]:
-    return data.session_detail(common.load_session(path, stamp, session_id))
+    return session_detail(common.load_session(path, stamp, session_id))
 
 
 def render_text(text: str, *, role: str, key: str, preview_chars: int = PREVIEW_CHARS) -> None:

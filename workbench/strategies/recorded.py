@@ -1,4 +1,5 @@
-"""The recorded agent's own compactions, replayed: the trigger and the strategy named `recorded`.
+"""The recorded agent's own compactions, replayed: the strategy named `recorded` (its trigger,
+also `recorded`, is in `workbench.triggers`).
 
 Claude Code, Codex and OpenHands record when they compacted and the summary they continued from.
 A session keeps the full original history and lists those compactions as annotations
@@ -22,38 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from workbench.compaction import CompactionEnv, Context, TriggerView
-from workbench.registry import register_strategy, register_trigger
+from workbench.compaction import CompactionEnv, Context
+from workbench.registry import register_strategy
 from workbench.session import Message, RecordedCompaction, Session, flatten, group_steps
-
-
-def recorded_compactions(session: Session) -> tuple[RecordedCompaction, ...]:
-    """The session's recorded compactions (an empty tuple for sessions that have none)."""
-    return tuple(getattr(session, "recorded_compactions", ()) or ())
-
-
-@register_trigger("recorded")
-@dataclass(frozen=True)
-class RecordedTrigger:
-    """Fire before each call at which the recorded agent compacted its context (once per call).
-
-    Never fires before the first call (the engine does not ask) and has no overflow retry of its
-    own: a recorded session whose replayed context does not fit ends with `context_overflow`.
-    """
-
-    _calls: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
-    _done: set[int] = field(default_factory=set, init=False, repr=False, compare=False)
-
-    def bind_session(self, session: Session) -> None:
-        self._calls.clear()
-        self._done.clear()
-        self._calls.update(r.call_index for r in recorded_compactions(session))
-
-    def should_compact(self, view: TriggerView) -> bool:
-        return view.call_index in self._calls and view.call_index not in self._done
-
-    def notify_compacted(self, view: TriggerView) -> None:
-        self._done.add(view.call_index)
 
 
 @register_strategy("recorded")
@@ -79,7 +51,7 @@ class RecordedSummary:
     def bind_session(self, session: Session) -> None:
         messages = session.messages
         by_call = {}
-        for record in recorded_compactions(session):
+        for record in session.recorded_compactions:
             boundary = messages[record.message_index] if 0 <= record.message_index < len(messages) else None
             by_call[record.call_index] = (record, boundary)
         self._by_thread[threading.get_ident()] = by_call
@@ -130,4 +102,4 @@ def _summary_metadata(record: RecordedCompaction) -> dict[str, Any]:
     return {"recorded_compaction": True, "trigger": record.trigger, "tokens_before": record.tokens_before}
 
 
-__all__ = ["RecordedSummary", "RecordedTrigger", "nothing_recorded_note", "recorded_compactions", "uses_recorded"]
+__all__ = ["RecordedSummary", "nothing_recorded_note", "uses_recorded"]
