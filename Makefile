@@ -33,6 +33,7 @@ test-fast: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check workbench tests benchmarks
+	$(BIN)/ruff format --check workbench tests benchmarks
 	$(BIN)/mypy
 	$(BIN)/lint-imports
 

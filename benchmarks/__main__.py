@@ -11,8 +11,9 @@ from pathlib import Path
 
 def available() -> list[str]:
     folder = Path(__file__).parent
-    return sorted(m.name.removeprefix("bench_") for m in pkgutil.iter_modules([str(folder)])
-                  if m.name.startswith("bench_"))
+    return sorted(
+        m.name.removeprefix("bench_") for m in pkgutil.iter_modules([str(folder)]) if m.name.startswith("bench_")
+    )
 
 
 def main(argv: list[str]) -> int:

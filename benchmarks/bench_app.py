@@ -38,8 +38,10 @@ TIMEOUT_S = 900
 
 
 def page_script(module: str) -> str:
-    return (f"from workbench.offline import apply_defaults\napply_defaults()\n"
-            f"from workbench.ui.{module} import page\npage()\n")
+    return (
+        f"from workbench.offline import apply_defaults\napply_defaults()\n"
+        f"from workbench.ui.{module} import page\npage()\n"
+    )
 
 
 @contextlib.contextmanager
@@ -56,6 +58,7 @@ def first_chart_clock() -> Iterator[list[float]]:
                 return draw(*args, **kwargs)
             finally:
                 stamps.append(time.perf_counter())
+
         return wrapper
 
     module_level = streamlit.plotly_chart
@@ -134,8 +137,9 @@ def sessions_load(db: str) -> float:
     from streamlit.testing.v1 import AppTest
 
     small = [generate_session(2, seed=i) for i in range(SMALL_SESSIONS)]
-    small = [Session.from_messages(list(s.messages), id=f"small-{i:04d}", dataset="bench-small")
-             for i, s in enumerate(small)]
+    small = [
+        Session.from_messages(list(s.messages), id=f"small-{i:04d}", dataset="bench-small") for i, s in enumerate(small)
+    ]
     with Store(db) as store:
         store.import_sessions(small)
     os.environ["WORKBENCH_DB"] = db
@@ -156,23 +160,34 @@ def run() -> None:
     # the timed page functions also run outside a script run, where Streamlit warns on every call (a
     # filter, not a level: AppTest sets Streamlit's log levels again)
     logging.getLogger("streamlit.runtime.scriptrunner_utils.script_run_context").addFilter(
-        lambda record: "missing ScriptRunContext" not in record.getMessage())
+        lambda record: "missing ScriptRunContext" not in record.getMessage()
+    )
     previous = os.environ.get("WORKBENCH_DB")
     try:
         with tempfile.TemporaryDirectory() as folder:
             rounds = compare_rounds(str(Path(folder) / "long.duckdb"))
             (cold_chart, cold_run, cold_replays), warm = rounds[0], rounds[1:]
             ratio = statistics.median(chart / replays for chart, _, replays in warm)
-            print(f"compare: time to first chart, {LONG_CALLS:,}-call session x {len(PRESETS)} configs: "
-                  f"median ratio {ratio:.2f} over the replays alone (goal <= {RATIO_GOAL}); rounds: "
-                  + ", ".join(f"{chart:.2f} s / {replays:.2f} s (whole page run {run:.2f} s)"
-                              for chart, run, replays in warm), flush=True)
-            print(f"compare: cold process (first round, module imports included): first chart {cold_chart:.2f} s, "
-                  f"whole page run {cold_run:.2f} s, replays alone {cold_replays:.2f} s -> ratio "
-                  f"{cold_chart / cold_replays:.2f}", flush=True)
+            print(
+                f"compare: time to first chart, {LONG_CALLS:,}-call session x {len(PRESETS)} configs: "
+                f"median ratio {ratio:.2f} over the replays alone (goal <= {RATIO_GOAL}); rounds: "
+                + ", ".join(
+                    f"{chart:.2f} s / {replays:.2f} s (whole page run {run:.2f} s)" for chart, run, replays in warm
+                ),
+                flush=True,
+            )
+            print(
+                f"compare: cold process (first round, module imports included): first chart {cold_chart:.2f} s, "
+                f"whole page run {cold_run:.2f} s, replays alone {cold_replays:.2f} s -> ratio "
+                f"{cold_chart / cold_replays:.2f}",
+                flush=True,
+            )
             load_s = sessions_load(str(Path(folder) / "many.duckdb"))
-            print(f"sessions: first load with {SMALL_SESSIONS:,} sessions: {load_s:.2f} s "
-                  f"(goal <= {SESSIONS_GOAL_S:.0f} s)", flush=True)
+            print(
+                f"sessions: first load with {SMALL_SESSIONS:,} sessions: {load_s:.2f} s "
+                f"(goal <= {SESSIONS_GOAL_S:.0f} s)",
+                flush=True,
+            )
     finally:
         if previous is None:
             os.environ.pop("WORKBENCH_DB", None)

@@ -36,31 +36,67 @@ FIRST_RUNS = 3
 
 
 def _session(number: int) -> Session:
-    messages = [Message(role="system", content="You are a coding agent."),
-                Message(role="user", content=f"Task {number}: make tests/test_module_{number}.py pass.")]
+    messages = [
+        Message(role="system", content="You are a coding agent."),
+        Message(role="user", content=f"Task {number}: make tests/test_module_{number}.py pass."),
+    ]
     for step in range(STEPS):
         call_id = f"c{number}_{step}"
-        messages.append(Message(role="assistant", content=f"Step {step}: reading src/module_{number}.py",
-                                tool_calls=(ToolCall(id=call_id, name="read_file",
-                                                     arguments=f'{{"path": "src/module_{number}_{step}.py"}}'),)))
-        messages.append(Message(role="tool", tool_call_id=call_id, name="read_file",
-                                content=f"def handler_{number}_{step}():\n    return {step}\n" * 20))
+        messages.append(
+            Message(
+                role="assistant",
+                content=f"Step {step}: reading src/module_{number}.py",
+                tool_calls=(
+                    ToolCall(id=call_id, name="read_file", arguments=f'{{"path": "src/module_{number}_{step}.py"}}'),
+                ),
+            )
+        )
+        messages.append(
+            Message(
+                role="tool",
+                tool_call_id=call_id,
+                name="read_file",
+                content=f"def handler_{number}_{step}():\n    return {step}\n" * 20,
+            )
+        )
     messages.append(Message(role="assistant", content="Done."))
     return Session.from_messages(messages, dataset="bench")
 
 
 def _spec(server: FakeOpenAIProcess, seed: int = 0) -> dict:
-    options = {"api_base": server.api_base, "api_key": "sk-bench-dummy", "max_tokens": 128, "timeout": 30,
-               "concurrency": CONCURRENCY, "seed": seed,
-               # priced as a user prices a model LiteLLM does not know, so each call's cost is computed
-               "input_cost_per_token": 1.5e-7, "output_cost_per_token": 6e-7}
-    configs = [{"name": f"full-{n}", "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
-                "strategy": {"kind": "summarize_full"}} for n in (5, 6, 7, 8)]
-    configs.append({"name": "split-5", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 5}},
-                    "strategy": {"kind": "summarize_split"}})
-    return {"name": "bench-grid", "dataset": "bench", "concurrency": CONCURRENCY,
-            "defaults": {"summarizer": "openai/bench-summarizer", "summarizer_options": options},
-            "config": configs}
+    options = {
+        "api_base": server.api_base,
+        "api_key": "sk-bench-dummy",
+        "max_tokens": 128,
+        "timeout": 30,
+        "concurrency": CONCURRENCY,
+        "seed": seed,
+        # priced as a user prices a model LiteLLM does not know, so each call's cost is computed
+        "input_cost_per_token": 1.5e-7,
+        "output_cost_per_token": 6e-7,
+    }
+    configs = [
+        {
+            "name": f"full-{n}",
+            "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
+            "strategy": {"kind": "summarize_full"},
+        }
+        for n in (5, 6, 7, 8)
+    ]
+    configs.append(
+        {
+            "name": "split-5",
+            "trigger": {"kind": "stat_threshold", "counters": {"iterations": 5}},
+            "strategy": {"kind": "summarize_split"},
+        }
+    )
+    return {
+        "name": "bench-grid",
+        "dataset": "bench",
+        "concurrency": CONCURRENCY,
+        "defaults": {"summarizer": "openai/bench-summarizer", "summarizer_options": options},
+        "config": configs,
+    }
 
 
 def _warm_up(server: FakeOpenAIProcess, folder: str) -> None:
@@ -97,13 +133,19 @@ def run() -> None:
     cells = first.progress.cells_total
     assert first.progress.failed_cells == 0, "cells failed"
     ideal = math.ceil(cells / CONCURRENCY) * LATENCY
-    print(f"grid: {cells} cells ({SESSIONS} sessions x {len(spec['config'])} configs), {requests} summarizer "
-          f"requests at {LATENCY * 1000:.0f} ms, {CONCURRENCY} requests in flight "
-          f"({CONCURRENCY * CELLS_PER_CALL_SLOT} cells)")
-    print(f"first run: {first_s:.2f} s (best of {FIRST_RUNS}: {', '.join(f'{t[0]:.2f}' for t in timings)}); "
-          f"ideal {ideal:.2f} s; ideal/achieved {ideal / first_s:.3f} (goal >= 0.9)")
-    print(f"resumed run: {second_s:.3f} s, {second.progress.cells_reused} cells reused, {new_requests} new requests; "
-          f"ratio to the first run {second_s / first_s:.3f} (goal <= 0.05)")
+    print(
+        f"grid: {cells} cells ({SESSIONS} sessions x {len(spec['config'])} configs), {requests} summarizer "
+        f"requests at {LATENCY * 1000:.0f} ms, {CONCURRENCY} requests in flight "
+        f"({CONCURRENCY * CELLS_PER_CALL_SLOT} cells)"
+    )
+    print(
+        f"first run: {first_s:.2f} s (best of {FIRST_RUNS}: {', '.join(f'{t[0]:.2f}' for t in timings)}); "
+        f"ideal {ideal:.2f} s; ideal/achieved {ideal / first_s:.3f} (goal >= 0.9)"
+    )
+    print(
+        f"resumed run: {second_s:.3f} s, {second.progress.cells_reused} cells reused, {new_requests} new requests; "
+        f"ratio to the first run {second_s / first_s:.3f} (goal <= 0.05)"
+    )
 
 
 if __name__ == "__main__":

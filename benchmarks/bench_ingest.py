@@ -111,8 +111,7 @@ def _remove(db_path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def workbench_import(source: Path, db_path: Path, memory_limit: str | None = None
-                     ) -> tuple[float, int, int, int, int]:
+def workbench_import(source: Path, db_path: Path, memory_limit: str | None = None) -> tuple[float, int, int, int, int]:
     """(seconds, sessions, messages, peak RSS growth, DuckDB's own memory at the end; bytes) of
     the workbench import into a fresh database."""
     _remove(db_path)
@@ -121,8 +120,9 @@ def workbench_import(source: Path, db_path: Path, memory_limit: str | None = Non
         with Store(db_path, memory_limit=memory_limit) as store:
             report = store.import_paths([source], format="auto", dataset="bench")
             seconds = time.perf_counter() - started
-            duck = store.connection.execute("SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()"
-                                            ).fetchall()[0][0]
+            duck = store.connection.execute(
+                "SELECT coalesce(sum(memory_usage_bytes), 0) FROM duckdb_memory()"
+            ).fetchall()[0][0]
     if report.errors:
         raise RuntimeError(f"the workbench import failed: {report.errors[0].error}")
     return seconds, report.sessions, report.messages, rss.growth, int(duck)
@@ -135,8 +135,7 @@ def duckdb_import(source: Path, db_path: Path) -> tuple[float, int]:
     _remove(db_path)
     started = time.perf_counter()
     con = duckdb.connect(str(db_path))
-    con.execute("CREATE TABLE sessions AS SELECT * FROM read_json_auto(?, format = 'newline_delimited')",
-                [str(source)])
+    con.execute("CREATE TABLE sessions AS SELECT * FROM read_json_auto(?, format = 'newline_delimited')", [str(source)])
     rows = con.execute("SELECT count(*) FROM sessions").fetchall()[0][0]
     con.close()
     return time.perf_counter() - started, rows
@@ -154,8 +153,10 @@ def run(target_mb: float | None = None, repeat: int = 2) -> None:
         started = time.perf_counter()
         n_sessions, n_messages = write_jsonl(source, int(target_mb * 1e6))
         size_mb = source.stat().st_size / 1e6
-        print(f"input: {size_mb:.1f} MB OpenAI JSONL, {n_sessions} sessions, {n_messages} messages "
-              f"(generated in {time.perf_counter() - started:.1f} s)")
+        print(
+            f"input: {size_mb:.1f} MB OpenAI JSONL, {n_sessions} sessions, {n_messages} messages "
+            f"(generated in {time.perf_counter() - started:.1f} s)"
+        )
 
         # Warm the page cache and the lazily imported modules so both sides start equal.
         with open(source, "rb") as handle:
@@ -184,27 +185,33 @@ def run(target_mb: float | None = None, repeat: int = 2) -> None:
         wb_rate, db_rate = size_mb / wb_s, size_mb / db_s
         ratio = wb_rate / db_rate
         runs = lambda times: ", ".join(f"{t:.2f}" for t in times)
-        print(f"workbench import:      {wb_s:6.2f} s  {wb_rate:6.1f} MB/s  ({sessions} sessions, {messages} messages;"
-              f" runs {runs(wb_times)} s; database {wb_size:.0f} MB)")
-        print(f"duckdb read_json_auto: {db_s:6.2f} s  {db_rate:6.1f} MB/s  ({rows} rows; runs {runs(db_times)} s;"
-              f" database {db_size:.0f} MB)")
+        print(
+            f"workbench import:      {wb_s:6.2f} s  {wb_rate:6.1f} MB/s  ({sessions} sessions, {messages} messages;"
+            f" runs {runs(wb_times)} s; database {wb_size:.0f} MB)"
+        )
+        print(
+            f"duckdb read_json_auto: {db_s:6.2f} s  {db_rate:6.1f} MB/s  ({rows} rows; runs {runs(db_times)} s;"
+            f" database {db_size:.0f} MB)"
+        )
         verdict = "OK" if ratio >= GOAL_RATIO else "BELOW GOAL"
         print(f"ratio workbench/duckdb: {ratio:.2f} (goal >= {GOAL_RATIO}) {verdict}")
         size_ratio = wb_size / size_mb
         verdict = "OK" if size_ratio <= GOAL_SIZE_RATIO else "ABOVE GOAL"
         print(f"database size / raw files: {size_ratio:.2f} (goal <= {GOAL_SIZE_RATIO}) {verdict}")
-        print(f"peak RSS growth during the workbench import: {growth / 1e6:.0f} MB "
-              f"({growth / 1e6 / size_mb:.2f}x the file size; DuckDB's buffer cache at the end: {duck / 1e6:.0f} MB)")
-        print(f"  with DuckDB's cache capped (memory_limit={CAPPED}): {capped_growth / 1e6:.0f} MB "
-              f"({capped_s:.2f} s)")
+        print(
+            f"peak RSS growth during the workbench import: {growth / 1e6:.0f} MB "
+            f"({growth / 1e6 / size_mb:.2f}x the file size; DuckDB's buffer cache at the end: {duck / 1e6:.0f} MB)"
+        )
+        print(f"  with DuckDB's cache capped (memory_limit={CAPPED}): {capped_growth / 1e6:.0f} MB ({capped_s:.2f} s)")
 
 
 if __name__ == "__main__":
     import argparse
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--mb", type=float, default=None,
-                        help="size of the generated JSONL (MB) [default: $BENCH_INGEST_MB, else 100]")
+    parser.add_argument(
+        "--mb", type=float, default=None, help="size of the generated JSONL (MB) [default: $BENCH_INGEST_MB, else 100]"
+    )
     parser.add_argument("--repeat", type=int, default=2, help="timed runs of each import (best kept)")
     args = parser.parse_args()
     run(args.mb, args.repeat)

@@ -38,14 +38,24 @@ def _batch(tag: str) -> list[list[dict[str, str]]]:
     batch = []
     for i in range(CALLS):
         transcript = " ".join(f"step {j}: edited src/module_{i}_{j}.py, ran tests ({j} failed)." for j in range(12))
-        batch.append([{"role": "system", "content": SYSTEM},
-                      {"role": "user", "content": f"<transcript>[{tag} #{i}] {transcript}</transcript>"}])
+        batch.append(
+            [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"<transcript>[{tag} #{i}] {transcript}</transcript>"},
+            ]
+        )
     return batch
 
 
 def _options(server: FakeOpenAIProcess) -> dict:
-    return {"api_base": server.api_base, "api_key": "sk-bench-dummy", "concurrency": CONCURRENCY,
-            "temperature": 0, "max_tokens": 256, "timeout": 30}
+    return {
+        "api_base": server.api_base,
+        "api_key": "sk-bench-dummy",
+        "concurrency": CONCURRENCY,
+        "temperature": 0,
+        "max_tokens": 256,
+        "timeout": 30,
+    }
 
 
 def _timed(fn):
@@ -95,19 +105,28 @@ def run() -> None:
         gateway.close()
 
     print(f"litellm import: {load_s:.2f} s (once per process, lazily)")
-    print(f"calls per run: {CALLS} at {LATENCY * 1000:.0f} ms latency, concurrency {CONCURRENCY}; "
-          f"ideal wall: {ideal:.2f} s; server peak in-flight: {peak} (bound {CONCURRENCY})")
+    print(
+        f"calls per run: {CALLS} at {LATENCY * 1000:.0f} ms latency, concurrency {CONCURRENCY}; "
+        f"ideal wall: {ideal:.2f} s; server peak in-flight: {peak} (bound {CONCURRENCY})"
+    )
     print(f"uncached, 32 threads (complete): {threads_s:.2f} s, ideal/achieved {ideal / threads_s:.2f} (goal >= 0.8)")
     print(f"uncached, asyncio (acomplete): {async_s:.2f} s, ideal/achieved {ideal / async_s:.2f} (goal >= 0.8)")
-    print(f"uncached requests reaching the server: {uncached_requests} (expected {2 * CALLS}); "
-          f"cost ${spent:.4f} (gpt-4o-mini prices)")
+    print(
+        f"uncached requests reaching the server: {uncached_requests} (expected {2 * CALLS}); "
+        f"cost ${spent:.4f} (gpt-4o-mini prices)"
+    )
     print(f"cached re-run new server requests: {new_requests} (goal 0); cost ${rerun_spent:.4f} (goal 0)")
-    print(f"cached re-run, threads: {rerun_threads_s:.3f} s, ratio to uncached {rerun_threads_s / threads_s:.3f} "
-          f"(goal <= 0.05)")
-    print(f"cached re-run, single complete() calls from {CONCURRENCY} threads: {rerun_single_s:.3f} s, "
-          f"ratio to uncached {rerun_single_s / threads_s:.3f} (goal <= 0.05)")
-    print(f"cached re-run, asyncio: {rerun_async_s:.3f} s, ratio to uncached {rerun_async_s / async_s:.3f} "
-          f"(goal <= 0.05)")
+    print(
+        f"cached re-run, threads: {rerun_threads_s:.3f} s, ratio to uncached {rerun_threads_s / threads_s:.3f} "
+        f"(goal <= 0.05)"
+    )
+    print(
+        f"cached re-run, single complete() calls from {CONCURRENCY} threads: {rerun_single_s:.3f} s, "
+        f"ratio to uncached {rerun_single_s / threads_s:.3f} (goal <= 0.05)"
+    )
+    print(
+        f"cached re-run, asyncio: {rerun_async_s:.3f} s, ratio to uncached {rerun_async_s / async_s:.3f} (goal <= 0.05)"
+    )
 
 
 if __name__ == "__main__":

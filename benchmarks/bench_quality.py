@@ -42,12 +42,18 @@ from workbench.tokens import _cpus, get_tokenizer, set_counting_threads  # the c
 TOKENIZER = "cl100k_base"
 METRICS = (FactRetention, NeededFactRetention, DanglingReferences, ProbeAnswerable)
 CONFIGS: dict[str, dict[str, Any]] = {
-    "window-20": {"trigger": {"kind": "utilization", "ratio": 0.8},
-                  "strategy": {"kind": "sliding_window", "window": 20}},
-    "split-0.4": {"trigger": {"kind": "utilization", "ratio": 0.8},
-                  "strategy": {"kind": "summarize_split", "preserve": 0.4}},
-    "masking-10": {"trigger": {"kind": "utilization", "ratio": 0.6},
-                   "strategy": {"kind": "observation_masking", "keep_recent": 10}},
+    "window-20": {
+        "trigger": {"kind": "utilization", "ratio": 0.8},
+        "strategy": {"kind": "sliding_window", "window": 20},
+    },
+    "split-0.4": {
+        "trigger": {"kind": "utilization", "ratio": 0.8},
+        "strategy": {"kind": "summarize_split", "preserve": 0.4},
+    },
+    "masking-10": {
+        "trigger": {"kind": "utilization", "ratio": 0.6},
+        "strategy": {"kind": "observation_masking", "keep_recent": 10},
+    },
 }
 
 
@@ -99,8 +105,9 @@ def _grid(session: Session, configs: list[dict[str, Any]], metrics: list[Any]) -
     return (replays[0], replays[1]), (quality[0], quality[1])
 
 
-def _cold_runs(session: Session, config: dict[str, Any], metrics: list[Any], repeats: int,
-               threads: int | None) -> tuple[Session, Any, list[tuple[tuple[float, float], tuple[float, float]]]]:
+def _cold_runs(
+    session: Session, config: dict[str, Any], metrics: list[Any], repeats: int, threads: int | None
+) -> tuple[Session, Any, list[tuple[tuple[float, float], tuple[float, float]]]]:
     """The last run's copy of the session (its caches filled) and result, and the ((wall, CPU) of the
     replay, (wall, CPU) of the quality) of each cold run, the replay counting tokens on `threads`
     threads (None: every core)."""
@@ -133,12 +140,16 @@ def run(repeats: int = 5, warm_repeats: int = 20) -> None:
     for config in configs.values():  # load the summarizer's provider (litellm) outside the timings
         _timed_replay(fresh_copy(session), config)
     size_mb = sum(len(m.text) for m in session.messages) / 1e6
-    print(f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
-          f"tokenizer {TOKENIZER}; {_cpus()} cores; best of {repeats} ({warm_repeats} warm); "
-          f"goal: quality / replay <= 1.0")
+    print(
+        f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
+        f"tokenizer {TOKENIZER}; {_cpus()} cores; best of {repeats} ({warm_repeats} warm); "
+        f"goal: quality / replay <= 1.0"
+    )
     print(f"{'':<23} {'every core':^33}  {'one thread':^20}  {'warm':^33}")
-    print(f"{'config':<11} {'compactions':>11} {'replay':>8} {'quality':>8} {'ratio':>6} {'(cpu)':>6}  "
-          f"{'replay':>8} {'quality':>8} {'ratio':>6}  {'replay':>9} {'quality':>9} {'ratio':>6}")
+    print(
+        f"{'config':<11} {'compactions':>11} {'replay':>8} {'quality':>8} {'ratio':>6} {'(cpu)':>6}  "
+        f"{'replay':>8} {'quality':>8} {'ratio':>6}  {'replay':>9} {'quality':>9} {'ratio':>6}"
+    )
     for name, config in configs.items():
         _, _, cold_runs = _cold_runs(session, config, metrics, repeats, None)
         warmed, result, single_runs = _cold_runs(session, config, metrics, repeats, 1)
@@ -150,20 +161,25 @@ def run(repeats: int = 5, warm_repeats: int = 20) -> None:
             again, replay_times = _timed_replay(warmed, config)
             warm_runs.append((replay_times, _quality(again, metrics)))
         warm_replay, warm_quality = min(r[0] for r, _ in warm_runs), min(q[0] for _, q in warm_runs)
-        print(f"{name:<11} {len(result.compactions):>11} {cold_replay * 1e3:>6.1f}ms {cold_quality * 1e3:>6.1f}ms "
-              f"{cold_quality / cold_replay:>6.2f} {cpu_ratio:>6.2f}  {single_replay * 1e3:>6.1f}ms "
-              f"{single_quality * 1e3:>6.1f}ms {single_quality / single_replay:>6.2f}  {warm_replay * 1e3:>7.2f}ms "
-              f"{warm_quality * 1e3:>7.2f}ms {warm_quality / warm_replay:>6.2f}", flush=True)
+        print(
+            f"{name:<11} {len(result.compactions):>11} {cold_replay * 1e3:>6.1f}ms {cold_quality * 1e3:>6.1f}ms "
+            f"{cold_quality / cold_replay:>6.2f} {cpu_ratio:>6.2f}  {single_replay * 1e3:>6.1f}ms "
+            f"{single_quality * 1e3:>6.1f}ms {single_quality / single_replay:>6.2f}  {warm_replay * 1e3:>7.2f}ms "
+            f"{warm_quality * 1e3:>7.2f}ms {warm_quality / warm_replay:>6.2f}",
+            flush=True,
+        )
     every = [_grid(session, list(configs.values()), metrics) for _ in range(repeats)]
     with _counting_on(1):
         single = [_grid(session, list(configs.values()), metrics) for _ in range(repeats)]
     replay_wall, replay_cpu = min(g[0][0] for g in every), min(g[0][1] for g in every)
     quality_wall, quality_cpu = min(g[1][0] for g in every), min(g[1][1] for g in every)
     single_replay, single_quality = min(g[0][0] for g in single), min(g[1][0] for g in single)
-    print(f"{'grid':<11} {'':>11} {replay_wall * 1e3:>6.1f}ms {quality_wall * 1e3:>6.1f}ms "
-          f"{quality_wall / replay_wall:>6.2f} {quality_cpu / replay_cpu:>6.2f}  {single_replay * 1e3:>6.1f}ms "
-          f"{single_quality * 1e3:>6.1f}ms {single_quality / single_replay:>6.2f}  "
-          f"({len(configs)} configs in a row on one session, from cold)")
+    print(
+        f"{'grid':<11} {'':>11} {replay_wall * 1e3:>6.1f}ms {quality_wall * 1e3:>6.1f}ms "
+        f"{quality_wall / replay_wall:>6.2f} {quality_cpu / replay_cpu:>6.2f}  {single_replay * 1e3:>6.1f}ms "
+        f"{single_quality * 1e3:>6.1f}ms {single_quality / single_replay:>6.2f}  "
+        f"({len(configs)} configs in a row on one session, from cold)"
+    )
 
 
 if __name__ == "__main__":

@@ -38,23 +38,66 @@ NAIVE_COLD_RUNS = 3
 TOKENIZER = "cl100k_base"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "sessions" / "claude-code"
 TARGET_CALLS = 157  # the recording with 314 assistant lines (one line per content block of a response)
-WORDS = ("def", "return", "self", "import", "config", "value", "error", "path", "user", "session", "token",
-         "assert", "result", "None", "for", "in", "if", "else", "raise", "ValueError", "src/app/models.py",
-         "0x1f", "42", "True", "response", "request", "json", "parse", "line", "count", "=", "(", ")", ":")
+WORDS = (
+    "def",
+    "return",
+    "self",
+    "import",
+    "config",
+    "value",
+    "error",
+    "path",
+    "user",
+    "session",
+    "token",
+    "assert",
+    "result",
+    "None",
+    "for",
+    "in",
+    "if",
+    "else",
+    "raise",
+    "ValueError",
+    "src/app/models.py",
+    "0x1f",
+    "42",
+    "True",
+    "response",
+    "request",
+    "json",
+    "parse",
+    "line",
+    "count",
+    "=",
+    "(",
+    ")",
+    ":",
+)
 KINDS: dict[str, dict[str, Any]] = {
-    "window": {"trigger": {"kind": "utilization", "ratio": 0.8},
-               "strategy": {"kind": "sliding_window", "window": 50}},
-    "truncation": {"trigger": {"kind": "guard", "warn_threshold": 0.8},
-                   "strategy": {"kind": "pipeline", "steps": [{"kind": "tool_result_truncation", "max_chars": 2000},
-                                                              {"kind": "sliding_window", "window": 80}]}},
-    "masking": {"trigger": {"kind": "utilization", "ratio": 0.7},
-                "strategy": {"kind": "pipeline", "steps": [{"kind": "observation_masking", "keep_recent": 20},
-                                                           {"kind": "sliding_window", "window": 300}]}},
-    "clearing": {"trigger": {"kind": "utilization", "ratio": 0.8},
-                 "strategy": {"kind": "pipeline", "steps": [{"kind": "clear_tool_uses", "keep": 20},
-                                                            {"kind": "hard_clear", "keep_recent": 200}]}},
-    "trim": {"trigger": {"kind": "utilization", "ratio": 0.8},
-             "strategy": {"kind": "trim", "keep_recent_turns": 3}},
+    "window": {"trigger": {"kind": "utilization", "ratio": 0.8}, "strategy": {"kind": "sliding_window", "window": 50}},
+    "truncation": {
+        "trigger": {"kind": "guard", "warn_threshold": 0.8},
+        "strategy": {
+            "kind": "pipeline",
+            "steps": [{"kind": "tool_result_truncation", "max_chars": 2000}, {"kind": "sliding_window", "window": 80}],
+        },
+    },
+    "masking": {
+        "trigger": {"kind": "utilization", "ratio": 0.7},
+        "strategy": {
+            "kind": "pipeline",
+            "steps": [{"kind": "observation_masking", "keep_recent": 20}, {"kind": "sliding_window", "window": 300}],
+        },
+    },
+    "clearing": {
+        "trigger": {"kind": "utilization", "ratio": 0.8},
+        "strategy": {
+            "kind": "pipeline",
+            "steps": [{"kind": "clear_tool_uses", "keep": 20}, {"kind": "hard_clear", "keep_recent": 200}],
+        },
+    },
+    "trim": {"trigger": {"kind": "utilization", "ratio": 0.8}, "strategy": {"kind": "trim", "keep_recent_turns": 3}},
 }
 
 
@@ -77,8 +120,13 @@ def generate_session(calls: int = CALLS, seed: int = 7) -> Session:
             messages.append(Message(role="user", content=f"Task {i // 25}: " + _text(rng, 300)))
         call_id = f"call_{i}"
         tool_name = rng.choice(["read_file", "grep", "run_tests", "bash"])
-        messages.append(Message(role="assistant", content=_text(rng, rng.randint(40, 400)),
-                                tool_calls=(ToolCall(call_id, tool_name, f'{{"arg": "{i}"}}'),)))
+        messages.append(
+            Message(
+                role="assistant",
+                content=_text(rng, rng.randint(40, 400)),
+                tool_calls=(ToolCall(call_id, tool_name, f'{{"arg": "{i}"}}'),),
+            )
+        )
         size = rng.choice([300, 800, 1500, 3000, 8000])
         messages.append(Message(role="tool", content=_text(rng, size), tool_call_id=call_id, name=tool_name))
     return Session.from_messages(messages, dataset="bench")
@@ -111,8 +159,14 @@ def _cpu(fn):
 def fresh_copy(session: Session) -> Session:
     """A copy whose messages have empty token caches (so each engine pays its own counting) and no
     memoised analysis (facts, fact index) hangs on the session or its messages."""
-    return Session.from_messages([m.replace() for m in session.messages], id=session.id, dataset=session.dataset,
-                                 tools=session.tools, metadata=dict(session.metadata), probes=session.probes)
+    return Session.from_messages(
+        [m.replace() for m in session.messages],
+        id=session.id,
+        dataset=session.dataset,
+        tools=session.tools,
+        metadata=dict(session.metadata),
+        probes=session.probes,
+    )
 
 
 def _same(fast: ReplayResult, slow: ReplayResult, name: str) -> None:
@@ -194,8 +248,10 @@ def run() -> None:
         size_mb = sum(len(m.text) for m in session.messages) / 1e6
         print(f"{name}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text")
     print(f"tokenizer {TOKENIZER}; goals: naive >= 100x, floor <= 5x")
-    print(f"{'kind':<11} {'session':<12} {'compactions':>11} {'vs naive':>9} {'vs floor':>9} {'strategy':>9} "
-          f"{'engine':>9} {'+metrics':>9}")
+    print(
+        f"{'kind':<11} {'session':<12} {'compactions':>11} {'vs naive':>9} {'vs floor':>9} {'strategy':>9} "
+        f"{'engine':>9} {'+metrics':>9}"
+    )
     for kind, spec in KINDS.items():
         for name, session, limit in (("generated", generated, 128_000), (label, recorded, 200_000)):
             config = {"tokenizer": TOKENIZER, "context_limit": limit, "max_output": 8_000} | spec
@@ -208,8 +264,11 @@ def run() -> None:
                 naive = f"{slow_s / fast_s:.0f}x"
             floor_s, warm_s, strategy_s, metrics_s, result = _warm(session, config)
             engine_s = max(warm_s - strategy_s, 0.0)
-            print(f"{kind:<11} {name:<12} {len(result.compactions):>11} {naive:>9} {warm_s / floor_s:>8.1f}x "
-                  f"{strategy_s / warm_s:>8.0%} {engine_s / floor_s:>8.1f}x {metrics_s / warm_s:>8.1f}x", flush=True)
+            print(
+                f"{kind:<11} {name:<12} {len(result.compactions):>11} {naive:>9} {warm_s / floor_s:>8.1f}x "
+                f"{strategy_s / warm_s:>8.0%} {engine_s / floor_s:>8.1f}x {metrics_s / warm_s:>8.1f}x",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

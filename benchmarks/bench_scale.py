@@ -43,8 +43,12 @@ def peak_rss_mb() -> float:
 
 def _sessions_wanted(argv: list[str] | None) -> int:
     parser = argparse.ArgumentParser(prog="bench_scale")
-    parser.add_argument("--sessions", type=int, default=None,
-                        help=f"sessions to generate [default: $BENCH_SCALE_SESSIONS, else {DEFAULT_SESSIONS}]")
+    parser.add_argument(
+        "--sessions",
+        type=int,
+        default=None,
+        help=f"sessions to generate [default: $BENCH_SCALE_SESSIONS, else {DEFAULT_SESSIONS}]",
+    )
     args = parser.parse_args(argv or [])
     if args.sessions:
         return args.sessions
@@ -59,8 +63,11 @@ def run(argv: list[str] | None = None) -> None:
 
     sessions = _sessions_wanted(argv)
     messages = sessions * MESSAGES_PER_SESSION
-    print(f"{sessions} sessions, {messages} messages; DuckDB memory_limit={os.environ['WORKBENCH_MEMORY_LIMIT']}; "
-          f"peak RSS at start {peak_rss_mb():.0f} MB", flush=True)
+    print(
+        f"{sessions} sessions, {messages} messages; DuckDB memory_limit={os.environ['WORKBENCH_MEMORY_LIMIT']}; "
+        f"peak RSS at start {peak_rss_mb():.0f} MB",
+        flush=True,
+    )
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as folder:
         db_path = str(Path(folder) / "scale.duckdb")
         started = time.perf_counter()
@@ -71,11 +78,15 @@ def run(argv: list[str] | None = None) -> None:
         with Store(db_path, read_only=True) as store:  # after the import: the scan fills DuckDB's cache
             text_bytes = store.connection.execute(
                 "SELECT sum(coalesce(strlen(content), 0) + coalesce(strlen(parts::VARCHAR), 0) "
-                "+ coalesce(strlen(tool_calls::VARCHAR), 0)) FROM messages").fetchall()[0][0]
+                "+ coalesce(strlen(tool_calls::VARCHAR), 0)) FROM messages"
+            ).fetchall()[0][0]
         size_mb = os.path.getsize(db_path) / 1e6
-        print(f"generate + import: {report.messages} messages in {imported_s:.1f} s = "
-              f"{report.messages / imported_s:,.0f} messages/s ({report.sessions / imported_s:,.1f} sessions/s); "
-              f"text {text_bytes / 1e6:,.0f} MB, file {size_mb:,.0f} MB; peak RSS {import_rss:.0f} MB", flush=True)
+        print(
+            f"generate + import: {report.messages} messages in {imported_s:.1f} s = "
+            f"{report.messages / imported_s:,.0f} messages/s ({report.sessions / imported_s:,.1f} sessions/s); "
+            f"text {text_bytes / 1e6:,.0f} MB, file {size_mb:,.0f} MB; peak RSS {import_rss:.0f} MB",
+            flush=True,
+        )
 
         with Store(db_path, read_only=True) as store:
             started = time.perf_counter()
@@ -92,15 +103,22 @@ def run(argv: list[str] | None = None) -> None:
         one = access.session(middle, db=db_path)
         open_s = time.perf_counter() - started
         assert one.messages == loaded.messages
-        print(f"list {len(rows)} sessions: {list_s * 1000:.0f} ms; filter ({len(filtered)} match): "
-              f"{filter_s * 1000:.0f} ms; load one ({len(one.messages)} messages): {load_s * 1000:.0f} ms, "
-              f"wb.session (opening the database too): {open_s * 1000:.0f} ms; peak RSS {peak_rss_mb():.0f} MB",
-              flush=True)
+        print(
+            f"list {len(rows)} sessions: {list_s * 1000:.0f} ms; filter ({len(filtered)} match): "
+            f"{filter_s * 1000:.0f} ms; load one ({len(one.messages)} messages): {load_s * 1000:.0f} ms, "
+            f"wb.session (opening the database too): {open_s * 1000:.0f} ms; peak RSS {peak_rss_mb():.0f} MB",
+            flush=True,
+        )
         del one, loaded, rows, filtered
 
-        spec = {"name": "scale", "dataset": synthetic.DEFAULT_DATASET, "concurrency": CONCURRENCY,
-                "config": [{"name": "window", "preset": "gent-sliding-window", "tokenizer": "heuristic",
-                            "context_limit": 32_000}]}
+        spec = {
+            "name": "scale",
+            "dataset": synthetic.DEFAULT_DATASET,
+            "concurrency": CONCURRENCY,
+            "config": [
+                {"name": "window", "preset": "gent-sliding-window", "tokenizer": "heuristic", "context_limit": 32_000}
+            ],
+        }
         started = time.perf_counter()
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", RuntimeWarning)
@@ -110,13 +128,18 @@ def run(argv: list[str] | None = None) -> None:
         for message, count in failures.most_common(5):
             print(f"  {count} × {message}")
         cells = result.progress.cells_done
-        print(f"one-config experiment: {cells} cells in {run_s:.1f} s = {cells / run_s:.1f} cells/s "
-              f"({report.messages / run_s:,.0f} messages/s replayed), status {result.status} "
-              f"({result.progress.failed_cells} failed cells); "
-              f"peak RSS {peak_rss_mb():.0f} MB", flush=True)
+        print(
+            f"one-config experiment: {cells} cells in {run_s:.1f} s = {cells / run_s:.1f} cells/s "
+            f"({report.messages / run_s:,.0f} messages/s replayed), status {result.status} "
+            f"({result.progress.failed_cells} failed cells); "
+            f"peak RSS {peak_rss_mb():.0f} MB",
+            flush=True,
+        )
     peak = peak_rss_mb()
-    print(f"peak RSS {peak:.0f} MB for {text_bytes / 1e6:,.0f} MB of message text: "
-          f"RSS / text = {peak * 1e6 / max(1, text_bytes):.2f}")
+    print(
+        f"peak RSS {peak:.0f} MB for {text_bytes / 1e6:,.0f} MB of message text: "
+        f"RSS / text = {peak * 1e6 / max(1, text_bytes):.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -22,8 +22,9 @@ class NaiveReplay(_Replay):
     jump = False
 
     def _count(self, messages: Sequence[Message]) -> int:
-        return sum(self.tokenizer.count(counted_text(m)) + IMAGE_TOKENS * image_parts(m) + MESSAGE_OVERHEAD
-                   for m in messages)
+        return sum(
+            self.tokenizer.count(counted_text(m)) + IMAGE_TOKENS * image_parts(m) + MESSAGE_OVERHEAD for m in messages
+        )
 
     def _recount(self) -> None:
         self.context_tokens = self.fixed_tokens + self._count(self.context)

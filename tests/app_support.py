@@ -14,14 +14,27 @@ HOSTILE = "<script>alert('x')</script><b>bold</b> <img src=x onerror=alert(1)>"
 
 def planted_session() -> Session:
     """A session whose text holds HTML and a script, with two recorded compactions."""
-    messages = [system(), user(f"Please look at this: {HOSTILE}"),
-                assistant("reading", calls=(("p1", "read_file"),)), tool("p1", f"file content {HOSTILE}\n" * 3),
-                assistant(f"I saw {HOSTILE}"), *conversation(6)[1:]]
-    recorded = [{"call_index": 2, "message_index": 5, "trigger": "auto", "tokens_before": 1234,
-                 "summary": f"summary with {HOSTILE}"},
-                {"call_index": 4, "message_index": 9, "trigger": "manual", "tokens_before": None, "summary": ""}]
-    return Session.from_messages(messages, id="planted-html", dataset="planted",
-                                 metadata={"recorded_compactions": recorded})
+    messages = [
+        system(),
+        user(f"Please look at this: {HOSTILE}"),
+        assistant("reading", calls=(("p1", "read_file"),)),
+        tool("p1", f"file content {HOSTILE}\n" * 3),
+        assistant(f"I saw {HOSTILE}"),
+        *conversation(6)[1:],
+    ]
+    recorded = [
+        {
+            "call_index": 2,
+            "message_index": 5,
+            "trigger": "auto",
+            "tokens_before": 1234,
+            "summary": f"summary with {HOSTILE}",
+        },
+        {"call_index": 4, "message_index": 9, "trigger": "manual", "tokens_before": None, "summary": ""},
+    ]
+    return Session.from_messages(
+        messages, id="planted-html", dataset="planted", metadata={"recorded_compactions": recorded}
+    )
 
 
 def build_database(path: str) -> str:
@@ -38,5 +51,7 @@ def build_database(path: str) -> str:
 
 def page_script(module: str) -> str:
     """An AppTest script running one page function of `workbench.ui.<module>` on its own."""
-    return (f"from workbench.offline import apply_defaults\napply_defaults()\n"
-            f"from workbench.ui.{module} import page\npage()\n")
+    return (
+        f"from workbench.offline import apply_defaults\napply_defaults()\n"
+        f"from workbench.ui.{module} import page\npage()\n"
+    )

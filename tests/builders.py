@@ -26,8 +26,9 @@ def user(text: str, **kw: Any) -> Message:
 
 def assistant(text: str = "", calls: tuple[tuple[str, str], ...] = (), **kw: Any) -> Message:
     """An assistant message; `calls` are (call_id, tool_name) pairs."""
-    tool_calls = tuple(ToolCall(id=cid, name=name, arguments=json.dumps({"path": f"src/{cid}.py"}))
-                       for cid, name in calls)
+    tool_calls = tuple(
+        ToolCall(id=cid, name=name, arguments=json.dumps({"path": f"src/{cid}.py"})) for cid, name in calls
+    )
     return Message(role="assistant", content=text or None, tool_calls=tool_calls, **kw)
 
 
@@ -47,8 +48,12 @@ def agent_turns(n_steps: int, *, result_chars: int = 200, start: int = 0) -> lis
 
 def conversation(n_steps: int = 10, *, result_chars: int = 200) -> list[Message]:
     """system, user request, then `n_steps` tool-using assistant steps and a final answer."""
-    return [system(), user("Fix the failing test in src/app.py"), *agent_turns(n_steps, result_chars=result_chars),
-            assistant("Done: the test passes now.")]
+    return [
+        system(),
+        user("Fix the failing test in src/app.py"),
+        *agent_turns(n_steps, result_chars=result_chars),
+        assistant("Done: the test passes now."),
+    ]
 
 
 @dataclass
@@ -69,8 +74,13 @@ class ScriptedSummarizer:
         if isinstance(item, Exception):
             raise SummarizerError(str(item))
         prompt_chars = sum(len(str(m.get("content") or "")) for m in messages)
-        return Completion(text=item, model=self.model, input_tokens=prompt_chars // 4,
-                          output_tokens=max(1, len(item) // 4), cost_usd=0.0)
+        return Completion(
+            text=item,
+            model=self.model,
+            input_tokens=prompt_chars // 4,
+            output_tokens=max(1, len(item) // 4),
+            cost_usd=0.0,
+        )
 
 
 @st.composite
@@ -97,8 +107,9 @@ def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[
             messages.append(user(f"<output>{counter} " + "o" * size + "</output>", observation=True))
         else:
             n_calls = draw(st.integers(1, 3))
-            ids = tuple((f"t{counter}_{j}", draw(st.sampled_from(["read_file", "bash", "grep"])))
-                        for j in range(n_calls))
+            ids = tuple(
+                (f"t{counter}_{j}", draw(st.sampled_from(["read_file", "bash", "grep"]))) for j in range(n_calls)
+            )
             messages.append(assistant(f"calling {counter}", calls=ids, importance=importance))
             for cid, name in ids:
                 if interrupted and draw(st.booleans()):

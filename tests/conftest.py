@@ -71,12 +71,15 @@ def grid_db(tmp_path) -> tuple[Path, Path, list[str]]:
     from workbench.store import Store
 
     def billed(messages):
-        return [m.replace(metadata={**m.metadata, "usage": {"input_tokens": 900 + 37 * i, "output_tokens": 50}})
-                if m.role == "assistant" else m for i, m in enumerate(messages)]
+        return [
+            m.replace(metadata={**m.metadata, "usage": {"input_tokens": 900 + 37 * i, "output_tokens": 50}})
+            if m.role == "assistant"
+            else m
+            for i, m in enumerate(messages)
+        ]
 
     db = tmp_path / "wb.duckdb"
-    sessions = [Session.from_messages(billed(conversation(24 + i, result_chars=900)), dataset="grid")
-                for i in range(3)]
+    sessions = [Session.from_messages(billed(conversation(24 + i, result_chars=900)), dataset="grid") for i in range(3)]
     with Store(str(db)) as store:
         store.import_sessions(sessions, dataset="grid")
     spec = tmp_path / "tiny-grid.toml"
@@ -118,16 +121,25 @@ def early_stop_db(tmp_path) -> tuple[Path, Path]:
 
     db = tmp_path / "wb.duckdb"
     with Store(str(db)) as store:
-        store.import_sessions([Session.from_messages(conversation(n, result_chars=900), dataset="early")
-                               for n in (4, 30, 32)], dataset="early")
+        store.import_sessions(
+            [Session.from_messages(conversation(n, result_chars=900), dataset="early") for n in (4, 30, 32)],
+            dataset="early",
+        )
     spec = tmp_path / "early-stops.toml"
     spec.write_text(EARLY_STOP_SPEC)
     return db, spec
 
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 
 
 @pytest.fixture(scope="module")

@@ -39,8 +39,7 @@ def test_session_by_id_or_unique_prefix(db: Path) -> None:
     everything = wb.sessions(db=db)
     target = next(s for s in everything if s.recorded_compactions)
     assert wb.session(target.id, db=db) == target
-    prefix = next(target.id[:n] for n in range(1, 17)
-                  if sum(s.id.startswith(target.id[:n]) for s in everything) == 1)
+    prefix = next(target.id[:n] for n in range(1, 17) if sum(s.id.startswith(target.id[:n]) for s in everything) == 1)
     loaded = wb.session(prefix, db=db)
     assert loaded.id == target.id
     assert loaded.recorded_compactions == target.recorded_compactions, "annotations survive the database"
@@ -86,7 +85,7 @@ def test_session_detail_runs_the_token_total_and_keeps_annotations_out_of_metada
     detail = session_detail(stored)
     tokens = [message_tokens(m, "heuristic") for m in stored.messages]
     assert [m["tokens"] for m in detail["messages"]] == tokens
-    assert [m["cumulative_tokens"] for m in detail["messages"]] == [sum(tokens[:i + 1]) for i in range(len(tokens))]
+    assert [m["cumulative_tokens"] for m in detail["messages"]] == [sum(tokens[: i + 1]) for i in range(len(tokens))]
     assert detail["tokens"] == sum(tokens) and detail["calls"] == stored.calls
     assert detail["recorded_compactions"] == [c.to_dict() for c in stored.recorded_compactions]
     assert "recorded_compactions" not in detail["metadata"]

@@ -51,8 +51,13 @@ def test_every_page_path_opens_its_page(app_db, monkeypatch):
     at = AppTest.from_file(APP, default_timeout=60)
     at.run()
     registered = at._registered_pages  # what st.navigation gave the pages manager
-    titles = {"sessions": "Compaction Workbench", "compare": "Compare", "experiments": "Experiments",
-              "regression": "Regression", "sql": "SQL"}
+    titles = {
+        "sessions": "Compaction Workbench",
+        "compare": "Compare",
+        "experiments": "Experiments",
+        "regression": "Regression",
+        "sql": "SQL",
+    }
     for name, title in titles.items():
         manager = PagesManager(APP)
         manager.set_script_intent("", name)

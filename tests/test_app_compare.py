@@ -69,8 +69,10 @@ def test_three_presets_draw_a_trace_per_config_with_compaction_markers(compare_p
     assert all(preset in names for preset in PRESETS)
     # masking and trim compact under a 1,500-token window; the sliding window's one firing finds fewer steps
     # than its window (a no-op: no marker) and its replay stops at the window
-    assert {name for name in names if name.endswith(" compactions")} == {"observation-masking compactions",
-                                                                        "ptc-runner-trim compactions"}
+    assert {name for name in names if name.endswith(" compactions")} == {
+        "observation-masking compactions",
+        "ptc-runner-trim compactions",
+    }
     assert "gent-sliding-window stopped" in names
     assert traces(billed) == PRESETS
     assert any(shape.get("y0") == 1500 for shape in tokens["layout"].get("shapes", []))  # the window line
@@ -113,15 +115,17 @@ def test_toml_config_errors_show_inline_and_block_the_run(compare_page):
     kinds = at.dataframe[0].value  # the reference of every kind, for writing TOML
     assert {"trigger", "strategy"} == set(kinds["family"])
     assert "sliding_window" in set(kinds["kind"]) and "ratio" in set(kinds["parameter"])
-    at.text_area(key="compare_toml_1").set_value('[trigger]\nkind = "utilization"\nratio = 7\n'
-                                                '[strategy]\nkind = "sliding_window"\n').run()
+    at.text_area(key="compare_toml_1").set_value(
+        '[trigger]\nkind = "utilization"\nratio = 7\n[strategy]\nkind = "sliding_window"\n'
+    ).run()
     assert not at.exception
     assert at.error and any("ratio" in e.value for e in at.error)
     assert at.button(key="compare_run").disabled
     at.text_area(key="compare_toml_1").set_value("not = [toml").run()
     assert any("invalid TOML" in e.value for e in at.error)
-    at.text_area(key="compare_toml_1").set_value('name = "mine"\n[trigger]\nkind = "utilization"\nratio = 0.5\n'
-                                                '[strategy]\nkind = "sliding_window"\nwindow = 4\n').run()
+    at.text_area(key="compare_toml_1").set_value(
+        'name = "mine"\n[trigger]\nkind = "utilization"\nratio = 0.5\n[strategy]\nkind = "sliding_window"\nwindow = 4\n'
+    ).run()
     assert not at.error
     run(at)
     assert traces(list(figures(at).values())[1]) == ["observation-masking", "mine"]
@@ -150,21 +154,29 @@ def test_a_config_that_stops_says_why_in_its_own_window_and_is_never_shaded_best
     at = compare_page
     at.multiselect(key="compare_presets").set_value(["observation-masking"])
     at.number_input(key="compare_custom").set_value(1).run()
-    at.text_area(key="compare_toml_1").set_value('name = "tiny"\ncontext_limit = 100\nmax_output = 90\n[trigger]\n'
-                                                'kind = "pressure"\n[strategy]\nkind = "trim"\n').run()
+    at.text_area(key="compare_toml_1").set_value(
+        'name = "tiny"\ncontext_limit = 100\nmax_output = 90\n[trigger]\nkind = "pressure"\n[strategy]\nkind = "trim"\n'
+    ).run()
     at.button(key="compare_run").click().run()
     assert not at.exception, [e.value for e in at.exception]
     stopped = [w.value for w in at.warning if w.value.startswith("tiny stopped after")]
-    assert stopped == ["tiny stopped after 0 of 13 calls: context_overflow: call 0: context 23 + max_output 90 "
-                       "exceeds context_limit 100"]
-    assert any(c.value.startswith("The configurations replay in different windows: observation-masking 1,500 "
-                                  "tokens, tiny 100 tokens") for c in at.caption)
+    assert stopped == [
+        "tiny stopped after 0 of 13 calls: context_overflow: call 0: context 23 + max_output 90 "
+        "exceeds context_limit 100"
+    ]
+    assert any(
+        c.value.startswith(
+            "The configurations replay in different windows: observation-masking 1,500 tokens, tiny 100 tokens"
+        )
+        for c in at.caption
+    )
     tokens = list(figures(at).values())[0]
     assert not [shape for shape in tokens["layout"].get("shapes", []) if shape.get("y0") in (100, 1500)]
     assert any("Replays that stopped early (termination) are left out" in c.value for c in at.caption)
     at.selectbox(key="compare_context_config").set_value("tiny").run()
-    assert "This replay made no call: call 0: context 23 + max_output 90 exceeds context_limit 100" in \
-        [i.value for i in at.info]
+    assert "This replay made no call: call 0: context 23 + max_output 90 exceeds context_limit 100" in [
+        i.value for i in at.info
+    ]
 
 
 def test_a_compaction_label_follows_a_rerun_with_other_settings(compare_page):
@@ -187,14 +199,17 @@ def test_summaries_panel_shows_what_a_compaction_replaced(compare_page):
     assert any(label.startswith("What it replaced (") for label in labels)
 
 
-@pytest.mark.parametrize(("direction", "values", "expected"), [
-    ("lower", ["3", "1", "2"], ["", "worst", "best", ""]),
-    ("higher", ["3", "1", "2"], ["", "best", "worst", ""]),
-    ("none", ["3", "1", "2"], ["", "", "", ""]),
-    ("lower", ["2", "2", "2"], ["", "", "", ""]),
-    ("higher", ["x", "1", None], ["", "", "", ""]),
-    ("lower", [3000, 1000, 2500.5], ["", "worst", "best", ""]),  # shown as "3,000", "1,000", "2,500.5"
-])
+@pytest.mark.parametrize(
+    ("direction", "values", "expected"),
+    [
+        ("lower", ["3", "1", "2"], ["", "worst", "best", ""]),
+        ("higher", ["3", "1", "2"], ["", "best", "worst", ""]),
+        ("none", ["3", "1", "2"], ["", "", "", ""]),
+        ("lower", ["2", "2", "2"], ["", "", "", ""]),
+        ("higher", ["x", "1", None], ["", "", "", ""]),
+        ("lower", [3000, 1000, 2500.5], ["", "worst", "best", ""]),  # shown as "3,000", "1,000", "2,500.5"
+    ],
+)
 def test_metric_shading_follows_the_direction(direction, values, expected):
     """The shading reads the numbers, not the text the table shows (thousands separators and all)."""
     import pandas as pd

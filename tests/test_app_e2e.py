@@ -61,10 +61,28 @@ def server_url(tmp_path_factory):
     log = folder / "streamlit.log"
     with log.open("wb") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "streamlit", "run", "app.py", "--server.headless", "true",
-             "--server.address", "127.0.0.1", "--server.port", str(port),
-             "--browser.gatherUsageStats", "false", "--", "--db", str(db)],
-            cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+            [
+                sys.executable,
+                "-m",
+                "streamlit",
+                "run",
+                "app.py",
+                "--server.headless",
+                "true",
+                "--server.address",
+                "127.0.0.1",
+                "--server.port",
+                str(port),
+                "--browser.gatherUsageStats",
+                "false",
+                "--",
+                "--db",
+                str(db),
+            ],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, server, log)
@@ -91,9 +109,14 @@ def page(chromium, server_url):
     finally:
         context.close()
     app_host = urllib.parse.urlsplit(server_url).netloc
-    elsewhere = sorted({url for url in requested
-                        if urllib.parse.urlsplit(url).scheme in ("http", "https", "ws", "wss")
-                        and urllib.parse.urlsplit(url).netloc != app_host})
+    elsewhere = sorted(
+        {
+            url
+            for url in requested
+            if urllib.parse.urlsplit(url).scheme in ("http", "https", "ws", "wss")
+            and urllib.parse.urlsplit(url).netloc != app_host
+        }
+    )
     assert requested, "the browser made no request at all"
     assert not elsewhere, f"requests beyond the app ({app_host}): {elsewhere}"
 
@@ -108,9 +131,11 @@ def set_number(page, label: str, value: int) -> None:
     field = page.get_by_label(label, exact=True)
     field.fill(str(value))
     field.press("Enter")
-    page.wait_for_function("([label, value]) => [...document.querySelectorAll('input')].some("
-                           "i => i.getAttribute('aria-label') === label && i.value.replace(/,/g, '') === value)",
-                           arg=[label, str(value)])
+    page.wait_for_function(
+        "([label, value]) => [...document.querySelectorAll('input')].some("
+        "i => i.getAttribute('aria-label') === label && i.value.replace(/,/g, '') === value)",
+        arg=[label, str(value)],
+    )
 
 
 def selected_presets(page) -> list[str]:
@@ -135,9 +160,11 @@ def test_compare_three_presets_then_sql(server_url, page, tmp_path):
     shoot(page, tmp_path, "compare-ready")
 
     page.get_by_role("button", name="Run replays").click()
-    page.wait_for_function(f"() => [...document.querySelectorAll('.js-plotly-plot')].some("
-                           f"el => el.data && el.layout && JSON.stringify(el.layout.title).includes('{TOKENS_CHART}'))",
-                           timeout=REPLAY_TIMEOUT_MS)
+    page.wait_for_function(
+        f"() => [...document.querySelectorAll('.js-plotly-plot')].some("
+        f"el => el.data && el.layout && JSON.stringify(el.layout.title).includes('{TOKENS_CHART}'))",
+        timeout=REPLAY_TIMEOUT_MS,
+    )
     page.locator(".js-plotly-plot").first.scroll_into_view_if_needed()
     page.wait_for_timeout(500)  # let plotly finish painting before the screenshot
     shoot(page, tmp_path, "compare-charts")

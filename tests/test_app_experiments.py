@@ -121,8 +121,9 @@ def test_cost_quality_chart_with_the_pareto_front(run_db, monkeypatch):
     pairs = complete_pairs(frame)
     assert 0 < pairs.sessions < pairs.total and pairs.note in [w.value for w in at.warning]
     assert [t.split("<br>")[0] for t in traces["configs"].text] == ["window", "masking"]
-    assert list(traces["configs"].marker.symbol) == ["circle" if c in pairs.rankable else "circle-open"
-                                                     for c in ("window", "masking")]
+    assert list(traces["configs"].marker.symbol) == [
+        "circle" if c in pairs.rankable else "circle-open" for c in ("window", "masking")
+    ]
     means = pairs.results.groupby("config", sort=False)["billed_input_tokens"].mean()
     assert list(traces["configs"].x) == pytest.approx([means["window"], means["masking"]])
     if "Pareto front" in traces:
@@ -206,11 +207,16 @@ def test_compared_values_are_shown_in_their_metric_unit(run_db, monkeypatch):
     assert all(re.fullmatch(r"\d{1,3}(,\d{3})*", str(billed[c])) for c in ("A", "B")), billed  # whole tokens
     assert re.fullmatch(r"[+−]?\d{1,3}(,\d{3})*", str(billed["delta"])), billed
     assert re.fullmatch(r"\d\.\d{3}|<0\.001", str(billed["p_value"])), billed
-    long = [v for v in table[["A", "B", "delta", "ci_low", "ci_high"]].to_numpy().ravel()
-            if re.search(r"\.\d{4,}", str(v)) and not str(v).startswith(("$", "+$", "−$"))]
+    long = [
+        v
+        for v in table[["A", "B", "delta", "ci_low", "ci_high"]].to_numpy().ravel()
+        if re.search(r"\.\d{4,}", str(v)) and not str(v).startswith(("$", "+$", "−$"))
+    ]
     assert not long, long  # no 465096.6666666667
-    assert any(re.match(r"\d+ paired (session|cell)", c.value) and "cells paired on session, config and repeat"
-               in c.value for c in at.caption), [c.value for c in at.caption]
+    assert any(
+        re.match(r"\d+ paired (session|cell)", c.value) and "cells paired on session, config and repeat" in c.value
+        for c in at.caption
+    ), [c.value for c in at.caption]
 
 
 def test_a_run_summarized_offline_is_labelled_under_its_leaderboard(run_db, tmp_path, monkeypatch):
@@ -221,8 +227,11 @@ def test_a_run_summarized_offline_is_labelled_under_its_leaderboard(run_db, tmp_
     own = build_database(str(tmp_path / "wb.duckdb"))
     spec = tmp_path / "split.toml"
     split = 'strategy = { kind = "summarize_split", preserve = 0.4 }'
-    spec.write_text(SPEC.replace('name = "app-grid"', 'name = "split"').replace(
-        'strategy = { kind = "sliding_window", window = 6 }', split))
+    spec.write_text(
+        SPEC.replace('name = "app-grid"', 'name = "split"').replace(
+            'strategy = { kind = "sliding_window", window = 6 }', split
+        )
+    )
     run_experiment(str(spec), db=own, concurrency=1)
     captions = [c.value for c in open_page(own, monkeypatch).caption]
     labelled = [c for c in captions if c.startswith("Summaries by workbench/extractive: the offline extractive")]

@@ -62,20 +62,32 @@ def test_a_label_set_in_the_app_is_stored_shown_and_exported(replayed):
 
     labels = stored_labels(path)
     assert labels[["session_id", "config_hash", "config", "compaction", "label", "note"]].to_dict("records") == [
-        {"session_id": SESSION, "config_hash": digest, "config": "observation-masking", "compaction": compaction,
-         "label": "bad", "note": "drops the user's request"}]
-    assert any(c.value.startswith("Labelled bad (") and c.value.endswith(": drops the user's request")
-               for c in at.caption)
+        {
+            "session_id": SESSION,
+            "config_hash": digest,
+            "config": "observation-masking",
+            "compaction": compaction,
+            "label": "bad",
+            "note": "drops the user's request",
+        }
+    ]
+    assert any(
+        c.value.startswith("Labelled bad (") and c.value.endswith(": drops the user's request") for c in at.caption
+    )
 
     at.run()  # a full rerun: the label shows again, and the write did not make the replays look outdated
     assert at.radio(key=f"{key}:verdict").value == "bad"
     assert not any("settings changed" in c.value for c in at.caption)
 
-    run = run_experiment({"name": "labelled", "dataset": "generated", "config": [
-        {"preset": "observation-masking", **WINDOW}]}, db=path)
+    run = run_experiment(
+        {"name": "labelled", "dataset": "generated", "config": [{"preset": "observation-masking", **WINDOW}]}, db=path
+    )
     document = json.loads(export(run.id, "json", f"{path}.json", db=path).read_text())
-    exported = [(row["session_id"], row["event_index"], row["label"], row["label_note"])
-                for row in document["compactions"] if row["label"] is not None]
+    exported = [
+        (row["session_id"], row["event_index"], row["label"], row["label_note"])
+        for row in document["compactions"]
+        if row["label"] is not None
+    ]
     assert exported == [(SESSION, compaction, "bad", "drops the user's request")]
 
 
@@ -88,7 +100,8 @@ def test_a_label_is_replaced_then_removed(replayed):
     at.radio(key=f"{key}:verdict").set_value("bad").run()
     at.button(key=f"{key}:save").click().run()
     assert stored_labels(path)[["config", "label", "note"]].to_dict("records") == [
-        {"config": "ptc-runner-trim", "label": "bad", "note": None}]
+        {"config": "ptc-runner-trim", "label": "bad", "note": None}
+    ]
     at.button(key=f"{key}:remove").click().run()
     assert not at.exception
     assert stored_labels(path).empty

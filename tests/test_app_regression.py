@@ -182,8 +182,11 @@ def test_a_run_whose_cells_failed_fails_the_check_and_says_why(gate, monkeypatch
 
     folder = tmp_path / "failing"
     (folder / "baselines").mkdir(parents=True)
-    (folder / "failing-gate.toml").write_text(SPEC.replace("tiny-gate", "failing-gate").replace(
-        'strategy = { kind = "observation_masking", keep_recent = 2 }', 'strategy = { kind = "breaks_app_test" }'))
+    (folder / "failing-gate.toml").write_text(
+        SPEC.replace("tiny-gate", "failing-gate").replace(
+            'strategy = { kind = "observation_masking", keep_recent = 2 }', 'strategy = { kind = "breaks_app_test" }'
+        )
+    )
     (folder / "baselines" / "failing-gate.json").write_text((specs / "baselines" / "tiny-gate.json").read_text())
     wb.register_strategy("breaks_app_test")(Breaks)
     try:
@@ -201,13 +204,17 @@ def test_the_page_says_how_many_cells_a_check_runs_before_it_runs(gate, monkeypa
     path, specs = gate
     fresh = tmp_path / "specs"
     fresh.mkdir()
-    (fresh / "fresh-gate.toml").write_text(SPEC.replace('name = "tiny-gate"', 'name = "fresh-gate"')
-                                           .replace("keep_recent = 2", "keep_recent = 1"))
+    (fresh / "fresh-gate.toml").write_text(
+        SPEC.replace('name = "tiny-gate"', 'name = "fresh-gate"').replace("keep_recent = 2", "keep_recent = 1")
+    )
     (fresh / "baselines").mkdir()
     (fresh / "baselines" / "fresh-gate.json").write_text((specs / "baselines" / "tiny-gate.json").read_text())
     at = open_page(path, fresh, monkeypatch)
     planned = [c.value for c in at.caption if "cells" in c.value]
-    assert planned and re.search(r"a check runs the spec's \d+ cells \(\d+ sessions × 1 configs × 1 repeat\): "
-                                 r"\d+ to replay", planned[0]), planned
+    assert planned and re.search(
+        r"a check runs the spec's \d+ cells \(\d+ sessions × 1 configs × 1 repeat\): "
+        r"\d+ to replay",
+        planned[0],
+    ), planned
     at = open_page(path, specs, monkeypatch)  # tiny-gate ran when its baseline was written
     assert any(c.value.startswith("Every cell is stored already") for c in at.caption), [c.value for c in at.caption]

@@ -46,13 +46,16 @@ def test_the_example_query_runs(sql_page):
     assert set(at.dataframe[0].value["dataset"]) == {"samples", "planted", "generated"}
 
 
-@pytest.mark.parametrize(("sql", "expected"), [
-    ("SELEC nonsense", "Parser Error"),
-    ("SELECT * FROM read_csv('/etc/passwd')", "disabled by configuration"),
-    ("COPY sessions TO '/tmp/leak.csv'", "disabled by configuration"),
-    ("SET enable_external_access = true", "locked"),
-    ("DELETE FROM sessions", "read-only"),
-])
+@pytest.mark.parametrize(
+    ("sql", "expected"),
+    [
+        ("SELEC nonsense", "Parser Error"),
+        ("SELECT * FROM read_csv('/etc/passwd')", "disabled by configuration"),
+        ("COPY sessions TO '/tmp/leak.csv'", "disabled by configuration"),
+        ("SET enable_external_access = true", "locked"),
+        ("DELETE FROM sessions", "read-only"),
+    ],
+)
 def test_errors_and_forbidden_statements_are_readable_messages(sql_page, sql, expected):
     at = submit(sql_page, sql)
     assert at.error and expected in at.error[0].value
@@ -73,12 +76,15 @@ def test_missing_database_is_a_store_error(tmp_path):
         run_sql(str(tmp_path / "none.duckdb"), "SELECT 1")
 
 
-@pytest.mark.parametrize(("sql", "columns"), [
-    ("SELECT 1 AS a, 2 AS a, 3 AS a_2", ["a", "a_3", "a_2"]),
-    ("SELECT * FROM cells c JOIN sessions s ON c.session_id = s.id", None),  # no rows, the names still shared
-    ("SELECT * FROM sessions a JOIN sessions b ON a.id = b.id LIMIT 3", None),
-    ("SELECT s.id, t.id FROM sessions s JOIN sessions t USING (id) LIMIT 3", ["id", "id_2"]),
-])
+@pytest.mark.parametrize(
+    ("sql", "columns"),
+    [
+        ("SELECT 1 AS a, 2 AS a, 3 AS a_2", ["a", "a_3", "a_2"]),
+        ("SELECT * FROM cells c JOIN sessions s ON c.session_id = s.id", None),  # no rows, the names still shared
+        ("SELECT * FROM sessions a JOIN sessions b ON a.id = b.id LIMIT 3", None),
+        ("SELECT s.id, t.id FROM sessions s JOIN sessions t USING (id) LIMIT 3", ["id", "id_2"]),
+    ],
+)
 def test_columns_sharing_a_name_are_numbered_not_a_crash(sql_page, sql, columns):
     at = submit(sql_page, sql)
     assert not at.error, [e.value for e in at.error]

@@ -18,7 +18,7 @@ def find_cycles(graph: grimp.ImportGraph, package: str) -> list[list[str]]:
             if not imported.startswith(package):
                 continue
             if state.get(imported) == 1:
-                cycles.append([*path[path.index(imported):], imported])
+                cycles.append([*path[path.index(imported) :], imported])
             elif imported not in state:
                 visit(imported)
         path.pop()

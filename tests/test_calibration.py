@@ -16,15 +16,29 @@ from workbench.session import RecordedCompaction, recorded_input_tokens
 from workbench.tokens import MESSAGE_OVERHEAD, get_tokenizer, message_tokens
 
 OVERHEAD, SCALE = 9_000, 1.4
-TOOLS = ({"type": "function", "function": {"name": "read_file", "parameters": {"type": "object", "properties": {
-    "path": {"type": "string", "description": "the file to read"}}}}},)
+TOOLS = (
+    {
+        "type": "function",
+        "function": {
+            "name": "read_file",
+            "parameters": {
+                "type": "object",
+                "properties": {"path": {"type": "string", "description": "the file to read"}},
+            },
+        },
+    },
+)
 
 
 def billed_session(*, overhead=OVERHEAD, scale=SCALE, tools=(), noisy=(), compact_at=None) -> wb.Session:
     """A session whose assistant messages carry the usage a provider with a hidden `overhead` and a
     tokenizer `scale` times ours would have billed; calls in `noisy` are billed double."""
-    messages = [system(), user("Fix the failing test in src/app.py"), *agent_turns(30, result_chars=900),
-                assistant("Done.")]
+    messages = [
+        system(),
+        user("Fix the failing test in src/app.py"),
+        *agent_turns(30, result_chars=900),
+        assistant("Done."),
+    ]
     text = get_tokenizer("heuristic").count(schema_text(tools)) if tools else 0
     framing = 0
     out = []
@@ -32,8 +46,9 @@ def billed_session(*, overhead=OVERHEAD, scale=SCALE, tools=(), noisy=(), compac
     for message in messages:
         if message.role == "assistant":
             billed = round(overhead + scale * text + framing) * (2 if call in noisy else 1)
-            message = message.replace(metadata={"usage": {"input_tokens": 3, "cache_read_input_tokens": billed - 3,
-                                                          "output_tokens": 50}})
+            message = message.replace(
+                metadata={"usage": {"input_tokens": 3, "cache_read_input_tokens": billed - 3, "output_tokens": 50}}
+            )
             call += 1
         out.append(message)
         size = message_tokens(message)
@@ -42,8 +57,9 @@ def billed_session(*, overhead=OVERHEAD, scale=SCALE, tools=(), noisy=(), compac
     metadata = {}
     if compact_at is not None:
         index = [i for i, m in enumerate(out) if m.role == "assistant"][compact_at]
-        metadata["recorded_compactions"] = [RecordedCompaction(call_index=compact_at, message_index=index,
-                                                               summary="S").to_dict()]
+        metadata["recorded_compactions"] = [
+            RecordedCompaction(call_index=compact_at, message_index=index, summary="S").to_dict()
+        ]
     return wb.Session.from_messages(out, tools=tools, metadata=metadata)
 
 
@@ -123,11 +139,16 @@ def test_the_fit_is_reported_where_users_read_a_replay(tmp_path):
     config = 'preset = "no-compaction"\ncalibration = "recorded"\ntokenizer = "heuristic"'
     text = CliRunner().invoke(main, ["replay", session.id, "--config", config, "--db", db, "--no-calls"])
     assert text.exit_code == 0 and line in text.output.splitlines()
-    data = json.loads(CliRunner().invoke(main, ["replay", session.id, "--config", config, "--db", db, "--json",
-                                                "--no-calls"]).output)
+    data = json.loads(
+        CliRunner().invoke(main, ["replay", session.id, "--config", config, "--db", db, "--json", "--no-calls"]).output
+    )
     assert data["calibration"] == fitted.calibration.to_dict()
-    assert "calibration" not in CliRunner().invoke(main, ["replay", session.id, "--config", "no-compaction",
-                                                          "--db", db, "--no-calls"]).output
+    assert (
+        "calibration"
+        not in CliRunner()
+        .invoke(main, ["replay", session.id, "--config", "no-compaction", "--db", db, "--no-calls"])
+        .output
+    )
 
 
 def test_calibrated_counts_reach_triggers_and_billing():
@@ -135,17 +156,25 @@ def test_calibrated_counts_reach_triggers_and_billing():
     calibrated = replay(session, no_compaction(calibration="recorded"))
     assert calibrated.metrics["billed_input_tokens"] == sum(c.context_tokens for c in calibrated.calls)
     threshold = calibrated.calls[5].context_tokens
-    config = {"trigger": {"kind": "stat_threshold", "gauges": {"context_tokens": threshold}},
-              "strategy": {"kind": "sliding_window", "window": 2}, "context_limit": 1_000_000, "max_output": 1_000}
+    config = {
+        "trigger": {"kind": "stat_threshold", "gauges": {"context_tokens": threshold}},
+        "strategy": {"kind": "sliding_window", "window": 2},
+        "context_limit": 1_000_000,
+        "max_output": 1_000,
+    }
     assert replay(session, config | {"calibration": "recorded"}).compactions[0].call_index == 5
     assert all(e.call_index > 5 for e in replay(session, config).compactions)
 
 
 def test_calibration_matches_the_naive_engine():
     session = billed_session(tools=TOOLS)
-    config = {"trigger": {"kind": "stat_threshold", "counters": {"iterations": 7}},
-              "strategy": {"kind": "sliding_window", "window": 3}, "context_limit": 1_000_000, "max_output": 1_000,
-              "calibration": "recorded"}
+    config = {
+        "trigger": {"kind": "stat_threshold", "counters": {"iterations": 7}},
+        "strategy": {"kind": "sliding_window", "window": 3},
+        "context_limit": 1_000_000,
+        "max_output": 1_000,
+        "calibration": "recorded",
+    }
     fast, slow = replay(session, config), naive_replay(session, config)
     assert fast.calls == slow.calls and fast.metrics == slow.metrics
 
@@ -156,8 +185,9 @@ def test_tool_schemas_count_once_per_call():
     schema_tokens = get_tokenizer("heuristic").count(schema_text(TOOLS))
     plain, tooled = replay(session, no_compaction()), replay(with_tools, no_compaction())
     assert schema_tokens > 10
-    assert [t.context_tokens - p.context_tokens for p, t in zip(plain.calls, tooled.calls, strict=True)] == \
-        [schema_tokens] * len(plain.calls)
+    assert [t.context_tokens - p.context_tokens for p, t in zip(plain.calls, tooled.calls, strict=True)] == [
+        schema_tokens
+    ] * len(plain.calls)
     assert tooled.calls[1].cached_prefix_tokens == tooled.calls[0].context_tokens
 
 
@@ -173,7 +203,8 @@ def test_recorded_input_is_in_the_frame():
     session = billed_session()
     frame = replay(session, no_compaction()).to_frame()
     assert frame["recorded_input_tokens"].tolist() == [
-        recorded_input_tokens(m) for m in session.messages if m.role == "assistant"]
+        recorded_input_tokens(m) for m in session.messages if m.role == "assistant"
+    ]
 
 
 def test_an_unknown_calibration_is_a_clear_error():
@@ -182,6 +213,7 @@ def test_an_unknown_calibration_is_a_clear_error():
 
 
 # -- the shared Claude Code recordings ---------------------------------------------------------
+
 
 def calibration_rows(sessions, tokenizer="heuristic"):
     """(session, calls used, raw ratio, error before, error after) from no-compaction replays."""
@@ -192,14 +224,22 @@ def calibration_rows(sessions, tokenizer="heuristic"):
         calibrated = replay(session, no_compaction(tokenizer=tokenizer, calibration="recorded"))
         before, after = relative_errors(raw, first), relative_errors(calibrated, first)
         if before:
-            rows.append((session.id, len(after), calibrated.calibration.raw_ratio,
-                         statistics.median(before), statistics.median(after)))
+            rows.append(
+                (
+                    session.id,
+                    len(after),
+                    calibrated.calibration.raw_ratio,
+                    statistics.median(before),
+                    statistics.median(after),
+                )
+            )
     return rows
 
 
 def test_calibration_error_is_within_five_percent_on_the_shared_claude_code_sessions(shared_sessions):
-    sessions = [s for s in wb.load(shared_sessions / "claude-code")
-                if any(recorded_input_tokens(m) for m in s.messages)]
+    sessions = [
+        s for s in wb.load(shared_sessions / "claude-code") if any(recorded_input_tokens(m) for m in s.messages)
+    ]
     if not sessions:
         pytest.skip("no shared Claude Code session carries usage")
     for session_id, used, _ratio, before, after in calibration_rows(sessions):

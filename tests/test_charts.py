@@ -9,18 +9,29 @@ from workbench.experiments import charts
 
 
 def cells(config: str, billed: list[int], retention: list[float], ends: list[str]) -> pd.DataFrame:
-    return pd.DataFrame({"session_id": [f"s{i}" for i in range(len(billed))], "config": config, "repeat": 0,
-                         "termination": ends, "billed_input_tokens": billed, "needed_fact_retention": retention})
+    return pd.DataFrame(
+        {
+            "session_id": [f"s{i}" for i in range(len(billed))],
+            "config": config,
+            "repeat": 0,
+            "termination": ends,
+            "billed_input_tokens": billed,
+            "needed_fact_retention": retention,
+        }
+    )
 
 
 def window_sweep() -> pd.DataFrame:
     """The shape of the window-sweep run: the largest window overflows on 3 of its 4 sessions, so its
     replays stop early, cost little and look best."""
-    return pd.concat([
-        cells("window-5", [900_000] * 4, [0.5] * 4, ["completed"] * 4),
-        cells("window-20", [1_200_000] * 4, [0.7] * 4, ["completed"] * 4),
-        cells("window-40", [100_000] * 4, [0.9] * 4, ["completed", *["context_overflow"] * 3]),
-    ], ignore_index=True)
+    return pd.concat(
+        [
+            cells("window-5", [900_000] * 4, [0.5] * 4, ["completed"] * 4),
+            cells("window-20", [1_200_000] * 4, [0.7] * 4, ["completed"] * 4),
+            cells("window-40", [100_000] * 4, [0.9] * 4, ["completed", *["context_overflow"] * 3]),
+        ],
+        ignore_index=True,
+    )
 
 
 def traces(figure) -> dict:
@@ -52,10 +63,16 @@ def test_a_front_of_one_point_is_drawn_and_no_front_is_not_listed():
 
 
 def test_labels_stay_inside_the_plot():
-    figure = charts.cost_quality(pd.concat([
-        cells("observation-masking", [100, 100], [0.4, 0.4], ["completed"] * 2),
-        cells("middle", [500, 500], [0.6, 0.6], ["completed"] * 2),
-        cells("gent-progressive-summary", [900, 900], [0.9, 0.9], ["completed"] * 2)], ignore_index=True))
+    figure = charts.cost_quality(
+        pd.concat(
+            [
+                cells("observation-masking", [100, 100], [0.4, 0.4], ["completed"] * 2),
+                cells("middle", [500, 500], [0.6, 0.6], ["completed"] * 2),
+                cells("gent-progressive-summary", [900, 900], [0.9, 0.9], ["completed"] * 2),
+            ],
+            ignore_index=True,
+        )
+    )
     points = traces(figure)["configs"]
     # the leftmost label runs right, the rightmost left, the middle one centred on its point
     assert list(points.textposition) == ["top right", "top center", "top left"]
@@ -78,8 +95,12 @@ def test_a_firing_that_changed_nothing_is_not_drawn_as_a_compaction_point():
 
     import workbench as wb
 
-    spec = {"name": "mask", "trigger": {"kind": "pressure", "turns": 1},
-            "strategy": {"kind": "observation_masking", "keep_recent": 3}, "context_limit": 20000}
+    spec = {
+        "name": "mask",
+        "trigger": {"kind": "pressure", "turns": 1},
+        "strategy": {"kind": "observation_masking", "keep_recent": 3},
+        "context_limit": 20000,
+    }
     result = wb.replay(wb.Session.from_messages(conversation(10, result_chars=400)), spec)
     changed = [e.call_index for e in result.compactions if not e.noop]
     assert changed and len(changed) < len(result.compactions)
@@ -97,12 +118,19 @@ def uneven_sweep() -> pd.DataFrame:
     """Twelve sessions; the largest window overflows on nine, after few calls, so over every session it
     bills least and keeps most; over the three sessions every config completed it is the dearest."""
     sessions = 12
-    return pd.concat([
-        cells("window-5", [900] * sessions, [0.5] * sessions, ["completed"] * sessions),
-        cells("window-20", [1_000] * 7 + [400] * 5, [0.7] * sessions, ["completed"] * 7 + ["context_overflow"] * 5),
-        cells("window-40", [1_100] * 3 + [100] * 9, [0.6] * 3 + [0.95] * 9,
-              ["completed"] * 3 + ["context_overflow"] * 7 + ["compaction_failed"] * 2),
-    ], ignore_index=True)
+    return pd.concat(
+        [
+            cells("window-5", [900] * sessions, [0.5] * sessions, ["completed"] * sessions),
+            cells("window-20", [1_000] * 7 + [400] * 5, [0.7] * sessions, ["completed"] * 7 + ["context_overflow"] * 5),
+            cells(
+                "window-40",
+                [1_100] * 3 + [100] * 9,
+                [0.6] * 3 + [0.95] * 9,
+                ["completed"] * 3 + ["context_overflow"] * 7 + ["compaction_failed"] * 2,
+            ),
+        ],
+        ignore_index=True,
+    )
 
 
 def test_the_chart_compares_on_the_sessions_every_config_completed_and_says_so():

@@ -17,13 +17,27 @@ from workbench.store import Store
 
 
 def openai_line(i: int) -> str:
-    return json.dumps({"messages": [
-        {"role": "system", "content": "You are a coding agent."},
-        {"role": "user", "content": f"Fix bug {i}"},
-        {"role": "assistant", "content": None, "tool_calls": [
-            {"id": f"c{i}", "type": "function", "function": {"name": "read_file", "arguments": '{"path": "a.py"}'}}]},
-        {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1"},
-        {"role": "assistant", "content": f"Fixed bug {i}."}]})
+    return json.dumps(
+        {
+            "messages": [
+                {"role": "system", "content": "You are a coding agent."},
+                {"role": "user", "content": f"Fix bug {i}"},
+                {
+                    "role": "assistant",
+                    "content": None,
+                    "tool_calls": [
+                        {
+                            "id": f"c{i}",
+                            "type": "function",
+                            "function": {"name": "read_file", "arguments": '{"path": "a.py"}'},
+                        }
+                    ],
+                },
+                {"role": "tool", "tool_call_id": f"c{i}", "content": "x = 1"},
+                {"role": "assistant", "content": f"Fixed bug {i}."},
+            ]
+        }
+    )
 
 
 @pytest.fixture
@@ -140,23 +154,36 @@ def test_format_choices_match_the_importers():
     from workbench import importers
 
     assert FORMAT_CHOICES == ("auto", *importers.FORMATS)
-    assert format_names()[:len(FORMAT_CHOICES)] == FORMAT_CHOICES
+    assert format_names()[: len(FORMAT_CHOICES)] == FORMAT_CHOICES
 
 
 def test_a_locked_database_is_a_one_line_error(tmp_path):
     db = tmp_path / "wb.duckdb"
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys
         from workbench.store import Store
         store = Store({str(db)!r})
         print("ready", flush=True)
         sys.stdin.readline()
-    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
-        result = subprocess.run([sys.executable, "-m", "workbench", "sessions", "--db", str(db)],
-                                capture_output=True, text=True, timeout=60,
-                                env={**os.environ, "WORKBENCH_LOCK_WAIT": "0.5"})  # not the default 10 s
+        result = subprocess.run(
+            [sys.executable, "-m", "workbench", "sessions", "--db", str(db)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "WORKBENCH_LOCK_WAIT": "0.5"},
+        )  # not the default 10 s
     finally:
         holder.communicate("\n", timeout=30)
     assert result.returncode == 1
@@ -165,12 +192,13 @@ def test_a_locked_database_is_a_one_line_error(tmp_path):
 
 
 def test_help_is_cheap_to_start():
-    code = ("import sys, workbench.cli; "
-            "print([m for m in ('pandas', 'litellm', 'streamlit', 'pyarrow', 'tiktoken') if m in sys.modules])")
+    code = (
+        "import sys, workbench.cli; "
+        "print([m for m in ('pandas', 'litellm', 'streamlit', 'pyarrow', 'tiktoken') if m in sys.modules])"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "[]", out.stderr
-    help_run = subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, text=True,
-                              timeout=60)
+    help_run = subprocess.run([sys.executable, "-m", "workbench", "--help"], capture_output=True, text=True, timeout=60)
     assert help_run.returncode == 0
     for command in ("import", "sessions", "init"):
         assert command in help_run.stdout
@@ -213,8 +241,9 @@ def test_replay_prints_calls_and_compactions_from_a_toml_file(runner, sample_db,
     result = runner.invoke(main, ["replay", row["id"][:8], "--config", str(spec), "--db", db])
     assert result.exit_code == 0, result.output
     lines = result.output.splitlines()
-    assert lines[0].startswith(f"session {row['id']} (openai, {row['calls']} calls) "
-                               f"under 'utilization+summarize_split'")
+    assert lines[0].startswith(
+        f"session {row['id']} (openai, {row['calls']} calls) under 'utilization+summarize_split'"
+    )
     assert sum(1 for line in lines if line.split()[:1] and line.split()[0].isdigit()) > row["calls"]
     assert "[COMPACT SUMMARY]" in result.output and "billed input" in result.output
 
@@ -244,20 +273,24 @@ def test_replay_shows_what_each_compaction_kept_and_labels_the_offline_summaries
     header = next(line for line in text.output.splitlines() if line.startswith("call "))
     assert "task state" in header and "lexical kept" in header and "needed kept" in header
     assert "lexical facts removed (paths, identifiers, numbers, commands)" in text.output
-    first = next(line for line in text.output.splitlines() if line.split()[:1] == [str(expected.compactions[0]
-                                                                                       .call_index)])
+    first = next(
+        line for line in text.output.splitlines() if line.split()[:1] == [str(expected.compactions[0].call_index)]
+    )
     assert f"{expected.compaction_metrics[0]['fact_retention']:.2f}" in first
     assert f"lexical facts kept {expected.metrics['fact_retention']:.3f}" in text.output
     assert f"task state stated {expected.metrics['task_state_coverage']:.3f}" in text.output
     assert "Summaries by workbench/extractive: the offline extractive baseline (not a model)" in text.output
-    data = json.loads(runner.invoke(main, ["replay", row["id"], "--config", REPLAY_TOML, "--db", db, "--json",
-                                           "--no-calls"]).output)
+    data = json.loads(
+        runner.invoke(main, ["replay", row["id"], "--config", REPLAY_TOML, "--db", db, "--json", "--no-calls"]).output
+    )
     assert data["note"] == expected.baseline_note() and "offline extractive baseline" in data["note"]
-    assert [c["fact_retention"] for c in data["compactions"]] == \
-        [m["fact_retention"] for m in expected.compaction_metrics]
+    assert [c["fact_retention"] for c in data["compactions"]] == [
+        m["fact_retention"] for m in expected.compaction_metrics
+    ]
     assert data["compactions"][0]["lost_facts"] == expected.compaction_metrics[0]["lost_facts"]
-    window = REPLAY_TOML.replace('{ kind = "summarize_split", preserve = 0.4 }',
-                                 '{ kind = "sliding_window", window = 4 }')
+    window = REPLAY_TOML.replace(
+        '{ kind = "summarize_split", preserve = 0.4 }', '{ kind = "sliding_window", window = 4 }'
+    )
     plain = runner.invoke(main, ["replay", row["id"], "--config", window, "--db", db, "--no-calls"])
     assert plain.exit_code == 0 and "lexical facts kept" in plain.output and "offline extractive" not in plain.output
 
@@ -279,10 +312,24 @@ def test_replay_computes_the_model_metrics_asked_for_and_caches_their_answers(ru
 
     db, row = sample_db
     with FakeOpenAI(responder=_evaluator_answers) as server:
-        config = (REPLAY_TOML + 'evaluator = "openai/fake-judge"\n'
-                  f'evaluator_options = {{ api_base = "{server.api_base}", api_key = "sk-dummy" }}\n')
-        asked = ["replay", row["id"], "--config", config, "--db", db, "--json", "--no-calls",
-                 "--metric", "judge_score", "--metric", "probe_accuracy"]
+        config = (
+            REPLAY_TOML + 'evaluator = "openai/fake-judge"\n'
+            f'evaluator_options = {{ api_base = "{server.api_base}", api_key = "sk-dummy" }}\n'
+        )
+        asked = [
+            "replay",
+            row["id"],
+            "--config",
+            config,
+            "--db",
+            db,
+            "--json",
+            "--no-calls",
+            "--metric",
+            "judge_score",
+            "--metric",
+            "probe_accuracy",
+        ]
         first = runner.invoke(main, asked)
         assert first.exit_code == 0, first.output
         metrics = json.loads(first.output)["metrics"]
@@ -308,8 +355,9 @@ def test_replay_takes_a_preset_by_name(runner, sample_db):
     data = json.loads(result.output)
     assert data["config"]["name"] == "ptc-runner-trim" and data["config"]["strategy"]["kind"] == "trim"
     with Store(db) as store:
-        assert data["metrics"] == json.loads(json.dumps(wb.replay(store.load_session(row["id"]),
-                                                                  wb.preset("ptc-runner-trim")).metrics))
+        assert data["metrics"] == json.loads(
+            json.dumps(wb.replay(store.load_session(row["id"]), wb.preset("ptc-runner-trim")).metrics)
+        )
     typo = runner.invoke(main, ["replay", row["id"], "--config", "ptc-runner-trin", "--db", db])
     assert typo.exit_code == 2 and "did you mean 'ptc-runner-trim'?" in typo.output
 
@@ -318,8 +366,9 @@ def test_replay_errors_are_one_line(runner, sample_db):
     db, row = sample_db
     unknown = runner.invoke(main, ["replay", "zzzz", "--config", REPLAY_TOML, "--db", db])
     assert unknown.exit_code == 2 and "no session 'zzzz'" in unknown.output
-    typo = runner.invoke(main, ["replay", row["id"], "--config", REPLAY_TOML.replace("preserve", "preserv"),
-                                "--db", db])
+    typo = runner.invoke(
+        main, ["replay", row["id"], "--config", REPLAY_TOML.replace("preserve", "preserv"), "--db", db]
+    )
     assert typo.exit_code == 2 and "unknown parameter 'preserv'" in typo.output
     assert "Traceback" not in typo.output
 
@@ -394,12 +443,14 @@ def test_usage_errors_are_json_under_json(runner, tmp_path):
     assert unknown_command.exit_code == 2 and "replays" in json.loads(unknown_command.stdout)["error"]["message"]
     text = runner.invoke(main, ["replay", "abc"])
     assert text.exit_code == 2 and "--config" in text.stderr and not text.stdout
-    bad_format = runner.invoke(main, ["import", str(tmp_path), "--format", "nope", "--json",
-                                      "--db", str(tmp_path / "wb.duckdb")])
+    bad_format = runner.invoke(
+        main, ["import", str(tmp_path), "--format", "nope", "--json", "--db", str(tmp_path / "wb.duckdb")]
+    )
     assert bad_format.exit_code == 2 and "unknown format 'nope'" in json.loads(bad_format.stdout)["error"]["message"]
     assert not (tmp_path / "wb.duckdb").exists()
-    alias = runner.invoke(main, ["import", str(tmp_path), "--format", "openai-chat",
-                                 "--db", str(tmp_path / "a.duckdb")])
+    alias = runner.invoke(
+        main, ["import", str(tmp_path), "--format", "openai-chat", "--db", str(tmp_path / "a.duckdb")]
+    )
     assert alias.exit_code == 1 and "no session file found" in alias.stderr, alias.output  # accepted, nothing found
 
 
@@ -431,8 +482,9 @@ def _compaction_count(text: str) -> int:
     return int(line.split()[0])
 
 
-@pytest.mark.parametrize("spec, status, termination", [(NO_LLM_TOML, 0, "completed"),
-                                                       (OVERFLOW_TOML, 1, "context_overflow")])
+@pytest.mark.parametrize(
+    "spec, status, termination", [(NO_LLM_TOML, 0, "completed"), (OVERFLOW_TOML, 1, "context_overflow")]
+)
 def test_replay_exit_status_and_compaction_counts_agree(runner, sample_db, spec, status, termination):
     db, row = sample_db
     text = runner.invoke(main, ["replay", row["id"], "--config", spec, "--db", db])
@@ -442,10 +494,12 @@ def test_replay_exit_status_and_compaction_counts_agree(runner, sample_db, spec,
     assert result["termination"] == termination
     assert text.stdout.splitlines()[0].endswith(termination)
     done = [e for e in result["compactions"] if not e.get("error") and not e["noop"]]
-    assert _compaction_count(text.stdout) == result["compaction_count"] == len(done) == \
-        result["metrics"]["compactions"]
-    assert result["noop_compactions"] == result["metrics"]["noop_compactions"] == \
-        sum(1 for e in result["compactions"] if e["noop"])
+    assert _compaction_count(text.stdout) == result["compaction_count"] == len(done) == result["metrics"]["compactions"]
+    assert (
+        result["noop_compactions"]
+        == result["metrics"]["noop_compactions"]
+        == sum(1 for e in result["compactions"] if e["noop"])
+    )
     if termination == "completed":
         assert result["compaction_count"] > 0
     else:
@@ -454,10 +508,12 @@ def test_replay_exit_status_and_compaction_counts_agree(runner, sample_db, spec,
 
 def test_no_calls_omits_the_calls(runner, sample_db):
     db, row = sample_db
-    with_calls = json.loads(runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db,
-                                                 "--json"]).stdout)
-    without = json.loads(runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db,
-                                              "--json", "--no-calls"]).stdout)
+    with_calls = json.loads(
+        runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db, "--json"]).stdout
+    )
+    without = json.loads(
+        runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db, "--json", "--no-calls"]).stdout
+    )
     assert len(with_calls["calls"]) == row["calls"]
     assert "calls" not in without and without["metrics"] == with_calls["metrics"]
     text = runner.invoke(main, ["replay", row["id"], "--config", NO_LLM_TOML, "--db", db, "--no-calls"]).stdout
@@ -469,6 +525,7 @@ def test_no_calls_omits_the_calls(runner, sample_db):
 # --------------------------------------------------------------------------------------------
 # What import reports: ignored files, live sessions
 # --------------------------------------------------------------------------------------------
+
 
 def test_import_names_every_file_it_ignored_and_why(runner, tmp_path):
     folder = tmp_path / "in"
@@ -486,10 +543,15 @@ def test_import_names_every_file_it_ignored_and_why(runner, tmp_path):
     assert "configuration file" in lines[str(folder / "package.json")]
     assert "not a session file type" in lines[str(folder / "README.md")]
     assert "matches no known session format" in lines[str(folder / "notes.json")]
-    report = json.loads(runner.invoke(main, ["import", str(folder), "--json", "--db",
-                                             str(tmp_path / "wb.duckdb")]).stdout)
-    assert {s["path"].rsplit("/", 1)[-1] for s in report["skipped"]} == {".git", "package.json", "README.md",
-                                                                           "notes.json"}
+    report = json.loads(
+        runner.invoke(main, ["import", str(folder), "--json", "--db", str(tmp_path / "wb.duckdb")]).stdout
+    )
+    assert {s["path"].rsplit("/", 1)[-1] for s in report["skipped"]} == {
+        ".git",
+        "package.json",
+        "README.md",
+        "notes.json",
+    }
     quiet = runner.invoke(main, ["import", str(folder), "--quiet", "--db", str(tmp_path / "wb.duckdb")])
     assert quiet.exit_code == 0 and quiet.stderr == ""
 
@@ -594,8 +656,9 @@ def _interrupt(script: str, marker, args: list[str], stop: int | None = None) ->
     import signal
     import time
 
-    process = subprocess.Popen([sys.executable, "-c", script, str(marker), *args], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [sys.executable, "-c", script, str(marker), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     deadline = time.monotonic() + 60
     while not marker.exists() and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.02)
@@ -611,7 +674,8 @@ def _assert_whole(db) -> int:
             SELECT s.id, s.message_count, count(m.idx), coalesce(max(m.idx), -1)
             FROM sessions s LEFT JOIN messages m ON m.session_id = s.id GROUP BY ALL""").fetchall()
         orphans = store.connection.execute(
-            "SELECT count(*) FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)").fetchall()[0][0]
+            "SELECT count(*) FROM messages WHERE session_id NOT IN (SELECT id FROM sessions)"
+        ).fetchall()[0][0]
     assert orphans == 0
     assert all(n == stored == last + 1 for _, n, stored, last in rows)
     return len(rows)
@@ -629,8 +693,12 @@ def test_ctrl_c_during_import_keeps_whole_sessions_only(tmp_path):
     assert "Traceback" not in result.stderr
     stored = _assert_whole(db)
     assert 30 <= stored < 100
-    again = subprocess.run([sys.executable, "-m", "workbench", "import", str(folder), "--db", str(db), "--json"],
-                           capture_output=True, text=True, timeout=120)
+    again = subprocess.run(
+        [sys.executable, "-m", "workbench", "import", str(folder), "--db", str(db), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["sessions"] == 100 - stored
     assert _assert_whole(db) == 100
@@ -642,8 +710,12 @@ def test_ctrl_c_or_sigterm_during_replay_exits_130(tmp_path, sample_db, stop):
 
     db, row = sample_db
     config = 'trigger = { kind = "token_threshold", threshold = 1 }\nstrategy = { kind = "slow_test_strategy" }'
-    result = _interrupt(SLOW_REPLAY, tmp_path / "marker", ["replay", row["id"], "--config", config, "--db", db],
-                        stop=getattr(signal, stop))
+    result = _interrupt(
+        SLOW_REPLAY,
+        tmp_path / "marker",
+        ["replay", row["id"], "--config", config, "--db", db],
+        stop=getattr(signal, stop),
+    )
     assert result.returncode == 130, result.stderr
     assert result.stderr.strip().splitlines() == ["error: interrupted; nothing partial was written"]
     assert result.stdout == ""
@@ -651,8 +723,9 @@ def test_ctrl_c_or_sigterm_during_replay_exits_130(tmp_path, sample_db, stop):
 
 
 def test_repr_of_a_stored_session_is_one_short_line(tmp_path):
-    long_line = json.dumps({"messages": [{"role": "user", "content": "x" * 200_000},
-                                         {"role": "assistant", "content": "ok"}]})
+    long_line = json.dumps(
+        {"messages": [{"role": "user", "content": "x" * 200_000}, {"role": "assistant", "content": "ok"}]}
+    )
     (tmp_path / "big.jsonl").write_text(long_line + "\n")
     with Store(tmp_path / "wb.duckdb") as store:
         store.import_paths([tmp_path / "big.jsonl"])
@@ -676,10 +749,24 @@ def test_make_clean_never_deletes_a_database():
     assert "duckdb" not in recipe.stdout and "data" not in recipe.stdout.replace("__pycache__", "")
 
 
-@pytest.mark.parametrize(("value", "numeric"), [
-    (3, True), (2.5, True), (None, True), ("", True), ("1,234", True), ("-1,844", True), ("$0.0123", True),
-    ("57%", True), ("0.863", True), (True, False), ("completed", False), ("[0, 6]", False), ("2 differ/5 same", False),
-])
+@pytest.mark.parametrize(
+    ("value", "numeric"),
+    [
+        (3, True),
+        (2.5, True),
+        (None, True),
+        ("", True),
+        ("1,234", True),
+        ("-1,844", True),
+        ("$0.0123", True),
+        ("57%", True),
+        ("0.863", True),
+        (True, False),
+        ("completed", False),
+        ("[0, 6]", False),
+        ("2 differ/5 same", False),
+    ],
+)
 def test_numbers_and_numbers_written_out_count_as_numeric(value, numeric):
     from workbench.cli.common import _numeric
 
@@ -689,8 +776,10 @@ def test_numbers_and_numbers_written_out_count_as_numeric(value, numeric):
 def test_tables_right_align_numbers_even_when_written_out(capsys):
     from workbench.cli.common import print_table
 
-    print_table([{"config": "a", "tokens": "1,234,567", "share": "57%"},
-                 {"config": "longer", "tokens": "89", "share": ""}], ["config", "tokens", "share"])
+    print_table(
+        [{"config": "a", "tokens": "1,234,567", "share": "57%"}, {"config": "longer", "tokens": "89", "share": ""}],
+        ["config", "tokens", "share"],
+    )
     lines = capsys.readouterr().out.splitlines()
     assert lines == ["config     tokens  share", "a       1,234,567    57%", "longer         89"]
 
@@ -703,15 +792,17 @@ def test_replay_shows_the_billed_input_beside_the_replayed_tokens_when_the_recor
     lines = result.output.splitlines()
     assert lines[1].startswith("billed input "), "the totals come right after the header"
     at = next(i for i, line in enumerate(lines) if line.startswith("per call ("))
-    header, first = lines[at + 1:at + 3]
+    header, first = lines[at + 1 : at + 3]
     assert header.split()[-2:] == ["recorded", "input"] and "agent compacted" not in header
     with Store(str(db)) as store:
         billed = wb.replay(store.load_session(ids[0]), REPLAY_TOML).recorded_columns()[0]
     assert first.split()[-1] == str(billed[0]) and billed[0] is not None
 
 
-MASK_EVERY_CALL = 'name = "mask"\ntrigger = { kind = "pressure", turns = 1 }\n' \
-                  'strategy = { kind = "observation_masking", keep_recent = 3 }\ncontext_limit = 20000'
+MASK_EVERY_CALL = (
+    'name = "mask"\ntrigger = { kind = "pressure", turns = 1 }\n'
+    'strategy = { kind = "observation_masking", keep_recent = 3 }\ncontext_limit = 20000'
+)
 
 
 def test_replay_lists_only_the_compactions_that_changed_the_context_and_counts_the_noops(runner, tmp_path):
@@ -733,18 +824,26 @@ def test_replay_lists_only_the_compactions_that_changed_the_context_and_counts_t
     text = runner.invoke(main, ["replay", sessions[1].id, "--config", MASK_EVERY_CALL, "--db", db, "--no-calls"])
     assert text.exit_code == 0, text.output
     assert f"{len(changed)} compaction(s); {noops} no-op firing(s) not listed" in text.stdout
-    rows = [line.split()[0] for line in text.stdout.split("no-op firing(s)")[1].splitlines()[2:]
-            if line.split()[:1] and line.split()[0].isdigit()]
+    rows = [
+        line.split()[0]
+        for line in text.stdout.split("no-op firing(s)")[1].splitlines()[2:]
+        if line.split()[:1] and line.split()[0].isdigit()
+    ]
     assert rows == [str(e.call_index) for e in changed]
     assert "found nothing to change" not in text.stderr
 
     nothing = runner.invoke(main, ["replay", sessions[0].id, "--config", MASK_EVERY_CALL, "--db", db, "--no-calls"])
     assert nothing.exit_code == 0 and "0 compaction(s); 5 no-op firing(s) not listed" in nothing.stdout
     said = [line for line in nothing.stderr.splitlines() if "found nothing" in line]
-    assert said == ["warning: 'mask' (observation_masking) found nothing to change in this session: its trigger "
-                    "fired 5 times and every compaction left the context as it was"]
-    data = json.loads(runner.invoke(main, ["replay", sessions[0].id, "--config", MASK_EVERY_CALL, "--db", db,
-                                           "--json", "--no-calls"]).stdout)
+    assert said == [
+        "warning: 'mask' (observation_masking) found nothing to change in this session: its trigger "
+        "fired 5 times and every compaction left the context as it was"
+    ]
+    data = json.loads(
+        runner.invoke(
+            main, ["replay", sessions[0].id, "--config", MASK_EVERY_CALL, "--db", db, "--json", "--no-calls"]
+        ).stdout
+    )
     assert (data["compaction_count"], data["noop_compactions"], data["metrics"]["compactions"]) == (0, 5, 0)
     assert all(event["noop"] for event in data["compactions"]) and "this session" in data["noop_note"]
 
@@ -760,8 +859,9 @@ def test_run_and_compare_say_what_replays_that_stopped_early_left_out(runner, ea
     assert shown.exit_code == 0, shown.output
     run_id = shown.output.split()[1].rstrip(":")
     note = complete_pairs(results(run_id, str(db))).note
-    assert note.startswith("Compared on 1 of 3 sessions where every config completed; left out: raw 2 "
-                           "(context_overflow).")
+    assert note.startswith(
+        "Compared on 1 of 3 sessions where every config completed; left out: raw 2 (context_overflow)."
+    )
     assert note in shown.output
     rows = {line.split()[0]: line.split() for line in shown.output.splitlines() if line.startswith(("clear", "raw"))}
     billed = 4  # config, cells, completed, compactions, then billed_input_tokens
@@ -774,6 +874,7 @@ def test_run_and_compare_say_what_replays_that_stopped_early_left_out(runner, ea
     assert as_json["complete_pairs"]["left_out"] == {"clear": {}, "raw": {"context_overflow": 2}}
     compared = invoke(runner, "compare", run_id, "--db", db)
     assert "1 paired session(s)" in compared.output.splitlines()[0]
-    assert "Compared on 1 of 3 sessions where both sides completed; left out: raw 2 (context_overflow)." \
-        in compared.output
+    assert (
+        "Compared on 1 of 3 sessions where both sides completed; left out: raw 2 (context_overflow)." in compared.output
+    )
     assert "3 paired session(s)" in invoke(runner, "compare", run_id, "--db", db, "--all-sessions").output

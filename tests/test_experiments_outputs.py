@@ -40,8 +40,10 @@ def test_compare_two_configs_reads_each_metric_in_its_direction(grid_run):
     assert billed.p_value == pytest.approx(0.25) and billed.verdict == "B better, not significant"
     same = result.metric("calls")
     assert same.mean_delta == 0 and same.verdict == "no clear change"
-    assert compare(run.id, configs=("clear-4", "clear-12"), db=str(db)).metric("billed_input_tokens").verdict \
+    assert (
+        compare(run.id, configs=("clear-4", "clear-12"), db=str(db)).metric("billed_input_tokens").verdict
         == "B worse, not significant"
+    )
 
 
 def test_results_whose_summaries_the_offline_baseline_wrote_say_so(grid_run):
@@ -54,28 +56,56 @@ def test_results_whose_summaries_the_offline_baseline_wrote_say_so(grid_run):
     assert compare(run.id, configs=("clear-12", "clear-4"), db=str(db)).note is None
     regress(spec, db=str(db), update=True)
     assert note in regress(spec, db=str(db)).notes
-    windows = run_experiment({"name": "windows", "dataset": "grid", "config": [
-        {"name": "clear", "trigger": {"kind": "utilization", "ratio": 0.5},
-         "strategy": {"kind": "hard_clear", "keep_recent": 6}, "context_limit": 6000, "max_output": 500}]},
-        db=str(db))
+    windows = run_experiment(
+        {
+            "name": "windows",
+            "dataset": "grid",
+            "config": [
+                {
+                    "name": "clear",
+                    "trigger": {"kind": "utilization", "ratio": 0.5},
+                    "strategy": {"kind": "hard_clear", "keep_recent": 6},
+                    "context_limit": 6000,
+                    "max_output": 500,
+                }
+            ],
+        },
+        db=str(db),
+    )
     assert windows.summaries_note() is None
     assert "offline extractive" not in export(windows.id, "html", db.parent / "windows.html", db=str(db)).read_text()
 
 
 def test_compare_two_runs_pairs_cells_by_session_config_and_repeat(grid_run, grid_db):
     db, _, _, run = grid_run
-    other = run_experiment({"name": "other", "dataset": "grid", "config": [
-        {"name": "clear-4", "trigger": {"kind": "utilization", "ratio": 0.5},
-         "strategy": {"kind": "hard_clear", "keep_recent": 6}, "context_limit": 6000, "max_output": 500}]},
-        db=str(db))
+    other = run_experiment(
+        {
+            "name": "other",
+            "dataset": "grid",
+            "config": [
+                {
+                    "name": "clear-4",
+                    "trigger": {"kind": "utilization", "ratio": 0.5},
+                    "strategy": {"kind": "hard_clear", "keep_recent": 6},
+                    "context_limit": 6000,
+                    "max_output": 500,
+                }
+            ],
+        },
+        db=str(db),
+    )
     result = compare(run.id, other.id, db=str(db))
     assert result.sessions == result.cells == 3
     assert result.metric("billed_input_tokens").pairs == 3
     assert result.unmatched[run.id] == 6
     with_itself = compare(run.id, run.id, db=str(db))  # every config pairs: 3 configs x 3 sessions
     assert (with_itself.sessions, with_itself.cells, with_itself.metric("calls").pairs) == (3, 9, 9)
-    shown = subprocess.run([sys.executable, "-m", "workbench", "--db", str(db), "compare", run.id, run.id],
-                           capture_output=True, text=True, check=True).stdout
+    shown = subprocess.run(
+        [sys.executable, "-m", "workbench", "--db", str(db), "compare", run.id, run.id],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert ": 9 paired cells (3 session(s)), 95 % bootstrap intervals" in shown.splitlines()[0]
 
 
@@ -100,37 +130,51 @@ def test_paired_interval_and_p_value_on_known_data():
     strict = compare_frames(a, b, metrics=["fact_retention"], confidence=0.999).metric("fact_retention")
     assert strict.alpha == pytest.approx(0.001) and strict.verdict == "B better, not significant"  # 2/256 > 0.001
     noisy = a.assign(fact_retention=[0.6, 0.4, 0.55, 0.45, 0.5, 0.52, 0.48, 0.5])
-    assert compare_frames(a, noisy, metrics=["fact_retention"]).metric("fact_retention").verdict \
-        == "no clear difference"
+    assert (
+        compare_frames(a, noisy, metrics=["fact_retention"]).metric("fact_retention").verdict == "no clear difference"
+    )
 
 
 def test_pairs_where_a_side_stopped_early_are_left_out_and_said():
     """A side whose replays stopped early has totals over fewer calls: by default the comparison keeps the
     sessions both sides completed and says what it left out; with `complete_only=False` it keeps them all
     and says they are in."""
-    a = pd.DataFrame({"session_id": list("abcd"), "repeat": 0, "termination": "completed",
-                      "billed_input_tokens": [900, 950, 1000, 980]})
-    b = a.assign(termination=["context_overflow", "completed", "context_overflow", "context_overflow"],
-                 billed_input_tokens=[300, 940, 310, 290])
+    a = pd.DataFrame(
+        {
+            "session_id": list("abcd"),
+            "repeat": 0,
+            "termination": "completed",
+            "billed_input_tokens": [900, 950, 1000, 980],
+        }
+    )
+    b = a.assign(
+        termination=["context_overflow", "completed", "context_overflow", "context_overflow"],
+        billed_input_tokens=[300, 940, 310, 290],
+    )
     result = compare_frames(a, b, a_label="window-5", b_label="window-40")
     assert result.stopped == {"window-5": 0, "window-40": 3}
     billed = result.metric("billed_input_tokens")
     assert (result.sessions, billed.pairs, billed.mean_delta) == (1, 1, -10)  # session b alone
-    assert result.stopped_note == ("Compared on 1 of 4 sessions where both sides completed; left out: window-40 3 "
-                                   f"(context_overflow). {STOPPED_EARLY}")
+    assert result.stopped_note == (
+        "Compared on 1 of 4 sessions where both sides completed; left out: window-40 3 "
+        f"(context_overflow). {STOPPED_EARLY}"
+    )
     assert result.to_dict()["left_out"] == {"window-5": {}, "window-40": {"context_overflow": 3}}
     every = compare_frames(a, b, a_label="window-5", b_label="window-40", complete_only=False)
     assert every.metric("billed_input_tokens").pairs == 4 and not every.complete_only
-    assert every.stopped_note.startswith("Compared on all 4 sessions, replays that stopped early included; stopped "
-                                         "early: window-40 3 (context_overflow).")
+    assert every.stopped_note.startswith(
+        "Compared on all 4 sessions, replays that stopped early included; stopped "
+        "early: window-40 3 (context_overflow)."
+    )
     assert compare_frames(a, a).stopped_note is None
     assert compare_frames(a.drop(columns="termination"), b.drop(columns="termination")).stopped == {}
 
 
 def test_compare_and_export_refuse_what_they_cannot_do(grid_run, tmp_path):
     db, _, _, run = grid_run
-    with pytest.raises(ConfigError, match="configs takes two config names, as in configs=\\('A', 'B'\\), not the "
-                                          "string 'clear-4'"):
+    with pytest.raises(
+        ConfigError, match="configs takes two config names, as in configs=\\('A', 'B'\\), not the string 'clear-4'"
+    ):
         compare(run.id, configs="clear-4", db=str(db))
     for format in ("json", "html"):
         with pytest.raises(ConfigError, match=f"a {format} export holds the whole run .* takes no level"):
@@ -150,8 +194,14 @@ def test_a_spec_without_a_file_is_told_how_to_make_its_baseline(grid_db):
 def test_cost_versus_quality_draws_a_free_run_against_billed_tokens():
     from workbench.experiments import charts
 
-    results = pd.DataFrame({"config": ["a", "a", "b", "b"], "cost_usd": [0.0] * 4,
-                            "billed_input_tokens": [100, 120, 300, 280], "needed_fact_retention": [0.4, 0.5, 0.9, 0.8]})
+    results = pd.DataFrame(
+        {
+            "config": ["a", "a", "b", "b"],
+            "cost_usd": [0.0] * 4,
+            "billed_input_tokens": [100, 120, 300, 280],
+            "needed_fact_retention": [0.4, 0.5, 0.9, 0.8],
+        }
+    )
     figure = charts.cost_quality(results)
     assert figure is not None and figure.layout.xaxis.title.text.startswith("billed_input_tokens")
     assert list(figure.data[0].x) == [110, 290]
@@ -160,15 +210,21 @@ def test_cost_versus_quality_draws_a_free_run_against_billed_tokens():
     assert charts.pick_metric(["cost_usd"], charts.COST_PREFERENCE, results) == "cost_usd"  # the only one there
 
 
-@pytest.mark.parametrize(("xs", "ys", "expected"), [
-    # the reference designs on the samples: two summaries cost and keep about the same
-    ([378_780, 867_894, 977_007, 2_097_925], [0.289, 0.95, 0.944, 0.983],
-     ["top center", "top center", "bottom center", "top center"]),
-    ([100, 200, 300], [0.1, 0.5, 0.9], ["top center"] * 3),  # far apart: every label above its point
-    ([100, 105, 110, 200], [0.5] * 4, ["top center", "bottom center", "bottom center", "top center"]),
-    ([5], [0.5], ["top center"]),
-    ([], [], []),
-])
+@pytest.mark.parametrize(
+    ("xs", "ys", "expected"),
+    [
+        # the reference designs on the samples: two summaries cost and keep about the same
+        (
+            [378_780, 867_894, 977_007, 2_097_925],
+            [0.289, 0.95, 0.944, 0.983],
+            ["top center", "top center", "bottom center", "top center"],
+        ),
+        ([100, 200, 300], [0.1, 0.5, 0.9], ["top center"] * 3),  # far apart: every label above its point
+        ([100, 105, 110, 200], [0.5] * 4, ["top center", "bottom center", "bottom center", "top center"]),
+        ([5], [0.5], ["top center"]),
+        ([], [], []),
+    ],
+)
 def test_labels_of_nearby_points_go_below_rather_than_over_each_other(xs, ys, expected):
     from workbench.experiments import charts
 
@@ -176,8 +232,10 @@ def test_labels_of_nearby_points_go_below_rather_than_over_each_other(xs, ys, ex
 
 
 def test_pareto_front_keeps_only_undominated_configs():
-    points = pd.DataFrame({"billed_input_tokens": [100, 200, 150, 300], "fact_retention": [0.5, 0.9, 0.4, 0.8]},
-                          index=["cheap", "good", "dominated", "worse"])
+    points = pd.DataFrame(
+        {"billed_input_tokens": [100, 200, 150, 300], "fact_retention": [0.5, 0.9, 0.4, 0.8]},
+        index=["cheap", "good", "dominated", "worse"],
+    )
     assert list(pareto_front(points, "billed_input_tokens", "fact_retention").index) == ["cheap", "good"]
 
 
@@ -196,15 +254,23 @@ def test_exports_in_all_four_formats_open(grid_run, tmp_path):
     details = [c["details"] for c in document["compactions"] if c["details"] is not None]
     assert details and all(isinstance(d, dict) for d in details)  # objects, not JSON text inside the JSON
     report = export(run.id, "html", tmp_path / "r.html", db=str(db)).read_text()
-    assert report.count("Plotly.newPlot") >= 2 and "<script src=\"http" not in report
+    assert report.count("Plotly.newPlot") >= 2 and '<script src="http' not in report
     assert "offline extractive baseline" in report
     assert not list(tmp_path.glob("**/.*.partial"))
 
 
-@pytest.mark.parametrize(("name", "expected"), [
-    ("r.csv", "csv"), ("r.parquet", "parquet"), ("r.pq", "parquet"), ("out/r.json", "json"),
-    ("Report.HTML", "html"), ("r.htm", "html"), ("r.tar.csv", "csv"),
-])
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("r.csv", "csv"),
+        ("r.parquet", "parquet"),
+        ("r.pq", "parquet"),
+        ("out/r.json", "json"),
+        ("Report.HTML", "html"),
+        ("r.htm", "html"),
+        ("r.tar.csv", "csv"),
+    ],
+)
 def test_format_of_reads_the_file_ending(name, expected):
     assert format_of(name) == expected
 
@@ -241,8 +307,14 @@ def test_export_refuses_a_folder_or_a_path_under_a_file(grid_run, tmp_path, form
 def test_the_token_chart_draws_the_billed_input_once_when_the_recording_has_it():
     from workbench.experiments import charts
 
-    calls = pd.DataFrame({"config": ["a", "a", "a", "b", "b"], "call_index": [0, 1, 2, 0, 1],
-                          "context_tokens": [5, 6, 7, 5, 9], "recorded_input_tokens": [50, None, 70, 50, None]})
+    calls = pd.DataFrame(
+        {
+            "config": ["a", "a", "a", "b", "b"],
+            "call_index": [0, 1, 2, 0, 1],
+            "context_tokens": [5, 6, 7, 5, 9],
+            "recorded_input_tokens": [50, None, 70, 50, None],
+        }
+    )
     billed = [t for t in charts.token_curves(calls).data if t.name == charts.RECORDED_INPUT_TRACE]
     assert [(list(t.x), list(t.y), t.visible) for t in billed] == [([0, 2], [50, 70], True)]
     small_window = charts.token_curves(calls, context_limit=40).data
@@ -255,8 +327,15 @@ def test_a_replay_that_stopped_early_ends_its_token_curve_in_a_labelled_marker()
     from workbench.experiments import charts
     from workbench.experiments.export import report_html
 
-    calls = pd.DataFrame({"session_id": ["s"] * 5, "config": ["long", "long", "long", "short", "short"],
-                          "repeat": [0] * 5, "call_index": [0, 1, 2, 0, 1], "context_tokens": [5, 6, 7, 5, 9]})
+    calls = pd.DataFrame(
+        {
+            "session_id": ["s"] * 5,
+            "config": ["long", "long", "long", "short", "short"],
+            "repeat": [0] * 5,
+            "call_index": [0, 1, 2, 0, 1],
+            "context_tokens": [5, 6, 7, 5, 9],
+        }
+    )
     reason = "context_overflow: call 2: context <9> + max_output 4 exceeds context_limit 12"
     figure = charts.token_curves(calls, stopped={"short": reason})
     ends = [t for t in figure.data if (t.name or "").endswith(" stopped")]
@@ -264,10 +343,16 @@ def test_a_replay_that_stopped_early_ends_its_token_curve_in_a_labelled_marker()
     assert "stopped after call 1" in ends[0].hovertext[0] and "&lt;9&gt;" in ends[0].hovertext[0]
     assert not [t for t in charts.token_curves(calls).data if (t.name or "").endswith(" stopped")]
 
-    results = pd.DataFrame({"session_id": ["s", "s"], "config": ["long", "short"], "repeat": [0, 0],
-                            "termination": ["completed", "context_overflow"],
-                            "error": [None, "call 2: context 9 + max_output 4 exceeds context_limit 12"],
-                            "billed_input_tokens": [18, 14]})
+    results = pd.DataFrame(
+        {
+            "session_id": ["s", "s"],
+            "config": ["long", "short"],
+            "repeat": [0, 0],
+            "termination": ["completed", "context_overflow"],
+            "error": [None, "call 2: context 9 + max_output 4 exceeds context_limit 12"],
+            "billed_input_tokens": [18, 14],
+        }
+    )
     page = report_html("t", results, calls, pd.DataFrame())
     assert page.count("stopped after call") == 1 and "context_overflow: call 2: context 9" in page
 
@@ -275,13 +360,29 @@ def test_a_replay_that_stopped_early_ends_its_token_curve_in_a_labelled_marker()
 def test_html_report_escapes_session_text():
     from workbench.experiments.export import report_html
 
-    results = pd.DataFrame({"session_id": ["s"], "config": ["c"], "repeat": [0], "termination": ["completed"],
-                            "billed_input_tokens": [10]})
-    calls = pd.DataFrame({"session_id": ["s", "s"], "config": ["c", "c"], "repeat": [0, 0], "call_index": [0, 1],
-                          "context_tokens": [5, 6]})
-    compactions = pd.DataFrame({"session_id": ["s"], "config": ["c"], "repeat": [0], "call_index": [1],
-                                "tokens_before": [9], "tokens_after": [6],
-                                "summary": ["<script>alert('x')</script><b>bold</b>"]})
+    results = pd.DataFrame(
+        {"session_id": ["s"], "config": ["c"], "repeat": [0], "termination": ["completed"], "billed_input_tokens": [10]}
+    )
+    calls = pd.DataFrame(
+        {
+            "session_id": ["s", "s"],
+            "config": ["c", "c"],
+            "repeat": [0, 0],
+            "call_index": [0, 1],
+            "context_tokens": [5, 6],
+        }
+    )
+    compactions = pd.DataFrame(
+        {
+            "session_id": ["s"],
+            "config": ["c"],
+            "repeat": [0],
+            "call_index": [1],
+            "tokens_before": [9],
+            "tokens_after": [6],
+            "summary": ["<script>alert('x')</script><b>bold</b>"],
+        }
+    )
     page = report_html("t", results, calls, compactions)
     assert "<script>alert" not in page and "&lt;script&gt;alert" in page
 
@@ -296,8 +397,11 @@ def test_regress_passes_on_its_own_baseline_and_fails_readably_when_a_config_cha
     assert stored["summaries"]["split"]
     report = regress(spec, db=str(db))
     assert report.ok, report.text()
-    perturbed = spec.read_text().replace("preserve = 0.4", "preserve = 0.2").replace(
-        'matrix = { "strategy.keep_recent" = [4, 12] }', 'matrix = { "strategy.keep_recent" = [4, 20] }')
+    perturbed = (
+        spec.read_text()
+        .replace("preserve = 0.4", "preserve = 0.2")
+        .replace('matrix = { "strategy.keep_recent" = [4, 12] }', 'matrix = { "strategy.keep_recent" = [4, 20] }')
+    )
     changed = tmp_path / "tiny-grid-changed.toml"
     changed.write_text(perturbed)
     report = regress(changed, baseline=baseline, db=str(db))
@@ -344,8 +448,14 @@ def test_a_spec_without_tolerances_is_checked_on_task_state_coverage(grid_db, tm
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=600, env={**os.environ, "PYTHONPATH": str(REPO)})
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", *args],
+        capture_output=True,
+        text=True,
+        cwd=cwd,
+        timeout=600,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
 
 
 def test_cli_run_export_compare_regress(grid_db, tmp_path):
@@ -388,15 +498,18 @@ def test_the_pytest_plugin_gates_regressions_in_a_users_project(grid_db, tmp_pat
     db, spec, _ = grid_db
     project = tmp_path / "project"
     project.mkdir()
-    (project / "test_policy.py").write_text(textwrap.dedent(f"""
+    (project / "test_policy.py").write_text(
+        textwrap.dedent(f"""
         def test_summaries_hold(workbench_regress):
             report = workbench_regress({str(spec)!r}, db={str(db)!r})
             assert report.ok
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(project)]
-    update = subprocess.run(command, capture_output=True, text=True, cwd=project, timeout=600,
-                            env={**env, "WORKBENCH_REGRESS_UPDATE": "1"})
+    update = subprocess.run(
+        command, capture_output=True, text=True, cwd=project, timeout=600, env={**env, "WORKBENCH_REGRESS_UPDATE": "1"}
+    )
     assert update.returncode == 0, update.stdout
     passed = subprocess.run(command, capture_output=True, text=True, cwd=project, timeout=600, env=env)
     assert passed.returncode == 0 and "1 passed" in passed.stdout
@@ -417,8 +530,11 @@ def test_the_run_table_names_each_metric_once(grid_db, tmp_path):
 
     db, spec, _ = grid_db
     listed = tmp_path / "listed.toml"
-    listed.write_text(spec.read_text().replace('concurrency = 2\n',
-                                               'concurrency = 2\nmetrics = ["fact_retention", "compactions"]\n', 1))
+    listed.write_text(
+        spec.read_text().replace(
+            "concurrency = 2\n", 'concurrency = 2\nmetrics = ["fact_retention", "compactions"]\n', 1
+        )
+    )
     result = CliRunner().invoke(main, ["run", str(listed), "--db", str(db), "-q"])
     assert result.exit_code == 0, result.output
     header = next(line for line in result.stdout.splitlines() if line.startswith("config "))
@@ -427,18 +543,21 @@ def test_the_run_table_names_each_metric_once(grid_db, tmp_path):
     assert len(names) == len(set(names)) and "billed_input_tokens" in names
 
 
-@pytest.mark.parametrize(("metric", "shown"), [
-    ("completed", "%.0f%%"),
-    ("cost_usd", "$%.4f"),
-    ("summarizer_cost_usd", "$%.4f"),
-    ("billed_input_tokens", "localized"),
-    ("peak_context_tokens", "localized"),
-    ("compactions", "%.1f"),
-    ("dangling_references", "%.1f"),
-    ("needed_fact_retention", "%.3f"),
-    ("compression_ratio", "%.3f"),
-    ("cells", None),
-])
+@pytest.mark.parametrize(
+    ("metric", "shown"),
+    [
+        ("completed", "%.0f%%"),
+        ("cost_usd", "$%.4f"),
+        ("summarizer_cost_usd", "$%.4f"),
+        ("billed_input_tokens", "localized"),
+        ("peak_context_tokens", "localized"),
+        ("compactions", "%.1f"),
+        ("dangling_references", "%.1f"),
+        ("needed_fact_retention", "%.3f"),
+        ("compression_ratio", "%.3f"),
+        ("cells", None),
+    ],
+)
 def test_a_leaderboard_shows_each_metric_in_its_own_unit(metric, shown):
     from workbench.experiments import charts
 
@@ -448,27 +567,31 @@ def test_a_leaderboard_shows_each_metric_in_its_own_unit(metric, shown):
 def test_token_means_are_shown_whole_and_completion_as_a_percent():
     from workbench.experiments import charts
 
-    board = pd.DataFrame({"billed_input_tokens": [682699.5714], "fact_retention": [0.86348], "completed": [5 / 6]},
-                         index=["a"])
+    board = pd.DataFrame(
+        {"billed_input_tokens": [682699.5714], "fact_retention": [0.86348], "completed": [5 / 6]}, index=["a"]
+    )
     shown = charts.displayed(board)
     assert shown.loc["a", "billed_input_tokens"] == 682700 and shown.loc["a", "fact_retention"] == 0.86348
     assert shown.loc["a", "completed"] == pytest.approx(500 / 6)  # shown as "83%" by display_format's "%.0f%%"
     assert board.loc["a", "completed"] == 5 / 6  # the board itself is left alone
 
 
-@pytest.mark.parametrize(("metric", "value", "text"), [
-    ("billed_input_tokens", 85904, "85,904"),
-    ("cache_aware_input_tokens", 37975.4, "37,975"),
-    ("cost_usd", 0.01234, "$0.0123"),
-    ("completed", 4 / 7, "57%"),
-    ("compactions", 18, "18"),
-    ("compactions", 1.4286, "1.4"),
-    ("fact_retention", 0.863481, "0.863"),
-    ("fact_retention", None, ""),
-    ("fact_retention", float("nan"), ""),
-    ("termination", "completed", "completed"),
-    ("calls", True, "True"),
-])
+@pytest.mark.parametrize(
+    ("metric", "value", "text"),
+    [
+        ("billed_input_tokens", 85904, "85,904"),
+        ("cache_aware_input_tokens", 37975.4, "37,975"),
+        ("cost_usd", 0.01234, "$0.0123"),
+        ("completed", 4 / 7, "57%"),
+        ("compactions", 18, "18"),
+        ("compactions", 1.4286, "1.4"),
+        ("fact_retention", 0.863481, "0.863"),
+        ("fact_retention", None, ""),
+        ("fact_retention", float("nan"), ""),
+        ("termination", "completed", "completed"),
+        ("calls", True, "True"),
+    ],
+)
 def test_one_metric_value_reads_in_its_unit(metric, value, text):
     from workbench.experiments import charts
 
@@ -484,14 +607,29 @@ def test_deleting_a_run_removes_it_at_every_level_and_nothing_else(grid_run, gri
     from workbench.experiments.results import RUN_TABLES
 
     db, _, _, run = grid_run
-    other = run_experiment({"name": "other", "dataset": "grid", "config": [
-        {"name": "w", "trigger": {"kind": "utilization", "ratio": 0.5},
-         "strategy": {"kind": "sliding_window", "window": 3}, "context_limit": 6000, "max_output": 500}]}, db=str(db))
+    other = run_experiment(
+        {
+            "name": "other",
+            "dataset": "grid",
+            "config": [
+                {
+                    "name": "w",
+                    "trigger": {"kind": "utilization", "ratio": 0.5},
+                    "strategy": {"kind": "sliding_window", "window": 3},
+                    "context_limit": 6000,
+                    "max_output": 500,
+                }
+            ],
+        },
+        db=str(db),
+    )
 
     def rows(run_id: str) -> dict[str, int]:
         with duckdb.connect(str(db), read_only=True) as con:
-            return {table: con.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", [run_id]).fetchall()[0][0]
-                    for table, column in RUN_TABLES}
+            return {
+                table: con.execute(f"SELECT count(*) FROM {table} WHERE {column} = ?", [run_id]).fetchall()[0][0]
+                for table, column in RUN_TABLES
+            }
 
     assert all(rows(run.id).values()) and all(rows(other.id).values())
     listed = json.loads(CliRunner().invoke(main, ["--json", "runs", "--db", str(db)]).stdout)
@@ -511,8 +649,15 @@ def test_deleting_a_run_removes_it_at_every_level_and_nothing_else(grid_run, gri
 def test_the_report_leaderboard_shows_metrics_in_their_units():
     from workbench.experiments.export import leaderboard_html
 
-    board = pd.DataFrame({"cells": [7, 7], "completed": [1.0, 1.0], "billed_input_tokens": [682699.57, 1939756.1],
-                          "fact_retention": [None, 0.59194]}, index=["as-recorded", "masking"])
+    board = pd.DataFrame(
+        {
+            "cells": [7, 7],
+            "completed": [1.0, 1.0],
+            "billed_input_tokens": [682699.57, 1939756.1],
+            "fact_retention": [None, 0.59194],
+        },
+        index=["as-recorded", "masking"],
+    )
     html = leaderboard_html(board)
     for shown in ("100%", "682,700", "1,939,756", "0.592"):
         assert f">{shown}</td>" in html
@@ -525,16 +670,22 @@ def test_the_report_leaderboard_ranks_no_config_that_completed_fewer_sessions():
     from workbench.experiments.charts import leaderboard
     from workbench.experiments.export import leaderboard_html
 
-    results = pd.DataFrame({
-        "session_id": list("abcabcabc"), "config": ["window-5"] * 3 + ["window-40"] * 3 + ["masking"] * 3,
-        "termination": ["context_overflow", "context_overflow", "completed", *["completed"] * 6],
-        "billed_input_tokens": [300, 310, 900, 1000, 1100, 1200, 1500, 1600, 1700]})
+    results = pd.DataFrame(
+        {
+            "session_id": list("abcabcabc"),
+            "config": ["window-5"] * 3 + ["window-40"] * 3 + ["masking"] * 3,
+            "termination": ["context_overflow", "context_overflow", "completed", *["completed"] * 6],
+            "billed_input_tokens": [300, 310, 900, 1000, 1100, 1200, 1500, 1600, 1700],
+        }
+    )
     pairs = complete_pairs(results)
     html = leaderboard_html(leaderboard(results, pairs=pairs), pairs)
     assert 'class="best">1,200</td>' in html and 'class="worst">1,700</td>' in html  # window-40 beats masking
     assert "<td>900</td>" in html  # window-5: the fewest tokens on session c, unmarked
-    assert (f"Compared on 1 of 3 sessions where every config completed; left out: window-5 2 (context_overflow). "
-            f"{STOPPED_EARLY}") in html
+    assert (
+        f"Compared on 1 of 3 sessions where every config completed; left out: window-5 2 (context_overflow). "
+        f"{STOPPED_EARLY}"
+    ) in html
     whole = results[results["config"] != "window-5"]
     assert "left out" not in leaderboard_html(leaderboard(whole), complete_pairs(whole))
 
@@ -567,12 +718,19 @@ def test_repeats_of_a_session_are_averaged_before_they_are_counted_or_tested():
 
 
 def test_compare_of_two_runs_says_its_units_are_session_and_config_with_repeats_averaged():
-    frame = pd.DataFrame({"session_id": list("aabb") * 2, "config": ["x", "y"] * 4, "repeat": [0] * 4 + [1] * 4,
-                          "calls": [3, 4, 5, 6, 3, 4, 5, 6]})
+    frame = pd.DataFrame(
+        {
+            "session_id": list("aabb") * 2,
+            "config": ["x", "y"] * 4,
+            "repeat": [0] * 4 + [1] * 4,
+            "calls": [3, 4, 5, 6, 3, 4, 5, 6],
+        }
+    )
     result = compare_frames(frame, frame, align=("session_id", "config", "repeat"))
     assert (result.sessions, result.units, result.cells, result.metric("calls").pairs) == (2, 4, 8, 4)
-    assert result.pairing == ("4 paired session × config units (2 session(s)), each the mean of its repeats "
-                              "(8 paired cells)")
+    assert result.pairing == (
+        "4 paired session × config units (2 session(s)), each the mean of its repeats (8 paired cells)"
+    )
 
 
 @pytest.mark.skipif(not Path("/proc/self").is_dir(), reason="needs /proc, a folder no file can be created in")
@@ -597,8 +755,10 @@ def test_an_export_whose_write_fails_names_the_file_and_leaves_what_was_there(gr
 
 def test_export_refuses_a_format_its_file_name_contradicts(grid_run, tmp_path):
     db, _, _, run = grid_run
-    with pytest.raises(ConfigError, match="r.parquet names a parquet file, but the format is csv; name the file "
-                                          ".*r.csv or give the format parquet"):
+    with pytest.raises(
+        ConfigError,
+        match="r.parquet names a parquet file, but the format is csv; name the file .*r.csv or give the format parquet",
+    ):
         export(run.id, "csv", tmp_path / "r.parquet", db=str(db))
     assert not (tmp_path / "r.parquet").exists()
     assert export(run.id, "csv", tmp_path / "r.txt", db=str(db)).read_text().startswith("run_id,")  # no ending: ok
@@ -614,21 +774,27 @@ def test_the_export_command_names_a_folder_and_a_contradicting_format(grid_run, 
     folder = CliRunner().invoke(main, ["export", run.id, "-o", str(tmp_path), "--db", str(db)])
     assert folder.exit_code == 2 and f"{tmp_path} is a folder; give the file to write" in folder.output
     assert "cannot tell the export format" not in folder.output
-    clash = CliRunner().invoke(main, ["export", run.id, "-o", str(tmp_path / "x.parquet"), "--format", "csv",
-                                      "--db", str(db)])
+    clash = CliRunner().invoke(
+        main, ["export", run.id, "-o", str(tmp_path / "x.parquet"), "--format", "csv", "--db", str(db)]
+    )
     assert clash.exit_code == 2 and "names a parquet file, but the format is csv" in clash.output
     assert not (tmp_path / "x.parquet").exists()
 
 
-@pytest.mark.parametrize(("content", "expected"), [
-    (b"\xff\xfe not text", "not UTF-8 text: byte 0xff at offset 0"),
-    (b'{"metrics": [1, 2]}', "'metrics' is a list, expected an object of configs"),
-    (b'{"metrics": {"clear-4": 5}}', "metrics\\['clear-4'\\] is 5, expected an object of datasets"),
-    (b'{"metrics": {"clear-4": {"grid": {"calls": "many"}}}}',
-     "metrics\\['clear-4'\\]\\['grid'\\]\\['calls'\\] is \"many\", expected a number or null"),
-    (b'{"metrics": {}, "summaries": {"split": {"s": "text"}}}', "summaries\\['split'\\]\\['s'\\] is not a list"),
-    (b"[1", "invalid JSON at line 1"),
-])
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (b"\xff\xfe not text", "not UTF-8 text: byte 0xff at offset 0"),
+        (b'{"metrics": [1, 2]}', "'metrics' is a list, expected an object of configs"),
+        (b'{"metrics": {"clear-4": 5}}', "metrics\\['clear-4'\\] is 5, expected an object of datasets"),
+        (
+            b'{"metrics": {"clear-4": {"grid": {"calls": "many"}}}}',
+            "metrics\\['clear-4'\\]\\['grid'\\]\\['calls'\\] is \"many\", expected a number or null",
+        ),
+        (b'{"metrics": {}, "summaries": {"split": {"s": "text"}}}', "summaries\\['split'\\]\\['s'\\] is not a list"),
+        (b"[1", "invalid JSON at line 1"),
+    ],
+)
 def test_a_baseline_of_the_wrong_shape_is_refused_by_name_before_the_run(grid_db, tmp_path, content, expected):
     from workbench.experiments import runs
 
@@ -645,8 +811,11 @@ def test_a_missing_or_folder_baseline_says_what_it_is_and_how_to_write_it(grid_d
     elsewhere = tmp_path / "elsewhere.json"
     with pytest.raises(ConfigError, match=f"create it with `workbench regress {spec} --baseline {elsewhere} --update`"):
         regress(spec, baseline=elsewhere, db=str(db))
-    with pytest.raises(ConfigError, match=f"baseline {tmp_path} is a folder, not a baseline file; give its JSON "
-                                          f"file, such as {tmp_path / 'tiny-grid.json'}"):
+    with pytest.raises(
+        ConfigError,
+        match=f"baseline {tmp_path} is a folder, not a baseline file; give its JSON "
+        f"file, such as {tmp_path / 'tiny-grid.json'}",
+    ):
         regress(spec, baseline=tmp_path, db=str(db))
 
 
@@ -697,10 +866,19 @@ def flaky_kind():
 def _flaky_spec(fail: bool, regress_table: dict | None = None) -> dict:
     """One config over the grid's sessions of 24, 25 and 26 steps, compacting at step 25: with `fail`, the
     two longer sessions' cells fail and the shortest, cheapest one is left."""
-    return {"name": "flaky-gate", "dataset": "grid", "defaults": {"context_limit": 100000, "max_output": 500},
-            "config": [{"name": "keep", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 25}},
-                        "strategy": {"kind": "regress_test_flaky", "fail": fail}}],
-            "regress": regress_table or {"billed_input_tokens": "+2%", "compactions": "+10%"}}
+    return {
+        "name": "flaky-gate",
+        "dataset": "grid",
+        "defaults": {"context_limit": 100000, "max_output": 500},
+        "config": [
+            {
+                "name": "keep",
+                "trigger": {"kind": "stat_threshold", "counters": {"iterations": 25}},
+                "strategy": {"kind": "regress_test_flaky", "fail": fail},
+            }
+        ],
+        "regress": regress_table or {"billed_input_tokens": "+2%", "compactions": "+10%"},
+    }
 
 
 @pytest.mark.filterwarnings("ignore:cell .* failed:RuntimeWarning")
@@ -718,8 +896,10 @@ def test_regress_fails_when_cells_failed_and_writes_no_baseline_from_such_a_run(
     assert not report.ok and (report.failed_cells, report.cells_total) == (2, 3)
     lines = report.text().splitlines()
     assert lines[0].startswith("FAIL: flaky-gate against")
-    assert lines[1].startswith(f"2 of 3 cells of run {report.run_id} failed, so its means cover only the cells "
-                               "that finished; each failed cell's error was reported as a warning during the run")
+    assert lines[1].startswith(
+        f"2 of 3 cells of run {report.run_id} failed, so its means cover only the cells "
+        "that finished; each failed cell's error was reported as a warning during the run"
+    )
     assert report.to_dict()["ok"] is False and report.to_dict()["failed_cells"] == 2
     with pytest.raises(BaselineRefused, match=f"baseline {baseline} not written: 2 of 3 cells .* failed"):
         regress(_flaky_spec(True), baseline=baseline, db=str(db), update=True)
@@ -749,8 +929,8 @@ def test_a_spec_with_tolerances_never_passes_having_checked_nothing(grid_db, tmp
     assert report.checks == 0 and not report.ok
     assert report.text().splitlines()[:2] == [
         f"FAIL: flaky-gate against {baseline} (run {report.run_id})",
-        "nothing was checked: neither the baseline nor the fresh run holds what the [regress] table names "
-        "(summaries)"]
+        "nothing was checked: neither the baseline nor the fresh run holds what the [regress] table names (summaries)",
+    ]
     spec["regress"] = {}
     unregulated = regress(spec, baseline=baseline, db=str(db))
     assert unregulated.ok and "checked by default on task_state_coverage" in unregulated.text()
@@ -768,8 +948,9 @@ def test_regress_command_exits_1_on_failed_cells_and_2_on_a_bad_baseline(grid_db
     result = CliRunner().invoke(main, ["regress", str(spec), "--baseline", str(bad), "--db", str(db)])
     assert result.exit_code == 2 and "error: " in result.output and "Traceback" not in result.output
     assert f"{bad}: not a baseline (metrics['clear-4'] is 5" in result.output
-    unwritable = CliRunner().invoke(main, ["regress", str(spec), "--update", "--baseline", str(tmp_path),
-                                           "--db", str(db), "--json"])
+    unwritable = CliRunner().invoke(
+        main, ["regress", str(spec), "--update", "--baseline", str(tmp_path), "--db", str(db), "--json"]
+    )
     assert unwritable.exit_code == 2
     assert json.loads(unwritable.stdout)["error"]["message"].startswith(f"baseline {tmp_path} is a folder")
     flaky = tmp_path / "flaky-gate.toml"
@@ -810,8 +991,13 @@ def test_run_json_carries_every_number_at_full_precision(grid_db):
     ratio = stored["compression_ratio"].astype(float)
     assert (ratio.round(4) != ratio).any()  # the grid has ratios with more than 4 decimals
     assert printed["compression_ratio"].tolist() == ratio.tolist()
-    assert [_cell(v) for v in (0.00001234, 1234.5678, 2.0, float("nan"), float("inf"))] == \
-        [0.00001234, 1234.5678, 2, None, None]
+    assert [_cell(v) for v in (0.00001234, 1234.5678, 2.0, float("nan"), float("inf"))] == [
+        0.00001234,
+        1234.5678,
+        2,
+        None,
+        None,
+    ]
 
 
 # -- complete pairs: comparisons on the sessions where every config completed ----------------------------------
@@ -819,28 +1005,54 @@ def test_run_json_carries_every_number_at_full_precision(grid_db):
 
 def ended(rows: list[tuple[str, str, int, str]]) -> pd.DataFrame:
     """Cells from (session, config, repeat, termination); the billed tokens count the rows."""
-    return pd.DataFrame([{"session_id": s, "config": c, "repeat": r, "termination": t, "billed_input_tokens": i}
-                         for i, (s, c, r, t) in enumerate(rows)])
+    return pd.DataFrame(
+        [
+            {"session_id": s, "config": c, "repeat": r, "termination": t, "billed_input_tokens": i}
+            for i, (s, c, r, t) in enumerate(rows)
+        ]
+    )
 
 
 OK, OVERFLOW, FAILED = "completed", "context_overflow", "compaction_failed"
 
 
-@pytest.mark.parametrize(("rows", "sessions", "left_out", "rankable", "scope"), [
-    # every config completed every session: nothing left out, nothing to say
-    ([("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s2", "b", 0, OK)],
-     2, {"a": {}, "b": {}}, ("a", "b"), "on 2 of 2 sessions where every config completed"),
-    # b stopped on s2 in one of its two repeats: the whole session is left out
-    ([("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s2", "b", 0, OK), ("s2", "b", 1, OVERFLOW)],
-     1, {"a": {}, "b": {OVERFLOW: 1}}, ("a",), "on 1 of 2 sessions where every config completed"),
-    # b has no cell of s2 (a failed cell); a stopped on s3 in another way
-    ([("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s3", "a", 0, FAILED), ("s3", "b", 0, OK)],
-     1, {"a": {FAILED: 1}, "b": {NO_RESULT: 1}}, (), "on 1 of 3 sessions where every config completed"),
-    # no session where both completed: every session is compared, and the note says so
-    ([("s1", "a", 0, OK), ("s1", "b", 0, OVERFLOW), ("s2", "a", 0, OVERFLOW), ("s2", "b", 0, OVERFLOW)],
-     0, {"a": {OVERFLOW: 1}, "b": {OVERFLOW: 2}}, ("a",),
-     "on all 2 sessions: none where every config completed, replays that stopped early included"),
-])
+@pytest.mark.parametrize(
+    ("rows", "sessions", "left_out", "rankable", "scope"),
+    [
+        # every config completed every session: nothing left out, nothing to say
+        (
+            [("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s2", "b", 0, OK)],
+            2,
+            {"a": {}, "b": {}},
+            ("a", "b"),
+            "on 2 of 2 sessions where every config completed",
+        ),
+        # b stopped on s2 in one of its two repeats: the whole session is left out
+        (
+            [("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s2", "b", 0, OK), ("s2", "b", 1, OVERFLOW)],
+            1,
+            {"a": {}, "b": {OVERFLOW: 1}},
+            ("a",),
+            "on 1 of 2 sessions where every config completed",
+        ),
+        # b has no cell of s2 (a failed cell); a stopped on s3 in another way
+        (
+            [("s1", "a", 0, OK), ("s1", "b", 0, OK), ("s2", "a", 0, OK), ("s3", "a", 0, FAILED), ("s3", "b", 0, OK)],
+            1,
+            {"a": {FAILED: 1}, "b": {NO_RESULT: 1}},
+            (),
+            "on 1 of 3 sessions where every config completed",
+        ),
+        # no session where both completed: every session is compared, and the note says so
+        (
+            [("s1", "a", 0, OK), ("s1", "b", 0, OVERFLOW), ("s2", "a", 0, OVERFLOW), ("s2", "b", 0, OVERFLOW)],
+            0,
+            {"a": {OVERFLOW: 1}, "b": {OVERFLOW: 2}},
+            ("a",),
+            "on all 2 sessions: none where every config completed, replays that stopped early included",
+        ),
+    ],
+)
 def test_complete_pairs_keeps_the_sessions_every_config_completed(rows, sessions, left_out, rankable, scope):
     frame = ended(rows)
     pairs = complete_pairs(frame)
@@ -852,13 +1064,17 @@ def test_complete_pairs_keeps_the_sessions_every_config_completed(rows, sessions
 
 
 def test_the_note_counts_each_config_and_how_its_sessions_ended():
-    frame = ended([(f"s{i}", "window-20", 0, OK if i < 7 else OVERFLOW) for i in range(12)]
-                  + [(f"s{i}", "window-40", 0, OK if i < 3 else OVERFLOW if i < 10 else FAILED) for i in range(12)])
+    frame = ended(
+        [(f"s{i}", "window-20", 0, OK if i < 7 else OVERFLOW) for i in range(12)]
+        + [(f"s{i}", "window-40", 0, OK if i < 3 else OVERFLOW if i < 10 else FAILED) for i in range(12)]
+    )
     assert complete_pairs(frame).note == (
         "Compared on 3 of 12 sessions where every config completed; left out: window-20 5 (context_overflow), "
-        f"window-40 9 (context_overflow 7, compaction_failed 2). {STOPPED_EARLY}")
+        f"window-40 9 (context_overflow 7, compaction_failed 2). {STOPPED_EARLY}"
+    )
     assert complete_pairs(frame, complete_only=False).note.startswith(
-        "Compared on all 12 sessions, replays that stopped early included; stopped early: window-20 5")
+        "Compared on all 12 sessions, replays that stopped early included; stopped early: window-20 5"
+    )
     assert complete_pairs(frame, ["window-20"]).note.startswith("Compared on 7 of 12 sessions")  # the configs asked
     assert complete_pairs(frame.drop(columns="termination")).note is None  # ad-hoc frames: every cell counts
 
@@ -879,21 +1095,27 @@ def test_a_run_with_early_stops_is_compared_on_its_complete_sessions(early_run, 
     every = charts.leaderboard(frame, complete_only=False)
     assert every.loc["raw", "billed_input_tokens"] < every.loc["clear", "billed_input_tokens"]  # looks cheap
     pairs = complete_pairs(frame)
-    assert (pairs.sessions, pairs.total, pairs.left_out, pairs.rankable) == \
-        (1, 3, {"clear": {}, "raw": {OVERFLOW: 2}}, ("clear",))
+    assert (pairs.sessions, pairs.total, pairs.left_out, pairs.rankable) == (
+        1,
+        3,
+        {"clear": {}, "raw": {OVERFLOW: 2}},
+        ("clear",),
+    )
     board = charts.leaderboard(frame)
     short = frame[frame["calls"] == frame["calls"].min()]
     assert list(board["billed_input_tokens"]) == list(short["billed_input_tokens"])
     result = compare(run.id, db=str(db))
     assert (result.sessions, result.metric("billed_input_tokens").pairs) == (1, 1)
-    assert result.stopped_note.startswith("Compared on 1 of 3 sessions where both sides completed; left out: raw 2 "
-                                          "(context_overflow).")
+    assert result.stopped_note.startswith(
+        "Compared on 1 of 3 sessions where both sides completed; left out: raw 2 (context_overflow)."
+    )
     assert compare(run.id, db=str(db), complete_only=False).metric("billed_input_tokens").pairs == 3
     cells = pd.read_csv(export(run.id, "csv", tmp_path / "r.csv", db=str(db)))
     assert len(cells) == 6 and cells.columns[list(cells.columns).index("termination") + 1] == "in_complete_pairs"
     assert sorted(cells.loc[cells["in_complete_pairs"], "config"]) == ["clear", "raw"]
-    assert pd.read_parquet(export(run.id, "parquet", tmp_path / "r.parquet", db=str(db)))["in_complete_pairs"].sum() \
-        == 2
+    assert (
+        pd.read_parquet(export(run.id, "parquet", tmp_path / "r.parquet", db=str(db)))["in_complete_pairs"].sum() == 2
+    )
     calls = pd.read_csv(export(run.id, "csv", tmp_path / "calls.csv", db=str(db), level="calls"))
     assert calls["in_complete_pairs"].sum() == short["calls"].sum()
     document = json.loads(export(run.id, "json", tmp_path / "r.json", db=str(db)).read_text())
@@ -902,7 +1124,7 @@ def test_a_run_with_early_stops_is_compared_on_its_complete_sessions(early_run, 
     for complete_only in (True, False):
         report = export(run.id, "html", tmp_path / "r.html", db=str(db), complete_only=complete_only).read_text()
         assert complete_pairs(frame, complete_only=complete_only).note in report
-        raw_row = report[report.index('<td class="text">raw</td>'):].split("</tr>")[0]
+        raw_row = report[report.index('<td class="text">raw</td>') :].split("</tr>")[0]
         assert 'class="best"' not in raw_row  # fewer sessions completed: never the best mark
 
 
@@ -921,4 +1143,5 @@ def test_regress_compares_on_the_complete_sessions_and_fails_when_fewer_complete
     worse = regress(spec, db=str(db))
     assert not worse.ok and worse.problems == [
         "early: every config completed 1 of 3 sessions, 2 in the baseline, so a config now stops early where it "
-        "completed (the means cover fewer sessions)"]
+        "completed (the means cover fewer sessions)"
+    ]

@@ -29,8 +29,9 @@ def test_the_html_report_draws_its_charts_offline(grid_db, chromium, tmp_path):
     page.close()
     assert plots >= 2
     # a line per config, and the input the provider billed (the grid's recordings carry usage)
-    assert token_curves and all(sorted(names) == ["clear-12", "clear-4", "recorded input", "split"]
-                                for names in token_curves)
+    assert token_curves and all(
+        sorted(names) == ["clear-12", "clear-4", "recorded input", "split"] for names in token_curves
+    )
     assert markers >= 3
     external = [url for url in requests if not url.startswith(("file://", "data:", "blob:", "about:"))]
     assert external == []

@@ -51,10 +51,12 @@ def test_stored_cells_match_a_direct_replay(grid_db):
     assert row["billed_input_tokens"] == direct.metrics["billed_input_tokens"]
     assert row["compactions"] == direct.metrics["compactions"]
     con = duckdb.connect(str(db))
-    calls = con.execute("SELECT count(*) FROM cell_calls WHERE run_id = ? AND session_id = ? AND config = 'clear-4'",
-                        [run.id, ids[0]]).fetchall()[0][0]
-    events = con.execute("SELECT count(*), count(summary) FROM cell_compactions WHERE run_id = ? AND config = 'split'",
-                         [run.id]).fetchall()[0]
+    calls = con.execute(
+        "SELECT count(*) FROM cell_calls WHERE run_id = ? AND session_id = ? AND config = 'clear-4'", [run.id, ids[0]]
+    ).fetchall()[0][0]
+    events = con.execute(
+        "SELECT count(*), count(summary) FROM cell_compactions WHERE run_id = ? AND config = 'split'", [run.id]
+    ).fetchall()[0]
     con.close()
     assert calls == len(direct.calls)
     assert events[0] > 0 and events[1] == events[0]
@@ -88,10 +90,16 @@ def test_a_model_metric_without_an_evaluator_is_noted_before_and_after_the_run(g
     asking = tmp_path / "asking.toml"
     asking.write_text('metrics = ["fact_retention", "probe_accuracy"]\n' + spec.read_text())
     plan = dry_run(asking, db=str(db))
-    assert plan["notes"] == ["probe_accuracy needs an evaluator model (config key `evaluator`, e.g. in [defaults]); "
-                             "without one the column stays empty for clear-4, clear-12, split"]
-    shown = subprocess.run([sys.executable, "-m", "workbench", "--db", str(db), "run", "--dry-run", str(asking)],
-                           capture_output=True, text=True, check=True)
+    assert plan["notes"] == [
+        "probe_accuracy needs an evaluator model (config key `evaluator`, e.g. in [defaults]); "
+        "without one the column stays empty for clear-4, clear-12, split"
+    ]
+    shown = subprocess.run(
+        [sys.executable, "-m", "workbench", "--db", str(db), "run", "--dry-run", str(asking)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "note: probe_accuracy needs an evaluator model" in shown.stderr
     asking.write_text(asking.read_text().replace("[defaults]\n", '[defaults]\nevaluator = "workbench/extractive"\n'))
     assert dry_run(asking, db=str(db))["notes"] == []
@@ -104,22 +112,41 @@ def test_an_empty_selection_names_the_datasets_there_are(grid_db, tmp_path):
         run_experiment({"name": "x", "dataset": "nope", "config": config}, db=str(db))
     with pytest.raises(ConfigError, match="datasets in the database: grid; did you mean 'grid'\\?$"):
         run_experiment({"name": "x", "dataset": "grdi", "config": config}, db=str(db))
-    with pytest.raises(ConfigError, match="in dataset\\(s\\) samples; .*the bundled samples load with `workbench init "
-                                          "--samples`$"):
+    with pytest.raises(
+        ConfigError, match="in dataset\\(s\\) samples; .*the bundled samples load with `workbench init --samples`$"
+    ):
         run_experiment({"name": "x", "dataset": "samples", "config": config}, db=str(db))
-    with pytest.raises(ConfigError, match="in dataset\\(s\\) grid matching 'calls > 999'; datasets in the database: "
-                                          "grid$"):  # no guess at a name that was right
+    with pytest.raises(
+        ConfigError, match="in dataset\\(s\\) grid matching 'calls > 999'; datasets in the database: grid$"
+    ):  # no guess at a name that was right
         run_experiment({"name": "x", "dataset": "grid", "where": "calls > 999", "config": config}, db=str(db))
-    with pytest.raises(ConfigError, match="experiment 'x', key 'where': the condition 'callz > 2' over the sessions "
-                                          "cannot run: .*callz.*; columns: id, dataset, format"):
+    with pytest.raises(
+        ConfigError,
+        match="experiment 'x', key 'where': the condition 'callz > 2' over the sessions "
+        "cannot run: .*callz.*; columns: id, dataset, format",
+    ):
         run_experiment({"name": "x", "dataset": "grid", "where": "callz > 2", "config": config}, db=str(db))
 
 
 def test_repeats_are_separate_cells(grid_db):
     db, _, _ = grid_db
-    run = run_experiment({"name": "rep", "dataset": "grid", "repeats": 2, "config": [
-        {"name": "a", "trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
-         "context_limit": 6000, "max_output": 500}]}, db=str(db))
+    run = run_experiment(
+        {
+            "name": "rep",
+            "dataset": "grid",
+            "repeats": 2,
+            "config": [
+                {
+                    "name": "a",
+                    "trigger": {"kind": "utilization", "ratio": 0.5},
+                    "strategy": {"kind": "summarize_split"},
+                    "context_limit": 6000,
+                    "max_output": 500,
+                }
+            ],
+        },
+        db=str(db),
+    )
     assert sorted(run.results["repeat"].unique()) == [0, 1]
     assert len(run.results) == 6
 
@@ -128,9 +155,15 @@ def test_save_replay_stores_a_one_cell_run(grid_db):
     db, spec, ids = grid_db
     with Store(str(db)) as store:
         session = store.load_session(ids[1])
-    result = replay(session, {"trigger": {"kind": "utilization", "ratio": 0.5},
-                              "strategy": {"kind": "hard_clear", "keep_recent": 4},
-                              "context_limit": 6000, "max_output": 500})
+    result = replay(
+        session,
+        {
+            "trigger": {"kind": "utilization", "ratio": 0.5},
+            "strategy": {"kind": "hard_clear", "keep_recent": 4},
+            "context_limit": 6000,
+            "max_output": 500,
+        },
+    )
     run_id = save_replay(result, str(db), dataset="grid")
     frame = results(run_id, str(db))
     assert len(frame) == 1 and frame.loc[0, "session_id"] == ids[1]
@@ -200,8 +233,9 @@ def test_kill_9_mid_run_then_rerun_completes_with_no_duplicate_and_no_missing_ce
     script = tmp_path / "killable.py"
     script.write_text(KILLABLE)
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    process = subprocess.Popen([sys.executable, str(script), str(spec), str(db)], stdout=subprocess.PIPE,
-                               text=True, env=env)
+    process = subprocess.Popen(
+        [sys.executable, str(script), str(spec), str(db)], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert process.stdout is not None
     for line in process.stdout:
         if line.strip() == "done 4":
@@ -217,8 +251,9 @@ def test_kill_9_mid_run_then_rerun_completes_with_no_duplicate_and_no_missing_ce
     assert run.progress.cells_reused == partial
     con = duckdb.connect(str(db))
     rows = con.execute("SELECT session_id, config, repeat, count(*) FROM cells GROUP BY ALL").fetchall()
-    calls = con.execute("SELECT session_id, config, count(*), count(DISTINCT call_index) FROM cell_calls "
-                        "GROUP BY ALL").fetchall()
+    calls = con.execute(
+        "SELECT session_id, config, count(*), count(DISTINCT call_index) FROM cell_calls GROUP BY ALL"
+    ).fetchall()
     con.close()
     assert len(rows) == 9 and all(count == 1 for *_, count in rows)
     assert all(total == distinct for *_, total, distinct in calls)
@@ -241,10 +276,20 @@ def test_the_model_limits_requests_while_twice_as_many_cells_are_in_flight(grid_
 
     with FakeOpenAI(latency=0.3, responder=answer) as server:
         options = {"api_base": server.api_base, "api_key": "sk-test-dummy", "concurrency": 2}
-        spec = {"name": "slots", "dataset": "grid", "concurrency": 2,
-                "defaults": {"summarizer": "openai/slot-summarizer", "summarizer_options": options},
-                "config": [{"name": f"full-{n}", "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
-                            "strategy": {"kind": "summarize_full"}} for n in (4, 6)]}
+        spec = {
+            "name": "slots",
+            "dataset": "grid",
+            "concurrency": 2,
+            "defaults": {"summarizer": "openai/slot-summarizer", "summarizer_options": options},
+            "config": [
+                {
+                    "name": f"full-{n}",
+                    "trigger": {"kind": "stat_threshold", "counters": {"iterations": n}},
+                    "strategy": {"kind": "summarize_full"},
+                }
+                for n in (4, 6)
+            ],
+        }
         run = run_experiment(spec, db=str(db))
         assert run.progress.failed_cells == 0 and len(run.results) == 2 * len(ids)
         assert server.max_in_flight == 2  # reached, never exceeded
@@ -292,14 +337,32 @@ def _answer(body):
 
 
 def _judged_spec(server, metrics=("judge_score", "probe_accuracy")):
-    priced = {"api_base": server.api_base, "api_key": "sk-test-dummy", "num_retries": 0,
-              "input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}
-    return {"name": "judged", "dataset": "grid", "metrics": list(metrics), "concurrency": 2,
-            "defaults": {"summarizer": "openai/run-summarizer", "summarizer_options": priced,
-                         "evaluator": "openai/run-judge", "evaluator_options": priced, "context_limit": 6000,
-                         "max_output": 500, "trigger": {"kind": "utilization", "ratio": 0.5}},
-            "config": [{"name": "split", "strategy": {"kind": "summarize_split"}},
-                       {"name": "full", "strategy": {"kind": "summarize_full"}}]}
+    priced = {
+        "api_base": server.api_base,
+        "api_key": "sk-test-dummy",
+        "num_retries": 0,
+        "input_cost_per_token": 1e-6,
+        "output_cost_per_token": 2e-6,
+    }
+    return {
+        "name": "judged",
+        "dataset": "grid",
+        "metrics": list(metrics),
+        "concurrency": 2,
+        "defaults": {
+            "summarizer": "openai/run-summarizer",
+            "summarizer_options": priced,
+            "evaluator": "openai/run-judge",
+            "evaluator_options": priced,
+            "context_limit": 6000,
+            "max_output": 500,
+            "trigger": {"kind": "utilization", "ratio": 0.5},
+        },
+        "config": [
+            {"name": "split", "strategy": {"kind": "summarize_split"}},
+            {"name": "full", "strategy": {"kind": "summarize_full"}},
+        ],
+    }
 
 
 @pytest.fixture
@@ -417,7 +480,8 @@ def test_cells_whose_model_could_not_be_used_fail_and_a_resume_computes_them(gri
 def test_a_run_killed_while_running_is_listed_as_interrupted(grid_db, tmp_path):
     db, spec, _ = grid_db
     script = tmp_path / "dies.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import importlib, os, sys
         import duckdb
         results = importlib.import_module("workbench.experiments.results")
@@ -426,7 +490,8 @@ def test_a_run_killed_while_running_is_listed_as_interrupted(grid_db, tmp_path):
                           dataset_version=None, datasets=[], cells_total=3)
         con.close()
         os._exit(9)  # as kill -9 would: nothing records the end of the run
-    """))
+    """)
+    )
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
     assert subprocess.run([sys.executable, str(script), str(db)], env=env).returncode == 9
     con = duckdb.connect(str(db))
@@ -466,9 +531,19 @@ def test_a_change_to_a_users_kind_is_another_run(grid_db):
     from workbench.strategies.common import keep_last_fraction
 
     db, _, ids = grid_db
-    spec = {"name": "mine", "dataset": "grid", "config": [
-        {"name": "m", "trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "mine_run_test"},
-         "context_limit": 6000, "max_output": 500}]}
+    spec = {
+        "name": "mine",
+        "dataset": "grid",
+        "config": [
+            {
+                "name": "m",
+                "trigger": {"kind": "utilization", "ratio": 0.5},
+                "strategy": {"kind": "mine_run_test"},
+                "context_limit": 6000,
+                "max_output": 500,
+            }
+        ],
+    }
 
     @dataclass(frozen=True)
     class KeepHalf:
@@ -541,31 +616,60 @@ def test_a_users_metric_holding_nan_anywhere_is_stored_with_nulls(grid_db):
     wb.register_metric("gaps_run_test", direction="none", unit="scores", level="run")(Gaps)
     db, _, ids = grid_db
     try:
-        run = run_experiment({"name": "gaps", "dataset": "grid", "metrics": ["gaps_run_test"], "config": [
-            {"name": "c", "trigger": {"kind": "utilization", "ratio": 0.5},
-             "strategy": {"kind": "hard_clear", "keep_recent": 4}, "context_limit": 6000, "max_output": 500}]},
-            db=str(db))
+        run = run_experiment(
+            {
+                "name": "gaps",
+                "dataset": "grid",
+                "metrics": ["gaps_run_test"],
+                "config": [
+                    {
+                        "name": "c",
+                        "trigger": {"kind": "utilization", "ratio": 0.5},
+                        "strategy": {"kind": "hard_clear", "keep_recent": 4},
+                        "context_limit": 6000,
+                        "max_output": 500,
+                    }
+                ],
+            },
+            db=str(db),
+        )
     finally:
         wb.registry.unregister("metric", "gaps_run_test")
     assert run.status == "finished" and len(run.results) == len(ids)
     assert all(list(value) == [1.0, None] for value in run.results["gaps_run_test"])
     con = duckdb.connect(str(db))
-    stored = [json.loads(d) for (d,) in con.execute("SELECT details FROM cell_compactions WHERE run_id = ?",
-                                                     [run.id]).fetchall()]
+    stored = [
+        json.loads(d)
+        for (d,) in con.execute("SELECT details FROM cell_compactions WHERE run_id = ?", [run.id]).fetchall()
+    ]
     con.close()
     assert stored and all(d["gap_scores"] == {"first": None, "all": [None, 2.0]} for d in stored)
 
 
 # -- configs that never change a context ------------------------------------------------------------
 
-NOOP_SPEC = {"name": "noop-grid", "dataset": "chats", "defaults": {"context_limit": 20000, "max_output": 500},
-             "config": [
-                 {"name": "mask", "trigger": {"kind": "pressure", "turns": 1},
-                  "strategy": {"kind": "observation_masking", "keep_recent": 2}},
-                 {"name": "window", "trigger": {"kind": "pressure", "turns": 1},
-                  "strategy": {"kind": "sliding_window", "window": 2}},
-                 {"name": "never", "trigger": {"kind": "token_threshold", "threshold": 0},
-                  "strategy": {"kind": "observation_masking"}}]}
+NOOP_SPEC = {
+    "name": "noop-grid",
+    "dataset": "chats",
+    "defaults": {"context_limit": 20000, "max_output": 500},
+    "config": [
+        {
+            "name": "mask",
+            "trigger": {"kind": "pressure", "turns": 1},
+            "strategy": {"kind": "observation_masking", "keep_recent": 2},
+        },
+        {
+            "name": "window",
+            "trigger": {"kind": "pressure", "turns": 1},
+            "strategy": {"kind": "sliding_window", "window": 2},
+        },
+        {
+            "name": "never",
+            "trigger": {"kind": "token_threshold", "threshold": 0},
+            "strategy": {"kind": "observation_masking"},
+        },
+    ],
+}
 
 
 @pytest.fixture
@@ -587,8 +691,7 @@ def chats_db(tmp_path):
     return db
 
 
-def test_a_config_that_never_changes_a_context_says_so_once_naming_config_kind_and_dataset(chats_db, recwarn,
-                                                                                          tmp_path):
+def test_a_config_that_never_changes_a_context_says_so_once_naming_config_kind_and_dataset(chats_db, recwarn, tmp_path):
     from workbench.errors import NoopCompactionsWarning
     from workbench.experiments import export
 
@@ -602,8 +705,11 @@ def test_a_config_that_never_changes_a_context_says_so_once_naming_config_kind_a
     assert (frame.loc["window", "compactions"] > 0).all()
     assert (frame.loc["never", "noop_compactions"] == 0).all()
     con = duckdb.connect(str(chats_db))
-    stored = con.execute("SELECT config, bool_and(noop), count(*) FROM cell_compactions WHERE run_id = ? "
-                         "GROUP BY config ORDER BY config", [run.id]).fetchall()
+    stored = con.execute(
+        "SELECT config, bool_and(noop), count(*) FROM cell_compactions WHERE run_id = ? "
+        "GROUP BY config ORDER BY config",
+        [run.id],
+    ).fetchall()
     con.close()
     assert [(config, everything_noop) for config, everything_noop, _ in stored] == [("mask", True), ("window", False)]
     assert stored[0][2] == int(frame.loc["mask", "noop_compactions"].sum())
@@ -623,7 +729,8 @@ def test_workbench_run_prints_the_noop_warning_once(chats_db, tmp_path):
     from workbench.cli import main
 
     spec = tmp_path / "noop-grid.toml"
-    spec.write_text(textwrap.dedent("""
+    spec.write_text(
+        textwrap.dedent("""
         name = "noop-grid"
         dataset = "chats"
         [defaults]
@@ -632,12 +739,14 @@ def test_workbench_run_prints_the_noop_warning_once(chats_db, tmp_path):
         name = "mask"
         trigger = { kind = "pressure", turns = 1 }
         strategy = { kind = "observation_masking", keep_recent = 2 }
-    """))
+    """)
+    )
     text = CliRunner().invoke(main, ["run", str(spec), "--db", str(chats_db)], catch_exceptions=False)
     assert text.exit_code == 0
     lines = [line for line in text.stderr.splitlines() if "found nothing to change" in line]
-    assert len(lines) == 1 and lines[0].startswith("warning: 'mask' (observation_masking) found nothing to change "
-                                                   "in 2 sessions of dataset 'chats'")
+    assert len(lines) == 1 and lines[0].startswith(
+        "warning: 'mask' (observation_masking) found nothing to change in 2 sessions of dataset 'chats'"
+    )
     data = json.loads(CliRunner().invoke(main, ["run", str(spec), "--db", str(chats_db), "--json"]).stdout)
     assert len(data["noop_configs"]) == 1 and data["noop_configs"][0] == lines[0].removeprefix("warning: ")
     quiet = CliRunner().invoke(main, ["run", str(spec), "--db", str(chats_db), "-q"])

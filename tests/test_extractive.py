@@ -41,16 +41,28 @@ def call(name: str, arguments: str, call_id: str = "c1") -> dict[str, Any]:
 
 CONVERSATION: list[dict[str, Any]] = [
     {"role": "system", "content": "You are a coding agent. Always answer briefly. PROMPT-SECRET"},
-    {"role": "user", "content": "The import in src/workbench/replay.py fails. We must keep Python 3.11 support "
-                                "and never edit vendor/legacy_io.py."},
-    {"role": "assistant", "content": "Running the tests first.",
-     "tool_calls": [call("bash", '{"cmd": "pytest tests/test_replay.py -x"}')]},
-    {"role": "tool", "tool_call_id": "c1", "content":
-        "FAILED tests/test_replay.py::test_resume - ImportError: cannot import name 'ReplayState'\n"
-        "Traceback (most recent call last):\n  File \"src/workbench/replay.py\", line 12, in <module>\n"
-        "ImportError: cannot import name 'ReplayState'\n1 failed, 41 passed in 3.20s\nexit code 1"},
-    {"role": "assistant", "content": "Decided to move ReplayState into workbench.state and re-export it; "
-                                     "the cache_size default stays at 512 entries."},
+    {
+        "role": "user",
+        "content": "The import in src/workbench/replay.py fails. We must keep Python 3.11 support "
+        "and never edit vendor/legacy_io.py.",
+    },
+    {
+        "role": "assistant",
+        "content": "Running the tests first.",
+        "tool_calls": [call("bash", '{"cmd": "pytest tests/test_replay.py -x"}')],
+    },
+    {
+        "role": "tool",
+        "tool_call_id": "c1",
+        "content": "FAILED tests/test_replay.py::test_resume - ImportError: cannot import name 'ReplayState'\n"
+        'Traceback (most recent call last):\n  File "src/workbench/replay.py", line 12, in <module>\n'
+        "ImportError: cannot import name 'ReplayState'\n1 failed, 41 passed in 3.20s\nexit code 1",
+    },
+    {
+        "role": "assistant",
+        "content": "Decided to move ReplayState into workbench.state and re-export it; "
+        "the cache_size default stays at 512 entries.",
+    },
     {"role": "user", "content": "OK. Then update CHANGELOG.md and set the timeout to 45 seconds."},
 ]
 TASK = CONVERSATION[1]["content"]
@@ -72,20 +84,34 @@ def generated_session(steps: int, *, seed: int = 0) -> list[dict[str, Any]]:
     """A long agent session: a task, many tool steps (paths, identifiers, numbers, errors), a last request."""
     messages: list[dict[str, Any]] = [
         {"role": "system", "content": "You are an agent. SYSTEM-ONLY-TEXT"},
-        {"role": "user", "content": f"TASK-{seed}: migrate the billing module in src/billing/core.py to the "
-                                    "new ledger API; never touch migrations/0001_initial.py."}]
+        {
+            "role": "user",
+            "content": f"TASK-{seed}: migrate the billing module in src/billing/core.py to the "
+            "new ledger API; never touch migrations/0001_initial.py.",
+        },
+    ]
     for i in range(steps):
-        messages.append({"role": "assistant", "content": f"Step {i}: checking ledger_entry_{i % 7} in "
-                                                          f"src/billing/part_{i % 11}.py",
-                         "tool_calls": [call("bash", f'{{"command": "pytest tests/test_part_{i % 11}.py -q"}}',
-                                             f"c{i}")]})
-        outcome = (f"ValueError: amount_{i} must be positive (got -{i})" if i % 5 == 0
-                   else f"{i + 3} passed in {i % 9}.{i % 10}s")
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"Step {i}: checking ledger_entry_{i % 7} in src/billing/part_{i % 11}.py",
+                "tool_calls": [call("bash", f'{{"command": "pytest tests/test_part_{i % 11}.py -q"}}', f"c{i}")],
+            }
+        )
+        outcome = (
+            f"ValueError: amount_{i} must be positive (got -{i})"
+            if i % 5 == 0
+            else f"{i + 3} passed in {i % 9}.{i % 10}s"
+        )
         messages.append({"role": "tool", "tool_call_id": f"c{i}", "content": f"collected {i + 3} items\n{outcome}"})
         if i % 9 == 4:
             messages.append({"role": "user", "content": f"Also keep LedgerClient_{i} backwards compatible."})
-    messages.append({"role": "assistant", "content": "LATEST-PROGRESS: switched BillingService.charge to "
-                                                     "LedgerClient.post and all 87 tests pass."})
+    messages.append(
+        {
+            "role": "assistant",
+            "content": "LATEST-PROGRESS: switched BillingService.charge to LedgerClient.post and all 87 tests pass.",
+        }
+    )
     messages.append({"role": "user", "content": f"LAST-REQUEST-{seed}: now update docs/billing.md."})
     return messages
 
@@ -94,18 +120,27 @@ def generated_session(steps: int, *, seed: int = 0) -> list[dict[str, Any]]:
 # what it keeps
 
 
-@pytest.mark.parametrize("section, needles", [
-    ("Task", ["> The import in src/workbench/replay.py fails. We must keep Python 3.11 support"]),
-    ("Latest progress", ["Decided to move ReplayState into workbench.state"]),
-    ("Files", ["src/workbench/replay.py", "vendor/legacy_io.py", "tests/test_replay.py", "CHANGELOG.md"]),
-    ("Identifiers", ["ReplayState", "workbench.state", "cache_size", "test_resume"]),
-    ("Commands run", ["pytest tests/test_replay.py -x"]),
-    ("Errors", ["ImportError: cannot import name 'ReplayState'", "exit code 1",
-                "FAILED tests/test_replay.py::test_resume"]),
-    ("Decisions & constraints", ["Decided to move ReplayState into workbench.state"]),
-    ("Facts & numbers", ["1 failed, 41 passed in 3.20s", "line 12"]),
-    ("Last request", ["> OK. Then update CHANGELOG.md and set the timeout to 45 seconds."]),
-])
+@pytest.mark.parametrize(
+    "section, needles",
+    [
+        ("Task", ["> The import in src/workbench/replay.py fails. We must keep Python 3.11 support"]),
+        ("Latest progress", ["Decided to move ReplayState into workbench.state"]),
+        ("Files", ["src/workbench/replay.py", "vendor/legacy_io.py", "tests/test_replay.py", "CHANGELOG.md"]),
+        ("Identifiers", ["ReplayState", "workbench.state", "cache_size", "test_resume"]),
+        ("Commands run", ["pytest tests/test_replay.py -x"]),
+        (
+            "Errors",
+            [
+                "ImportError: cannot import name 'ReplayState'",
+                "exit code 1",
+                "FAILED tests/test_replay.py::test_resume",
+            ],
+        ),
+        ("Decisions & constraints", ["Decided to move ReplayState into workbench.state"]),
+        ("Facts & numbers", ["1 failed, 41 passed in 3.20s", "line 12"]),
+        ("Last request", ["> OK. Then update CHANGELOG.md and set the timeout to 45 seconds."]),
+    ],
+)
 def test_keeps_what_matters(section: str, needles: list[str]) -> None:
     found = sections(extractive_summary(CONVERSATION, budget_tokens=600))
     assert section in found, f"no {section!r} section"
@@ -162,13 +197,21 @@ def test_salient_terms_win_over_one_offs() -> None:
 def test_deterministic_within_and_across_processes() -> None:
     session = generated_session(80)
     assert extractive_summary(session, budget_tokens=500) == extractive_summary(list(session), budget_tokens=500)
-    script = ("import sys; sys.path.insert(0, 'tests'); from test_extractive import generated_session; "
-              "from workbench.extractive import extractive_summary; "
-              "print(extractive_summary(generated_session(80), budget_tokens=500))")
+    script = (
+        "import sys; sys.path.insert(0, 'tests'); from test_extractive import generated_session; "
+        "from workbench.extractive import extractive_summary; "
+        "print(extractive_summary(generated_session(80), budget_tokens=500))"
+    )
     outputs = set()
     for seed in ("1", "2"):  # string hashing differs between these processes
-        done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO,
-                              env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)}, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-c", script],
+            capture_output=True,
+            text=True,
+            cwd=REPO,
+            env={**os.environ, "PYTHONHASHSEED": seed, "PYTHONPATH": str(REPO)},
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         outputs.add(done.stdout)
     assert outputs == {extractive_summary(session, budget_tokens=500) + "\n"}
@@ -194,15 +237,18 @@ def test_a_transcript_read_again_takes_its_terms_from_the_memo_and_summarizes_th
 # how long: max_tokens, else what the request states, else the default
 
 
-@pytest.mark.parametrize("text, tokens", [
-    ("Summarize in at most 300 tokens.", 300),
-    ("Keep it under 2,000 tokens", 2000),
-    ("Write no more than 150 words.", 200),
-    ("within 800 characters please", 200),
-    ("Write a 600-word summary of the work.", 800),
-    ("Summarize the conversation.", None),
-    ("There were 300 tokens in the log", None),
-])
+@pytest.mark.parametrize(
+    "text, tokens",
+    [
+        ("Summarize in at most 300 tokens.", 300),
+        ("Keep it under 2,000 tokens", 2000),
+        ("Write no more than 150 words.", 200),
+        ("within 800 characters please", 200),
+        ("Write a 600-word summary of the work.", 800),
+        ("Summarize the conversation.", None),
+        ("There were 300 tokens in the log", None),
+    ],
+)
 def test_stated_budget(text: str, tokens: int | None) -> None:
     assert stated_budget([text]) == tokens
 
@@ -238,8 +284,10 @@ def test_default_budget_is_never_more_than_half_the_material() -> None:
 
 def test_reads_strategy_requests_and_carries_existing_summary_forward() -> None:
     earlier = extractive_summary(CONVERSATION, budget_tokens=600)
-    new = [Message(role="assistant", content="Moved ReplayState; now editing docs/guide.md"),
-           Message(role="user", content="Finally, bump the version to 0.9.1")]
+    new = [
+        Message(role="assistant", content="Moved ReplayState; now editing docs/guide.md"),
+        Message(role="user", content="Finally, bump the version to 0.9.1"),
+    ]
     request = prompts.build_request(prompts.PROGRESSIVE_PROMPT, render_transcript(new), earlier)
     summary = extractive_summary(request, budget_tokens=600)
     assert "maintain a running summary" not in summary  # instructions are not material
@@ -252,22 +300,30 @@ def test_reads_strategy_requests_and_carries_existing_summary_forward() -> None:
 
 
 def test_a_model_written_existing_summary_is_carried_forward() -> None:
-    earlier = ("1. Primary Request: port the parser to Rust.\n2. Files and code:\n"
-               "   - `crates/parser/src/lexer.rs`: the tokenizer, `TokenKind::Ident` added\n"
-               "3. Errors: error[E0382]: borrow of moved value in parse_expr\n")
+    earlier = (
+        "1. Primary Request: port the parser to Rust.\n2. Files and code:\n"
+        "   - `crates/parser/src/lexer.rs`: the tokenizer, `TokenKind::Ident` added\n"
+        "3. Errors: error[E0382]: borrow of moved value in parse_expr\n"
+    )
     new = [Message(role="assistant", content="Now fixing parse_expr."), Message(role="user", content="go on")]
-    summary = extractive_summary(prompts.build_request(prompts.SPLIT_PROMPT, render_transcript(new), earlier),
-                                 budget_tokens=400)
-    for needle in ("crates/parser/src/lexer.rs", "TokenKind::Ident", "error[E0382]: borrow of moved value",
-                   "parse_expr"):
+    summary = extractive_summary(
+        prompts.build_request(prompts.SPLIT_PROMPT, render_transcript(new), earlier), budget_tokens=400
+    )
+    for needle in (
+        "crates/parser/src/lexer.rs",
+        "TokenKind::Ident",
+        "error[E0382]: borrow of moved value",
+        "parse_expr",
+    ):
         assert needle in summary
     assert sections(summary)["Task"].strip() == "> port the parser to Rust."
 
 
 def test_last_request_falls_back_to_the_existing_summary() -> None:
     earlier = extractive_summary(CONVERSATION, budget_tokens=600)
-    request = prompts.build_request(prompts.SPLIT_PROMPT,
-                                    render_transcript([Message(role="assistant", content="Working on it.")]), earlier)
+    request = prompts.build_request(
+        prompts.SPLIT_PROMPT, render_transcript([Message(role="assistant", content="Working on it.")]), earlier
+    )
     assert "> OK. Then update CHANGELOG.md" in extractive_summary(request, budget_tokens=600)
 
 
@@ -279,17 +335,21 @@ def test_native_conversation_with_the_prompt_appended() -> None:
     assert "condense the working history" not in summary
     # a short request to summarize something is the user's, not instructions
     asked = [*CONVERSATION, {"role": "user", "content": "Summarize what failed."}]
-    assert sections(extractive_summary(asked, budget_tokens=600))["Last request"].strip() == \
-        "> Summarize what failed."
+    assert sections(extractive_summary(asked, budget_tokens=600))["Last request"].strip() == "> Summarize what failed."
 
 
 def test_placeholder_prompt_and_transcript_parsing() -> None:
-    transcript = render_transcript([
-        Message(role="user", content="Use tabs in Makefile"),
-        Message(role="assistant", content=None, tool_calls=[{"id": "a", "function": {
-            "name": "write_file", "arguments": '{"path": "build/rules.mk"}'}}]),
-        Message(role="tool", content="ok", tool_call_id="a", name="write_file"),
-    ])
+    transcript = render_transcript(
+        [
+            Message(role="user", content="Use tabs in Makefile"),
+            Message(
+                role="assistant",
+                content=None,
+                tool_calls=[{"id": "a", "function": {"name": "write_file", "arguments": '{"path": "build/rules.mk"}'}}],
+            ),
+            Message(role="tool", content="ok", tool_call_id="a", name="write_file"),
+        ]
+    )
     request = prompts.build_request("Summarize:\n{transcript}\nDone.", transcript)
     existing, blocks = read_input(request)
     assert existing == [] and [role for role, _ in blocks] == ["user", "assistant", "tool"]
@@ -297,14 +357,26 @@ def test_placeholder_prompt_and_transcript_parsing() -> None:
     assert "build/rules.mk" in summary and "Makefile" in summary and "Summarize:" not in summary
 
 
-@pytest.mark.parametrize("messages, expected", [
-    ([], "No conversation content to summarize."),
-    ([{"role": "user", "content": "hello there"}], "## Task\n> hello there"),
-    ([{"role": "assistant", "content": "just chatting"}], "## Latest progress\n- just chatting"),
-    ([{"role": "user", "content": [{"type": "text", "text": "see the chart"},
-                                   {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}],
-     "## Task\n> see the chart"),
-])
+@pytest.mark.parametrize(
+    "messages, expected",
+    [
+        ([], "No conversation content to summarize."),
+        ([{"role": "user", "content": "hello there"}], "## Task\n> hello there"),
+        ([{"role": "assistant", "content": "just chatting"}], "## Latest progress\n- just chatting"),
+        (
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": "see the chart"},
+                        {"type": "image_url", "image_url": {"url": "http://x/y.png"}},
+                    ],
+                }
+            ],
+            "## Task\n> see the chart",
+        ),
+    ],
+)
 def test_edge_inputs(messages: list[dict[str, Any]], expected: str) -> None:
     assert extractive_summary(messages) == expected
 
@@ -318,14 +390,17 @@ def test_request_tokens_heuristic() -> None:
 # it says what it is
 
 
-@pytest.mark.parametrize("model, expected", [
-    ("workbench/extractive", True),
-    ("WORKBENCH/extractive", True),
-    ("openai/gpt-4o-mini", False),
-    ("extractive", False),
-    (None, False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    "model, expected",
+    [
+        ("workbench/extractive", True),
+        ("WORKBENCH/extractive", True),
+        ("openai/gpt-4o-mini", False),
+        ("extractive", False),
+        (None, False),
+        ("", False),
+    ],
+)
 def test_is_offline_baseline(model: str | None, expected: bool) -> None:
     assert is_offline_baseline(model) is expected
 
@@ -351,8 +426,12 @@ def salient_terms(text: str) -> set[str]:
         if "/" in word:
             if _EXTENSION.search(word) or word.count("/") >= 2:
                 terms.add(word)
-        elif ("_" in word or re.search(r"[a-z][A-Z]", word) or re.search(r"[A-Za-z]\.[A-Za-z]", word)
-              or ("-" in word and re.search(r"\d", word))):
+        elif (
+            "_" in word
+            or re.search(r"[a-z][A-Z]", word)
+            or re.search(r"[A-Za-z]\.[A-Za-z]", word)
+            or ("-" in word and re.search(r"\d", word))
+        ):
             terms.add(word)
         elif re.search(r"\d", word) and len(word) >= 2:
             terms.add(word)
@@ -376,7 +455,7 @@ def test_term_retention_of_recorded_claude_code_summaries(shared_sessions: Path)
             for compaction in session.recorded_compactions:
                 if not compaction.summary:
                     continue
-                before = [m.to_openai() for m in session.messages[:compaction.message_index]]
+                before = [m.to_openai() for m in session.messages[: compaction.message_index]]
                 wanted = salient_terms(compaction.summary)
                 summary = extractive_summary(before, budget_tokens=len(compaction.summary) // 4)
                 assert len(summary) // 4 <= len(compaction.summary) // 4

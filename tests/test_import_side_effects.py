@@ -15,32 +15,40 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-OFFLINE_VARIABLES = ("TIKTOKEN_CACHE_DIR", "DATA_GYM_CACHE_DIR", "LITELLM_LOCAL_MODEL_COST_MAP", "LITELLM_LOG",
-                     "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER",
-                     "HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "CUSTOM_TIKTOKEN_CACHE_DIR")
+OFFLINE_VARIABLES = (
+    "TIKTOKEN_CACHE_DIR",
+    "DATA_GYM_CACHE_DIR",
+    "LITELLM_LOCAL_MODEL_COST_MAP",
+    "LITELLM_LOG",
+    "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER",
+    "HF_HUB_OFFLINE",
+    "TRANSFORMERS_OFFLINE",
+    "CUSTOM_TIKTOKEN_CACHE_DIR",
+)
 
-SNAPSHOT = '''
+SNAPSHOT = """
 import json, logging, os, sys, warnings
 def snapshot():
     return {"environ": dict(os.environ), "meta_path": [repr(f) for f in sys.meta_path],
             "path_hooks": [repr(h) for h in sys.path_hooks], "root_handlers": [repr(h) for h in logging.root.handlers],
             "root_level": logging.root.level, "warning_filters": len(warnings.filters),
             "litellm_imported": "litellm" in sys.modules}
-'''
+"""
 
 
 def run(script: str, **env: str) -> dict:
     """Run `script` (which prints one JSON line last) in a fresh interpreter without the offline variables."""
     environ = {k: v for k, v in os.environ.items() if k not in OFFLINE_VARIABLES}
     environ.update(PYTHONPATH=str(REPO), **env)
-    done = subprocess.run([sys.executable, "-c", SNAPSHOT + script], capture_output=True, text=True, env=environ,
-                          cwd=REPO, timeout=180)
+    done = subprocess.run(
+        [sys.executable, "-c", SNAPSHOT + script], capture_output=True, text=True, env=environ, cwd=REPO, timeout=180
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 def test_import_and_a_heuristic_replay_change_nothing():
-    out = run('''
+    out = run("""
 before = snapshot()
 import workbench as wb
 after_import = snapshot()
@@ -55,7 +63,7 @@ result = wb.replay(messages, {"trigger": {"kind": "utilization", "ratio": 0.5},
 after_replay = snapshot()
 print(json.dumps({"before": before, "after_import": after_import, "after_replay": after_replay,
                   "compactions": len(result.compactions)}))
-''')
+""")
     assert out["compactions"] > 0  # the replay did compact
     assert out["after_import"] == out["before"]
     assert out["after_replay"] == out["before"]
@@ -63,13 +71,13 @@ print(json.dumps({"before": before, "after_import": after_import, "after_replay"
 
 
 def test_tiktoken_works_offline_without_touching_the_environment():
-    out = run('''
+    out = run("""
 before = snapshot()
 import workbench as wb
 counts = [wb.count_tokens("hello world, offline", name) for name in ("cl100k_base", "o200k_base", "p50k_base")]
 print(json.dumps({"same": snapshot() == before, "counts": counts,
                   "tiktoken_dir": os.environ.get("TIKTOKEN_CACHE_DIR")}))
-''')
+""")
     assert all(count > 0 for count in out["counts"])
     assert out["same"] and out["tiktoken_dir"] is None
 
@@ -96,7 +104,7 @@ print(json.dumps({"count": count, "via_tiktoken": "p50k_base" in tiktoken.regist
 
 
 def test_the_offline_provider_works_when_the_user_set_nothing():
-    out = run('''
+    out = run("""
 before = snapshot()
 import workbench as wb
 from workbench.llm import Gateway
@@ -106,7 +114,7 @@ after = snapshot()
 print(json.dumps({"text": answer.text, "cost_map": after["environ"].get("LITELLM_LOCAL_MODEL_COST_MAP"),
                   "finders_added": [f for f in after["meta_path"] if f not in before["meta_path"]],
                   "handlers_same": after["root_handlers"] == before["root_handlers"]}))
-''')
+""")
     assert "cli/main.py" in out["text"], out
     assert out["cost_map"] == "True"  # set when the gateway first imported LiteLLM, as the user set nothing
     # importing LiteLLM adds importlib_metadata's finder; the workbench adds none of its own
@@ -115,16 +123,21 @@ print(json.dumps({"text": answer.text, "cost_map": after["environ"].get("LITELLM
 
 
 def test_a_user_cost_map_setting_is_respected():
-    out = run('''
+    out = run(
+        """
 from workbench.llm import load_litellm
 load_litellm()
 print(json.dumps({"cost_map": os.environ.get("LITELLM_LOCAL_MODEL_COST_MAP"), "log": os.environ.get("LITELLM_LOG")}))
-''', LITELLM_LOCAL_MODEL_COST_MAP="true", LITELLM_LOG="WARNING")
+""",
+        LITELLM_LOCAL_MODEL_COST_MAP="true",
+        LITELLM_LOG="WARNING",
+    )
     assert out == {"cost_map": "true", "log": "WARNING"}
 
 
-@pytest.mark.parametrize("preset", [{}, {"HF_HUB_OFFLINE": "0", "TIKTOKEN_CACHE_DIR": "/somewhere/else"}],
-                         ids=["unset", "user-set"])
+@pytest.mark.parametrize(
+    "preset", [{}, {"HF_HUB_OFFLINE": "0", "TIKTOKEN_CACHE_DIR": "/somewhere/else"}], ids=["unset", "user-set"]
+)
 def test_entry_point_defaults_never_override_the_user(preset):
     from workbench.offline import PROCESS_DEFAULTS, apply_defaults
 
@@ -137,10 +150,12 @@ def test_entry_point_defaults_never_override_the_user(preset):
         assert environ["TIKTOKEN_CACHE_DIR"].endswith("tokenizers")
 
 
-@pytest.mark.parametrize(("preset", "sdk"),
-                         [({}, False), ({"EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "false"}, True)])
+@pytest.mark.parametrize(
+    ("preset", "sdk"), [({}, False), ({"EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "false"}, True)]
+)
 def test_openai_compatible_calls_use_litellms_transport_unless_the_user_chose_the_sdk(preset, sdk):
-    out = run('''
+    out = run(
+        """
 from workbench.llm import Gateway
 from workbench.testing import FakeOpenAI
 with FakeOpenAI() as server, Gateway() as gateway:
@@ -148,7 +163,9 @@ with FakeOpenAI() as server, Gateway() as gateway:
     answer = model.complete([{"role": "user", "content": "Summarize: edited src/app.py"}])
     headers = {k.lower() for k in server.headers[0]}
 print(json.dumps({"sdk": "x-stainless-lang" in headers, "tokens": answer.input_tokens, "cost": answer.cost_usd}))
-''', **preset)
+""",
+        **preset,
+    )
     assert out["sdk"] is sdk  # the OpenAI SDK stamps its x-stainless-* headers on every request
     assert out["tokens"] > 0 and out["cost"] > 0  # usage and price read alike on both paths
 

@@ -21,8 +21,9 @@ from workbench.registry import build_strategy, build_trigger, kinds, spec_of
 from workbench.session import ROLES, Message, split_leading_system, tool_pairing_problems
 from workbench.tokens import messages_tokens
 
-SETTINGS = settings(max_examples=25, deadline=None,
-                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+SETTINGS = settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
 
 # A few parameter specs per strategy kind (COMPACTION.md names); `{}` means the defaults.
 STRATEGY_SPECS: dict[str, list[dict]] = {
@@ -37,8 +38,9 @@ STRATEGY_SPECS: dict[str, list[dict]] = {
     "summarize_split": [{}, {"preserve": 0.2}],
     "adaptive_chunking": [{"keep_recent": 2}, {"chunk_messages": 4, "boundary": "count", "keep_recent": 0}],
     "guard_select": [{}, {"oversized_chars": 500}],
-    "pipeline": [{"steps": [{"kind": "tool_result_truncation", "max_chars": 200},
-                            {"kind": "sliding_window", "window": 5}]}],
+    "pipeline": [
+        {"steps": [{"kind": "tool_result_truncation", "max_chars": 200}, {"kind": "sliding_window", "window": 5}]}
+    ],
     "handoff": [{}, {"user_tokens": 50}],
     "step_gate": [{"min_steps": 3}, {"min_steps": 2, "strategy": {"kind": "sliding_window", "window": 2}}],
     "recorded": [{}],  # no session bound: the context is returned unchanged
@@ -58,8 +60,11 @@ def _builtin_strategy_kinds() -> set[str]:
     return {name for name, cls in kinds("strategy").items() if cls.__module__.startswith("workbench.")}
 
 
-STRATEGY_CASES = [(kind, params) for kind in sorted(set(STRATEGY_SPECS) | _builtin_strategy_kinds())
-                  for params in STRATEGY_SPECS.get(kind, [{}])]
+STRATEGY_CASES = [
+    (kind, params)
+    for kind in sorted(set(STRATEGY_SPECS) | _builtin_strategy_kinds())
+    for params in STRATEGY_SPECS.get(kind, [{}])
+]
 
 
 def _is_subsequence(result: list[Message], source: list[Message]) -> bool:
@@ -91,8 +96,9 @@ def check_strategy_invariants(kind: str, strategy, messages: list[Message], seve
     if kind in DROPPING:
         assert _is_subsequence(result, messages), "a dropping kind keeps the original objects in order"
         again = strategy.compact(Context(result), env)
-        assert len(again) == len(result) and all(a is b for a, b in zip(again, result, strict=True)), \
+        assert len(again) == len(result) and all(a is b for a, b in zip(again, result, strict=True)), (
             "compacting a compacted context again changes nothing"
+        )
     if kind in IN_PLACE:
         assert len(result) == len(messages)
         for before, after in zip(messages, result, strict=True):
@@ -112,9 +118,11 @@ def check_strategy_invariants(kind: str, strategy, messages: list[Message], seve
         assert after_tokens <= before_tokens + 3 * modified  # the marker may outweigh a tiny cut
 
 
-@pytest.mark.parametrize(("kind", "params"), STRATEGY_CASES,
-                         ids=[f"{k}-{i}" for k, i in
-                              ((k, STRATEGY_SPECS.get(k, [{}]).index(p)) for k, p in STRATEGY_CASES)])
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    STRATEGY_CASES,
+    ids=[f"{k}-{i}" for k, i in ((k, STRATEGY_SPECS.get(k, [{}]).index(p)) for k, p in STRATEGY_CASES)],
+)
 def test_strategy_invariants(kind: str, params: dict):
     strategy = build_strategy({"kind": kind, **params})
 
@@ -126,9 +134,11 @@ def test_strategy_invariants(kind: str, params: dict):
     check()
 
 
-@pytest.mark.parametrize(("kind", "params"), STRATEGY_CASES,
-                         ids=[f"{k}-{i}" for k, i in
-                              ((k, STRATEGY_SPECS.get(k, [{}]).index(p)) for k, p in STRATEGY_CASES)])
+@pytest.mark.parametrize(
+    ("kind", "params"),
+    STRATEGY_CASES,
+    ids=[f"{k}-{i}" for k, i in ((k, STRATEGY_SPECS.get(k, [{}]).index(p)) for k, p in STRATEGY_CASES)],
+)
 def test_strategy_invariants_when_a_message_parts_a_call_from_its_result(kind: str, params: dict):
     """A system reminder between a call and its result makes the result a step of its own: a kind
     that cuts between steps keeps it with its call or drops both."""
@@ -153,8 +163,10 @@ def test_strategy_table_covers_every_builtin_kind():
 TRIGGER_SPECS: dict[str, list[dict]] = {
     "token_threshold": [{}, {"threshold": 5000}, {"threshold": 0}],
     "utilization": [{}, {"ratio": 0.5, "reactive": False}],
-    "stat_threshold": [{"counters": {"iterations": 3, "input_tokens": 20_000}, "gauges": {"context_tokens": 8000}},
-                       {"counters": {"input_tokens_for:*": 5000}}],
+    "stat_threshold": [
+        {"counters": {"iterations": 3, "input_tokens": 20_000}, "gauges": {"context_tokens": 8000}},
+        {"counters": {"input_tokens_for:*": 5000}},
+    ],
     "pressure": [{}, {"turns": 0, "tokens": 6000}],
     "guard": [{}, {"warn_threshold": 0.5, "hard_limit": 10_000, "min_available": 1000}],
     "any": [{"triggers": [{"kind": "pressure", "turns": 5}, {"kind": "guard", "hard_limit": 9000}]}],
@@ -169,8 +181,14 @@ TRIGGER_CASES = [(kind, params) for kind in sorted(TRIGGER_SPECS) for params in 
 def replays(draw) -> list[TriggerView]:
     """A plausible sequence of views: counters only grow, gauges move freely."""
     views = []
-    counters = {"iterations": 0, "input_tokens": 0, "output_tokens": 0, "input_tokens_for:m1": 0,
-                "input_tokens_for:m2": 0, "compactions": 0}
+    counters = {
+        "iterations": 0,
+        "input_tokens": 0,
+        "output_tokens": 0,
+        "input_tokens_for:m1": 0,
+        "input_tokens_for:m2": 0,
+        "compactions": 0,
+    }
     for call in range(1, draw(st.integers(1, 30)) + 1):
         counters = dict(counters)
         counters["iterations"] = call
@@ -180,17 +198,30 @@ def replays(draw) -> list[TriggerView]:
         counters[f"input_tokens_for:{model}"] += prompt
         counters["output_tokens"] += draw(st.integers(0, 800))
         context = draw(st.integers(0, 20_000))
-        gauges = {"context_tokens": context, "context_messages": draw(st.integers(0, 200)),
-                  "context_steps": draw(st.integers(0, 100)), "tokens_last_call": prompt}
-        views.append(TriggerView(call_index=call, counters=counters, gauges=gauges, context_limit=16_000,
-                                 max_output=1000, system_tokens=min(context, 300),
-                                 last_finish_reason=draw(st.sampled_from(["stop", "stop", "length", None])),
-                                 overflow=context + 1000 > 16_000))
+        gauges = {
+            "context_tokens": context,
+            "context_messages": draw(st.integers(0, 200)),
+            "context_steps": draw(st.integers(0, 100)),
+            "tokens_last_call": prompt,
+        }
+        views.append(
+            TriggerView(
+                call_index=call,
+                counters=counters,
+                gauges=gauges,
+                context_limit=16_000,
+                max_output=1000,
+                system_tokens=min(context, 300),
+                last_finish_reason=draw(st.sampled_from(["stop", "stop", "length", None])),
+                overflow=context + 1000 > 16_000,
+            )
+        )
     return views
 
 
-@pytest.mark.parametrize(("kind", "params"), TRIGGER_CASES, ids=[f"{k}-{TRIGGER_SPECS[k].index(p)}"
-                                                                 for k, p in TRIGGER_CASES])
+@pytest.mark.parametrize(
+    ("kind", "params"), TRIGGER_CASES, ids=[f"{k}-{TRIGGER_SPECS[k].index(p)}" for k, p in TRIGGER_CASES]
+)
 def test_trigger_invariants(kind: str, params: dict):
     spec = {"kind": kind, **params}
 
@@ -214,8 +245,11 @@ def test_trigger_invariants(kind: str, params: dict):
 
 
 @SETTINGS
-@given(views=replays(), delta=st.integers(1, 40_000), key=st.sampled_from(["iterations", "input_tokens",
-                                                                          "input_tokens_for:*"]))
+@given(
+    views=replays(),
+    delta=st.integers(1, 40_000),
+    key=st.sampled_from(["iterations", "input_tokens", "input_tokens_for:*"]),
+)
 def test_stat_threshold_never_fires_twice_without_counter_growth(views, delta, key):
     delta = min(delta, 5) if key == "iterations" else delta
     trigger = build_trigger({"kind": "stat_threshold", "counters": {key: delta}})

@@ -90,9 +90,11 @@ def test_repeat_numbers_are_distinct_cache_entries(gateway, server):
     assert server.request_count == 3
 
 
-@pytest.mark.parametrize("fault", [Fault.malformed(), Fault.malformed("not json"), Fault.empty_choices(),
-                                   Fault.null_content()], ids=["truncated-json", "not-json", "empty-choices",
-                                                               "null-content"])
+@pytest.mark.parametrize(
+    "fault",
+    [Fault.malformed(), Fault.malformed("not json"), Fault.empty_choices(), Fault.null_content()],
+    ids=["truncated-json", "not-json", "empty-choices", "null-content"],
+)
 @pytest.mark.parametrize("path", ["sync", "async"])
 def test_unusable_answers_raise_bad_response(gateway, server, fault, path):
     server.script(fault)
@@ -159,6 +161,7 @@ def test_an_unusable_answer_stored_earlier_is_asked_again_and_replaced(tmp_path,
 def test_an_answer_its_caller_refuses_is_not_served_nor_kept(tmp_path, server, kind, path):
     """A caller's `validate` rejects answers it cannot read: such an answer is neither cached nor
     served from the cache, and the answer asked instead replaces one stored earlier."""
+
     def json_only(text: str) -> str | None:
         return None if text.startswith("{") else "not a JSON object"
 
@@ -194,10 +197,19 @@ def test_a_refusal_is_a_summarizer_failure_naming_the_model_and_the_finish_reaso
 
 def test_a_refused_summary_falls_back_under_on_failure_fallback(gateway, refusing):
     refusing.responder = lambda body: refused()
-    result = replay(conversation(24, result_chars=1500),
-                    {"trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
-                     "summarizer": MODEL, "summarizer_options": {"api_base": refusing.api_base, "api_key": "sk-dummy"},
-                     "context_limit": 12_000, "max_output": 1_000, "on_failure": "fallback"}, gateway=gateway)
+    result = replay(
+        conversation(24, result_chars=1500),
+        {
+            "trigger": {"kind": "utilization", "ratio": 0.5},
+            "strategy": {"kind": "summarize_split"},
+            "summarizer": MODEL,
+            "summarizer_options": {"api_base": refusing.api_base, "api_key": "sk-dummy"},
+            "context_limit": 12_000,
+            "max_output": 1_000,
+            "on_failure": "fallback",
+        },
+        gateway=gateway,
+    )
     assert result.termination == "completed" and result.compactions
     assert all(e.fell_back and "content_filter" in (e.error or "") for e in result.compactions)
     assert not any("can't help" in (m.text or "") for m in result.final_context)
@@ -205,10 +217,18 @@ def test_a_refused_summary_falls_back_under_on_failure_fallback(gateway, refusin
 
 def test_truncated_summaries_are_kept_and_counted(gateway, server):
     server.responder = lambda body: Fault.truncated("A summary cut off at the output limit, which")
-    result = replay(conversation(24, result_chars=1500),
-                    {"trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
-                     "summarizer": MODEL, "summarizer_options": {"api_base": server.api_base, "api_key": "sk-dummy"},
-                     "context_limit": 12_000, "max_output": 1_000}, gateway=gateway)
+    result = replay(
+        conversation(24, result_chars=1500),
+        {
+            "trigger": {"kind": "utilization", "ratio": 0.5},
+            "strategy": {"kind": "summarize_split"},
+            "summarizer": MODEL,
+            "summarizer_options": {"api_base": server.api_base, "api_key": "sk-dummy"},
+            "context_limit": 12_000,
+            "max_output": 1_000,
+        },
+        gateway=gateway,
+    )
     events = result.compactions
     assert result.termination == "completed" and len(events) >= 2
     assert all("cut off at the output limit" in (e.summary or "") for e in events)
@@ -301,10 +321,17 @@ def test_lazy_model_binds_once_and_times_its_start_up_apart(litellm):
 def test_a_replays_first_compaction_does_not_count_the_start_up(litellm):
     gateway = SlowStartGateway(MemoryCache())
     gateway.startup_delay = 1.0
-    result = replay(conversation(24, result_chars=1500),
-                    {"trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
-                     "summarizer": "workbench/extractive", "context_limit": 12_000, "max_output": 1_000},
-                    gateway=gateway)
+    result = replay(
+        conversation(24, result_chars=1500),
+        {
+            "trigger": {"kind": "utilization", "ratio": 0.5},
+            "strategy": {"kind": "summarize_split"},
+            "summarizer": "workbench/extractive",
+            "context_limit": 12_000,
+            "max_output": 1_000,
+        },
+        gateway=gateway,
+    )
     assert len(result.compactions) >= 2 and gateway.warm_ups == 1
     first, second = result.compactions[:2]
     assert first.summarizer_usage["calls"] >= 1

@@ -30,8 +30,13 @@ def test_second_identical_call_is_a_cache_hit_without_requests(gateway, server):
     assert server.request_count == 1
     assert second.cache_hit and not first.cache_hit
     assert second.attempts == 0
-    assert (second.text, second.input_tokens, second.output_tokens, second.cost_usd, second.finish_reason) == \
-        (first.text, first.input_tokens, first.output_tokens, first.cost_usd, first.finish_reason)
+    assert (second.text, second.input_tokens, second.output_tokens, second.cost_usd, second.finish_reason) == (
+        first.text,
+        first.input_tokens,
+        first.output_tokens,
+        first.cost_usd,
+        first.finish_reason,
+    )
 
     assert gateway.stats.cache_hits == 1 and gateway.stats.calls == 1
 
@@ -100,8 +105,12 @@ def test_duckdb_cache_serves_a_rerun_from_a_new_gateway(tmp_path, server):
     assert server.request_count == requests  # zero new model calls
     for old, new in zip(first, again, strict=False):
         assert new.cache_hit
-        assert (new.text, new.input_tokens, new.output_tokens, new.finish_reason) == \
-            (old.text, old.input_tokens, old.output_tokens, old.finish_reason)
+        assert (new.text, new.input_tokens, new.output_tokens, new.finish_reason) == (
+            old.text,
+            old.input_tokens,
+            old.output_tokens,
+            old.finish_reason,
+        )
     assert [c.text for c in batch] == [c.text for c in abatch] == [c.text for c in first]
     assert all(c.cache_hit for c in batch + abatch)
 
@@ -127,7 +136,6 @@ def test_memory_cache_roundtrip():
     cache.put("k", "m", {"model": "m"}, entry)
     assert cache.get("k") == entry and cache.get("x") is None
     assert cache.get_many(["k", "x"]) == {"k": entry} and len(cache) == 1
-
 
 
 @pytest.mark.parametrize("kind", ["memory", "duckdb"])
@@ -169,13 +177,16 @@ def test_the_stored_request_is_the_text_its_key_hashes(tmp_path, server, monkeyp
     connection.close()
     assert hashlib.sha256(request.encode()).hexdigest() == key
 
+
 def test_api_keys_never_reach_the_database_file(tmp_path, server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", ENV_SECRET)
     path = tmp_path / "secrets.duckdb"
     with Gateway(DuckDBCache(path), num_retries=0) as gw:
         from_env = gw.model(MODEL, {"api_base": server.api_base})
-        from_option = gw.model(MODEL, {"api_base": server.api_base, "api_key": OPTION_SECRET,
-                                       "extra_headers": {"X-Api-Key": OPTION_SECRET}})
+        from_option = gw.model(
+            MODEL,
+            {"api_base": server.api_base, "api_key": OPTION_SECRET, "extra_headers": {"X-Api-Key": OPTION_SECRET}},
+        )
         from_env.complete(ask("MARKER-from-env positive control"))
         from_option.complete(ask("MARKER-from-option positive control"))
         server.script(Fault.error(500))
@@ -199,8 +210,16 @@ def test_api_keys_never_reach_the_database_file(tmp_path, server, monkeypatch):
 
 
 def test_key_material_has_no_secrets_or_transport():
-    options = {"temperature": 0, "api_key": "sk-abc-123456", "timeout": 3, "api_base": "http://x",
-               "aws_secret_access_key": "abc", "max_tokens": 10, "concurrency": 4, "repeat": 1}
+    options = {
+        "temperature": 0,
+        "api_key": "sk-abc-123456",
+        "timeout": 3,
+        "api_base": "http://x",
+        "aws_secret_access_key": "abc",
+        "max_tokens": 10,
+        "concurrency": 4,
+        "repeat": 1,
+    }
     params, transport, own = split_options(options)
     assert params == {"temperature": 0, "max_tokens": 10}
     assert set(transport) == {"api_key", "timeout", "api_base", "aws_secret_access_key"}

@@ -27,8 +27,10 @@ pytest_plugins = ["llm_fixtures"]  # the gateway fixtures: litellm, server, gate
 
 def test_api_keys_never_appear_in_errors(gateway, server, monkeypatch):
     monkeypatch.setenv("OPENAI_API_KEY", ENV_SECRET)
-    server.script(Fault.error(401, f"Incorrect API key provided: {OPTION_SECRET}"),
-                  Fault.error(401, f"Incorrect API key provided: {ENV_SECRET}"))
+    server.script(
+        Fault.error(401, f"Incorrect API key provided: {OPTION_SECRET}"),
+        Fault.error(401, f"Incorrect API key provided: {ENV_SECRET}"),
+    )
 
     bound = bind(gateway, server, api_key=OPTION_SECRET)
     assert OPTION_SECRET not in repr(bound)
@@ -106,13 +108,17 @@ def test_failures_of_the_model_are_summarizer_failures_to_a_replay(gateway, serv
     assert isinstance(info.value.__cause__, AuthenticationFailed)
 
 
-@pytest.mark.parametrize("exception, expected", [
-    (ConnectionRefusedError(111, "Connection refused"), ConnectionFailed),
-    (socket.gaierror(-2, "Name or service not known"), ConnectionFailed),
-    (ConnectionResetError(104, "reset by peer"), ProviderError),
-    (TimeoutError("slow"), Timeout),
-    (RuntimeError("Missing credentials. Please pass an `api_key`"), AuthenticationFailed),
-], ids=["refused", "unknown-host", "reset", "timeout", "missing-key"])
+@pytest.mark.parametrize(
+    "exception, expected",
+    [
+        (ConnectionRefusedError(111, "Connection refused"), ConnectionFailed),
+        (socket.gaierror(-2, "Name or service not known"), ConnectionFailed),
+        (ConnectionResetError(104, "reset by peer"), ProviderError),
+        (TimeoutError("slow"), Timeout),
+        (RuntimeError("Missing credentials. Please pass an `api_key`"), AuthenticationFailed),
+    ],
+    ids=["refused", "unknown-host", "reset", "timeout", "missing-key"],
+)
 def test_classify_table(exception, expected):
     error = classify(exception, model="m", attempts=1, api_base="http://h:1/v1")
     assert type(error) is expected
@@ -132,11 +138,20 @@ def test_a_rejected_key_opens_a_replays_breaker_after_one_request_per_compaction
     from workbench.replay import replay
 
     server.responder = lambda body: Fault.error(401, "Incorrect API key provided")
-    result = replay(conversation(30, result_chars=1500),
-                    {"trigger": {"kind": "utilization", "ratio": 0.5}, "strategy": {"kind": "summarize_split"},
-                     "summarizer": MODEL, "summarizer_options": {"api_base": server.api_base, "api_key": "sk-x"},
-                     "context_limit": 12_000, "max_output": 1_000, "on_failure": "fallback",
-                     "max_consecutive_failures": 2}, gateway=gateway)
+    result = replay(
+        conversation(30, result_chars=1500),
+        {
+            "trigger": {"kind": "utilization", "ratio": 0.5},
+            "strategy": {"kind": "summarize_split"},
+            "summarizer": MODEL,
+            "summarizer_options": {"api_base": server.api_base, "api_key": "sk-x"},
+            "context_limit": 12_000,
+            "max_output": 1_000,
+            "on_failure": "fallback",
+            "max_consecutive_failures": 2,
+        },
+        gateway=gateway,
+    )
     assert result.termination == "completed" and len(result.compactions) > 2
     assert all(event.fell_back for event in result.compactions)
     assert "AuthenticationFailed" in (result.compactions[0].error or "")

@@ -136,8 +136,13 @@ def test_limiter_survives_cancelled_async_waiters():
 
 def test_llm_module_imports_without_litellm():
     code = "import sys, workbench.llm, workbench.testing; print('litellm' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         cwd=Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).resolve().parents[1],
+    )
     assert out.stdout.strip() == "False", out.stderr
 
 

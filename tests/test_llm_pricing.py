@@ -17,8 +17,9 @@ def test_known_model_is_in_price_map(litellm):
 
 def test_cost_of_a_known_model(gateway, server, litellm):
     result = bind(gateway, server, model=KNOWN).complete(ask())
-    prompt, completion = litellm.cost_per_token(model=KNOWN, prompt_tokens=result.input_tokens,
-                                                completion_tokens=result.output_tokens)
+    prompt, completion = litellm.cost_per_token(
+        model=KNOWN, prompt_tokens=result.input_tokens, completion_tokens=result.output_tokens
+    )
 
     assert result.cost_usd == pytest.approx(prompt + completion)
     assert result.cost_usd > 0

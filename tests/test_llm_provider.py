@@ -27,7 +27,6 @@ CONVERSATION: list[dict[str, Any]] = [
     {"role": "user", "content": "The import in src/workbench/replay.py fails; keep Python 3.11 support."},
     {"role": "assistant", "content": "Decided to move ReplayState into workbench.state; cache_size stays 512."},
     {"role": "user", "content": "Then update CHANGELOG.md and set the timeout to 45 seconds."},
-
 ]
 
 
@@ -78,23 +77,28 @@ def test_offline_extractive_model_costs_nothing(gateway, litellm):
 def run_fresh(script: str, **env: str) -> subprocess.CompletedProcess:
     environ = {k: v for k, v in os.environ.items() if not k.startswith(("LITELLM_", "TIKTOKEN_"))}
     environ.update(PYTHONPATH=str(REPO), **env)
-    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=environ, cwd=REPO,
-                          timeout=180)
+    return subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=environ, cwd=REPO, timeout=180
+    )
 
 
 def test_the_gateway_registers_the_provider_when_it_first_loads_litellm() -> None:
-    done = run_fresh("\n".join([
-        "import sys",
-        "import workbench",
-        "from workbench.llm import Gateway",
-        "assert 'litellm' not in sys.modules, 'litellm was imported eagerly'",
-        "r = Gateway().model('workbench/extractive').complete("
-        "[{'role': 'user', 'content': 'Please rename parse_args in cli/main.py'}])",
-        "print(r.text)",
-        "print('USAGE', r.input_tokens, r.output_tokens, r.cost_usd)",
-        "import litellm",
-        "print('REGISTERED', [e['provider'] for e in litellm.custom_provider_map])",
-    ]))
+    done = run_fresh(
+        "\n".join(
+            [
+                "import sys",
+                "import workbench",
+                "from workbench.llm import Gateway",
+                "assert 'litellm' not in sys.modules, 'litellm was imported eagerly'",
+                "r = Gateway().model('workbench/extractive').complete("
+                "[{'role': 'user', 'content': 'Please rename parse_args in cli/main.py'}])",
+                "print(r.text)",
+                "print('USAGE', r.input_tokens, r.output_tokens, r.cost_usd)",
+                "import litellm",
+                "print('REGISTERED', [e['provider'] for e in litellm.custom_provider_map])",
+            ]
+        )
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "> Please rename parse_args in cli/main.py" in done.stdout
     prompt_tokens = len("Please rename parse_args in cli/main.py") // 4 + 4
@@ -112,13 +116,18 @@ def test_what_the_litellm_import_made_is_frozen_and_the_exit_stays_quiet() -> No
     """A full garbage collection would walk LiteLLM's ~300,000 objects again (~170 ms with every
     thread stopped): loading freezes them. At exit they are unfrozen, or DuckDB's bindings, imported
     before, report their objects as leaked on stderr."""
-    done = run_fresh("\n".join([
-        "import gc, duckdb, workbench",
-        "duckdb.connect().execute('SELECT 1').fetchall()",
-        "from workbench.llm.provider import load_litellm",
-        "litellm = load_litellm()",
-        "print('FROZEN', gc.get_freeze_count() > 100_000, any(o is litellm.model_cost for o in gc.get_objects()))",
-    ]))
+    done = run_fresh(
+        "\n".join(
+            [
+                "import gc, duckdb, workbench",
+                "duckdb.connect().execute('SELECT 1').fetchall()",
+                "from workbench.llm.provider import load_litellm",
+                "litellm = load_litellm()",
+                "print('FROZEN', gc.get_freeze_count() > 100_000,"
+                " any(o is litellm.model_cost for o in gc.get_objects()))",
+            ]
+        )
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "FROZEN True False" in done.stdout
     assert "leaked" not in done.stderr, done.stderr[-2000:]

@@ -44,17 +44,21 @@ def test_a_thread_keeps_its_pool_and_threads_take_the_pools_in_turn(gateway):
     assert mine.client.is_closed
 
 
-@pytest.mark.parametrize(("provider", "switch", "lends"), [
-    ("openai", "true", True),
-    ("openai", "TRUE", True),
-    ("openai", "false", False),
-    ("openai", "1", False),  # LiteLLM turns its HTTP transport on for "true" only: the SDK path takes SDK clients
-    ("openai", None, False),
-    ("anthropic", "true", False),
-    ("workbench", "true", False),
-])
-def test_the_pool_is_lent_only_where_litellms_http_transport_serves_the_call(litellm, monkeypatch, provider, switch,
-                                                                               lends):
+@pytest.mark.parametrize(
+    ("provider", "switch", "lends"),
+    [
+        ("openai", "true", True),
+        ("openai", "TRUE", True),
+        ("openai", "false", False),
+        ("openai", "1", False),  # LiteLLM turns its HTTP transport on for "true" only: the SDK path takes SDK clients
+        ("openai", None, False),
+        ("anthropic", "true", False),
+        ("workbench", "true", False),
+    ],
+)
+def test_the_pool_is_lent_only_where_litellms_http_transport_serves_the_call(
+    litellm, monkeypatch, provider, switch, lends
+):
     if switch is None:
         monkeypatch.delenv("EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER", raising=False)
     else:
@@ -102,8 +106,15 @@ def test_a_call_holds_its_slot_only_while_its_request_is_on_the_wire(gateway, se
 @pytest.mark.parametrize("failure", ["closed port", "server error"])
 def test_a_request_that_fails_gives_its_slot_back(gateway, server, failure):
     if failure == "closed port":
-        bound = gateway.model(MODEL, {"api_base": f"http://127.0.0.1:{closed_port()}/v1", "api_key": "sk-dummy",
-                                      "num_retries": 0, "concurrency": 1})
+        bound = gateway.model(
+            MODEL,
+            {
+                "api_base": f"http://127.0.0.1:{closed_port()}/v1",
+                "api_key": "sk-dummy",
+                "num_retries": 0,
+                "concurrency": 1,
+            },
+        )
     else:
         server.script(*[Fault.error(500, "the model is down")] * 3)
         bound = bind(gateway, server, concurrency=1, num_retries=2, backoff_base=0.01)

@@ -34,21 +34,46 @@ _ACTION = assistant("```bash\npytest -q\n```")
 _OUTPUT = user("<returncode>1</returncode>\n<output>1 failed</output>")
 
 
-@pytest.mark.parametrize("fmt, messages, expected", [
-    ("mini-swe-agent", [system(), _TASK, _ACTION, _OUTPUT, _ACTION, _OUTPUT],
-     ["system", "user", "assistant", "obs", "assistant", "obs"]),
-    ("mini-swe-agent", [system(), _TASK, user("also keep the API"), _ACTION, _OUTPUT, user("Format error: no command")],
-     ["system", "user", "user", "assistant", "obs", "obs"]),
-    ("swe-agent", [system(), user("issue text", metadata={"message_type": "observation"}), _ACTION,
-                   user("out", metadata={"message_type": "observation"}), _ACTION, user("out")],
-     ["system", "user", "assistant", "obs", "assistant", "obs"]),
-    ("openhands", [_TASK, _ACTION, user("ran", metadata={"observation": "run"}), user("thanks")],
-     ["user", "assistant", "obs", "user"]),
-    ("aider", [_TASK, assistant("edit"), user("bad edit", metadata={"aider_reflection": "edit_format_error"})],
-     ["user", "assistant", "obs"]),
-    ("claude-code", [_TASK, _ACTION, _OUTPUT], ["user", "assistant", "user"]),
-    ("openai", [_TASK, _ACTION, user("a real reply", observation=True)], ["user", "assistant", "obs"]),
-], ids=lambda value: value if isinstance(value, str) else None)
+@pytest.mark.parametrize(
+    "fmt, messages, expected",
+    [
+        (
+            "mini-swe-agent",
+            [system(), _TASK, _ACTION, _OUTPUT, _ACTION, _OUTPUT],
+            ["system", "user", "assistant", "obs", "assistant", "obs"],
+        ),
+        (
+            "mini-swe-agent",
+            [system(), _TASK, user("also keep the API"), _ACTION, _OUTPUT, user("Format error: no command")],
+            ["system", "user", "user", "assistant", "obs", "obs"],
+        ),
+        (
+            "swe-agent",
+            [
+                system(),
+                user("issue text", metadata={"message_type": "observation"}),
+                _ACTION,
+                user("out", metadata={"message_type": "observation"}),
+                _ACTION,
+                user("out"),
+            ],
+            ["system", "user", "assistant", "obs", "assistant", "obs"],
+        ),
+        (
+            "openhands",
+            [_TASK, _ACTION, user("ran", metadata={"observation": "run"}), user("thanks")],
+            ["user", "assistant", "obs", "user"],
+        ),
+        (
+            "aider",
+            [_TASK, assistant("edit"), user("bad edit", metadata={"aider_reflection": "edit_format_error"})],
+            ["user", "assistant", "obs"],
+        ),
+        ("claude-code", [_TASK, _ACTION, _OUTPUT], ["user", "assistant", "user"]),
+        ("openai", [_TASK, _ACTION, user("a real reply", observation=True)], ["user", "assistant", "obs"]),
+    ],
+    ids=lambda value: value if isinstance(value, str) else None,
+)
 def test_each_format_marks_its_own_observations(fmt, messages, expected):
     assert _roles(mark_observations(fmt, messages)) == expected
 
@@ -75,17 +100,39 @@ def test_observations_survive_openai_dicts_and_keep_the_session_id():
 
 # -- the store -------------------------------------------------------------------------------
 
+
 def _trajectory(tmp_path: Path, steps: int = 14) -> Path:
-    messages = [{"role": "system", "content": "You are a helpful assistant."},
-                {"role": "user", "content": "<pr_description>Fix the parser</pr_description>"}]
+    messages = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "<pr_description>Fix the parser</pr_description>"},
+    ]
     for index in range(steps):
-        messages.append({"role": "assistant", "content": f"THOUGHT: look\n```bash\ncat src/file_{index}.py\n```",
-                         "extra": {"response": {"usage": {"prompt_tokens": 1000 + index, "completion_tokens": 20}}}})
-        messages.append({"role": "user", "content": "<returncode>0</returncode>\n<output>\n"
-                         + f"def handler_{index}(): pass\n" * 40 + "</output>"})
+        messages.append(
+            {
+                "role": "assistant",
+                "content": f"THOUGHT: look\n```bash\ncat src/file_{index}.py\n```",
+                "extra": {"response": {"usage": {"prompt_tokens": 1000 + index, "completion_tokens": 20}}},
+            }
+        )
+        messages.append(
+            {
+                "role": "user",
+                "content": "<returncode>0</returncode>\n<output>\n"
+                + f"def handler_{index}(): pass\n" * 40
+                + "</output>",
+            }
+        )
     path = tmp_path / "task.traj.json"
-    path.write_text(json.dumps({"info": {"exit_status": "Submitted"}, "messages": messages,
-                                "trajectory_format": "mini-swe-agent-1.1", "instance_id": "demo__demo-1"}))
+    path.write_text(
+        json.dumps(
+            {
+                "info": {"exit_status": "Submitted"},
+                "messages": messages,
+                "trajectory_format": "mini-swe-agent-1.1",
+                "instance_id": "demo__demo-1",
+            }
+        )
+    )
     return path
 
 
@@ -132,6 +179,7 @@ def test_workbench_sessions_prints_the_observations(tmp_path):
 
 # -- replays --------------------------------------------------------------------------------
 
+
 def test_masking_hides_a_text_action_agent_s_old_outputs(tmp_path):
     [session] = wb.load(str(_trajectory(tmp_path, steps=16)))
     masked = replay(session, {"name": "masking", **MASKING})
@@ -148,17 +196,30 @@ def test_masking_hides_a_text_action_agent_s_old_outputs(tmp_path):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
-@given(messages=conversations(max_steps=30), kind=st.sampled_from([
-    {"kind": "observation_masking", "keep_recent": 3}, {"kind": "clear_tool_uses", "keep": 2},
-    {"kind": "tool_result_truncation", "max_chars": 30}, {"kind": "sliding_window", "window": 3},
-    {"kind": "hard_clear", "keep_recent": 4}, {"kind": "trim", "keep_recent_turns": 2}]),
-    turns=st.integers(1, 4))
+@given(
+    messages=conversations(max_steps=30),
+    kind=st.sampled_from(
+        [
+            {"kind": "observation_masking", "keep_recent": 3},
+            {"kind": "clear_tool_uses", "keep": 2},
+            {"kind": "tool_result_truncation", "max_chars": 30},
+            {"kind": "sliding_window", "window": 3},
+            {"kind": "hard_clear", "keep_recent": 4},
+            {"kind": "trim", "keep_recent_turns": 2},
+        ]
+    ),
+    turns=st.integers(1, 4),
+)
 def test_the_fast_replay_equals_the_naive_walk_with_observations(messages, kind, turns):
     if not any(m.role == "assistant" for m in messages):
         return
     session = wb.Session.from_messages(messages)
-    spec = {"trigger": {"kind": "pressure", "turns": turns}, "strategy": kind,
-            "context_limit": 60_000, "max_output": 1_000}
+    spec = {
+        "trigger": {"kind": "pressure", "turns": turns},
+        "strategy": kind,
+        "context_limit": 60_000,
+        "max_output": 1_000,
+    }
     fast, slow = replay(session, spec), naive_replay(session, spec)
     assert (fast.termination, list(fast.calls)) == (slow.termination, list(slow.calls))
     assert fast.metrics == slow.metrics
@@ -168,8 +229,15 @@ def test_the_fast_replay_equals_the_naive_walk_with_observations(messages, kind,
 # -- the shared recordings and the corpus ----------------------------------------------------
 
 #: Per shared format folder: user observations the importer marks (tool results are observations by role).
-SHARED_USER_OBSERVATIONS = {"mini-swe-agent": 10, "swe-agent": 106, "openhands": 2, "aider": 8,
-                            "claude-code": 0, "codex": 0, "openai-chat": 0}
+SHARED_USER_OBSERVATIONS = {
+    "mini-swe-agent": 10,
+    "swe-agent": 106,
+    "openhands": 2,
+    "aider": 8,
+    "claude-code": 0,
+    "codex": 0,
+    "openai-chat": 0,
+}
 
 
 @pytest.mark.shared

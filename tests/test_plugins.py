@@ -102,8 +102,9 @@ def plugin_dir(tmp_path: Path) -> Path:
 
 def run(args: list[str], *, pythonpath: Path, db: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PYTHONPATH": str(pythonpath), "WORKBENCH_DB": str(db)}
-    return subprocess.run([sys.executable, "-m", "workbench", *args], capture_output=True, text=True, env=env,
-                          timeout=300, cwd=pythonpath)
+    return subprocess.run(
+        [sys.executable, "-m", "workbench", *args], capture_output=True, text=True, env=env, timeout=300, cwd=pythonpath
+    )
 
 
 def test_the_plugin_kinds_are_listed_without_any_import(plugin_dir: Path, tmp_path: Path) -> None:
@@ -116,8 +117,16 @@ def test_the_plugin_kinds_are_listed_without_any_import(plugin_dir: Path, tmp_pa
     assert "sliding_window" in names["strategy"]  # built-ins are still there
     trigger = next(e for e in listing["trigger"] if e["name"] == "demo_every")
     assert trigger["doc"] == "Fire before every n-th call."
-    assert trigger["params"][0] | {"doc": ""} == {"name": "every", "type": "int", "default": 2, "required": False,
-                                                  "doc": "", "min": 1, "max": None, "choices": None}
+    assert trigger["params"][0] | {"doc": ""} == {
+        "name": "every",
+        "type": "int",
+        "default": 2,
+        "required": False,
+        "doc": "",
+        "min": 1,
+        "max": None,
+        "choices": None,
+    }
     assert not (tmp_path / "unused.duckdb").exists()
 
 
@@ -159,8 +168,10 @@ def test_a_broken_plugin_is_a_warning_naming_it(plugin_dir: Path, tmp_path: Path
 
 def test_a_plugin_is_loaded_only_when_kinds_are_needed(plugin_dir: Path) -> None:
     """Importing workbench discovers nothing; the first lookup does."""
-    code = ("import sys, workbench as wb; assert 'wbplugin_demo' not in sys.modules; "
-            "assert 'demo_every' in wb.kinds('trigger'); assert 'wbplugin_demo' in sys.modules")
+    code = (
+        "import sys, workbench as wb; assert 'wbplugin_demo' not in sys.modules; "
+        "assert 'demo_every' in wb.kinds('trigger'); assert 'wbplugin_demo' in sys.modules"
+    )
     env = {**os.environ, "PYTHONPATH": str(plugin_dir)}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr

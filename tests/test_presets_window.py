@@ -33,9 +33,10 @@ def test_the_library_cli_and_app_share_one_default_window():
     assert not hasattr(compare, "DEFAULT_CONTEXT_LIMIT")  # the page reads the library's
 
 
-@pytest.mark.parametrize(("window", "threshold"), [(32_000, int(FIRING_SHARE * 27_904)),
-                                                   (128_000, int(FIRING_SHARE * 123_904)),
-                                                   (300_000, 200_000)])
+@pytest.mark.parametrize(
+    ("window", "threshold"),
+    [(32_000, int(FIRING_SHARE * 27_904)), (128_000, int(FIRING_SHARE * 123_904)), (300_000, 200_000)],
+)
 def test_agent001s_threshold_is_scaled_to_a_window_it_cannot_fire_in(window, threshold):
     resolved = parse_config({"preset": "agent001-full-summary", "context_limit": window})
     assert resolved.trigger["threshold"] == threshold
@@ -55,8 +56,9 @@ def test_agent001_compacts_and_completes_in_a_32k_and_a_128k_window():
 
 
 def test_a_threshold_the_caller_sets_is_never_scaled():
-    resolved = parse_config({"preset": "agent001-full-summary", "context_limit": 32_000,
-                             "trigger": {"threshold": 100_000}})
+    resolved = parse_config(
+        {"preset": "agent001-full-summary", "context_limit": 32_000, "trigger": {"threshold": 100_000}}
+    )
     assert resolved.trigger["threshold"] == 100_000 and resolved.notes == ()
 
 
@@ -67,10 +69,17 @@ def test_the_aisopod_guard_is_scaled_to_warn_inside_the_window():
 
 
 def test_an_experiment_scales_a_preset_and_its_notes_say_so():
-    spec = load_experiment({"name": "x", "dataset": "samples", "defaults": {"context_limit": 32_000},
-                            "config": [{"preset": "agent001-full-summary"},
-                                       {"preset": "agent001-full-summary", "name": "own",
-                                        "trigger": {"threshold": 25_000}}]})
+    spec = load_experiment(
+        {
+            "name": "x",
+            "dataset": "samples",
+            "defaults": {"context_limit": 32_000},
+            "config": [
+                {"preset": "agent001-full-summary"},
+                {"preset": "agent001-full-summary", "name": "own", "trigger": {"threshold": 25_000}},
+            ],
+        }
+    )
     assert spec.config("agent001-full-summary").config.trigger["threshold"] == int(FIRING_SHARE * 27_904)
     assert spec.config("own").config.trigger["threshold"] == 25_000
     assert len(spec.notes) == 1 and "agent001-full-summary" in spec.notes[0]
@@ -78,11 +87,18 @@ def test_an_experiment_scales_a_preset_and_its_notes_say_so():
 
 def test_the_recorded_strategy_keeps_each_threads_session_apart():
     """Replays of one config in several threads (an experiment's cells) each see their own recording."""
+
     def recorded(at_call: int) -> Session:
         base = Session.from_messages([m.to_openai() for m in conversation(30)])
         index = [i for i, m in enumerate(base.messages) if m.role == "assistant"][at_call]
-        return Session.from_messages([m.to_openai() for m in base.messages], metadata={"recorded_compactions": [
-            {"call_index": at_call, "message_index": index, "summary": f"summary before call {at_call}"}]})
+        return Session.from_messages(
+            [m.to_openai() for m in base.messages],
+            metadata={
+                "recorded_compactions": [
+                    {"call_index": at_call, "message_index": index, "summary": f"summary before call {at_call}"}
+                ]
+            },
+        )
 
     shared = parse_config("as-recorded")
     found: dict[int, list[int]] = {}
@@ -108,8 +124,9 @@ def plain_db(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("unrecorded") / "plain.duckdb")
     init_database(path)
     with Store(path) as store:
-        store.import_sessions([Session.from_messages([m.to_openai() for m in conversation(n)]) for n in (8, 9, 10)],
-                              dataset="plain")
+        store.import_sessions(
+            [Session.from_messages([m.to_openai() for m in conversation(n)]) for n in (8, 9, 10)], dataset="plain"
+        )
     return path
 
 

@@ -52,6 +52,7 @@ def test_quality_metrics_are_registered_with_direction_and_level():
     metrics = kinds("metric")
     for name in (*QUALITY, "probe_accuracy", "judge_score", "continuation_match", "evaluator_cost_usd"):
         assert name in metrics
+
     def attribute(name, key):
         return getattr(metrics[name], key)
 
@@ -82,7 +83,8 @@ def test_hard_clear_scores_lowest_and_summaries_between(grid):
         for name in SUMMARIZING:
             assert floor < others[name] < 1.0, (metric, name, others[name])
     assert _mean(grid, "hard_clear", "dangling_references") > max(
-        _mean(grid, name, "dangling_references") for name in SUMMARIZING)
+        _mean(grid, name, "dangling_references") for name in SUMMARIZING
+    )
 
 
 def test_sliding_window_retention_never_falls_as_the_window_grows(grid):
@@ -96,9 +98,12 @@ def test_sliding_window_retention_never_falls_as_the_window_grows(grid):
 
 
 def test_needed_fact_retention_differs_from_fact_retention(grid):
-    differing = [key for key, (_, values, _) in grid.items()
-                 if values["fact_retention"] is not None
-                 and abs(values["fact_retention"] - values["needed_fact_retention"]) > 0.05]
+    differing = [
+        key
+        for key, (_, values, _) in grid.items()
+        if values["fact_retention"] is not None
+        and abs(values["fact_retention"] - values["needed_fact_retention"]) > 0.05
+    ]
     assert len(differing) > len(grid) // 2
 
 
@@ -108,8 +113,12 @@ def test_replay_result_reports_quality_per_compaction(grid):
     assert [c.event_index for c in analysis.compactions] == list(range(len(result.compactions)))
     lost = columns["fact_retention"][0]["lost_facts"]
     assert lost and all(isinstance(f, str) for f in lost)
-    assert set(columns["needed_fact_retention"][0]) == {"needed_fact_retention", "needed_facts", "lost_needed_count",
-                                                         "lost_needed_facts"}
+    assert set(columns["needed_fact_retention"][0]) == {
+        "needed_fact_retention",
+        "needed_facts",
+        "lost_needed_count",
+        "lost_needed_facts",
+    }
     for row, facts in zip(columns["fact_retention"], analysis.compactions, strict=True):
         assert row["lost_count"] == len(facts.lost) >= len(row["lost_facts"])
         assert len(row["lost_facts"]) == min(row["lost_count"], MAX_LISTED)
@@ -117,6 +126,7 @@ def test_replay_result_reports_quality_per_compaction(grid):
 
 
 # -- hand-built compactions: the definitions ------------------------------------------------------
+
 
 def _session() -> tuple[Session, list[Message]]:
     messages = [
@@ -126,8 +136,11 @@ def _session() -> tuple[Session, list[Message]]:
         tool("c1", "src/app/net.py: TIMEOUT_SECONDS = 30 and class RetryPolicy; see src/app/other.py"),
         assistant("Found it.", calls=(("c2", "read_file"),)),
         tool("c2", "ok"),
-        Message(role="assistant", content="Editing src/app/net.py, TIMEOUT_SECONDS stays",
-                tool_calls=(ToolCall("c3", "edit_file", '{"path": "src/app/net.py"}'),)),
+        Message(
+            role="assistant",
+            content="Editing src/app/net.py, TIMEOUT_SECONDS stays",
+            tool_calls=(ToolCall("c3", "edit_file", '{"path": "src/app/net.py"}'),),
+        ),
         tool("c3", "edited"),
         assistant("Done."),
     ]
@@ -137,13 +150,17 @@ def _session() -> tuple[Session, list[Message]]:
 def test_definitions_on_a_hand_built_compaction():
     session, messages = _session()
     before = messages[:6]
-    summary = Message(role="user", content="Summary: working on src/app/net.py. The user wants httpx instead of "
-                                           "requests.", origin="compacted_synthetic")
+    summary = Message(
+        role="user",
+        content="Summary: working on src/app/net.py. The user wants httpx instead of requests.",
+        origin="compacted_synthetic",
+    )
     after = [messages[0], summary, *messages[4:6]]
     from workbench.quality.retention import last_use
 
-    analysis = analyse_compaction(before, after, event_index=0, call_index=2, uses=last_use(session),
-                                  calls=session.calls)
+    analysis = analyse_compaction(
+        before, after, event_index=0, call_index=2, uses=last_use(session), calls=session.calls
+    )
     removed = analysis.removed
     assert {"src/app/net.py", "src/app/other.py", "timeout_seconds", "retrypolicy"} <= set(removed)
     assert "src/app/net.py" in analysis.retained
@@ -158,9 +175,12 @@ def test_definitions_on_a_hand_built_compaction():
 
 def test_dangling_references_count_later_uses_of_lost_facts():
     session, _ = _session()
-    config = {"trigger": {"kind": "token_threshold", "threshold": 1}, "strategy": {"kind": "hard_clear",
-                                                                                   "keep_recent": 1},
-              "context_limit": 10_000, "max_output": 100}
+    config = {
+        "trigger": {"kind": "token_threshold", "threshold": 1},
+        "strategy": {"kind": "hard_clear", "keep_recent": 1},
+        "context_limit": 10_000,
+        "max_output": 100,
+    }
     result = wb.replay(session, config)
     values, _ = evaluate_metrics(result)
     assert values["dangling_references"] >= 1
@@ -169,8 +189,13 @@ def test_dangling_references_count_later_uses_of_lost_facts():
 
 def test_no_compaction_means_nothing_to_measure():
     session, _ = _session()
-    result = wb.replay(session, {"trigger": {"kind": "token_threshold", "threshold": 10**6},
-                                 "strategy": {"kind": "sliding_window", "window": 5}})
+    result = wb.replay(
+        session,
+        {
+            "trigger": {"kind": "token_threshold", "threshold": 10**6},
+            "strategy": {"kind": "sliding_window", "window": 5},
+        },
+    )
     values, columns = evaluate_metrics(result)
     assert values["fact_retention"] is None and values["dangling_references"] == 0
     assert columns["fact_retention"] == []
@@ -210,15 +235,29 @@ def test_facts_of_kept_messages_are_shared_across_replays(grid):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations(max_steps=30), st.sampled_from([
-    {"kind": "sliding_window", "window": 2}, {"kind": "hard_clear", "keep_recent": 2},
-    {"kind": "observation_masking", "keep_recent": 1}, {"kind": "summarize_full"}]))
+@given(
+    conversations(max_steps=30),
+    st.sampled_from(
+        [
+            {"kind": "sliding_window", "window": 2},
+            {"kind": "hard_clear", "keep_recent": 2},
+            {"kind": "observation_masking", "keep_recent": 1},
+            {"kind": "summarize_full"},
+        ]
+    ),
+)
 def test_retention_invariants_on_random_conversations(messages, strategy):
     if not any(m.role == "assistant" for m in messages):
         return
-    result = wb.replay(Session.from_messages(messages), {
-        "trigger": {"kind": "token_threshold", "threshold": 200}, "strategy": strategy,
-        "context_limit": 100_000, "max_output": 100})
+    result = wb.replay(
+        Session.from_messages(messages),
+        {
+            "trigger": {"kind": "token_threshold", "threshold": 200},
+            "strategy": strategy,
+            "context_limit": 100_000,
+            "max_output": 100,
+        },
+    )
     for analysis in analyse(result).compactions:
         assert analysis.needed <= set(analysis.removed)
         assert analysis.retained <= set(analysis.removed)

@@ -39,8 +39,14 @@ def test_labels_give_each_metric_its_agreement():
 
     good, bad = planted(), planted(summary="Nothing much happened.", system="You are a careless agent.")
     assert good.id != bad.id
-    labels = pd.DataFrame({"session_id": [good.id, bad.id], "config_hash": [config_hash(RECORDED_CONFIG)] * 2,
-                           "compaction": [0, 0], "label": ["good", "bad"]})
+    labels = pd.DataFrame(
+        {
+            "session_id": [good.id, bad.id],
+            "config_hash": [config_hash(RECORDED_CONFIG)] * 2,
+            "compaction": [0, 0],
+            "label": ["good", "bad"],
+        }
+    )
     audit = audit_sessions([good, bad], labels=labels)
     assert audit.labelled == 2
     assert audit.agreement["task_state_coverage"] == 1.0
@@ -48,8 +54,9 @@ def test_labels_give_each_metric_its_agreement():
 
 
 def test_a_degradation_that_changes_nothing_is_not_counted():
-    audit = audit_sessions([planted(summary=PROSE.replace("The user said never change the public API of "
-                                                          "fetch_json.\n", ""))])
+    audit = audit_sessions(
+        [planted(summary=PROSE.replace("The user said never change the public API of fetch_json.\n", ""))]
+    )
     assert audit.degraded["drop_constraints"] == 0  # no message of the context states the constraint any more
     assert audit.sensitivity["task_state_constraints"]["drop_constraints"] is None
     without = audit_sessions([planted(summary="")])  # nothing written: nothing to replace or empty
@@ -67,7 +74,6 @@ def test_the_audit_command(tmp_path):
     header = next(line for line in shown.stdout.splitlines() if line.startswith("metric"))
     assert header.split() == ["metric", *DEGRADATIONS, "compactions"]
     assert any(line.startswith("task_state_coverage") for line in shown.stdout.splitlines())
-    data = json.loads(runner.invoke(main, ["audit-metrics", "--db", str(db), "--json"],
-                                    catch_exceptions=False).stdout)
+    data = json.loads(runner.invoke(main, ["audit-metrics", "--db", str(db), "--json"], catch_exceptions=False).stdout)
     assert data["compactions"] == 1 and data["sensitivity"]["task_state_coverage"]["keyword_list"] == 1.0
     assert "judge_score" in data["skipped"]

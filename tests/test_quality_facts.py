@@ -21,34 +21,37 @@ from workbench.quality.facts import (
 from workbench.session import Message, ToolCall
 
 
-@pytest.mark.parametrize(("text", "kind", "key"), [
-    ("see src/ledgerly/tax.py now", "path", "src/ledgerly/tax.py"),
-    ("open ./src/app.py", "path", "src/app.py"),
-    ("open /workspace/ledgerly/src/app.py", "path", "src/app.py"),
-    ("edit `tests/test_tax.py`", "path", "tests/test_tax.py"),
-    ("config in pyproject.toml.", "path", "pyproject.toml"),
-    ("call compute_tax_rate(items)", "identifier", "compute_tax_rate"),
-    ("the InvoiceLine class", "identifier", "invoiceline"),
-    ("ticket GEO-7969 please", "identifier", "geo-7969"),
-    ("MAX_RETRIES = 5 in config", "number", "max_retries = 5"),
-    ("it took 3.5s to run", "number", "3.5s"),
-    ("coverage is 99.5% now", "number", "99.5%"),
-    ("12 passed in 1.2s", "number", "12passed"),
-    ("upgrade to 1.2.3 first", "number", "1.2.3"),
-    ("docs at https://example.com/a/b?x=1).", "url", "https://example.com/a/b?x=1"),
-    ("connect to db-3.staging.internal:5432", "url", "db-3.staging.internal:5432"),
-    ("src/shipyard/plan.py:50:def main", "path", "src/shipyard/plan.py"),
-    ("see src/app.py:12 for it", "path", "src/app.py"),
-    ("FAILED tests/test_x.py::test_login_fails", "path", "tests/test_x.py"),
-    ("FAILED tests/test_x.py::test_login_fails", "identifier", "test_login_fails"),
-    ("compare dbe5100..66e1a0a now", "commit", "66e1a0a"),
-    ("raised KeyError: 'point_code'", "error", "keyerror"),
-    ("raised KeyError: 'point_code'", "error", "keyerror: point_code"),
-    ("error: could not resolve host", "error", "error: could not resolve host"),
-    ("reverted 3f2a9bc1 yesterday", "commit", "3f2a9bc1"),
-    ("run `pytest -x tests/test_tax.py` again", "command", "pytest -x tests/test_tax.py"),
-    ("$ git log --oneline -3", "command", "git log --oneline -3"),
-])
+@pytest.mark.parametrize(
+    ("text", "kind", "key"),
+    [
+        ("see src/ledgerly/tax.py now", "path", "src/ledgerly/tax.py"),
+        ("open ./src/app.py", "path", "src/app.py"),
+        ("open /workspace/ledgerly/src/app.py", "path", "src/app.py"),
+        ("edit `tests/test_tax.py`", "path", "tests/test_tax.py"),
+        ("config in pyproject.toml.", "path", "pyproject.toml"),
+        ("call compute_tax_rate(items)", "identifier", "compute_tax_rate"),
+        ("the InvoiceLine class", "identifier", "invoiceline"),
+        ("ticket GEO-7969 please", "identifier", "geo-7969"),
+        ("MAX_RETRIES = 5 in config", "number", "max_retries = 5"),
+        ("it took 3.5s to run", "number", "3.5s"),
+        ("coverage is 99.5% now", "number", "99.5%"),
+        ("12 passed in 1.2s", "number", "12passed"),
+        ("upgrade to 1.2.3 first", "number", "1.2.3"),
+        ("docs at https://example.com/a/b?x=1).", "url", "https://example.com/a/b?x=1"),
+        ("connect to db-3.staging.internal:5432", "url", "db-3.staging.internal:5432"),
+        ("src/shipyard/plan.py:50:def main", "path", "src/shipyard/plan.py"),
+        ("see src/app.py:12 for it", "path", "src/app.py"),
+        ("FAILED tests/test_x.py::test_login_fails", "path", "tests/test_x.py"),
+        ("FAILED tests/test_x.py::test_login_fails", "identifier", "test_login_fails"),
+        ("compare dbe5100..66e1a0a now", "commit", "66e1a0a"),
+        ("raised KeyError: 'point_code'", "error", "keyerror"),
+        ("raised KeyError: 'point_code'", "error", "keyerror: point_code"),
+        ("error: could not resolve host", "error", "error: could not resolve host"),
+        ("reverted 3f2a9bc1 yesterday", "commit", "3f2a9bc1"),
+        ("run `pytest -x tests/test_tax.py` again", "command", "pytest -x tests/test_tax.py"),
+        ("$ git log --oneline -3", "command", "git log --oneline -3"),
+    ],
+)
 def test_extracts_each_kind_normalised(text, kind, key):
     found = {(f.kind, f.key) for f in extract_facts(text)}
     assert (kind, key) in found, found
@@ -59,20 +62,59 @@ def test_plain_text_gives_no_salient_facts(text):
     assert [f for f in extract_facts(text) if f.kind in ("path", "commit", "number", "error")] == []
 
 
-@pytest.mark.parametrize(("text", "key"), [
-    ("Please use httpx instead of requests.", "please use httpx instead of requests"),
-    ("We must keep Python 3.9 compatible!", "we must keep python 3.9 compatible"),
-    ("Do not add new dependencies.", "do not add new dependencies"),
-])
+@pytest.mark.parametrize(
+    ("text", "key"),
+    [
+        ("Please use httpx instead of requests.", "please use httpx instead of requests"),
+        ("We must keep Python 3.9 compatible!", "we must keep python 3.9 compatible"),
+        ("Do not add new dependencies.", "do not add new dependencies"),
+    ],
+)
 def test_user_constraints_are_sentences(text, key):
     assert [f.key for f in extract_constraints(f"Hello there. {text} Thanks a lot")] == [key]
 
 
-_CUE_WORDS = ["must", "MUST", "Don't", "do not", "never", "Should", "avoid", "instead of", "Please use", "keep it",
-              "compatible", "rather than", "decided to", "\u212aeep it", "mu\u017ft", "\u00e9must", "must\u00e9",
-              "avo\u0131d", "\u0130nstead of", "\u0130"]
-_FILLER = ["we", "the", "API", "x.py", "3.9", ".", "!", "?", "..", "\n", " ", "  ", "\u2192", "caf\u00e9", "_", "-",
-           "'"]
+_CUE_WORDS = [
+    "must",
+    "MUST",
+    "Don't",
+    "do not",
+    "never",
+    "Should",
+    "avoid",
+    "instead of",
+    "Please use",
+    "keep it",
+    "compatible",
+    "rather than",
+    "decided to",
+    "\u212aeep it",
+    "mu\u017ft",
+    "\u00e9must",
+    "must\u00e9",
+    "avo\u0131d",
+    "\u0130nstead of",
+    "\u0130",
+]
+_FILLER = [
+    "we",
+    "the",
+    "API",
+    "x.py",
+    "3.9",
+    ".",
+    "!",
+    "?",
+    "..",
+    "\n",
+    " ",
+    "  ",
+    "\u2192",
+    "caf\u00e9",
+    "_",
+    "-",
+    "'",
+]
 
 
 @given(st.lists(st.sampled_from(_CUE_WORDS + _FILLER + ["keep the API", "e.g.", "no new"]), max_size=40).map(" ".join))
@@ -84,14 +126,39 @@ def test_constraints_match_every_sentence_searched_on_its_own_ignoring_case(text
     included)."""
     from workbench.quality.facts import _CONSTRAINT_CUES, _SENTENCES
 
-    expected = [sentence for sentence in (m.group().strip() for m in _SENTENCES.finditer(text))
-                if len(sentence) >= 8 and _CONSTRAINT_CUES.search(sentence)]
+    expected = [
+        sentence
+        for sentence in (m.group().strip() for m in _SENTENCES.finditer(text))
+        if len(sentence) >= 8 and _CONSTRAINT_CUES.search(sentence)
+    ]
     assert [fact.text for fact in extract_constraints(text)] == expected
 
 
-_PIECES = ["src/a.py", "compute_rate", "KeyError", "3.5s", "v1.2.3", "\u00e9t\u00e9_x", "\u2192", "\u00a0",
-           "caf\u00e9.py", "(", ")", ",", "\"", "'", " ", "\n", "\t", "x\u2192y_z", "\ud800", "na\u00efve",
-           "db-3.local:5432", "#42", "@user"]
+_PIECES = [
+    "src/a.py",
+    "compute_rate",
+    "KeyError",
+    "3.5s",
+    "v1.2.3",
+    "\u00e9t\u00e9_x",
+    "\u2192",
+    "\u00a0",
+    "caf\u00e9.py",
+    "(",
+    ")",
+    ",",
+    '"',
+    "'",
+    " ",
+    "\n",
+    "\t",
+    "x\u2192y_z",
+    "\ud800",
+    "na\u00efve",
+    "db-3.local:5432",
+    "#42",
+    "@user",
+]
 
 
 @given(st.lists(st.sampled_from(_PIECES), max_size=30).map("".join))
@@ -107,9 +174,35 @@ def test_single_tokens_are_classified_as_the_token_pattern_splits_them(text):
     assert {f.key: f for f in reversed(found)} == {f.key: f for f in reversed(expected)}  # the first of each key
 
 
-_ERROR_PIECES = ["error", "Error", "ERROR", "fatal", "FATAL", "panic", "rror", "atal", "KeyError", "os.Exit",
-                 "Exception", "Interrupt", "Failure", ":", "[E0308]", "[", "]", "-", "_", ".", " ", "\t", "\n",
-                 "x", "bad port", "\u00e9", "\u2192"]
+_ERROR_PIECES = [
+    "error",
+    "Error",
+    "ERROR",
+    "fatal",
+    "FATAL",
+    "panic",
+    "rror",
+    "atal",
+    "KeyError",
+    "os.Exit",
+    "Exception",
+    "Interrupt",
+    "Failure",
+    ":",
+    "[E0308]",
+    "[",
+    "]",
+    "-",
+    "_",
+    ".",
+    " ",
+    "\t",
+    "\n",
+    "x",
+    "bad port",
+    "\u00e9",
+    "\u2192",
+]
 
 
 @given(st.lists(st.sampled_from(_ERROR_PIECES), max_size=40).map("".join))
@@ -129,8 +222,11 @@ def test_error_patterns_tried_at_their_cues_find_what_a_scan_finds(text):
         assert [m.span() for m in _cued_matches(pattern, text, cues)] == [m.span() for m in pattern.finditer(text)]
 
 
-@given(st.lists(st.sampled_from(["$", "$ ", "$\t", " ", "\t", "\n", "ls", "x", " $ git log", "a$ b", "\u2192"]),
-                max_size=16).map("".join))
+@given(
+    st.lists(
+        st.sampled_from(["$", "$ ", "$\t", " ", "\t", "\n", "ls", "x", " $ git log", "a$ b", "\u2192"]), max_size=16
+    ).map("".join)
+)
 @example("$ git status\n  $ pytest -q\n\t$\tls -la\nx $ no\n$ \n   $ ok")
 def test_command_lines_found_from_their_cues_are_what_a_scan_finds(text):
     """`$ command` lines are looked for only at lines whose first non-blank character is a `$`
@@ -153,10 +249,42 @@ def test_the_characters_case_ties_to_ascii_letters_are_the_ones_set_aside():
     assert {c for c in others if any(x.isascii() for x in c.lower())} == {"\u0130", "\u212a"} <= set(CASE_ODD)
 
 
-_PHRASE_PIECES = ["KeyError: bad key", "error: no such file", "error[E0308]: mismatch", "fatal: not a repo",
-                  "panic: boom", "https://example.com/a", "12 ms", "1,5.7 seconds", "MAX_RETRIES = 5", "X_Y:'v'",
-                  "`pytest -q`", "`two words`", "$ git status", "  $ make test", "src/a.py", "Error:", "rror:",
-                  "]:", "[", "$", "`", "3", "ms", ".", ",", ":", "=", "_", "A", " ", "\t", "\n", "\u2192", "\u00e9"]
+_PHRASE_PIECES = [
+    "KeyError: bad key",
+    "error: no such file",
+    "error[E0308]: mismatch",
+    "fatal: not a repo",
+    "panic: boom",
+    "https://example.com/a",
+    "12 ms",
+    "1,5.7 seconds",
+    "MAX_RETRIES = 5",
+    "X_Y:'v'",
+    "`pytest -q`",
+    "`two words`",
+    "$ git status",
+    "  $ make test",
+    "src/a.py",
+    "Error:",
+    "rror:",
+    "]:",
+    "[",
+    "$",
+    "`",
+    "3",
+    "ms",
+    ".",
+    ",",
+    ":",
+    "=",
+    "_",
+    "A",
+    " ",
+    "\t",
+    "\n",
+    "\u2192",
+    "\u00e9",
+]
 _phrase_texts = st.lists(st.sampled_from(_PHRASE_PIECES), max_size=12).map("".join)
 
 
@@ -170,16 +298,27 @@ def test_texts_extracted_together_give_what_each_gives_alone(texts):
     assert _extract_many(texts) == [_extract(text) for text in texts]
 
 
-@given(st.lists(st.tuples(st.sampled_from(["user", "assistant", "tool", "system"]), _phrase_texts,
-                          st.lists(_phrase_texts, max_size=2)), max_size=6))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(["user", "assistant", "tool", "system"]), _phrase_texts, st.lists(_phrase_texts, max_size=2)
+        ),
+        max_size=6,
+    )
+)
 def test_messages_primed_together_get_the_facts_each_gets_alone(specs):
     from workbench.quality.facts import prime
 
     def build(role: str, text: str, arguments: list[str]) -> Message:
-        calls = tuple(ToolCall(f"c{i}", "bash", json.dumps({"command": a, "path": a, "note": a}))
-                      for i, a in enumerate(arguments)) if role == "assistant" else ()
-        return Message(role=role, content=text, tool_calls=calls,
-                       tool_call_id="c0" if role == "tool" else None)
+        calls = (
+            tuple(
+                ToolCall(f"c{i}", "bash", json.dumps({"command": a, "path": a, "note": a}))
+                for i, a in enumerate(arguments)
+            )
+            if role == "assistant"
+            else ()
+        )
+        return Message(role=role, content=text, tool_calls=calls, tool_call_id="c0" if role == "tool" else None)
 
     together = [build(*spec) for spec in specs]
     prime(together)
@@ -214,10 +353,17 @@ def test_message_facts_are_cached_per_message_and_read_only():
     assert message_facts(twin) is not first and dict(message_facts(twin)) == dict(first)
 
 
-@pytest.mark.parametrize(("path", "key"), [
-    ("./src/a.py", "src/a.py"), ("/workspace/repo/src/a.py", "src/a.py"), ("/testbed/src/a.py", "src/a.py"),
-    ("/home/me/proj/src/a.py", "src/a.py"), ("'SRC/A.py'", "src/a.py"), ("/usr/lib/x.py", "/usr/lib/x.py"),
-])
+@pytest.mark.parametrize(
+    ("path", "key"),
+    [
+        ("./src/a.py", "src/a.py"),
+        ("/workspace/repo/src/a.py", "src/a.py"),
+        ("/testbed/src/a.py", "src/a.py"),
+        ("/home/me/proj/src/a.py", "src/a.py"),
+        ("'SRC/A.py'", "src/a.py"),
+        ("/usr/lib/x.py", "/usr/lib/x.py"),
+    ],
+)
 def test_path_normalisation(path, key):
     assert normalize_path(path) == key
 
@@ -264,12 +410,24 @@ def test_facts_come_in_order_of_first_mention_in_every_process():
     import subprocess
     import sys
 
-    text = ("Edit ./src/app.py, then src/app.py again; helper_value and HelperClass in lib/util.py, "
-            "bump v1.2.3 to v1.2.4, see docs.example.com and tests/test_app.py, run_tests_now, 42%, "
-            "ConfigError in config_loader, parse_args_fast, src/other_module.py, TOKEN_LIMIT, cacheWarmup.")
-    script = ("import sys; from workbench.quality.facts import message_facts; from workbench.session import Message; "
-              "print([f.text for f in message_facts(Message(role='user', content=sys.argv[1])).values()])")
-    outputs = {subprocess.run([sys.executable, "-c", script, text], capture_output=True, text=True, check=True,
-                              env={**os.environ, "PYTHONHASHSEED": str(seed)}).stdout for seed in range(1, 6)}
+    text = (
+        "Edit ./src/app.py, then src/app.py again; helper_value and HelperClass in lib/util.py, "
+        "bump v1.2.3 to v1.2.4, see docs.example.com and tests/test_app.py, run_tests_now, 42%, "
+        "ConfigError in config_loader, parse_args_fast, src/other_module.py, TOKEN_LIMIT, cacheWarmup."
+    )
+    script = (
+        "import sys; from workbench.quality.facts import message_facts; from workbench.session import Message; "
+        "print([f.text for f in message_facts(Message(role='user', content=sys.argv[1])).values()])"
+    )
+    outputs = {
+        subprocess.run(
+            [sys.executable, "-c", script, text],
+            capture_output=True,
+            text=True,
+            check=True,
+            env={**os.environ, "PYTHONHASHSEED": str(seed)},
+        ).stdout
+        for seed in range(1, 6)
+    }
     assert len(outputs) == 1
     assert message_facts(Message(role="user", content=text))["src/app.py"].text == "./src/app.py"  # first spelling

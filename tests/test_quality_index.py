@@ -16,14 +16,17 @@ from workbench.session import Message, Session
 
 
 def _session() -> Session:
-    return Session.from_messages([
-        system(), user("Fix the ValueError in src/app/net.py; never touch src/app/legacy.py."),
-        assistant("Reading.", calls=(("c1", "read_file"),)),
-        tool("c1", "src/app/net.py: TIMEOUT_SECONDS = 30, class RetryPolicy"),
-        assistant("RetryPolicy retries 3 times; TIMEOUT_SECONDS is 30."),
-        user("Use httpx instead of requests."),
-        assistant("Switching net.py to httpx; RetryPolicy stays."),
-    ])
+    return Session.from_messages(
+        [
+            system(),
+            user("Fix the ValueError in src/app/net.py; never touch src/app/legacy.py."),
+            assistant("Reading.", calls=(("c1", "read_file"),)),
+            tool("c1", "src/app/net.py: TIMEOUT_SECONDS = 30, class RetryPolicy"),
+            assistant("RetryPolicy retries 3 times; TIMEOUT_SECONDS is 30."),
+            user("Use httpx instead of requests."),
+            assistant("Switching net.py to httpx; RetryPolicy stays."),
+        ]
+    )
 
 
 @given(st.sets(st.integers(min_value=0, max_value=3000), max_size=60))
@@ -110,19 +113,36 @@ def _naive(result) -> list[tuple[set[str], set[str], set[str]]]:
             if key in retained or fact.kind not in FUZZY_KINDS or not written:
                 continue
             wanted = content_words(key)
-            if key in blob or (fact.kind == "constraint" and wanted and
-                               len(wanted & content_words(blob)) >= CONSTRAINT_OVERLAP * len(wanted)):
+            if key in blob or (
+                fact.kind == "constraint"
+                and wanted
+                and len(wanted & content_words(blob)) >= CONSTRAINT_OVERLAP * len(wanted)
+            ):
                 retained.add(key)
         call = event.call_index
-        needed = {k for k, f in removed.items()
-                  if (call < session.calls if f.kind == "constraint" else uses.get(k, -1) >= call)}
+        needed = {
+            k
+            for k, f in removed.items()
+            if (call < session.calls if f.kind == "constraint" else uses.get(k, -1) >= call)
+        }
         out.append((set(removed), retained, needed))
     return out
 
 
-FACT_POOL = ("src/app/net.py", "tests/test_net.py", "TIMEOUT_SECONDS = 30", "RetryPolicy", "fetch_page",
-             "ValueError: bad port", "`pytest -q tests`", "commit 3f9a2c1b", "120 ms", "api.internal:8443",
-             "v1.4.2", "https://example.com/docs/x")
+FACT_POOL = (
+    "src/app/net.py",
+    "tests/test_net.py",
+    "TIMEOUT_SECONDS = 30",
+    "RetryPolicy",
+    "fetch_page",
+    "ValueError: bad port",
+    "`pytest -q tests`",
+    "commit 3f9a2c1b",
+    "120 ms",
+    "api.internal:8443",
+    "v1.4.2",
+    "https://example.com/docs/x",
+)
 CONSTRAINTS = ("Never touch src/app/legacy.py.", "Use httpx instead of requests.", "We decided to keep RetryPolicy.")
 
 
@@ -145,22 +165,38 @@ def fact_conversations(draw) -> list[Message]:
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(fact_conversations(), st.sampled_from([
-    {"kind": "sliding_window", "window": 3}, {"kind": "hard_clear", "keep_recent": 2},
-    {"kind": "observation_masking", "keep_recent": 1}, {"kind": "summarize_full"}]))
+@given(
+    fact_conversations(),
+    st.sampled_from(
+        [
+            {"kind": "sliding_window", "window": 3},
+            {"kind": "hard_clear", "keep_recent": 2},
+            {"kind": "observation_masking", "keep_recent": 1},
+            {"kind": "summarize_full"},
+        ]
+    ),
+)
 def test_bit_accounting_equals_the_set_definitions(messages, strategy):
     if not any(m.role == "assistant" for m in messages):
         return
-    result = wb.replay(Session.from_messages(messages), {
-        "trigger": {"kind": "token_threshold", "threshold": 200}, "strategy": strategy,
-        "context_limit": 100_000, "max_output": 100})
+    result = wb.replay(
+        Session.from_messages(messages),
+        {
+            "trigger": {"kind": "token_threshold", "threshold": 200},
+            "strategy": strategy,
+            "context_limit": 100_000,
+            "max_output": 100,
+        },
+    )
     got = [(set(a.removed), set(a.retained), set(a.needed)) for a in analyse(result).compactions]
     assert got == _naive(result)
 
 
 @settings(max_examples=60, deadline=None)
-@given(conversations(max_steps=12), st.lists(st.tuples(st.integers(0, 60), st.lists(st.integers(0, 60), max_size=4),
-                                                       st.booleans()), max_size=6))
+@given(
+    conversations(max_steps=12),
+    st.lists(st.tuples(st.integers(0, 60), st.lists(st.integers(0, 60), max_size=4), st.booleans()), max_size=6),
+)
 def test_unions_carried_over_from_the_previous_context_equal_a_fresh_union(messages, edits):
     """The fact accounting takes each compaction's union from where its result stops sharing the
     previous result's messages; whatever the contexts, that is the union of the whole context."""
@@ -184,13 +220,35 @@ def test_removed_messages_are_those_of_before_missing_from_after_even_when_repea
     assert all(a is b for a, b in zip(removed_from(first, second), expected, strict=True))
 
 
-_TEXT_PIECES = ("Src/App.py", "src/app.py", "'src'/app.py", "run  the\ttests", "run the tests", "\u201cQuoted\u201d",
-                "quoted", "  ", "\n", "x", "ÉTÉ", "été", "\0", "\u0130", "i\u0307", "i", "\u212a", "k", "K", "\u2192")
+_TEXT_PIECES = (
+    "Src/App.py",
+    "src/app.py",
+    "'src'/app.py",
+    "run  the\ttests",
+    "run the tests",
+    "\u201cQuoted\u201d",
+    "quoted",
+    "  ",
+    "\n",
+    "x",
+    "ÉTÉ",
+    "été",
+    "\0",
+    "\u0130",
+    "i\u0307",
+    "i",
+    "\u212a",
+    "k",
+    "K",
+    "\u2192",
+)
 
 
 @settings(max_examples=80, deadline=None)
-@given(st.lists(st.lists(st.sampled_from(_TEXT_PIECES), max_size=6).map("".join), min_size=1, max_size=8),
-       st.lists(st.sampled_from(_TEXT_PIECES), min_size=1, max_size=3).map("".join))
+@given(
+    st.lists(st.lists(st.sampled_from(_TEXT_PIECES), max_size=6).map("".join), min_size=1, max_size=8),
+    st.lists(st.sampled_from(_TEXT_PIECES), min_size=1, max_size=3).map("".join),
+)
 @example(["quoted", "x \u201cquoted\u201d", "run\nthe tests", "the tests"], "run the  tests")
 @example(["a\0b", "a", "b"], "a\0b")
 @example(["\u212aey", "KEY", "\u0130d", "id"], "k")
@@ -201,8 +259,8 @@ def test_the_holders_of_a_string_are_the_messages_whose_normalised_text_has_it(t
     wanted = normalize_text(wanted)
     if not wanted:
         return
-    expected = {id(m) for m in messages if wanted in normalize_text(
-        "\n".join([m.text, *(c.arguments for c in m.tool_calls)]))}
+    expected = {
+        id(m) for m in messages if wanted in normalize_text("\n".join([m.text, *(c.arguments for c in m.tool_calls)]))
+    }
     assert index.holders(wanted) == expected
     assert index.holders(wanted) is index.holders(wanted)
-

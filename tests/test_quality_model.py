@@ -57,9 +57,13 @@ def gateway():
 
 
 def _config(server):
-    return {"trigger": {"kind": "utilization", "ratio": 0.8}, "strategy": {"kind": "sliding_window", "window": 10},
-            "context_limit": 48_000, "evaluator": "openai/fake-judge",
-            "evaluator_options": {"api_base": server.api_base, "api_key": "sk-dummy", "temperature": 0}}
+    return {
+        "trigger": {"kind": "utilization", "ratio": 0.8},
+        "strategy": {"kind": "sliding_window", "window": 10},
+        "context_limit": 48_000,
+        "evaluator": "openai/fake-judge",
+        "evaluator_options": {"api_base": server.api_base, "api_key": "sk-dummy", "temperature": 0},
+    }
 
 
 @pytest.fixture
@@ -86,9 +90,11 @@ def test_model_metrics_through_litellm_and_cached_on_rerun(session, server, gate
     assert values["judge_score"] == pytest.approx(sum(JUDGE_SCORES.values()) / 6)
     row = columns[0]
     assert row["judge_accuracy"] == 5 and row["judge_instruction_following"] == 0
-    recorded = [result.session.messages[result.calls[e.call_index].message_index].tool_calls[0]
-                for e in result.compactions
-                if result.session.messages[result.calls[e.call_index].message_index].tool_calls]
+    recorded = [
+        result.session.messages[result.calls[e.call_index].message_index].tool_calls[0]
+        for e in result.compactions
+        if result.session.messages[result.calls[e.call_index].message_index].tool_calls
+    ]
     expected = sum(action_match(c, (NEXT_TOOL, NEXT_ARGUMENTS)) for c in recorded) / len(recorded)
     assert values["continuation_match"] == pytest.approx(expected)
     assert values["evaluator_calls"] == server.request_count
@@ -139,31 +145,46 @@ def test_a_failed_evaluator_call_is_recorded_on_the_result(session, gateway):
 
 
 def test_without_an_evaluator_model_metrics_are_none(session):
-    result = wb.replay(session, {"trigger": {"kind": "utilization", "ratio": 0.8},
-                                 "strategy": {"kind": "sliding_window", "window": 10}, "context_limit": 48_000})
+    result = wb.replay(
+        session,
+        {
+            "trigger": {"kind": "utilization", "ratio": 0.8},
+            "strategy": {"kind": "sliding_window", "window": 10},
+            "context_limit": 48_000,
+        },
+    )
     with pytest.warns(UserWarning, match="cannot be measured"):
         values, _ = evaluate_metrics(result, MODEL_METRICS)
     assert all(values[name] is None for name in MODEL_METRICS)
     assert values["evaluator_cost_usd"] is None and values["probe_answerable"] == pytest.approx(
-        sum(answerable(result)) / len(answerable(result)))
+        sum(answerable(result)) / len(answerable(result))
+    )
 
 
-@pytest.mark.parametrize(("reply", "scores"), [
-    (json.dumps(JUDGE_SCORES), {k: float(v) for k, v in JUDGE_SCORES.items()}),
-    ("Here you go: " + json.dumps({**JUDGE_SCORES, "accuracy": 9}), {**{k: float(v) for k, v in JUDGE_SCORES.items()},
-                                                                     "accuracy": 5.0}),
-    ('{"accuracy": 3}', None),
-    ("no json", None),
-])
+@pytest.mark.parametrize(
+    ("reply", "scores"),
+    [
+        (json.dumps(JUDGE_SCORES), {k: float(v) for k, v in JUDGE_SCORES.items()}),
+        (
+            "Here you go: " + json.dumps({**JUDGE_SCORES, "accuracy": 9}),
+            {**{k: float(v) for k, v in JUDGE_SCORES.items()}, "accuracy": 5.0},
+        ),
+        ('{"accuracy": 3}', None),
+        ("no json", None),
+    ],
+)
 def test_judge_reply_parsing(reply, scores):
     assert parse_scores(reply) == scores
 
 
-@pytest.mark.parametrize(("reply", "score"), [
-    ('{"tool": "read_file", "arguments": {"path": "src/a.py"}}', 1.0),
-    ('{"tool": "read_file", "arguments": {"path": "src/b.py"}}', None),
-    ('{"tool": "bash", "arguments": {"command": "ls"}}', 0.0),
-])
+@pytest.mark.parametrize(
+    ("reply", "score"),
+    [
+        ('{"tool": "read_file", "arguments": {"path": "src/a.py"}}', 1.0),
+        ('{"tool": "read_file", "arguments": {"path": "src/b.py"}}', None),
+        ('{"tool": "bash", "arguments": {"command": "ls"}}', 0.0),
+    ],
+)
 def test_continuation_match(reply, score):
     recorded = ToolCall("c1", "read_file", '{"path": "src/a.py"}')
     value = action_match(recorded, parse_action(reply))
@@ -195,10 +216,16 @@ def test_unusable_answers_fail_the_evaluator_and_are_not_scored(session, gateway
         sent = fake.request_count
     assert [result.metrics[name] for name in MODEL_METRICS] == [None, None, None]
     said = "\n".join(str(w.message) for w in caught)
-    assert re.search(r"judge: unusable answer for compaction \d+ \(call \d+\): no JSON object with the six 0-5 "
-                     r"scores; the reply began \"The replacement is quite good", said)
-    assert re.search(r"continuation: unusable answer for compaction \d+ \(call \d+\): no JSON object naming a "
-                     r"tool; the reply began 'I would read the file next.'", said)
+    assert re.search(
+        r"judge: unusable answer for compaction \d+ \(call \d+\): no JSON object with the six 0-5 "
+        r"scores; the reply began \"The replacement is quite good",
+        said,
+    )
+    assert re.search(
+        r"continuation: unusable answer for compaction \d+ \(call \d+\): no JSON object naming a "
+        r"tool; the reply began 'I would read the file next.'",
+        said,
+    )
     assert re.search(r"probe: unusable answer for probe \d+ of \d+ \(call \d+\): an empty answer", said)
     with pytest.raises(EvaluatorFailed, match="judge: unusable answer"):
         check_evaluator(result)
@@ -245,8 +272,11 @@ def test_answers_paid_for_before_a_batch_failed_are_counted(session, gateway):
         assert (spent.model_calls, spent.unpriced_calls, spent.cost_usd) == (1, 1, 0.0)  # its price is unknown
 
         priced = {**_config(fake), "evaluator": "openai/priced-judge"}
-        priced["evaluator_options"] = {**priced["evaluator_options"], "input_cost_per_token": 1e-6,
-                                       "output_cost_per_token": 2e-6}
+        priced["evaluator_options"] = {
+            **priced["evaluator_options"],
+            "input_cost_per_token": 1e-6,
+            "output_cost_per_token": 2e-6,
+        }
         fake.responder = _oracle
         paid = wb.replay(session, priced, metrics=["judge_score"])
     spent = CellSpend.of(paid)
@@ -264,19 +294,31 @@ SMALL_WINDOW = "openai/gpt-4-0613"  # LiteLLM's map gives it 8,192 tokens: the t
 def _badge_session():
     """A file read as long as Claude Code's often are, the answer at character 13,110 of 32,133."""
     body = "x" * 13_110 + f" {BADGE} " + "y" * (32_133 - 13_112 - len(BADGE))
-    messages = [system(), user("The status badge is grey; this is ticket LEDG-4242."),
-                assistant("Reading the stylesheet.", calls=(("c0", "read_file"),)), tool("c0", body),
-                assistant("The badge class is wrong.")]
-    return Session.from_messages(messages, probes=[
-        {"question": "Which CSS class styles the status badge?", "expected": BADGE},
-        {"question": "Which ticket is this work for?", "expected": "LEDG-4242"}])
+    messages = [
+        system(),
+        user("The status badge is grey; this is ticket LEDG-4242."),
+        assistant("Reading the stylesheet.", calls=(("c0", "read_file"),)),
+        tool("c0", body),
+        assistant("The badge class is wrong."),
+    ]
+    return Session.from_messages(
+        messages,
+        probes=[
+            {"question": "Which CSS class styles the status badge?", "expected": BADGE},
+            {"question": "Which ticket is this work for?", "expected": "LEDG-4242"},
+        ],
+    )
 
 
 def _whole(server, evaluator="openai/fake-judge"):
     """No compaction: the probes are asked against the whole recording."""
-    return {"trigger": {"kind": "utilization", "ratio": 0.9}, "strategy": {"kind": "sliding_window", "window": 10},
-            "context_limit": 200_000, "evaluator": evaluator,
-            "evaluator_options": {"api_base": server.api_base, "api_key": "sk-dummy"}}
+    return {
+        "trigger": {"kind": "utilization", "ratio": 0.9},
+        "strategy": {"kind": "sliding_window", "window": 10},
+        "context_limit": 200_000,
+        "evaluator": evaluator,
+        "evaluator_options": {"api_base": server.api_base, "api_key": "sk-dummy"},
+    }
 
 
 def _learn(session):
@@ -295,8 +337,11 @@ def test_the_prober_sees_long_messages_whole(server, gateway):
 def test_a_probe_whose_answer_was_cut_to_fit_the_evaluator_is_left_unscored(server, gateway):
     session = _badge_session()
     _learn(session)
-    with pytest.warns(RuntimeWarning, match=r"probe_accuracy: 1 of 2 probes left unscored: .* cut to fit the "
-                                            r"evaluator 'openai/gpt-4-0613'"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"probe_accuracy: 1 of 2 probes left unscored: .* cut to fit the "
+        r"evaluator 'openai/gpt-4-0613'",
+    ):
         result = wb.replay(session, _whole(server, SMALL_WINDOW), metrics=["probe_accuracy"])
     assert result.metrics["probe_accuracy"] == 1.0  # the probe it could be asked, answered
     asked = [body["messages"][-1]["content"] for body in server.requests]
@@ -308,23 +353,38 @@ def _window_session():
     """Before call 2 a sliding window drops the first step; the call then opens a file that only a
     long log read (kept) names, in its middle."""
     log = "z" * 15_000 + f" error raised in {HIDDEN} " + "z" * 15_000
-    opened = Message(role="assistant", content="Opening the file the log names.",
-                     tool_calls=(ToolCall("c2", "read_file", json.dumps({"path": HIDDEN})),))
-    return Session.from_messages([
-        system(), user("Fix the crash in the importer."),
-        assistant("Listing files.", calls=(("c0", "bash"),)), tool("c0", "src/a.py src/b.py", name="bash"),
-        assistant("Reading the log.", calls=(("c1", "read_file"),)), tool("c1", log),
-        opened, tool("c2", "def load(): ..."), assistant("Fixed.")])
+    opened = Message(
+        role="assistant",
+        content="Opening the file the log names.",
+        tool_calls=(ToolCall("c2", "read_file", json.dumps({"path": HIDDEN})),),
+    )
+    return Session.from_messages(
+        [
+            system(),
+            user("Fix the crash in the importer."),
+            assistant("Listing files.", calls=(("c0", "bash"),)),
+            tool("c0", "src/a.py src/b.py", name="bash"),
+            assistant("Reading the log.", calls=(("c1", "read_file"),)),
+            tool("c1", log),
+            opened,
+            tool("c2", "def load(): ..."),
+            assistant("Fixed."),
+        ]
+    )
 
 
 def _every_two_calls(server, strategy, evaluator="openai/fake-judge"):
-    return {**_whole(server, evaluator), "strategy": strategy,
-            "trigger": {"kind": "stat_threshold", "counters": {"iterations": 2}}}
+    return {
+        **_whole(server, evaluator),
+        "strategy": strategy,
+        "trigger": {"kind": "stat_threshold", "counters": {"iterations": 2}},
+    }
 
 
 def test_the_judge_sees_the_next_step_and_is_told_the_kept_messages_are_not_shown(server, gateway):
-    result = wb.replay(_window_session(), _every_two_calls(server, {"kind": "sliding_window", "window": 1}),
-                       metrics=["judge_score"])
+    result = wb.replay(
+        _window_session(), _every_two_calls(server, {"kind": "sliding_window", "window": 1}), metrics=["judge_score"]
+    )
     assert [e.call_index for e in result.compactions] == [2]
     (body,) = [b for b in server.requests if b["messages"][0]["content"].startswith("You grade")]
     prompt = body["messages"][-1]["content"]
@@ -339,8 +399,11 @@ def test_the_judge_sees_the_next_step_and_is_told_the_kept_messages_are_not_show
 
 def test_a_continuation_whose_clue_was_cut_to_fit_the_evaluator_is_left_unscored(server, gateway):
     config = _every_two_calls(server, {"kind": "sliding_window", "window": 1}, SMALL_WINDOW)
-    with pytest.warns(RuntimeWarning, match=r"continuation_match: 1 compaction\(s\) left unscored \(0\): the "
-                                            r"recorded next call uses what is in the context but in the part"):
+    with pytest.warns(
+        RuntimeWarning,
+        match=r"continuation_match: 1 compaction\(s\) left unscored \(0\): the "
+        r"recorded next call uses what is in the context but in the part",
+    ):
         result = wb.replay(_window_session(), config, metrics=["continuation_match"])
     assert result.metrics["continuation_match"] is None and result.compaction_metrics[0]["continuation_match"] is None
     assert server.request_count == 0
@@ -354,18 +417,25 @@ def test_a_compaction_whose_replacement_the_evaluator_cannot_take_is_not_graded(
 
 
 def test_asking_for_model_metrics_without_an_evaluator_says_so_once(session):
-    offline = {"trigger": {"kind": "utilization", "ratio": 0.8}, "strategy": {"kind": "sliding_window", "window": 10},
-               "context_limit": 48_000}
+    offline = {
+        "trigger": {"kind": "utilization", "ratio": 0.8},
+        "strategy": {"kind": "sliding_window", "window": 10},
+        "context_limit": 48_000,
+    }
     with pytest.warns(UserWarning) as caught:
         result = wb.replay(session, offline, metrics=["judge_score", "probe_accuracy"])
     said = [str(w.message) for w in caught if "evaluator" in str(w.message)]
     assert len(said) == 1
-    assert re.match(r"judge_score, probe_accuracy cannot be measured and are None: the config names no "
-                    r"evaluator model: set `evaluator`", said[0])
+    assert re.match(
+        r"judge_score, probe_accuracy cannot be measured and are None: the config names no "
+        r"evaluator model: set `evaluator`",
+        said[0],
+    )
     assert result.metrics["judge_score"] is None and result.metrics["probe_accuracy"] is None
 
 
 # -- the judge's six dimensions -------------------------------------------------------------------
+
 
 def _varied_judge(body):
     """Scores that differ by compaction (from a digest of the prompt), each dimension apart."""
@@ -378,8 +448,13 @@ def _varied_judge(body):
 def test_each_of_the_six_dimensions_is_a_metric_of_its_own(gateway):
     dimensions = [f"judge_{d}" for d in DIMENSIONS]
     metrics = kinds("metric")
-    assert all(metrics[m].direction == "higher" and metrics[m].level == "compaction" and metrics[m].requires_model
-               and metrics[m].unit == "score 0-5" for m in dimensions)
+    assert all(
+        metrics[m].direction == "higher"
+        and metrics[m].level == "compaction"
+        and metrics[m].requires_model
+        and metrics[m].unit == "score 0-5"
+        for m in dimensions
+    )
     with FakeOpenAI(responder=_varied_judge) as fake:
         config = _every_two_calls(fake, {"kind": "sliding_window", "window": 2})
         result = wb.replay(Session.from_messages(conversation(12)), config, metrics=["judge_score", *dimensions])

@@ -15,12 +15,14 @@ from workbench.registry import kinds
 from workbench.session import Message, RecordedCompaction, Session, ToolCall
 from workbench.tokens import count_tokens
 
-PROSE = ("The user asked to add retry support to the HTTP client in src/client.py.\n"
-         "The user said never change the public API of fetch_json.\n"
-         "I edited src/client.py to wrap fetch_json in a RetryPolicy instead of patching every caller.\n"
-         "I created README.md documenting the retry settings.\n"
-         "The backoff counter was fixed and all 12 tests pass now.\n"
-         "Last request: add a max_delay option to RetryPolicy; next I'll add max_delay to RetryPolicy.")
+PROSE = (
+    "The user asked to add retry support to the HTTP client in src/client.py.\n"
+    "The user said never change the public API of fetch_json.\n"
+    "I edited src/client.py to wrap fetch_json in a RetryPolicy instead of patching every caller.\n"
+    "I created README.md documenting the retry settings.\n"
+    "The backoff counter was fixed and all 12 tests pass now.\n"
+    "Last request: add a max_delay option to RetryPolicy; next I'll add max_delay to RetryPolicy."
+)
 
 
 def _call(call_id: str, name: str, **arguments: str) -> ToolCall:
@@ -31,28 +33,47 @@ def planted(summary: str = PROSE, system: str = "You are a coding agent.") -> Se
     """A coding session whose agent compacted before its last call, with `summary` as its recorded summary."""
     messages = [
         Message(role="system", content=system),
-        Message(role="user", content="Add retry support to the HTTP client in src/client.py. "
-                                     "Never change the public API of fetch_json."),
-        Message(role="assistant", content="I'll wrap fetch_json in a RetryPolicy instead of patching every caller.",
-                tool_calls=(_call("c1", "Edit", file_path="/workspace/app/src/client.py", old_string="a",
-                                  new_string="b"),)),
+        Message(
+            role="user",
+            content="Add retry support to the HTTP client in src/client.py. Never change the public API of fetch_json.",
+        ),
+        Message(
+            role="assistant",
+            content="I'll wrap fetch_json in a RetryPolicy instead of patching every caller.",
+            tool_calls=(_call("c1", "Edit", file_path="/workspace/app/src/client.py", old_string="a", new_string="b"),),
+        ),
         Message(role="tool", tool_call_id="c1", content="The file src/client.py has been updated successfully."),
-        Message(role="assistant", content="Running the tests.",
-                tool_calls=(_call("c2", "Bash", command="pytest tests/test_client.py"),)),
-        Message(role="tool", tool_call_id="c2",
-                content="FAILED tests/test_client.py::test_retry_backoff - AssertionError: expected 3 attempts\n"
-                        "1 failed, 11 passed"),
-        Message(role="assistant", content="The backoff test fails because attempts start at zero.",
-                tool_calls=(_call("c3", "Edit", file_path="src/client.py", old_string="0", new_string="1"),)),
+        Message(
+            role="assistant",
+            content="Running the tests.",
+            tool_calls=(_call("c2", "Bash", command="pytest tests/test_client.py"),),
+        ),
+        Message(
+            role="tool",
+            tool_call_id="c2",
+            content="FAILED tests/test_client.py::test_retry_backoff - AssertionError: expected 3 attempts\n"
+            "1 failed, 11 passed",
+        ),
+        Message(
+            role="assistant",
+            content="The backoff test fails because attempts start at zero.",
+            tool_calls=(_call("c3", "Edit", file_path="src/client.py", old_string="0", new_string="1"),),
+        ),
         Message(role="tool", tool_call_id="c3", content="The file src/client.py has been updated successfully."),
         Message(role="assistant", content="", tool_calls=(_call("c4", "Bash", command="pytest tests/test_client.py"),)),
         Message(role="tool", tool_call_id="c4", content="12 passed in 0.41s"),
-        Message(role="assistant", content="All 12 tests pass now. Next I'll document the retry settings.",
-                tool_calls=(_call("c5", "Write", file_path="README.md", content="# Retry settings"),)),
+        Message(
+            role="assistant",
+            content="All 12 tests pass now. Next I'll document the retry settings.",
+            tool_calls=(_call("c5", "Write", file_path="README.md", content="# Retry settings"),),
+        ),
         Message(role="tool", tool_call_id="c5", content="File created successfully at: README.md"),
         Message(role="user", content="Also add a max_delay option to RetryPolicy."),
-        Message(role="assistant", content="I'll add max_delay to RetryPolicy.",
-                tool_calls=(_call("c6", "Read", file_path="src/client.py"),)),
+        Message(
+            role="assistant",
+            content="I'll add max_delay to RetryPolicy.",
+            tool_calls=(_call("c6", "Read", file_path="src/client.py"),),
+        ),
         Message(role="tool", tool_call_id="c6", content="class RetryPolicy: ..."),
         Message(role="assistant", content="Done."),
     ]
@@ -80,19 +101,23 @@ def test_the_task_state_of_a_planted_session():
     assert texts["open_errors"] == []  # the failing test passed on the same command afterwards
     earlier = task_state_at(session, 3)  # before the second test run the failure is still open
     assert [i.text for i in earlier.of("open_errors")] == [
-        "pytest FAILED tests/test_client.py::test_retry_backoff - AssertionError: expected 3 attempts"]
+        "pytest FAILED tests/test_client.py::test_retry_backoff - AssertionError: expected 3 attempts"
+    ]
 
 
-@pytest.mark.parametrize(("command", "expected"), [
-    ("sed -i 's/a/b/' src/app.py", [("src/app.py", "edited")]),
-    ("cat > notes.md <<EOF", [("notes.md", "created")]),
-    ("echo x >> log.txt 2>&1", [("log.txt", "edited")]),
-    ("git add -A && git commit -m 'fix retry'", [("git commit", "committed")]),
-    ("mv old.py new.py", [("new.py", "moved")]),
-    ("rm -f build.log", [("build.log", "deleted")]),
-    ("pytest -q > /dev/null", []),
-    ("ls src", []),
-])
+@pytest.mark.parametrize(
+    ("command", "expected"),
+    [
+        ("sed -i 's/a/b/' src/app.py", [("src/app.py", "edited")]),
+        ("cat > notes.md <<EOF", [("notes.md", "created")]),
+        ("echo x >> log.txt 2>&1", [("log.txt", "edited")]),
+        ("git add -A && git commit -m 'fix retry'", [("git commit", "committed")]),
+        ("mv old.py new.py", [("new.py", "moved")]),
+        ("rm -f build.log", [("build.log", "deleted")]),
+        ("pytest -q > /dev/null", []),
+        ("ls src", []),
+    ],
+)
 def test_shell_commands_name_the_files_they_write(command, expected):
     assert [(t.path, t.action) for t in shell_touches(command)] == expected
 
@@ -100,9 +125,14 @@ def test_shell_commands_name_the_files_they_write(command, expected):
 def test_patches_and_editor_tools_name_their_files():
     patch = "*** Begin Patch\n*** Add File: a.py\n+x\n*** Update File: b.py\n*** Move to: c.py\n*** End Patch"
     assert [(t.path, t.action) for t in tool_touches("apply_patch", json.dumps({"input": patch}))] == [
-        ("a.py", "created"), ("b.py", "edited"), ("c.py", "moved")]
-    assert [(t.path, t.action) for t in tool_touches("str_replace_editor", json.dumps(
-        {"command": "create", "path": "x.py", "file_text": ""}))] == [("x.py", "created")]
+        ("a.py", "created"),
+        ("b.py", "edited"),
+        ("c.py", "moved"),
+    ]
+    assert [
+        (t.path, t.action)
+        for t in tool_touches("str_replace_editor", json.dumps({"command": "create", "path": "x.py", "file_text": ""}))
+    ] == [("x.py", "created")]
     assert tool_touches("str_replace_editor", json.dumps({"command": "view", "path": "x.py"})) == []
 
 
@@ -115,8 +145,10 @@ def test_a_keyword_list_of_equal_tokens_scores_clearly_below_a_prose_summary():
     assert abs(count_tokens(words, "cl100k_base") - budget) <= 0.1 * budget
     keywords = [m if m.origin != "compacted_synthetic" else m.replace(content=words) for m in prose]
     nothing = [m for m in prose if m.origin != "compacted_synthetic"]
-    score = {name: coverage_of(session, 5, context).share()
-             for name, context in (("prose", prose), ("keywords", keywords), ("nothing", nothing))}
+    score = {
+        name: coverage_of(session, 5, context).share()
+        for name, context in (("prose", prose), ("keywords", keywords), ("nothing", nothing))
+    }
     assert score["prose"] >= 0.9
     assert score["keywords"] <= score["prose"] - 0.4
     assert score["keywords"] > score["nothing"]  # its words do state a little: a file beside how it was touched
@@ -140,8 +172,9 @@ def test_the_metrics_are_registered_per_dimension_and_measured_per_compaction():
     for name in names:
         assert (metric[name].direction, metric[name].level, metric[name].unit) == ("higher", "compaction", "share")
     session = planted()
-    result = wb.replay(session, {"tokenizer": "cl100k_base", "trigger": {"kind": "recorded"},
-                                 "strategy": {"kind": "recorded"}})
+    result = wb.replay(
+        session, {"tokenizer": "cl100k_base", "trigger": {"kind": "recorded"}, "strategy": {"kind": "recorded"}}
+    )
     (row,) = result.compaction_metrics
     assert row["task_state_coverage"] == result.metrics["task_state_coverage"] >= 0.9
     assert row["task_state_open_errors"] is None and result.metrics["task_state_open_errors"] is None
@@ -162,8 +195,17 @@ def test_the_production_summary_beats_a_keyword_list_and_nothing_on_the_shared_r
     wins = {"keywords": 0, "nothing": 0}
     compactions = 0
     for session in sessions:
-        result = wb.replay(session, {"tokenizer": "cl100k_base", "context_limit": 200_000, "max_output": 8192,
-                                     "trigger": {"kind": "recorded"}, "strategy": {"kind": "recorded"}}, measure=False)
+        result = wb.replay(
+            session,
+            {
+                "tokenizer": "cl100k_base",
+                "context_limit": 200_000,
+                "max_output": 8192,
+                "trigger": {"kind": "recorded"},
+                "strategy": {"kind": "recorded"},
+            },
+            measure=False,
+        )
         for event in applied_events(result):
             before, after = compaction_contexts(result, event)
             call = result.compactions[event].call_index

@@ -15,8 +15,9 @@ def test_the_quickstart_notebook_runs():
     nbformat = pytest.importorskip("nbformat")
     nbclient = pytest.importorskip("nbclient")
     notebook = nbformat.read(EXPERIMENTS / "quickstart.ipynb", as_version=4)
-    client = nbclient.NotebookClient(notebook, timeout=300, kernel_name="python3",
-                                     resources={"metadata": {"path": str(EXPERIMENTS)}})
+    client = nbclient.NotebookClient(
+        notebook, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(EXPERIMENTS)}}
+    )
     client.execute()
     outputs = [cell.get("outputs", []) for cell in notebook.cells if cell.cell_type == "code"]
     assert all(not any(o.get("output_type") == "error" for o in cell) for cell in outputs)

@@ -45,8 +45,13 @@ TIMING_COLUMNS = {"run_id", "duration_s", "finished_at"}
 def ray_cluster():
     saved = {name: os.environ.get(name) for name in RAY_ENV}
     os.environ.update(RAY_ENV)
-    ray.init(num_cpus=2, include_dashboard=False, object_store_memory=100 * 1024 * 1024, log_to_driver=False,
-             configure_logging=False)
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        object_store_memory=100 * 1024 * 1024,
+        log_to_driver=False,
+        configure_logging=False,
+    )
     try:
         yield
     finally:
@@ -69,24 +74,43 @@ def _levels(db: Path, run_id: str) -> dict[str, list[dict]]:
     """Every stored level of a run (cells with metrics, calls, compactions), minus run ids and timings."""
     con = connect_existing(str(db))
     try:
-        frames = {"cells": results_frame(con, run_id), "calls": calls_frame(con, run_id),
-                  "compactions": compactions_frame(con, run_id)}
+        frames = {
+            "cells": results_frame(con, run_id),
+            "calls": calls_frame(con, run_id),
+            "compactions": compactions_frame(con, run_id),
+        }
     finally:
         con.close()
-    return {level: [{k: v for k, v in row.items() if k not in TIMING_COLUMNS}
-                    for row in frame.astype(object).where(frame.notna(), None).to_dict(orient="records")]
-            for level, frame in frames.items()}
+    return {
+        level: [
+            {k: v for k, v in row.items() if k not in TIMING_COLUMNS}
+            for row in frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+        ]
+        for level, frame in frames.items()
+    }
 
 
 def _llm_spec(server: FakeOpenAI) -> dict:
     options = {"api_base": server.api_base, "api_key": "sk-dummy", "num_retries": 0, "timeout": 20}
-    return {"name": "ray-llm", "dataset": "grid", "concurrency": 2,
-            "defaults": {"context_limit": 6000, "max_output": 500, "summarizer": "openai/fake-model",
-                         "summarizer_options": options},
-            "config": [{"name": "split", "trigger": {"kind": "utilization", "ratio": 0.5},
-                        "strategy": {"kind": "summarize_split", "preserve": 0.4}},
-                       {"name": "full", "trigger": {"kind": "utilization", "ratio": 0.6},
-                        "strategy": {"kind": "summarize_full"}}]}
+    return {
+        "name": "ray-llm",
+        "dataset": "grid",
+        "concurrency": 2,
+        "defaults": {
+            "context_limit": 6000,
+            "max_output": 500,
+            "summarizer": "openai/fake-model",
+            "summarizer_options": options,
+        },
+        "config": [
+            {
+                "name": "split",
+                "trigger": {"kind": "utilization", "ratio": 0.5},
+                "strategy": {"kind": "summarize_split", "preserve": 0.4},
+            },
+            {"name": "full", "trigger": {"kind": "utilization", "ratio": 0.6}, "strategy": {"kind": "summarize_full"}},
+        ],
+    }
 
 
 def _cache_rows(db: Path) -> int:
@@ -110,8 +134,9 @@ def test_ray_computes_every_cell_as_the_local_executor_does(ray_cluster, grid_db
     assert all(row["recorded_input_tokens"] for row in ray_levels["calls"]), "the recorded usage travels back"
     for level in ("cells", "calls", "compactions"):
         assert ray_levels[level] == local_levels[level], level
-    again = CliRunner().invoke(main, ["run", str(spec), "--db", str(db), "--executor", "ray", "--json"],
-                               catch_exceptions=False)
+    again = CliRunner().invoke(
+        main, ["run", str(spec), "--db", str(db), "--executor", "ray", "--json"], catch_exceptions=False
+    )
     assert again.exit_code == 0, again.output
     report = json.loads(again.stdout)
     assert report["run_id"] == on_ray.id and report["cells_reused"] == len(session_ids) * 3  # resumable on Ray too
@@ -179,8 +204,9 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_no_cell(ray_cluster, grid_
     assert on_ray.progress.failed_cells == 0 and on_ray.progress.cells_done == len(session_ids) * 2
     con = connect_existing(str(db))
     try:
-        keys = con.execute("SELECT session_id, config, repeat, count(*) FROM cells WHERE run_id = ? GROUP BY ALL",
-                           [on_ray.id]).fetchall()
+        keys = con.execute(
+            "SELECT session_id, config, repeat, count(*) FROM cells WHERE run_id = ? GROUP BY ALL", [on_ray.id]
+        ).fetchall()
     finally:
         con.close()
     assert len(keys) == len(session_ids) * 2 and all(count == 1 for *_, count in keys)

@@ -18,13 +18,19 @@ SUMMARY = "RECORDED SUMMARY: the agent fixed src/app.py and was about to run the
 def recorded_session(boundary_offset: int = 0, summary: str = SUMMARY) -> wb.Session:
     """system, task, 12 tool steps, a new user turn, 6 more steps; the agent compacted before the
     call that follows the new user turn (its boundary is that user turn, shifted by `boundary_offset`)."""
-    messages = [system(), user("Fix the failing test in src/app.py"), *agent_turns(12, result_chars=400),
-                user("Now also update the changelog"), *agent_turns(6, result_chars=400, start=12),
-                assistant("Done.")]
+    messages = [
+        system(),
+        user("Fix the failing test in src/app.py"),
+        *agent_turns(12, result_chars=400),
+        user("Now also update the changelog"),
+        *agent_turns(6, result_chars=400, start=12),
+        assistant("Done."),
+    ]
     boundary = 2 + 24 + boundary_offset
     call_index = sum(1 for m in messages[:boundary] if m.role == "assistant")
-    record = RecordedCompaction(call_index=call_index, message_index=boundary, trigger="auto",
-                                tokens_before=12_345, summary=summary)
+    record = RecordedCompaction(
+        call_index=call_index, message_index=boundary, trigger="auto", tokens_before=12_345, summary=summary
+    )
     return wb.Session.from_messages(messages, metadata={"recorded_compactions": [record.to_dict()]})
 
 
@@ -44,7 +50,7 @@ def test_as_recorded_compacts_once_at_the_recorded_call_with_the_recorded_summar
     assert sent[0] == session.messages[0]
     assert sent[1].origin == "compacted_synthetic" and sent[1].role == "user" and sent[1].text == SUMMARY
     assert sent[2] is session.messages[record.message_index]
-    assert sent[2:] == list(session.messages[record.message_index:result.calls[record.call_index].message_index])
+    assert sent[2:] == list(session.messages[record.message_index : result.calls[record.call_index].message_index])
     assert result.termination == "completed"
     frame = result.to_frame()
     assert frame["recorded_compaction"].tolist() == [c.index == record.call_index for c in result.calls]
@@ -56,7 +62,7 @@ def test_compaction_contexts_give_what_the_strategy_received_and_returned():
     result = replay(session, as_recorded())
     before, after = result.compaction_contexts(0)
     call = result.compactions[0].call_index
-    assert before == list(session.messages[:result.calls[call].message_index])
+    assert before == list(session.messages[: result.calls[call].message_index])
     assert after == result.context_at(call)
     with pytest.raises(IndexError, match="compaction 1 out of range"):
         result.compaction_contexts(1)
@@ -85,10 +91,16 @@ def test_a_second_recorded_compaction_replaces_the_first_summary():
     session = recorded_session()
     first = session.recorded_compactions[0]
     later = len(session.messages) - 5
-    second = RecordedCompaction(call_index=sum(1 for m in session.messages[:later] if m.role == "assistant"),
-                                message_index=later, trigger="manual", tokens_before=None, summary="SECOND SUMMARY")
-    both = wb.Session.from_messages(session.messages, metadata={
-        "recorded_compactions": [first.to_dict(), second.to_dict()]})
+    second = RecordedCompaction(
+        call_index=sum(1 for m in session.messages[:later] if m.role == "assistant"),
+        message_index=later,
+        trigger="manual",
+        tokens_before=None,
+        summary="SECOND SUMMARY",
+    )
+    both = wb.Session.from_messages(
+        session.messages, metadata={"recorded_compactions": [first.to_dict(), second.to_dict()]}
+    )
     result = replay(both, as_recorded())
     assert [e.summary for e in result.compactions] == [SUMMARY, "SECOND SUMMARY"]
     final = result.context_at(second.call_index)
@@ -98,8 +110,9 @@ def test_a_second_recorded_compaction_replaces_the_first_summary():
 def test_the_recorded_strategy_changes_nothing_where_the_agent_did_not_compact():
     session = recorded_session()
     result = replay(session, {"trigger": {"kind": "pressure", "turns": 3}, "strategy": {"kind": "recorded"}, **LIMITS})
-    changed = [e for e in result.compactions
-               if (e.messages_before, e.tokens_before) != (e.messages_after, e.tokens_after)]
+    changed = [
+        e for e in result.compactions if (e.messages_before, e.tokens_before) != (e.messages_after, e.tokens_after)
+    ]
     assert [e.call_index for e in changed] == [session.recorded_compactions[0].call_index]
 
 
@@ -121,8 +134,17 @@ def test_no_recorded_summary_reaches_a_replay_that_is_not_recorded():
 
 def test_presets_are_valid_configs_named_after_themselves():
     table = presets()
-    assert {"as-recorded", "no-compaction", "observation-masking", "gent-sliding-window", "gent-progressive-summary",
-            "agent001-full-summary", "goat-split-summary", "aisopod-guard", "ptc-runner-trim"} <= set(table)
+    assert {
+        "as-recorded",
+        "no-compaction",
+        "observation-masking",
+        "gent-sliding-window",
+        "gent-progressive-summary",
+        "agent001-full-summary",
+        "goat-split-summary",
+        "aisopod-guard",
+        "ptc-runner-trim",
+    } <= set(table)
     for name, spec in table.items():
         config = parse_config(spec)
         assert config.name == name
@@ -158,8 +180,9 @@ def _recorded_sessions(shared_sessions) -> list[wb.Session]:
     sessions = [s for s in wb.load(shared_sessions / "claude-code") if s.recorded_compactions]
     if not sessions:
         pytest.skip("the shared claude-code sessions record no compactions")
-    assert not any(m.metadata.get("compact_summary") for s in sessions for m in s.messages), \
+    assert not any(m.metadata.get("compact_summary") for s in sessions for m in s.messages), (
         "recorded summaries are annotations, never messages"
+    )
     return sessions
 
 
@@ -183,8 +206,10 @@ def test_shared_recordings_hold_no_recorded_summary_except_under_recorded(shared
 
 def test_recorded_kinds_are_bound_inside_combinators_and_pipelines():
     session = recorded_session()
-    spec = {"trigger": {"kind": "any", "triggers": [{"kind": "recorded"}, {"kind": "token_threshold", "threshold": 0}]},
-            "strategy": {"kind": "pipeline", "steps": [{"kind": "recorded"}]}} | LIMITS
+    spec = {
+        "trigger": {"kind": "any", "triggers": [{"kind": "recorded"}, {"kind": "token_threshold", "threshold": 0}]},
+        "strategy": {"kind": "pipeline", "steps": [{"kind": "recorded"}]},
+    } | LIMITS
     result = replay(session, spec)
     assert [e.summary for e in result.compactions] == [SUMMARY]
     assert result.compactions[0].call_index == session.recorded_compactions[0].call_index
@@ -202,19 +227,22 @@ def test_stored_sessions_list_their_recorded_compactions_and_filter_on_them(tmp_
     db = str(tmp_path / "wb.duckdb")
     with Store(db) as store:
         store.import_sessions([recorded_session(), plain], dataset="mine")
-        assert {r["id"]: r["recorded_compactions"] for r in store.session_rows()} == \
-            {recorded_session().id: 1, plain.id: 0}
+        assert {r["id"]: r["recorded_compactions"] for r in store.session_rows()} == {
+            recorded_session().id: 1,
+            plain.id: 0,
+        }
         assert list(store.sessions(where="recorded_compactions > 0").id) == [recorded_session().id]
     listed = CliRunner().invoke(main, ["sessions", "--db", db], catch_exceptions=False)
     header, *rows = listed.output.splitlines()
     column = header.split().index("recorded")
     assert sorted(row.split()[column] for row in rows) == ["0", "1"]
-    replayed = CliRunner().invoke(main, ["replay", recorded_session().id, "--config", "as-recorded", "--db", db],
-                                  catch_exceptions=False)
+    replayed = CliRunner().invoke(
+        main, ["replay", recorded_session().id, "--config", "as-recorded", "--db", db], catch_exceptions=False
+    )
     lines = replayed.output.splitlines()
     at = next(i for i, line in enumerate(lines) if line.startswith("per call (")) + 1
     assert lines[at].split()[-2:] == ["agent", "compacted"] and "recorded input" not in lines[at]  # no usage
     call = recorded_session().recorded_compactions[0].call_index
-    assert next(line for line in lines[at + 1:] if line.split()[0] == str(call)).split()[-2:] == ["yes", "yes"]
+    assert next(line for line in lines[at + 1 :] if line.split()[0] == str(call)).split()[-2:] == ["yes", "yes"]
     plain_replay = CliRunner().invoke(main, ["replay", plain.id, "--config", "as-recorded", "--db", db])
     assert "agent compacted" not in plain_replay.output

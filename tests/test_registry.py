@@ -29,37 +29,68 @@ VALIDATION_ERRORS = [
     ("strategy", {"kind": "sliding_window", "window": 0}, ["'sliding_window'", "window", "0", "an integer >= 1"]),
     ("strategy", {"kind": "sliding_window", "window": 2.5}, ["'sliding_window'", "window", "2.5", "an integer"]),
     ("strategy", {"kind": "sliding_window", "window": True}, ["'sliding_window'", "window", "True"]),
-    ("strategy", {"kind": "sliding_window"}, ["'sliding_window'", "missing required parameter 'window'",
-                                              "an integer >= 1"]),
-    ("strategy", {"kind": "trim", "keep_initial_user": "yes"}, ["'trim'", "keep_initial_user", "'yes'",
-                                                                "true or false"]),
-    ("strategy", {"kind": "trim", "token_counter": "len/4"}, ["'trim'", "unknown parameter 'token_counter'",
-                                                              "keep_recent_turns, keep_initial_user"]),
-    ("strategy", {"kind": "summarize_split", "preserve": 1.5}, ["'summarize_split'", "preserve", "1.5",
-                                                                "within [0, 1]"]),
-    ("strategy", {"kind": "adaptive_chunking", "boundary": "paragraph"},
-     ["'adaptive_chunking'", "boundary", "'paragraph'", "one of 'topic', 'count'"]),
+    (
+        "strategy",
+        {"kind": "sliding_window"},
+        ["'sliding_window'", "missing required parameter 'window'", "an integer >= 1"],
+    ),
+    (
+        "strategy",
+        {"kind": "trim", "keep_initial_user": "yes"},
+        ["'trim'", "keep_initial_user", "'yes'", "true or false"],
+    ),
+    (
+        "strategy",
+        {"kind": "trim", "token_counter": "len/4"},
+        ["'trim'", "unknown parameter 'token_counter'", "keep_recent_turns, keep_initial_user"],
+    ),
+    (
+        "strategy",
+        {"kind": "summarize_split", "preserve": 1.5},
+        ["'summarize_split'", "preserve", "1.5", "within [0, 1]"],
+    ),
+    (
+        "strategy",
+        {"kind": "adaptive_chunking", "boundary": "paragraph"},
+        ["'adaptive_chunking'", "boundary", "'paragraph'", "one of 'topic', 'count'"],
+    ),
     ("strategy", {"kind": "summarize_full", "prompt": 3}, ["'summarize_full'", "prompt", "3", "a string"]),
-    ("strategy", {"kind": "clear_tool_uses", "exclude_tools": ["bash", 3]},
-     ["'clear_tool_uses'", "exclude_tools[1]", "3", "a string"]),
-    ("strategy", {"kind": "guard_select", "warn": {"kind": "hard_clear", "keep_recent": -1}},
-     ["'guard_select'", "warn", "'hard_clear'", "keep_recent", "-1", ">= 1"]),
-    ("strategy", {"kind": "pipeline", "steps": [{"kind": "trim"}, {"kind": "nope"}]},
-     ["'pipeline'", "steps[1]", "unknown strategy kind 'nope'", "sliding_window"]),
+    (
+        "strategy",
+        {"kind": "clear_tool_uses", "exclude_tools": ["bash", 3]},
+        ["'clear_tool_uses'", "exclude_tools[1]", "3", "a string"],
+    ),
+    (
+        "strategy",
+        {"kind": "guard_select", "warn": {"kind": "hard_clear", "keep_recent": -1}},
+        ["'guard_select'", "warn", "'hard_clear'", "keep_recent", "-1", ">= 1"],
+    ),
+    (
+        "strategy",
+        {"kind": "pipeline", "steps": [{"kind": "trim"}, {"kind": "nope"}]},
+        ["'pipeline'", "steps[1]", "unknown strategy kind 'nope'", "sliding_window"],
+    ),
     ("trigger", {"kind": "utilization", "ratio": 0}, ["'utilization'", "ratio", "0", "within (0, 1]"]),
     ("trigger", {"kind": "guard", "hard_limit": 100, "min_available": 100}, ["'guard'", "min_available"]),
     ("trigger", {"kind": "pressure", "tokens": "many"}, ["'pressure'", "tokens", "'many'", "or none"]),
-    ("trigger", {"kind": "stat_threshold", "gauges": {"context_tokens": "big"}},
-     ["'stat_threshold'", "gauges['context_tokens']", "'big'"]),
-    ("trigger", {"kind": "any", "triggers": [{"kind": "guard", "warn_threshold": 2}]},
-     ["'any'", "triggers[0]", "'guard'", "warn_threshold", "2"]),
+    (
+        "trigger",
+        {"kind": "stat_threshold", "gauges": {"context_tokens": "big"}},
+        ["'stat_threshold'", "gauges['context_tokens']", "'big'"],
+    ),
+    (
+        "trigger",
+        {"kind": "any", "triggers": [{"kind": "guard", "warn_threshold": 2}]},
+        ["'any'", "triggers[0]", "'guard'", "warn_threshold", "2"],
+    ),
     ("trigger", {"kind": "sometimes"}, ["unknown trigger kind 'sometimes'", "utilization"]),
     ("trigger", {"ratio": 0.5}, ["no 'kind'", "utilization"]),
 ]
 
 
-@pytest.mark.parametrize(("family", "spec", "fragments"), VALIDATION_ERRORS,
-                         ids=[repr(spec) for _, spec, _ in VALIDATION_ERRORS])
+@pytest.mark.parametrize(
+    ("family", "spec", "fragments"), VALIDATION_ERRORS, ids=[repr(spec) for _, spec, _ in VALIDATION_ERRORS]
+)
 def test_validation_errors_name_kind_parameter_value_and_what_is_valid(family, spec, fragments):
     with pytest.raises(ConfigError) as info:
         build(family, spec)
@@ -68,12 +99,15 @@ def test_validation_errors_name_kind_parameter_value_and_what_is_valid(family, s
         assert fragment in message, f"{fragment!r} not in {message!r}"
 
 
-@pytest.mark.parametrize(("spec", "field", "value"), [
-    ({"kind": "sliding_window", "window": 3.0}, "window", 3),             # TOML's 3.0 for an int
-    ({"kind": "summarize_split", "preserve": 1}, "preserve", 1.0),
-    ({"kind": "clear_tool_uses", "exclude_tools": ["bash"]}, "exclude_tools", ("bash",)),
-    ({"kind": "pressure", "turns": None, "tokens": 500}, "turns", None),
-])
+@pytest.mark.parametrize(
+    ("spec", "field", "value"),
+    [
+        ({"kind": "sliding_window", "window": 3.0}, "window", 3),  # TOML's 3.0 for an int
+        ({"kind": "summarize_split", "preserve": 1}, "preserve", 1.0),
+        ({"kind": "clear_tool_uses", "exclude_tools": ["bash"]}, "exclude_tools", ("bash",)),
+        ({"kind": "pressure", "turns": None, "tokens": 500}, "turns", None),
+    ],
+)
 def test_values_are_converted_to_their_declared_type(spec, field, value):
     built = build("strategy" if spec["kind"] != "pressure" else "trigger", spec)
     assert getattr(built, field) == value and type(getattr(built, field)) is type(value)
@@ -102,9 +136,14 @@ def test_fresh_rebuilds_nested_state():
 
 
 def test_a_config_holds_its_built_kinds_and_gives_a_fresh_trigger_per_replay():
-    config = parse_config({"trigger": {"kind": "stat_threshold", "counters": {"iterations": 3}},
-                           "strategy": {"kind": "sliding_window", "window": 2}, "evaluator": "workbench/extractive",
-                           "evaluator_options": {"api_key": "sk-secret"}})
+    config = parse_config(
+        {
+            "trigger": {"kind": "stat_threshold", "counters": {"iterations": 3}},
+            "strategy": {"kind": "sliding_window", "window": 2},
+            "evaluator": "workbench/extractive",
+            "evaluator_options": {"api_key": "sk-secret"},
+        }
+    )
     assert config.built_strategy is config.build_strategy()
     first, second = config.build_trigger(), config.new_trigger()
     assert first is not second and first is not config.built_trigger and first == config.built_trigger
@@ -131,8 +170,18 @@ def test_describe_lists_every_family_with_documented_parameters():
                 assert set(p) >= {"name", "type", "default", "doc", "min", "max", "choices"}
                 assert p["doc"], f"{family} {entry['name']}: parameter {p['name']} has no doc"
     window = next(e for e in listing["strategy"] if e["name"] == "sliding_window")
-    assert window["params"] == [{"name": "window", "type": "int", "default": None, "required": True,
-                                 "doc": window["params"][0]["doc"], "min": 1, "max": None, "choices": None}]
+    assert window["params"] == [
+        {
+            "name": "window",
+            "type": "int",
+            "default": None,
+            "required": True,
+            "doc": window["params"][0]["doc"],
+            "min": 1,
+            "max": None,
+            "choices": None,
+        }
+    ]
     split = {p["name"]: p for p in next(e for e in listing["strategy"] if e["name"] == "summarize_split")["params"]}
     assert split["prompt"]["type"] == "str" and "{transcript}" in split["prompt"]["doc"]
     assert (split["preserve"]["min"], split["preserve"]["max"], split["preserve"]["default"]) == (0, 1, 0.4)
@@ -189,7 +238,7 @@ class KeepLast:
     mode: str = param("steps", doc="what is counted", choices=("steps",))
 
     def compact(self, context: Any, env: Any) -> list[Message]:
-        return [*context.system, *(m for s in context.steps[-self.last:] for m in s.messages)]
+        return [*context.system, *(m for s in context.steps[-self.last :] for m in s.messages)]
 
 
 @dataclass(frozen=True)
@@ -221,8 +270,9 @@ class LinesFormat:
 
     def iter_sessions(self, path: str) -> list[Session]:
         lines = Path(path).read_text(encoding="utf-8").splitlines()[1:]
-        messages = [m for line in lines for m in (Message(role="user", content=line),
-                                                  Message(role="assistant", content="ok"))]
+        messages = [
+            m for line in lines for m in (Message(role="user", content=line), Message(role="assistant", content="ok"))
+        ]
         return [Session.from_messages(messages)]
 
 
@@ -240,8 +290,9 @@ def test_user_kinds_are_used_from_toml_and_report_their_metrics():
     assert result.config.strategy == {"kind": "keep_last_registry_test", "last": 3, "mode": "steps"}
     assert result.metrics["final_messages_registry_test"] == len(result.final_context)
     assert "needs_a_model_registry_test" not in result.metrics
-    assert [row["messages_dropped"] for row in result.compaction_metrics] == \
-        [e.messages_before - e.messages_after for e in result.compactions]
+    assert [row["messages_dropped"] for row in result.compaction_metrics] == [
+        e.messages_before - e.messages_after for e in result.compactions
+    ]
     asked = wb.replay(conversation(12), USER_CONFIG, metrics=["needs_a_model_registry_test"])
     assert asked.metrics["needs_a_model_registry_test"] is None  # no evaluator configured
     with pytest.raises(ConfigError, match="unknown metric kind 'nope'"):
@@ -257,8 +308,12 @@ def test_user_kind_parameters_are_validated_and_listed():
     assert entry["doc"] == "Keep the system messages and the last steps."
     assert [p["name"] for p in entry["params"]] == ["last", "mode"]
     metric = next(e for e in describe("metric")["metric"] if e["name"] == "final_messages_registry_test")
-    assert (metric["direction"], metric["unit"], metric["level"], metric["requires_model"]) == \
-        ("lower", "messages", "run", False)
+    assert (metric["direction"], metric["unit"], metric["level"], metric["requires_model"]) == (
+        "lower",
+        "messages",
+        "run",
+        False,
+    )
 
 
 def test_a_user_importer_is_a_format(tmp_path):
@@ -268,8 +323,7 @@ def test_a_user_importer_is_a_format(tmp_path):
     assert importers.detect(path) == "lines_registry_test"
     for fmt in ("auto", "lines_registry_test", "LINES-TEST"):
         [session] = importers.load(path, format=fmt)
-        assert session.format == "lines_registry_test" and [m.text for m in session.messages][::2] == \
-            ["hello", "world"]
+        assert session.format == "lines_registry_test" and [m.text for m in session.messages][::2] == ["hello", "world"]
 
 
 def test_evaluate_metrics_runs_on_any_result():
@@ -281,6 +335,7 @@ def test_evaluate_metrics_runs_on_any_result():
 
 def test_a_name_taken_by_another_class_is_refused():
     with pytest.raises(ConfigError, match="already registered"):
+
         @wb.register_strategy("sliding_window")
         @dataclass(frozen=True)
         class Impostor:
@@ -288,10 +343,13 @@ def test_a_name_taken_by_another_class_is_refused():
                 return list(context.messages)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"direction": "up"}, "direction must be one of higher, lower, none"),
-    ({"direction": "higher", "level": "session"}, "level must be one of call, compaction, run"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"direction": "up"}, "direction must be one of higher, lower, none"),
+        ({"direction": "higher", "level": "session"}, "level must be one of call, compaction, run"),
+    ],
+)
 def test_metric_declarations_are_checked(kwargs, message):
     with pytest.raises(ConfigError, match=message):
         wb.register_metric("bad_registry_test", **kwargs)
@@ -311,8 +369,10 @@ class PlainTrigger:
 
 
 def test_a_plain_class_kind_has_its_init_parameters_checked():
-    assert spec_of(build("trigger", {"kind": "plain_class_registry_test", "every": 4.0})) == \
-        {"kind": "plain_class_registry_test", "every": 4}
+    assert spec_of(build("trigger", {"kind": "plain_class_registry_test", "every": 4.0})) == {
+        "kind": "plain_class_registry_test",
+        "every": 4,
+    }
     with pytest.raises(ConfigError, match="'plain_class_registry_test': every must be an integer, not 'x'"):
         build("trigger", {"kind": "plain_class_registry_test", "every": "x"})
     with pytest.raises(ConfigError, match="unknown parameter 'each'; valid: every"):
@@ -326,14 +386,24 @@ def user_kinds():
     registered = [
         ("trigger", "every_nth_call_registry_test", wb.register_trigger("every_nth_call_registry_test"), EveryNthCall),
         ("strategy", "keep_last_registry_test", wb.register_strategy("keep_last_registry_test"), KeepLast),
-        ("metric", "final_messages_registry_test",
-         wb.register_metric("final_messages_registry_test", direction="lower", unit="messages", level="run"),
-         FinalMessages),
-        ("metric", "needs_a_model_registry_test",
-         wb.register_metric("needs_a_model_registry_test", direction="higher", unit="share", level="run"),
-         NeedsAModel),
-        ("importer", "lines_registry_test", wb.register_importer("lines_registry_test", aliases=["lines-test"]),
-         LinesFormat),
+        (
+            "metric",
+            "final_messages_registry_test",
+            wb.register_metric("final_messages_registry_test", direction="lower", unit="messages", level="run"),
+            FinalMessages,
+        ),
+        (
+            "metric",
+            "needs_a_model_registry_test",
+            wb.register_metric("needs_a_model_registry_test", direction="higher", unit="share", level="run"),
+            NeedsAModel,
+        ),
+        (
+            "importer",
+            "lines_registry_test",
+            wb.register_importer("lines_registry_test", aliases=["lines-test"]),
+            LinesFormat,
+        ),
         ("trigger", "plain_class_registry_test", wb.register_trigger("plain_class_registry_test"), PlainTrigger),
     ]
     for _family, _name, decorate, cls in registered:
@@ -350,10 +420,16 @@ def test_kinds_are_listed_in_the_same_order_whatever_was_imported_first():
     import subprocess
     import sys
 
-    script = ("import {first}; from workbench.registry import kinds; "
-              "print(','.join(kinds('metric')) + ';' + ','.join(kinds('strategy')))")
-    orders = {subprocess.run([sys.executable, "-c", script.format(first=first)], capture_output=True, text=True,
-                             check=True).stdout.strip() for first in ("workbench", "workbench.quality.probes")}
+    script = (
+        "import {first}; from workbench.registry import kinds; "
+        "print(','.join(kinds('metric')) + ';' + ','.join(kinds('strategy')))"
+    )
+    orders = {
+        subprocess.run(
+            [sys.executable, "-c", script.format(first=first)], capture_output=True, text=True, check=True
+        ).stdout.strip()
+        for first in ("workbench", "workbench.quality.probes")
+    }
     assert len(orders) == 1, orders
     assert orders.pop().startswith("calls,compactions,noop_compactions,peak_context_tokens")
 
@@ -487,8 +563,15 @@ class _ClassMethodTrigger:
         return None
 
 
-@pytest.mark.parametrize(("family", "cls"), [("strategy", _VariadicStrategy), ("strategy", _ExtraDefaultedStrategy),
-                                             ("strategy", _StaticStrategy), ("trigger", _ClassMethodTrigger)])
+@pytest.mark.parametrize(
+    ("family", "cls"),
+    [
+        ("strategy", _VariadicStrategy),
+        ("strategy", _ExtraDefaultedStrategy),
+        ("strategy", _StaticStrategy),
+        ("trigger", _ClassMethodTrigger),
+    ],
+)
 def test_methods_taking_varargs_defaults_or_no_self_are_accepted(family, cls):
     name = f"ok_{cls.__name__.strip('_').lower()}_registry_test"
     try:
@@ -503,16 +586,20 @@ def test_methods_taking_varargs_defaults_or_no_self_are_accepted(family, cls):
 def _readme_example() -> str:
     text = README.read_text(encoding="utf-8")
     blocks = text.split("```python\n")[1:]
-    return next(block.split("```", 1)[0] for block in blocks if "register_strategy(\"keep_first_and_last\")" in block)
+    return next(block.split("```", 1)[0] for block in blocks if 'register_strategy("keep_first_and_last")' in block)
 
 
-@pytest.mark.parametrize("messages", [
-    [],
-    [{"role": "system", "content": "be brief"}],
-    [{"role": "system", "content": "be brief"}, {"role": "user", "content": "task"}],
-    conversation(1),
-    conversation(12),
-], ids=["empty", "system only", "one step", "fewer steps than last", "more steps than last"])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [],
+        [{"role": "system", "content": "be brief"}],
+        [{"role": "system", "content": "be brief"}, {"role": "user", "content": "task"}],
+        conversation(1),
+        conversation(12),
+    ],
+    ids=["empty", "system only", "one step", "fewer steps than last", "more steps than last"],
+)
 def test_the_readme_strategy_example_handles_any_context(messages):
     namespace: dict[str, Any] = {"wb": wb, "__name__": "readme_example"}
     exec(compile(_readme_example(), "README.md", "exec", dont_inherit=True), namespace)  # the README's own example
@@ -522,7 +609,7 @@ def test_the_readme_strategy_example_handles_any_context(messages):
         registry.unregister("strategy", "keep_first_and_last")
     before = [Message.from_openai(m) if isinstance(m, dict) else m for m in messages]
     system = [m for m in before if m.role == "system"]
-    assert after[:len(system)] == system
+    assert after[: len(system)] == system
     assert len(after) == len(set(map(id, after))) <= len(before)  # no message twice
     if len(before) > len(system):
         assert after[len(system)] == before[len(system)] and after[-1] == before[-1]

@@ -32,8 +32,9 @@ def config(trigger, strategy, **extra):
 def test_every_assistant_message_is_one_call_and_the_first_is_never_compacted():
     session = session_of(10)
     result = replay(session, config({"kind": "pressure", "turns": 1}, {"kind": "sliding_window", "window": 2}))
-    assert [c.message_index for c in result.calls] == [i for i, m in enumerate(session.messages)
-                                                      if m.role == "assistant"]
+    assert [c.message_index for c in result.calls] == [
+        i for i, m in enumerate(session.messages) if m.role == "assistant"
+    ]
     assert result.calls[0].compacted_before is False
     assert [e.call_index for e in result.compactions] == list(range(1, len(result.calls)))
     # a call counts as compacted before only when the firing changed its context (early ones fit the window)
@@ -43,10 +44,11 @@ def test_every_assistant_message_is_one_call_and_the_first_is_never_compacted():
 
 def test_context_is_measured_before_the_reply_is_appended():
     session = session_of(3, result_chars=40)
-    result = replay(session, config({"kind": "token_threshold", "threshold": 0},
-                                    {"kind": "sliding_window", "window": 1}))
+    result = replay(
+        session, config({"kind": "token_threshold", "threshold": 0}, {"kind": "sliding_window", "window": 1})
+    )
     for call in result.calls:
-        sent = session.messages[:call.message_index]
+        sent = session.messages[: call.message_index]
         assert call.context_messages == len(sent)
         assert call.context_tokens == messages_tokens(sent)
     assert result.final_context == list(session.messages)
@@ -70,22 +72,27 @@ def test_a_firing_that_changes_nothing_is_recorded_as_a_noop_and_is_no_compactio
 
 
 def test_stat_threshold_counter_snapshots_space_the_compactions():
-    result = replay(session_of(40), config({"kind": "stat_threshold", "counters": {"iterations": 10}},
-                                           {"kind": "sliding_window", "window": 3}))
+    result = replay(
+        session_of(40),
+        config({"kind": "stat_threshold", "counters": {"iterations": 10}}, {"kind": "sliding_window", "window": 3}),
+    )
     assert [e.call_index for e in result.compactions] == [10, 20, 30, 40]
 
 
 def test_gauge_on_context_messages_fires_when_reached():
-    result = replay(session_of(12), config({"kind": "stat_threshold", "gauges": {"context_messages": 12}},
-                                           {"kind": "sliding_window", "window": 2}))
+    result = replay(
+        session_of(12),
+        config({"kind": "stat_threshold", "gauges": {"context_messages": 12}}, {"kind": "sliding_window", "window": 2}),
+    )
     for event in result.compactions:
         assert event.messages_before >= 12
     assert all(c.context_messages < 12 or c.compacted_before for c in result.calls)
 
 
 def test_context_overflow_ends_the_replay_and_keeps_what_was_recorded():
-    result = replay(session_of(45), config({"kind": "token_threshold", "threshold": 0},
-                                           {"kind": "sliding_window", "window": 2}))
+    result = replay(
+        session_of(45), config({"kind": "token_threshold", "threshold": 0}, {"kind": "sliding_window", "window": 2})
+    )
     assert result.termination == "context_overflow"
     assert "exceeds context_limit" in result.error
     assert 0 < len(result.calls) < 46
@@ -93,8 +100,10 @@ def test_context_overflow_ends_the_replay_and_keeps_what_was_recorded():
 
 
 def test_utilization_at_ratio_one_compacts_just_before_the_window_overflows():
-    result = replay(session_of(45), config({"kind": "utilization", "ratio": 1.0, "reactive": True},
-                                           {"kind": "sliding_window", "window": 4}))
+    result = replay(
+        session_of(45),
+        config({"kind": "utilization", "ratio": 1.0, "reactive": True}, {"kind": "sliding_window", "window": 4}),
+    )
     assert result.termination == "completed"
     assert result.compactions
     assert result.metrics["peak_context_tokens"] + LIMITS["max_output"] <= LIMITS["context_limit"]
@@ -122,13 +131,17 @@ def test_overflow_gives_a_trigger_whose_design_retries_one_reactive_chance():
 
 
 def test_the_config_can_switch_the_designed_retry_off():
-    result = replay(session_of(45), config({"kind": "only_on_overflow_test"}, {"kind": "sliding_window", "window": 4},
-                                           overflow_retry=False))
+    result = replay(
+        session_of(45),
+        config({"kind": "only_on_overflow_test"}, {"kind": "sliding_window", "window": 4}, overflow_retry=False),
+    )
     assert result.termination == "context_overflow" and result.compactions == []
 
 
-@pytest.mark.parametrize("trigger", [{"kind": "token_threshold", "threshold": 0},
-                                     {"kind": "stat_threshold", "counters": {"iterations": 1000}}])
+@pytest.mark.parametrize(
+    "trigger",
+    [{"kind": "token_threshold", "threshold": 0}, {"kind": "stat_threshold", "counters": {"iterations": 1000}}],
+)
 def test_a_trigger_without_a_retry_ends_with_overflow_unless_the_config_asks(trigger):
     window = {"kind": "sliding_window", "window": 4}
     plain = replay(session_of(45), config(trigger, window))
@@ -140,8 +153,13 @@ def test_a_trigger_without_a_retry_ends_with_overflow_unless_the_config_asks(tri
 
 
 def test_recorded_length_finish_reason_makes_the_next_check_reactive():
-    messages = [system(), user("go"), assistant("partial", metadata={"finish_reason": "length"}),
-                user("continue"), assistant("rest")]
+    messages = [
+        system(),
+        user("go"),
+        assistant("partial", metadata={"finish_reason": "length"}),
+        user("continue"),
+        assistant("rest"),
+    ]
     seen = []
 
     @wb.register_trigger("record_reactive_test")
@@ -173,8 +191,9 @@ def test_fatal_failure_stops_with_compaction_failed_and_keeps_earlier_calls():
 
 def test_fallback_policy_uses_the_strategy_fallback_and_marks_the_event():
     failing = ScriptedSummarizer(responses=[RuntimeError("timeout")])
-    result = replay(session_of(20), config({"kind": "pressure", "turns": 5}, SPLIT, on_failure="fallback"),
-                    summarizer=failing)
+    result = replay(
+        session_of(20), config({"kind": "pressure", "turns": 5}, SPLIT, on_failure="fallback"), summarizer=failing
+    )
     assert result.termination == "completed"
     first = result.compactions[0]
     assert first.fell_back and "timeout" in first.error
@@ -185,8 +204,16 @@ def test_fallback_policy_uses_the_strategy_fallback_and_marks_the_event():
 
 def test_circuit_breaker_stops_calling_the_summarizer():
     failing = ScriptedSummarizer(responses=[RuntimeError(f"fail {i}") for i in range(100)])
-    result = replay(session_of(30), config({"kind": "stat_threshold", "counters": {"iterations": 3}}, SPLIT,
-                                           on_failure="fallback", max_consecutive_failures=2), summarizer=failing)
+    result = replay(
+        session_of(30),
+        config(
+            {"kind": "stat_threshold", "counters": {"iterations": 3}},
+            SPLIT,
+            on_failure="fallback",
+            max_consecutive_failures=2,
+        ),
+        summarizer=failing,
+    )
     assert len(failing.prompts) == 2
     assert [e.breaker_open for e in result.compactions[:3]] == [False, True, True]
     assert all(e.fell_back for e in result.compactions)
@@ -200,14 +227,17 @@ def test_summaries_and_usage_are_recorded_on_events():
     assert "SUMMARY of work on src/app.py" in event.summary
     assert event.summarizer_usage["calls"] == 1 and event.summarizer_usage["input_tokens"] > 0
     assert result.metrics["summarizer_calls"] == len(summarizer.prompts)
-    assert result.metrics["summarizer_input_tokens"] == sum(e.summarizer_usage["input_tokens"]
-                                                            for e in result.compactions)
+    assert result.metrics["summarizer_input_tokens"] == sum(
+        e.summarizer_usage["input_tokens"] for e in result.compactions
+    )
 
 
 def test_cached_prefix_is_the_previous_context_until_a_compaction_breaks_it():
     session = session_of(12)
-    result = replay(session, config({"kind": "stat_threshold", "counters": {"iterations": 6}},
-                                    {"kind": "sliding_window", "window": 2}))
+    result = replay(
+        session,
+        config({"kind": "stat_threshold", "counters": {"iterations": 6}}, {"kind": "sliding_window", "window": 2}),
+    )
     calls = result.calls
     assert calls[0].cached_prefix_tokens == 0
     for previous, call in zip(calls, calls[1:], strict=False):
@@ -233,7 +263,8 @@ def test_metrics_follow_their_definitions():
     ratios = [e.tokens_before / e.tokens_after for e in result.compactions]
     assert m["compression_ratio"] == pytest.approx(sum(ratios) / len(ratios))
     assert m["cache_aware_input_tokens"] == pytest.approx(
-        m["billed_input_tokens"] - m["cached_input_tokens"] * 0.9, abs=0.1)
+        m["billed_input_tokens"] - m["cached_input_tokens"] * 0.9, abs=0.1
+    )
     frame = result.to_frame()
     assert len(frame) == 21 and frame["compacted_before"].sum() == len(result.compactions)
 
@@ -304,19 +335,23 @@ def test_compact_takes_on_failure_as_a_config_does():
         compact(messages, {"kind": "trim"}, on_failure="retry")
 
 
-@pytest.mark.parametrize("trigger, strategy", [
-    ({"kind": "pressure", "turns": 4}, {"kind": "sliding_window", "window": 3}),
-    ({"kind": "utilization", "ratio": 0.5}, {"kind": "summarize_split", "preserve": 0.4}),
-    ({"kind": "stat_threshold", "counters": {"iterations": 5}}, {"kind": "observation_masking", "keep_recent": 2}),
-    ({"kind": "guard", "warn_threshold": 0.5, "hard_limit": 18_000}, {"kind": "guard_select"}),
-])
+@pytest.mark.parametrize(
+    "trigger, strategy",
+    [
+        ({"kind": "pressure", "turns": 4}, {"kind": "sliding_window", "window": 3}),
+        ({"kind": "utilization", "ratio": 0.5}, {"kind": "summarize_split", "preserve": 0.4}),
+        ({"kind": "stat_threshold", "counters": {"iterations": 5}}, {"kind": "observation_masking", "keep_recent": 2}),
+        ({"kind": "guard", "warn_threshold": 0.5, "hard_limit": 18_000}, {"kind": "guard_select"}),
+    ],
+)
 def test_incremental_engine_matches_the_naive_recount(trigger, strategy):
     session = session_of(25)
     fast = replay(session, config(trigger, strategy), summarizer=ScriptedSummarizer())
     slow = naive_replay(session, config(trigger, strategy), summarizer=ScriptedSummarizer())
     assert fast.calls == slow.calls
-    assert [(e.call_index, e.tokens_before, e.tokens_after) for e in fast.compactions] == \
-        [(e.call_index, e.tokens_before, e.tokens_after) for e in slow.compactions]
+    assert [(e.call_index, e.tokens_before, e.tokens_after) for e in fast.compactions] == [
+        (e.call_index, e.tokens_before, e.tokens_after) for e in slow.compactions
+    ]
     assert fast.metrics == slow.metrics
 
 
@@ -324,9 +359,15 @@ def test_incremental_engine_matches_the_naive_recount(trigger, strategy):
 @given(st.integers(1, 40), st.integers(1, 8), st.sampled_from([200, 1500, 5000]))
 def test_replay_invariants_on_random_sizes(n_steps, window, size):
     session = session_of(n_steps, result_chars=size)
-    result = replay(session, {"trigger": {"kind": "utilization", "ratio": 0.6}, "strategy":
-                              {"kind": "sliding_window", "window": window}, "context_limit": 30_000,
-                              "max_output": 2_000})
+    result = replay(
+        session,
+        {
+            "trigger": {"kind": "utilization", "ratio": 0.6},
+            "strategy": {"kind": "sliding_window", "window": window},
+            "context_limit": 30_000,
+            "max_output": 2_000,
+        },
+    )
     assert result.termination in ("completed", "context_overflow")
     assert len(result.calls) <= session.calls
     assert all(c.cached_prefix_tokens <= c.context_tokens for c in result.calls)
@@ -336,9 +377,15 @@ def test_replay_invariants_on_random_sizes(n_steps, window, size):
 
 # -- through the LLM gateway, over HTTP against the local OpenAI-compatible server ----------------
 
+
 def http_config(server, **extra):
-    return config({"kind": "pressure", "turns": 6}, SPLIT, summarizer="openai/test-model",
-                  summarizer_options={"api_base": server.api_base, "api_key": "sk-test-local"}, **extra)
+    return config(
+        {"kind": "pressure", "turns": 6},
+        SPLIT,
+        summarizer="openai/test-model",
+        summarizer_options={"api_base": server.api_base, "api_key": "sk-test-local"},
+        **extra,
+    )
 
 
 @pytest.fixture
@@ -389,10 +436,13 @@ def test_a_rate_limit_is_retried_and_the_replay_completes(gateway):
 
 # -- what a result tells about each call ---------------------------------------------------------
 
+
 def test_context_at_is_what_each_call_sent():
     session = session_of(12)
-    result = replay(session, config({"kind": "stat_threshold", "counters": {"iterations": 4}},
-                                    {"kind": "sliding_window", "window": 2}))
+    result = replay(
+        session,
+        config({"kind": "stat_threshold", "counters": {"iterations": 4}}, {"kind": "sliding_window", "window": 2}),
+    )
     for call in result.calls:
         sent = result.context_at(call.index)
         assert len(sent) == call.context_messages
@@ -418,9 +468,15 @@ def test_a_notebook_shows_the_main_metrics_why_a_replay_stopped_and_what_summari
     assert f"<th style='text-align:left'>billed_input_tokens</th><td style='text-align:right'>{billed:,}</td>" in html
     assert "summaries by <code>workbench/extractive</code>: the offline extractive baseline (not a model)" in html
     assert "stopped:" not in html
-    overflowing = replay(session_of(8), {"context_limit": 1_500, "max_output": 500,
-                                         "trigger": {"kind": "token_threshold", "threshold": 0},
-                                         "strategy": {"kind": "sliding_window", "window": 1}})
+    overflowing = replay(
+        session_of(8),
+        {
+            "context_limit": 1_500,
+            "max_output": 500,
+            "trigger": {"kind": "token_threshold", "threshold": 0},
+            "strategy": {"kind": "sliding_window", "window": 1},
+        },
+    )
     assert overflowing.termination == "context_overflow"
     html = overflowing._repr_html_()
     assert "stopped: call " in html and "exceeds context_limit 1500" in html
@@ -431,8 +487,10 @@ def test_a_notebook_shows_the_main_metrics_why_a_replay_stopped_and_what_summari
 def test_the_baseline_note_goes_with_results_the_offline_summarizer_summarized():
     spec = config({"kind": "pressure", "turns": 2}, {"kind": "summarize_split"})
     offline = replay(session_of(8), spec)
-    assert offline.baseline_note() == ("Summaries by workbench/extractive: the offline extractive baseline (not a "
-                                       "model). Read its quality figures as a floor, not as a model's.")
+    assert offline.baseline_note() == (
+        "Summaries by workbench/extractive: the offline extractive baseline (not a "
+        "model). Read its quality figures as a floor, not as a model's."
+    )
     model = replay(session_of(8), {**spec, "summarizer": "openai/gpt-4o-mini"}, summarizer=ScriptedSummarizer())
     assert model.compactions and model.baseline_note() is None
     window = replay(session_of(8), config({"kind": "pressure", "turns": 2}, {"kind": "sliding_window", "window": 2}))
@@ -468,8 +526,10 @@ NON_LLM_KINDS = [
     ({"kind": "utilization", "ratio": 0.6}, {"kind": "sliding_window", "window": 5}),
     ({"kind": "utilization", "ratio": 0.6}, {"kind": "hard_clear", "keep_recent": 6}),
     ({"kind": "pressure", "turns": 5}, {"kind": "trim", "keep_recent_turns": 3}),
-    ({"kind": "guard", "warn_threshold": 0.5, "hard_limit": 18_000},
-     {"kind": "tool_result_truncation", "max_chars": 300}),
+    (
+        {"kind": "guard", "warn_threshold": 0.5, "hard_limit": 18_000},
+        {"kind": "tool_result_truncation", "max_chars": 300},
+    ),
     ({"kind": "pressure", "turns": 3}, {"kind": "observation_masking", "keep_recent": 4}),
     ({"kind": "stat_threshold", "counters": {"iterations": 4}}, {"kind": "clear_tool_uses", "keep": 3}),
 ]
@@ -485,6 +545,7 @@ def test_non_llm_kinds_match_the_naive_recount_with_tool_schemas(trigger, strate
 
 
 # -- the engine's skip-ahead (`firing_mask`) against the naive per-call walk ---------------------
+
 
 def multi_model_session(n_steps: int = 30) -> wb.Session:
     """A conversation whose calls alternate between two models, with some length stops."""
@@ -511,32 +572,44 @@ class EveryFourthCall:
         pass
 
 
-@pytest.mark.parametrize("trigger", [
-    {"kind": "utilization", "ratio": 0.5},
-    {"kind": "utilization", "ratio": 0.35, "reactive": False},
-    {"kind": "guard", "warn_threshold": 0.6, "hard_limit": 15_000, "min_available": 2_000},
-    {"kind": "token_threshold", "threshold": 9_000},
-    {"kind": "stat_threshold", "counters": {"input_tokens": 40_000, "iterations": 9}},
-    {"kind": "stat_threshold", "counters": {"input_tokens_for:model-a": 30_000}},
-    {"kind": "stat_threshold", "gauges": {"context_steps": 12, "tokens_last_call": 12_000}},
-    {"kind": "pressure", "turns": 6},
-    {"kind": "pressure", "turns": 0, "tokens": 6_000},
-    {"kind": "any", "triggers": [{"kind": "stat_threshold", "counters": {"output_tokens": 150}},
-                                 {"kind": "utilization", "ratio": 0.7}]},
-    {"kind": "all", "triggers": [{"kind": "guard", "hard_limit": 14_000}, {"kind": "pressure", "turns": 3}]},
-    {"kind": "any", "triggers": [{"kind": "every_fourth_call_test"}, {"kind": "utilization"}]},
-    {"kind": "every_fourth_call_test"},
-], ids=lambda spec: str(spec)[:70])
-@pytest.mark.parametrize("strategy", [{"kind": "sliding_window", "window": 6},
-                                      {"kind": "observation_masking", "keep_recent": 3}],
-                         ids=lambda spec: spec["kind"])
+@pytest.mark.parametrize(
+    "trigger",
+    [
+        {"kind": "utilization", "ratio": 0.5},
+        {"kind": "utilization", "ratio": 0.35, "reactive": False},
+        {"kind": "guard", "warn_threshold": 0.6, "hard_limit": 15_000, "min_available": 2_000},
+        {"kind": "token_threshold", "threshold": 9_000},
+        {"kind": "stat_threshold", "counters": {"input_tokens": 40_000, "iterations": 9}},
+        {"kind": "stat_threshold", "counters": {"input_tokens_for:model-a": 30_000}},
+        {"kind": "stat_threshold", "gauges": {"context_steps": 12, "tokens_last_call": 12_000}},
+        {"kind": "pressure", "turns": 6},
+        {"kind": "pressure", "turns": 0, "tokens": 6_000},
+        {
+            "kind": "any",
+            "triggers": [
+                {"kind": "stat_threshold", "counters": {"output_tokens": 150}},
+                {"kind": "utilization", "ratio": 0.7},
+            ],
+        },
+        {"kind": "all", "triggers": [{"kind": "guard", "hard_limit": 14_000}, {"kind": "pressure", "turns": 3}]},
+        {"kind": "any", "triggers": [{"kind": "every_fourth_call_test"}, {"kind": "utilization"}]},
+        {"kind": "every_fourth_call_test"},
+    ],
+    ids=lambda spec: str(spec)[:70],
+)
+@pytest.mark.parametrize(
+    "strategy",
+    [{"kind": "sliding_window", "window": 6}, {"kind": "observation_masking", "keep_recent": 3}],
+    ids=lambda spec: spec["kind"],
+)
 def test_skipping_ahead_gives_the_naive_walk_s_result(trigger, strategy):
     session = multi_model_session()
     fast, slow = replay(session, config(trigger, strategy)), naive_replay(session, config(trigger, strategy))
     assert (fast.termination, fast.error) == (slow.termination, slow.error)
     assert fast.calls == slow.calls and list(fast.calls) == list(slow.calls)
-    assert [(e.call_index, e.tokens_before, e.tokens_after, e.messages_after) for e in fast.compactions] == \
-        [(e.call_index, e.tokens_before, e.tokens_after, e.messages_after) for e in slow.compactions]
+    assert [(e.call_index, e.tokens_before, e.tokens_after, e.messages_after) for e in fast.compactions] == [
+        (e.call_index, e.tokens_before, e.tokens_after, e.messages_after) for e in slow.compactions
+    ]
     assert fast.metrics == slow.metrics
     assert [fast.context_at(i) for i in range(len(fast.calls))] == [slow.context_at(i) for i in range(len(slow.calls))]
     assert fast.final_context == slow.final_context
@@ -575,19 +648,29 @@ def test_context_at_follows_each_compaction_s_new_context():
     session = session_of(20)
     result = replay(session, config({"kind": "pressure", "turns": 6}, {"kind": "sliding_window", "window": 3}))
     for index, event in enumerate(result.compactions):
-        assert result.context_at(event.call_index)[:len(result.compaction_contexts(index)[1])] == \
-            result.compaction_contexts(index)[1]
-    assert [len(result.context_at(i)) for i in range(len(result.calls))] == \
-        [c.context_messages for c in result.calls]
+        assert (
+            result.context_at(event.call_index)[: len(result.compaction_contexts(index)[1])]
+            == result.compaction_contexts(index)[1]
+        )
+    assert [len(result.context_at(i)) for i in range(len(result.calls))] == [c.context_messages for c in result.calls]
 
 
 def test_a_detached_result_keeps_what_the_writer_stores_and_leaves_the_bulk():
-    messages = [m if m.role != "assistant" else wb.Message(
-        role=m.role, content=m.content, tool_calls=m.tool_calls,
-        metadata={"usage": {"input_tokens": 100 + i, "cache_read_input_tokens": 7}})
-        for i, m in enumerate(conversation(30, result_chars=2000))]
-    result = replay(wb.Session.from_messages(messages), config({"kind": "utilization", "ratio": 0.5},
-                                                               {"kind": "observation_masking", "keep_recent": 3}))
+    messages = [
+        m
+        if m.role != "assistant"
+        else wb.Message(
+            role=m.role,
+            content=m.content,
+            tool_calls=m.tool_calls,
+            metadata={"usage": {"input_tokens": 100 + i, "cache_read_input_tokens": 7}},
+        )
+        for i, m in enumerate(conversation(30, result_chars=2000))
+    ]
+    result = replay(
+        wb.Session.from_messages(messages),
+        config({"kind": "utilization", "ratio": 0.5}, {"kind": "observation_masking", "keep_recent": 3}),
+    )
     detached = result.detached()
     assert detached.session is None and detached.final_context == [] and result.session is not None
     assert detached.recorded_columns() == result.recorded_columns()
@@ -627,8 +710,14 @@ with ThreadPoolExecutor(12) as pool:
 sys.setswitchinterval(0.005)
 print(json.dumps({"threaded": threaded, "alone": [run(s) for s in sessions * 3]}))
 """
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=repo,
-                          env={**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{repo / 'tests'}"})
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": f"{repo}{os.pathsep}{repo / 'tests'}"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert out["threaded"] == out["alone"]
@@ -642,12 +731,15 @@ TOOL_KINDS = [
     {"kind": "observation_masking", "keep_recent": 2},
     {"kind": "clear_tool_uses", "keep": 1, "clear_inputs": True},
     {"kind": "clear_tool_uses", "keep": 2, "exclude_tools": ["grep"]},
-    {"kind": "pipeline", "steps": [{"kind": "tool_result_truncation", "max_chars": 50},
-                                   {"kind": "sliding_window", "window": 4}]},
-    {"kind": "pipeline", "steps": [{"kind": "observation_masking", "keep_recent": 1},
-                                   {"kind": "hard_clear", "keep_recent": 6}]},
-    {"kind": "pipeline", "steps": [{"kind": "clear_tool_uses", "keep": 2},
-                                   {"kind": "trim", "keep_recent_turns": 2}]},
+    {
+        "kind": "pipeline",
+        "steps": [{"kind": "tool_result_truncation", "max_chars": 50}, {"kind": "sliding_window", "window": 4}],
+    },
+    {
+        "kind": "pipeline",
+        "steps": [{"kind": "observation_masking", "keep_recent": 1}, {"kind": "hard_clear", "keep_recent": 6}],
+    },
+    {"kind": "pipeline", "steps": [{"kind": "clear_tool_uses", "keep": 2}, {"kind": "trim", "keep_recent_turns": 2}]},
 ]
 
 
@@ -659,8 +751,13 @@ def test_remembered_steps_and_rewrites_equal_compacting_afresh(messages, strateg
     session = wb.Session.from_messages(messages)
 
     def spec(kind):
-        return {"tokenizer": "heuristic", "trigger": {"kind": "pressure", "turns": turns}, "strategy": kind,
-                "context_limit": 1_000_000, "max_output": 100}
+        return {
+            "tokenizer": "heuristic",
+            "trigger": {"kind": "pressure", "turns": turns},
+            "strategy": kind,
+            "context_limit": 1_000_000,
+            "max_output": 100,
+        }
 
     runs = [(kind, replay(session, spec(kind), measure=False)) for kind in (strategy, other, strategy)]
     assert runs[2][1].calls == runs[0][1].calls
@@ -717,8 +814,11 @@ def irregular_conversations(draw):
     leading = next((i for i, m in enumerate(messages) if m.role != "system"), len(messages))
     for _ in range(draw(st.integers(0, 3))):
         if draw(st.booleans()):
-            at = draw(st.sampled_from([i for i in range(leading, len(messages) + 1)
-                                       if i == len(messages) or messages[i].role != "tool"]))
+            at = draw(
+                st.sampled_from(
+                    [i for i in range(leading, len(messages) + 1) if i == len(messages) or messages[i].role != "tool"]
+                )
+            )
             messages.insert(at, tool("nobody", "a result nobody asked for " + "s" * 300))
         else:
             messages.insert(draw(st.integers(leading, len(messages))), system("mid-run note"))
@@ -726,12 +826,20 @@ def irregular_conversations(draw):
 
 
 @settings(max_examples=80, deadline=None)
-@given(irregular_conversations(), st.sampled_from(TOOL_KINDS + [{"kind": "sliding_window", "window": 3},
-                                                                {"kind": "hard_clear", "keep_recent": 4},
-                                                                {"kind": "trim", "keep_recent_turns": 1},
-                                                                {"kind": "summarize_split", "preserve": 0.3},
-                                                                {"kind": "adaptive_chunking", "keep_recent": 2}]),
-       st.integers(1, 4))
+@given(
+    irregular_conversations(),
+    st.sampled_from(
+        TOOL_KINDS
+        + [
+            {"kind": "sliding_window", "window": 3},
+            {"kind": "hard_clear", "keep_recent": 4},
+            {"kind": "trim", "keep_recent_turns": 1},
+            {"kind": "summarize_split", "preserve": 0.3},
+            {"kind": "adaptive_chunking", "keep_recent": 2},
+        ]
+    ),
+    st.integers(1, 4),
+)
 def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(messages, strategy, turns):
     """What a strategy's output says of its steps (`StepList`) and what the replay's next context is
     given (`continue_steps`) equal grouping the messages afresh: the steps, their lengths, the pinned
@@ -752,8 +860,10 @@ def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(me
         assert not known.paired or all(step.paired for step in known.steps)
         if known.tokens is not None:
             assert known.counted == "heuristic" and len(known.tokens) == len(known.steps)
-            assert all(total is None or total == messages_tokens(step.messages, "heuristic")
-                       for step, total in zip(known.steps, known.tokens, strict=True))
+            assert all(
+                total is None or total == messages_tokens(step.messages, "heuristic")
+                for step, total in zip(known.steps, known.tokens, strict=True)
+            )
             checked["tokens"] += 1
         for key, count in known.settled.items():
             assert all(key in step.settled for step in known.steps[:count])
@@ -773,10 +883,17 @@ def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(me
 
     real_known, real_continue = engine.known_steps, engine.continue_steps
     session = wb.Session.from_messages(messages)
-    spec = {"tokenizer": "heuristic", "trigger": {"kind": "pressure", "turns": turns}, "strategy": strategy,
-            "context_limit": 1_000_000, "max_output": 100}
-    with mock.patch.object(engine, "known_steps", known_steps), \
-            mock.patch.object(engine, "continue_steps", continue_steps):
+    spec = {
+        "tokenizer": "heuristic",
+        "trigger": {"kind": "pressure", "turns": turns},
+        "strategy": strategy,
+        "context_limit": 1_000_000,
+        "max_output": 100,
+    }
+    with (
+        mock.patch.object(engine, "known_steps", known_steps),
+        mock.patch.object(engine, "continue_steps", continue_steps),
+    ):
         for _ in range(2):  # the second replay meets the steps the first settled
             replay(session, spec, measure=False)
     assert checked["contexts"] <= checked["outputs"] and checked["tokens"] <= checked["outputs"] + checked["contexts"]
@@ -811,8 +928,9 @@ class _ReturnsNone:
 
 class _ReturnsDicts:
     def compact(self, context, env):
-        return [m.to_openai() if hasattr(m, "to_openai") else {"role": m.role, "content": m.text}
-                for m in context.messages]
+        return [
+            m.to_openai() if hasattr(m, "to_openai") else {"role": m.role, "content": m.text} for m in context.messages
+        ]
 
 
 class _ReturnsText:
@@ -831,8 +949,11 @@ class _FallsBackToNone:
 BAD_RETURNS = [
     # (class, on_failure, fragments the message must hold)
     (_ReturnsNone, "fatal", ["returned NoneType", "compact must return a list of Message"]),
-    (_ReturnsDicts, "fatal", ["returned a list holding a dict at 0", "compact must return a list of Message",
-                              "Message.from_openai"]),
+    (
+        _ReturnsDicts,
+        "fatal",
+        ["returned a list holding a dict at 0", "compact must return a list of Message", "Message.from_openai"],
+    ),
     (_ReturnsText, "fatal", ["returned str", "compact must return a list of Message"]),
     (_FallsBackToNone, "fallback", ["returned NoneType", "fallback must return a list of Message"]),
 ]
@@ -918,21 +1039,27 @@ def test_a_trigger_may_answer_with_a_numpy_bool():
 
     wb.register_trigger("numpy_answer_replay_test")(NumpyAnswer)
     try:
-        result = replay(session_of(7), config({"kind": "numpy_answer_replay_test"},
-                                              {"kind": "sliding_window", "window": 2}))
+        result = replay(
+            session_of(7), config({"kind": "numpy_answer_replay_test"}, {"kind": "sliding_window", "window": 2})
+        )
     finally:
         wb.registry.unregister("trigger", "numpy_answer_replay_test")
     assert [e.call_index for e in result.compactions] == [3, 6]
 
 
-@pytest.mark.parametrize(("given", "fragments"), [
-    ("0fcac6c3daafe0cd", ["replay takes a Session or a list of messages, not a str", "wb.session(id)"]),
-    (b"0fcac6c3", ["not a bytes", "wb.session(id)"]),
-    ({"role": "user", "content": "hi"}, ["not a dict", "wb.load(path)"]),
-    (None, ["not a NoneType"]),
-    ([wb.Session.from_messages(conversation(2))], ["replay takes one Session, not a list of sessions (1)",
-                                                    "wb.replay(s, config) for s in sessions"]),
-])
+@pytest.mark.parametrize(
+    ("given", "fragments"),
+    [
+        ("0fcac6c3daafe0cd", ["replay takes a Session or a list of messages, not a str", "wb.session(id)"]),
+        (b"0fcac6c3", ["not a bytes", "wb.session(id)"]),
+        ({"role": "user", "content": "hi"}, ["not a dict", "wb.load(path)"]),
+        (None, ["not a NoneType"]),
+        (
+            [wb.Session.from_messages(conversation(2))],
+            ["replay takes one Session, not a list of sessions (1)", "wb.replay(s, config) for s in sessions"],
+        ),
+    ],
+)
 def test_replay_of_something_other_than_a_session_says_what_to_pass(given, fragments):
     with pytest.raises(TypeError) as info:
         wb.replay(given, "no-compaction")
@@ -947,8 +1074,9 @@ def test_the_compactions_frame_of_a_replay_without_compactions_has_the_columns()
     assert len(compacted) > 0 and len(empty) == 0
     event_columns = [c for c in compacted.columns if c in empty.columns]
     assert list(empty.columns) == event_columns  # the same columns in the same order, the metrics' aside
-    assert {"call_index", "tokens_before", "tokens_after", "summary", "summarizer_calls",
-            "summarizer_cost_usd"} <= set(empty.columns)
+    assert {"call_index", "tokens_before", "tokens_after", "summary", "summarizer_calls", "summarizer_cost_usd"} <= set(
+        empty.columns
+    )
     assert empty.tokens_before.sum() == 0
 
 
@@ -974,16 +1102,19 @@ def test_masking_a_session_without_observations_makes_no_compaction_only_noops()
     assert all(e.noop and not e.failed for e in result.compactions)
     assert result.metrics["compactions"] == 0 and result.metrics["noop_compactions"] == len(result.compactions)
     assert not any(c.compacted_before for c in result.calls)
-    assert result.metrics["billed_input_tokens"] == replay(chat_without_observations(),
-                                                           "no-compaction").metrics["billed_input_tokens"]
+    assert (
+        result.metrics["billed_input_tokens"]
+        == replay(chat_without_observations(), "no-compaction").metrics["billed_input_tokens"]
+    )
     note = result.noop_note()
     assert note is not None and "'mask-every-call'" in note and "observation_masking" in note
     assert "this session" in note and f"fired {len(result.compactions)} times" in note
 
 
 def test_compactions_count_only_the_firings_that_changed_the_context():
-    result = replay(session_of(12, result_chars=400), config(EVERY_CALL, {"kind": "observation_masking",
-                                                                          "keep_recent": 3}))
+    result = replay(
+        session_of(12, result_chars=400), config(EVERY_CALL, {"kind": "observation_masking", "keep_recent": 3})
+    )
     noops = [e for e in result.compactions if e.noop]
     changed = [e for e in result.compactions if not e.noop]
     assert noops and changed  # the first firings find no result old enough to mask, the later ones mask one
@@ -1000,11 +1131,15 @@ def test_compactions_count_only_the_firings_that_changed_the_context():
 def test_quality_metrics_read_only_the_compactions_that_changed_the_context():
     from workbench.quality.trace import applied_events
 
-    result = replay(session_of(12, result_chars=400), config(EVERY_CALL, {"kind": "observation_masking",
-                                                                          "keep_recent": 3}))
+    result = replay(
+        session_of(12, result_chars=400), config(EVERY_CALL, {"kind": "observation_masking", "keep_recent": 3})
+    )
     assert applied_events(result) == [i for i, e in enumerate(result.compactions) if not e.noop]
-    assert all(row["fact_retention"] is None for row, e in zip(result.compaction_metrics, result.compactions,
-                                                               strict=True) if e.noop)
+    assert all(
+        row["fact_retention"] is None
+        for row, e in zip(result.compaction_metrics, result.compactions, strict=True)
+        if e.noop
+    )
 
 
 @dataclass(frozen=True)
@@ -1017,12 +1152,16 @@ class _Rebuilds:
         return [m.replace(**self.change) if m.role == "tool" else m for m in context.messages]
 
 
-@pytest.mark.parametrize(("change", "noop"), [
-    ({}, True),  # equal messages, other objects: the same context
-    ({"content": "[hidden]"}, False),
-    ({"origin": "compacted_modified"}, False),  # the text is the same, the message is not
-    ({"importance": 5.0}, False),
-], ids=["copies", "content", "origin", "importance"])
+@pytest.mark.parametrize(
+    ("change", "noop"),
+    [
+        ({}, True),  # equal messages, other objects: the same context
+        ({"content": "[hidden]"}, False),
+        ({"origin": "compacted_modified"}, False),  # the text is the same, the message is not
+        ({"importance": 5.0}, False),
+    ],
+    ids=["copies", "content", "origin", "importance"],
+)
 def test_a_noop_is_the_same_messages_in_the_same_order(change, noop):
     name = f"rebuilds_{'_'.join(change) or 'nothing'}_noop_test"
     wb.register_strategy(name)(type(name, (_Rebuilds,), {"change": change}))

@@ -40,8 +40,9 @@ def test_same_seed_same_sessions():
 
 def test_regeneration_is_byte_identical_to_the_bundled_file(dataset):
     assert BUNDLED.is_file(), "run: python -m workbench.samples"
-    assert samples.dataset_bytes(dataset) == BUNDLED.read_bytes(), \
+    assert samples.dataset_bytes(dataset) == BUNDLED.read_bytes(), (
         "datasets/samples is out of date: run python -m workbench.samples"
+    )
     assert [s.id for s in samples.read_dataset(samples.bundled_folder())] == [s.id for s in dataset]
 
 
@@ -74,7 +75,7 @@ def test_tool_pairing_is_clean(dataset):
         assert tool_pairing_problems(session.messages) == [], session.id
         for index, message in enumerate(session.messages):  # results come right after their call
             if message.role == "assistant" and message.tool_calls:
-                following = session.messages[index + 1:index + 1 + len(message.tool_calls)]
+                following = session.messages[index + 1 : index + 1 + len(message.tool_calls)]
                 assert [m.tool_call_id for m in following] == [c.id for c in message.tool_calls]
 
 
@@ -93,11 +94,18 @@ def test_pinned_messages_and_realistic_content(dataset):
     for session in dataset:
         assert any(m.pinned for m in session.messages), session.id
         assert session.messages[0].role == "system"
-        assert {t["function"]["name"] for t in session.tools} == {"read_file", "grep", "run_tests", "edit_file",
-                                                                  "bash"}
+        assert {t["function"]["name"] for t in session.tools} == {"read_file", "grep", "run_tests", "edit_file", "bash"}
     everything = "\n".join(m.text for s in dataset for m in s.messages)
-    for marker in ("Traceback (most recent call last)", "FAILED tests/", "passed in", "def ", "Error: file not found",
-                   "migrations/", "pytest -x", "backward compatible"):
+    for marker in (
+        "Traceback (most recent call last)",
+        "FAILED tests/",
+        "passed in",
+        "def ",
+        "Error: file not found",
+        "migrations/",
+        "pytest -x",
+        "backward compatible",
+    ):
         assert marker in everything, marker
     topics = [m.text for s in dataset for m in s.messages if m.role == "user"]
     assert len(set(topics)) > 40  # requests change topic

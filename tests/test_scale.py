@@ -24,10 +24,20 @@ SESSIONS = 50
 MESSAGES = 50 * 120
 SEED = 13
 
-ONE_CONFIG = {"name": "scale-test", "dataset": "synthetic", "concurrency": 2,
-              "config": [{"name": "window", "trigger": {"kind": "stat_threshold", "counters": {"iterations": 10}},
-                          "strategy": {"kind": "sliding_window", "window": 10}, "tokenizer": "heuristic",
-                          "context_limit": 8000}]}
+ONE_CONFIG = {
+    "name": "scale-test",
+    "dataset": "synthetic",
+    "concurrency": 2,
+    "config": [
+        {
+            "name": "window",
+            "trigger": {"kind": "stat_threshold", "counters": {"iterations": 10}},
+            "strategy": {"kind": "sliding_window", "window": 10},
+            "tokenizer": "heuristic",
+            "context_limit": 8000,
+        }
+    ],
+}
 
 
 @pytest.fixture(scope="module")
@@ -40,8 +50,9 @@ def generated(tmp_path_factory) -> str:
 
 def test_generation_reports_progress_and_a_rerun_writes_nothing(generated):
     seen: list[tuple[int, int]] = []
-    report = synthetic.generate_dataset(generated, SESSIONS, MESSAGES, seed=SEED,
-                                        progress=lambda s, m: seen.append((s, m)))
+    report = synthetic.generate_dataset(
+        generated, SESSIONS, MESSAGES, seed=SEED, progress=lambda s, m: seen.append((s, m))
+    )
     assert report.sessions == 0 and report.duplicates == SESSIONS
     assert [s for s, _ in seen] == list(range(1, SESSIONS + 1)) and seen[-1][1] == MESSAGES
     with Store(generated, read_only=True) as store:
@@ -90,11 +101,15 @@ def test_listing_and_filtering_read_the_sessions_table_only(generated):
         assert [r["id"] for r in rows] == [synthetic.session_id(i, SEED) for i in range(SESSIONS)]
         assert sum(r["messages"] for r in rows) == MESSAGES
         codex = store.session_rows(where="metadata->>'agent' = 'codex' AND calls >= 10")
-    expected = {s.id for s in synthetic.iter_sessions(SESSIONS, MESSAGES, seed=SEED)
-                if s.metadata["agent"] == "codex" and s.calls >= 10}
+    expected = {
+        s.id
+        for s in synthetic.iter_sessions(SESSIONS, MESSAGES, seed=SEED)
+        if s.metadata["agent"] == "codex" and s.calls >= 10
+    }
     assert {r["id"] for r in codex} == expected and expected
-    assert {s.id for s in access.sessions(where="metadata->>'agent' = 'codex' AND calls >= 10", db=generated)} \
-        == expected
+    assert {
+        s.id for s in access.sessions(where="metadata->>'agent' = 'codex' AND calls >= 10", db=generated)
+    } == expected
 
 
 def test_iter_sessions_streams_in_batches(generated):
@@ -170,8 +185,9 @@ def test_a_one_config_experiment_loads_each_session_for_its_cell_only(generated,
 def test_a_one_config_experiment_over_the_whole_dataset_with_threads(generated, monkeypatch):
     caches = _tracking_caches(monkeypatch)
     updates: list[int] = []
-    run = run_experiment(ONE_CONFIG, db=generated, executor=LocalExecutor(2),
-                         progress=lambda p: updates.append(p.cells_done))
+    run = run_experiment(
+        ONE_CONFIG, db=generated, executor=LocalExecutor(2), progress=lambda p: updates.append(p.cells_done)
+    )
     assert run.status == "finished" and len(run.results) == SESSIONS
     assert updates[-1] == SESSIONS and updates == sorted(updates)
     (cache,) = caches
@@ -189,8 +205,9 @@ def test_cli_lists_filters_and_limits_the_generated_sessions(generated):
     every = runner.invoke(main, ["sessions", "--db", generated, "--json"])
     assert every.exit_code == 0, every.output
     assert len(json.loads(every.output)) == SESSIONS
-    some = runner.invoke(main, ["sessions", "--db", generated, "--json", "--limit", "3",
-                                "--where", "metadata->>'agent' = 'claude-code'"])
+    some = runner.invoke(
+        main, ["sessions", "--db", generated, "--json", "--limit", "3", "--where", "metadata->>'agent' = 'claude-code'"]
+    )
     rows = json.loads(some.output)
     assert len(rows) == 3 and [r["id"] for r in rows] == sorted(r["id"] for r in rows)
     bad = runner.invoke(main, ["sessions", "--db", generated, "--where", "no_such_column > 1"])

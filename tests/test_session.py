@@ -22,8 +22,13 @@ from workbench.session import (
 
 
 def test_message_round_trips_openai_dicts_with_extras():
-    data = {"role": "assistant", "content": None, "importance": 10, "origin": "compacted_modified",
-            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": "{\"p\": 1}"}}]}
+    data = {
+        "role": "assistant",
+        "content": None,
+        "importance": 10,
+        "origin": "compacted_modified",
+        "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "read", "arguments": '{"p": 1}'}}],
+    }
     message = wb.Message.from_openai(data)
     assert message.pinned and message.origin == "compacted_modified"
     assert message.tool_calls[0].name == "read"
@@ -32,20 +37,28 @@ def test_message_round_trips_openai_dicts_with_extras():
 
 
 def test_text_joins_text_parts_and_skips_images():
-    message = wb.Message(role="user", content=[{"type": "text", "text": "look"},
-                                               {"type": "image_url", "image_url": {"url": "data:"}},
-                                               {"type": "text", "text": "here"}])
+    message = wb.Message(
+        role="user",
+        content=[
+            {"type": "text", "text": "look"},
+            {"type": "image_url", "image_url": {"url": "data:"}},
+            {"type": "text", "text": "here"},
+        ],
+    )
     assert message.text == "look\nhere"
     assert message.has_non_text_parts
     assert isinstance(message.content, tuple)
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("role", "robot", "role"),
-    ("origin", "invented", "origin"),
-    ("importance", 11, "importance"),
-    ("importance", -10.5, "importance"),
-])
+@pytest.mark.parametrize(
+    "field, value, match",
+    [
+        ("role", "robot", "role"),
+        ("origin", "invented", "origin"),
+        ("importance", 11, "importance"),
+        ("importance", -10.5, "importance"),
+    ],
+)
 def test_invalid_messages_are_rejected(field, value, match):
     kwargs = {"role": "user", "content": "x", field: value}
     with pytest.raises(ValueError, match=match):
@@ -58,8 +71,15 @@ def test_pinned_only_at_ten():
 
 
 def test_steps_group_assistant_with_its_results():
-    messages = [system(), user("go"), assistant("", calls=(("a", "read"), ("b", "grep"))), tool("a", "1"),
-                tool("b", "2"), assistant("done"), user("next")]
+    messages = [
+        system(),
+        user("go"),
+        assistant("", calls=(("a", "read"), ("b", "grep"))),
+        tool("a", "1"),
+        tool("b", "2"),
+        assistant("done"),
+        user("next"),
+    ]
     steps = group_steps(messages)
     assert [s.kind for s in steps] == ["system", "user", "assistant", "assistant", "user"]
     assert len(steps[2].messages) == 3
@@ -75,21 +95,27 @@ def test_session_id_is_a_stable_content_hash():
 
 
 def test_probes_are_parsed_and_validated():
-    session = wb.Session.from_messages(conversation(1),
-                                       probes=[{"question": "q?", "expected": "a", "kind": "decision"}])
+    session = wb.Session.from_messages(
+        conversation(1), probes=[{"question": "q?", "expected": "a", "kind": "decision"}]
+    )
     assert session.probes[0].kind == "decision" and session.probes[0].from_call == 0
     with pytest.raises(ValueError, match="probe kind"):
         wb.Probe("q", "a", kind="trivia")
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"question": "q?", "expected": "a", "from_cal": 3}, "unknown probe key 'from_cal'; valid: question, expected, "
-                                                         "kind, from_call .*; did you mean 'from_call'\\?"),
-    ({"question": "q?", "expected": "a", "turn": 3}, "unknown probe key 'turn'; valid: .*from_call"),
-    ({"question": "q?"}, "a probe needs 'expected'"),
-    ({"question": "q?", "expected": "a", "from_call": -1}, "'from_call' must be a call index >= 0, not -1"),
-    ({"question": "q?", "expected": "a", "from_call": "2"}, "'from_call' must be a call index >= 0, not '2'"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        (
+            {"question": "q?", "expected": "a", "from_cal": 3},
+            "unknown probe key 'from_cal'; valid: question, expected, kind, from_call .*; did you mean 'from_call'\\?",
+        ),
+        ({"question": "q?", "expected": "a", "turn": 3}, "unknown probe key 'turn'; valid: .*from_call"),
+        ({"question": "q?"}, "a probe needs 'expected'"),
+        ({"question": "q?", "expected": "a", "from_call": -1}, "'from_call' must be a call index >= 0, not -1"),
+        ({"question": "q?", "expected": "a", "from_call": "2"}, "'from_call' must be a call index >= 0, not '2'"),
+    ],
+)
 def test_a_probe_with_a_bad_key_is_refused_not_applied_from_call_0(data, message):
     with pytest.raises(ValueError, match=message):
         wb.Session.from_messages(conversation(1), probes=[data])
@@ -103,8 +129,11 @@ def test_pairing_problems_name_the_orphans():
     assert any("'zz'" in p and "answers no" in p for p in problems)
 
 
-@given(conversations(max_steps=8), st.lists(st.integers(min_value=0, max_value=200), max_size=4),
-       st.lists(st.integers(min_value=0, max_value=200), max_size=2))
+@given(
+    conversations(max_steps=8),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=4),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=2),
+)
 def test_the_fast_pairing_check_agrees_with_the_readable_one(messages, dropped, moved):
     """Well-formed conversations with messages dropped and moved: orphans, stray results, results
     after a later turn; the fast check says paired exactly when there is no problem to report."""
@@ -118,8 +147,11 @@ def test_the_fast_pairing_check_agrees_with_the_readable_one(messages, dropped, 
     assert tools_paired(messages) == (not tool_pairing_problems(messages))
 
 
-@given(conversations(max_steps=8), st.lists(st.integers(min_value=0, max_value=200), max_size=4),
-       st.lists(st.integers(min_value=0, max_value=200), max_size=3))
+@given(
+    conversations(max_steps=8),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=4),
+    st.lists(st.integers(min_value=0, max_value=200), max_size=3),
+)
 def test_steps_that_each_pair_their_calls_make_a_paired_context(messages, dropped, cuts):
     """Any split of a context into chunks that are each `Step.paired` is paired as a whole (what the
     replay's invariant check takes as a shortcut); grouped well-formed conversations are."""
@@ -128,8 +160,10 @@ def test_steps_that_each_pair_their_calls_make_a_paired_context(messages, droppe
         if messages:
             messages.pop(position % len(messages))
     bounds = sorted({0, len(messages), *(c % (len(messages) + 1) for c in cuts)})
-    for chunks in (group_steps(messages), [Step(tuple(messages[a:b])) for a, b in zip(bounds, bounds[1:],
-                                                                                   strict=False)]):
+    for chunks in (
+        group_steps(messages),
+        [Step(tuple(messages[a:b])) for a, b in zip(bounds, bounds[1:], strict=False)],
+    ):
         if all(chunk.paired for chunk in chunks):
             assert tools_paired(messages)
     if not dropped:
@@ -160,8 +194,9 @@ def test_split_leading_system_partitions(roles):
 
 def test_recorded_compactions_are_read_from_metadata_as_annotations():
     messages = conversation(4)
-    entry = RecordedCompaction(call_index=2, message_index=6, trigger="auto", tokens_before=150_000,
-                               summary="the story so far")
+    entry = RecordedCompaction(
+        call_index=2, message_index=6, trigger="auto", tokens_before=150_000, summary="the story so far"
+    )
     session = wb.Session.from_messages(messages, metadata={"recorded_compactions": [entry.to_dict()]})
     assert session.recorded_compactions == (entry,)
     assert all(m.text != entry.summary for m in session.messages)
@@ -172,27 +207,37 @@ def test_recorded_compaction_from_older_entries_computes_the_call_index():
     messages = conversation(4)  # system, user, then (assistant, tool) pairs
     old = {"message_index": 6, "trigger": "manual", "pre_tokens": 1234, "summary": None, "timestamp": "t"}
     (compaction,) = wb.Session.from_messages(messages, metadata={"recorded_compactions": [old]}).recorded_compactions
-    assert compaction == RecordedCompaction(call_index=2, message_index=6, trigger="manual", tokens_before=1234,
-                                            summary="")
+    assert compaction == RecordedCompaction(
+        call_index=2, message_index=6, trigger="manual", tokens_before=1234, summary=""
+    )
 
 
-@pytest.mark.parametrize(("usage", "expected"), [
-    ({"input_tokens": 3, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 40, "output_tokens": 7}, 943),
-    ({"input_tokens": 12, "output_tokens": 7}, 12),
-    ({"output_tokens": 7}, None),
-    ("not a mapping", None),
-    (None, None),
-])
+@pytest.mark.parametrize(
+    ("usage", "expected"),
+    [
+        (
+            {"input_tokens": 3, "cache_read_input_tokens": 900, "cache_creation_input_tokens": 40, "output_tokens": 7},
+            943,
+        ),
+        ({"input_tokens": 12, "output_tokens": 7}, 12),
+        ({"output_tokens": 7}, None),
+        ("not a mapping", None),
+        (None, None),
+    ],
+)
 def test_recorded_input_tokens_sums_the_three_input_kinds(usage, expected):
     metadata = {} if usage is None else {"usage": usage}
     assert recorded_input_tokens(assistant("done", metadata=metadata)) == expected
 
 
-@pytest.mark.parametrize(("data", "role", "extra"), [
-    ({"role": "developer", "content": "be brief"}, "system", {}),
-    ({"role": "function", "name": "get_weather", "content": "sunny"}, "tool", {"name": "get_weather"}),
-    ({"role": "developer", "content": "x", "metadata": {"model": "o3"}}, "system", {}),
-])
+@pytest.mark.parametrize(
+    ("data", "role", "extra"),
+    [
+        ({"role": "developer", "content": "be brief"}, "system", {}),
+        ({"role": "function", "name": "get_weather", "content": "sunny"}, "tool", {"name": "get_weather"}),
+        ({"role": "developer", "content": "x", "metadata": {"model": "o3"}}, "system", {}),
+    ],
+)
 def test_developer_and_legacy_function_roles_are_read_as_system_and_tool(data, role, extra):
     message = wb.Message.from_openai(data)
     assert message.role == role and message.metadata["original_role"] == data["role"]
@@ -203,15 +248,17 @@ def test_developer_and_legacy_function_roles_are_read_as_system_and_tool(data, r
 
 
 def test_a_legacy_function_message_answers_the_function_call_before_it():
-    session = wb.Session.from_messages([
-        {"role": "developer", "content": "answer with the tool"},
-        {"role": "user", "content": "weather?"},
-        {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": "{\"c\": 1}"}},
-        {"role": "function", "name": "get_weather", "content": "sunny"},
-        {"role": "assistant", "content": "It is sunny."},
-    ])
+    session = wb.Session.from_messages(
+        [
+            {"role": "developer", "content": "answer with the tool"},
+            {"role": "user", "content": "weather?"},
+            {"role": "assistant", "content": None, "function_call": {"name": "get_weather", "arguments": '{"c": 1}'}},
+            {"role": "function", "name": "get_weather", "content": "sunny"},
+            {"role": "assistant", "content": "It is sunny."},
+        ]
+    )
     call = session.messages[2].tool_calls[0]
-    assert (call.id, call.name, call.arguments) == ("function_call_2", "get_weather", "{\"c\": 1}")
+    assert (call.id, call.name, call.arguments) == ("function_call_2", "get_weather", '{"c": 1}')
     result = session.messages[3]
     assert (result.role, result.tool_call_id, result.name) == ("tool", call.id, "get_weather")
     assert tool_pairing_problems(session.messages) == [] and tools_paired(session.messages)
@@ -219,22 +266,30 @@ def test_a_legacy_function_message_answers_the_function_call_before_it():
     assert [s.kind for s in session.steps] == ["system", "user", "assistant", "assistant"]
 
 
-@pytest.mark.parametrize("messages", [
-    [{"role": "user", "content": "hi"}, {"role": "function", "name": "get", "content": "stray"}],
-    [{"role": "assistant", "content": None, "function_call": {"name": "get", "arguments": "{}"}},
-     {"role": "function", "name": "other", "content": "not its answer"}],
-])
+@pytest.mark.parametrize(
+    "messages",
+    [
+        [{"role": "user", "content": "hi"}, {"role": "function", "name": "get", "content": "stray"}],
+        [
+            {"role": "assistant", "content": None, "function_call": {"name": "get", "arguments": "{}"}},
+            {"role": "function", "name": "other", "content": "not its answer"},
+        ],
+    ],
+)
 def test_a_legacy_function_message_with_no_call_before_it_is_an_orphan_result(messages):
     session = wb.Session.from_messages(messages)
     assert session.messages[-1].role == "tool" and session.messages[-1].tool_call_id is None
     assert any("answers no preceding call" in p for p in tool_pairing_problems(session.messages))
 
 
-@pytest.mark.parametrize(("messages", "kind"), [
-    ({"role": "user", "content": "hi"}, "dict"),
-    ("hi", "str"),
-    (wb.Message(role="user", content="hi"), "Message"),
-])
+@pytest.mark.parametrize(
+    ("messages", "kind"),
+    [
+        ({"role": "user", "content": "hi"}, "dict"),
+        ("hi", "str"),
+        (wb.Message(role="user", content="hi"), "Message"),
+    ],
+)
 def test_messages_given_as_one_message_are_refused_clearly(messages, kind):
     expected = f"messages must be a list of messages (dicts or Message), not a {kind}"
     with pytest.raises(TypeError, match=rf"^{re.escape(expected)}$"):

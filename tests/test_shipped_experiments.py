@@ -32,9 +32,17 @@ def test_there_are_the_three_shipped_experiments_with_baselines():
 
 def test_reference_designs_has_one_config_per_design_plus_recorded_and_masking():
     names = load_experiment(EXPERIMENTS / "reference-designs.toml").config_names
-    assert names == ["no-compaction", "as-recorded", "observation-masking", "gent-sliding-window",
-                     "gent-progressive-summary", "agent001-full-summary", "goat-split-summary", "aisopod-guard",
-                     "ptc-runner-trim"]
+    assert names == [
+        "no-compaction",
+        "as-recorded",
+        "observation-masking",
+        "gent-sliding-window",
+        "gent-progressive-summary",
+        "agent001-full-summary",
+        "goat-split-summary",
+        "aisopod-guard",
+        "ptc-runner-trim",
+    ]
 
 
 @pytest.mark.parametrize("spec", ON_SAMPLES, ids=lambda p: p.stem)
@@ -82,15 +90,14 @@ def corpus_db(tmp_path_factory) -> str:
 
     path = str(tmp_path_factory.mktemp("corpus") / "corpus.duckdb")
     with Store(path) as store:
-        store.import_paths([str(CORPUS / "trajs")], dataset="swe-gemini3",
-                           outcomes=str(CORPUS / "results_summary.csv"))
+        store.import_paths([str(CORPUS / "trajs")], dataset="swe-gemini3", outcomes=str(CORPUS / "results_summary.csv"))
     return path
 
 
 def _readme_reductions() -> dict[str, tuple[str, str]]:
     """The README's measured Complexity Trap table: policy -> (input reduction, cost reduction)."""
     readme = (EXPERIMENTS.parent / "README.md").read_text(encoding="utf-8")
-    table = readme[readme.index("| policy | input tokens / session |"):].split("\n\n")[0]
+    table = readme[readme.index("| policy | input tokens / session |") :].split("\n\n")[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.splitlines()[2:]]
     return {row[0].lower().replace(" ", "-"): (row[2], row[4]) for row in rows}
 

@@ -23,27 +23,42 @@ def rich_session(tag: str = "a", n_steps: int = 3) -> Session:
     """Every message shape: parts (text + image), None content, tool calls, metadata, pins, origins."""
     messages = [
         Message(role="system", content=f"You are agent {tag}.", importance=10.0),
-        Message(role="user", content=({"type": "text", "text": f"look at this {tag}"},
-                                      {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}),
-                metadata={"timestamp": "2025-01-01T00:00:00Z"}),
+        Message(
+            role="user",
+            content=(
+                {"type": "text", "text": f"look at this {tag}"},
+                {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}},
+            ),
+            metadata={"timestamp": "2025-01-01T00:00:00Z"},
+        ),
     ]
     for i in range(n_steps):
-        calls = (ToolCall(id=f"{tag}{i}a", name="read_file", arguments=json.dumps({"path": f"src/{i}.py"})),
-                 ToolCall(id=f"{tag}{i}b", name="bash", arguments='{"command": "ls -la"}'))
-        messages.append(Message(role="assistant", content=None if i % 2 else f"step {i} ✓ naïve", tool_calls=calls,
-                                metadata={"usage": {"prompt_tokens": 100 + i, "completion_tokens": 7},
-                                          "finish_reason": "tool_calls"}))
-        messages.append(Message(role="tool", content=f"file {i}\n" + "x = 1\n" * 50, tool_call_id=f"{tag}{i}a",
-                                name="read_file"))
+        calls = (
+            ToolCall(id=f"{tag}{i}a", name="read_file", arguments=json.dumps({"path": f"src/{i}.py"})),
+            ToolCall(id=f"{tag}{i}b", name="bash", arguments='{"command": "ls -la"}'),
+        )
+        messages.append(
+            Message(
+                role="assistant",
+                content=None if i % 2 else f"step {i} ✓ naïve",
+                tool_calls=calls,
+                metadata={"usage": {"prompt_tokens": 100 + i, "completion_tokens": 7}, "finish_reason": "tool_calls"},
+            )
+        )
+        messages.append(
+            Message(role="tool", content=f"file {i}\n" + "x = 1\n" * 50, tool_call_id=f"{tag}{i}a", name="read_file")
+        )
         messages.append(Message(role="tool", content="", tool_call_id=f"{tag}{i}b", name="bash", importance=-2.5))
-    messages.append(Message(role="assistant", content="Summary so far", origin="compacted_synthetic",
-                            importance=5.0))
-    messages.append(Message(role="assistant", content="done \x00 \u2028 \"quoted\" \\ 😀"))
+    messages.append(Message(role="assistant", content="Summary so far", origin="compacted_synthetic", importance=5.0))
+    messages.append(Message(role="assistant", content='done \x00 \u2028 "quoted" \\ 😀'))
     return Session.from_messages(
-        messages, dataset="unit", format="openai",
+        messages,
+        dataset="unit",
+        format="openai",
         probes=[Probe("Which file?", "src/1.py", "artifact", 2), Probe("What first?", f"look at this {tag}", "recall")],
         tools=({"type": "function", "function": {"name": "read_file", "parameters": {"type": "object"}}},),
-        metadata={"model": "gpt-x", "source": f"{tag}.jsonl", "nested": {"a": [1, 2.5, None]}})
+        metadata={"model": "gpt-x", "source": f"{tag}.jsonl", "nested": {"a": [1, 2.5, None]}},
+    )
 
 
 @pytest.fixture
@@ -79,16 +94,25 @@ def test_content_is_stored_once(db_path):
     with Store(db_path) as store:
         store.import_sessions([session])
         rows = store.connection.execute(
-            "SELECT idx, content, parts::VARCHAR, tool_calls::VARCHAR FROM messages ORDER BY idx").fetchall()
-        texts = [r[0] for r in store.connection.execute(
-            "SELECT text FROM message_texts WHERE session_id = ? ORDER BY idx", [session.id]).fetchall()]
-        columns = {r[0] for r in store.connection.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'").fetchall()}
+            "SELECT idx, content, parts::VARCHAR, tool_calls::VARCHAR FROM messages ORDER BY idx"
+        ).fetchall()
+        texts = [
+            r[0]
+            for r in store.connection.execute(
+                "SELECT text FROM message_texts WHERE session_id = ? ORDER BY idx", [session.id]
+            ).fetchall()
+        ]
+        columns = {
+            r[0]
+            for r in store.connection.execute(
+                "SELECT column_name FROM information_schema.columns WHERE table_name = 'messages'"
+            ).fetchall()
+        }
     assert "text" not in columns
-    assert rows[0][1:3] == ("You are agent a.", None)          # a string: only in `content`
+    assert rows[0][1:3] == ("You are agent a.", None)  # a string: only in `content`
     assert rows[1][1] is None and json.loads(rows[1][2])[1]["type"] == "image_url"  # parts: only in `parts`
     assert json.loads(rows[2][3])[0]["function"]["name"] == "read_file"
-    assert rows[5][1:3] == (None, None)                          # no content
+    assert rows[5][1:3] == (None, None)  # no content
     assert texts == [m.text for m in session.messages]
 
 
@@ -97,20 +121,39 @@ def test_migration_0003_keeps_the_content_of_an_old_database(tmp_path):
     path = str(tmp_path / "old.duckdb")
     session = rich_session()
     con = duckdb.connect(path)
-    con.execute("CREATE TABLE schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP "
-                "DEFAULT current_timestamp)")
+    con.execute(
+        "CREATE TABLE schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT current_timestamp)"
+    )
     for name, sql in db.MIGRATIONS[:2]:
         con.execute(sql)
         con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [name])
-    con.execute("INSERT INTO sessions (id, dataset, format, message_count, call_count) VALUES (?, 'unit', "
-                "'openai', ?, ?)", [session.id, len(session.messages), session.calls])
+    con.execute(
+        "INSERT INTO sessions (id, dataset, format, message_count, call_count) VALUES (?, 'unit', 'openai', ?, ?)",
+        [session.id, len(session.messages), session.calls],
+    )
     for idx, m in enumerate(session.messages):
-        content = None if m.content is None else json.dumps(
-            m.content if isinstance(m.content, str) else [dict(p) for p in m.content])
+        content = (
+            None
+            if m.content is None
+            else json.dumps(m.content if isinstance(m.content, str) else [dict(p) for p in m.content])
+        )
         calls = json.dumps([c.to_openai() for c in m.tool_calls]) if m.tool_calls else None
-        con.execute("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                    [session.id, idx, m.role, content, m.text, calls, m.tool_call_id, m.name, m.origin,
-                     m.importance, json.dumps(dict(m.metadata)) if m.metadata else None])
+        con.execute(
+            "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [
+                session.id,
+                idx,
+                m.role,
+                content,
+                m.text,
+                calls,
+                m.tool_call_id,
+                m.name,
+                m.origin,
+                m.importance,
+                json.dumps(dict(m.metadata)) if m.metadata else None,
+            ],
+        )
     con.close()
     with pytest.raises(StoreError, match="older schema .*0003_content_once"):
         Store(path, read_only=True)  # a reader cannot upgrade it
@@ -122,13 +165,16 @@ def test_migration_0003_keeps_the_content_of_an_old_database(tmp_path):
     assert texts == [m.text for m in session.messages]
 
 
-@pytest.mark.parametrize("name, data", [
-    ("sessions.csv", b"id,role\n1,user\n"),
-    ("sessions.json", b'[{"role": "user", "content": "hi"}]'),
-    ("sessions.jsonl", b'{"messages": []}\n'),
-    ("sessions.parquet", b"PAR1\x00\x00\x00\x00PAR1"),
-    ("notes.txt", b"just some notes"),
-])
+@pytest.mark.parametrize(
+    "name, data",
+    [
+        ("sessions.csv", b"id,role\n1,user\n"),
+        ("sessions.json", b'[{"role": "user", "content": "hi"}]'),
+        ("sessions.jsonl", b'{"messages": []}\n'),
+        ("sessions.parquet", b"PAR1\x00\x00\x00\x00PAR1"),
+        ("notes.txt", b"just some notes"),
+    ],
+)
 def test_a_file_that_is_not_a_duckdb_database_is_refused_untouched(tmp_path, name, data):
     path = tmp_path / name
     path.write_bytes(data)
@@ -191,8 +237,10 @@ def test_duplicates_are_skipped_and_counted(db_path):
         assert (again.sessions, again.duplicates) == (1, 3)
         dataset = store.session_rows()[0]["dataset"]
         assert (again.repeated, again.stored_in) == (1, {dataset: 2})
-        assert (f"skipped 3 duplicate sessions: 1 met more than once in this import; 2 already stored in dataset "
-                f"{dataset!r}") in again.summary()
+        assert (
+            f"skipped 3 duplicate sessions: 1 met more than once in this import; 2 already stored in dataset "
+            f"{dataset!r}"
+        ) in again.summary()
         assert store.count() == 3
         assert store.count("messages") == sum(len(s.messages) for s in [*sessions, rich_session("c")])
 
@@ -206,7 +254,8 @@ def test_a_session_imported_into_another_dataset_says_where_it_is_stored(db_path
         assert (again.sessions, again.stored_in, again.to_dict()["already_stored"]) == (1, {"first": 1}, {"first": 1})
         assert again.duplicates_text() == (
             "skipped 1 duplicate session: 1 already stored in dataset 'first', not added to 'second' "
-            "(a session is stored once, in the dataset it was first imported into)")
+            "(a session is stored once, in the dataset it was first imported into)"
+        )
         same = store.import_sessions([rich_session("b")], dataset="first")
         assert same.duplicates_text() == "skipped 1 duplicate session: 1 already stored in dataset 'first'"
         assert store.import_sessions([rich_session("d")]).duplicates_text() == "skipped 0 duplicate sessions"
@@ -217,12 +266,18 @@ def _recording(n_steps: int, *, session_id: str = "live-1", stub_last: bool = Fa
     format every time); `stub_last`: the last call's result was not written yet (a stub stands in)."""
     messages = [Message(role="system", content="You are a coding agent."), Message(role="user", content="fix it")]
     for i in range(n_steps):
-        messages.append(Message(role="assistant", content=f"step {i}",
-                                tool_calls=(ToolCall(id=f"c{i}", name="bash", arguments='{"command": "ls"}'),)))
+        messages.append(
+            Message(
+                role="assistant",
+                content=f"step {i}",
+                tool_calls=(ToolCall(id=f"c{i}", name="bash", arguments='{"command": "ls"}'),),
+            )
+        )
         text = NO_RESULT_TEXT if stub_last and i == n_steps - 1 else f"result {i}"
         messages.append(Message(role="tool", content=text, tool_call_id=f"c{i}", name="bash"))
-    return Session.from_messages(messages, format="claude-code", dataset="first",
-                                 metadata={"session_id": session_id, "source": "live.jsonl"})
+    return Session.from_messages(
+        messages, format="claude-code", dataset="first", metadata={"session_id": session_id, "source": "live.jsonl"}
+    )
 
 
 def test_a_recording_imported_again_after_it_grew_replaces_its_earlier_import(db_path):
@@ -295,14 +350,20 @@ def test_a_failing_batch_leaves_nothing_half_written(db_path, monkeypatch):
     bad = rich_session("bad")
     bad = Session(messages=bad.messages, dataset="unit", probes=(Probe("BOOM?", "x"),))
     # The probe insert fails for the "BOOM" probe, after that batch's sessions and messages went in.
-    monkeypatch.setattr(store_module, "_PROBE_INSERT", store_module._PROBE_INSERT.replace(
-        "from_call FROM _wb_probes",
-        "CASE WHEN question LIKE 'BOOM%' THEN error('boom') ELSE from_call END FROM _wb_probes"))
+    monkeypatch.setattr(
+        store_module,
+        "_PROBE_INSERT",
+        store_module._PROBE_INSERT.replace(
+            "from_call FROM _wb_probes",
+            "CASE WHEN question LIKE 'BOOM%' THEN error('boom') ELSE from_call END FROM _wb_probes",
+        ),
+    )
     with Store(db_path, batch_messages=len(good[0].messages)) as store:  # one session per batch
         with pytest.raises(StoreError, match="rolled back"):
             store.import_sessions([*good, bad, rich_session("after")])
-        assert sorted(r[0] for r in store.connection.execute("SELECT id FROM sessions").fetchall()) == \
-            sorted(s.id for s in good)
+        assert sorted(r[0] for r in store.connection.execute("SELECT id FROM sessions").fetchall()) == sorted(
+            s.id for s in good
+        )
         for table in ("messages", "probes"):
             ids = {r[0] for r in store.connection.execute(f"SELECT DISTINCT session_id FROM {table}").fetchall()}
             assert ids == {s.id for s in good}, table
@@ -310,8 +371,9 @@ def test_a_failing_batch_leaves_nothing_half_written(db_path, monkeypatch):
 
 
 def test_lone_surrogates_do_not_break_an_import(db_path):
-    session = Session.from_messages([{"role": "user", "content": "bad \ud800 text"},
-                                     {"role": "assistant", "content": "ok"}], id="surrogate")
+    session = Session.from_messages(
+        [{"role": "user", "content": "bad \ud800 text"}, {"role": "assistant", "content": "ok"}], id="surrogate"
+    )
     with Store(db_path) as store:
         assert store.import_sessions([session]).sessions == 1
         assert store.load_session(session.id).messages[0].text.startswith("bad ")
@@ -336,13 +398,16 @@ def test_token_counts_round_trip_primes_the_cache(db_path):
 def test_migration_0006_flags_no_op_compactions_and_leaves_older_rows_unknown(tmp_path):
     path = str(tmp_path / "old.duckdb")
     con = duckdb.connect(path)
-    con.execute("CREATE TABLE schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP "
-                "DEFAULT current_timestamp)")
-    for name, sql in db.MIGRATIONS[:[name for name, _ in db.MIGRATIONS].index("0006_compaction_noop")]:
+    con.execute(
+        "CREATE TABLE schema_migrations (name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT current_timestamp)"
+    )
+    for name, sql in db.MIGRATIONS[: [name for name, _ in db.MIGRATIONS].index("0006_compaction_noop")]:
         con.execute(sql)
         con.execute("INSERT INTO schema_migrations (name) VALUES (?)", [name])
-    con.execute("INSERT INTO cell_compactions (run_id, session_id, config, repeat, event_index, call_index) "
-                "VALUES ('r', 's', 'c', 0, 0, 3)")
+    con.execute(
+        "INSERT INTO cell_compactions (run_id, session_id, config, repeat, event_index, call_index) "
+        "VALUES ('r', 's', 'c', 0, 0, 3)"
+    )
     con.close()
     upgraded = db.connect(path)
     try:
@@ -376,15 +441,23 @@ def test_delete_sessions(db_path):
         assert store.delete_sessions([sessions[0].id, "unknown"]) == 1
         assert store.count() == 1
         assert store.connection.execute("SELECT count(*) FROM token_counts").fetchall()[0][0] == 0
-        assert store.connection.execute(
-            "SELECT count(DISTINCT session_id) FROM messages").fetchall()[0][0] == 1
+        assert store.connection.execute("SELECT count(DISTINCT session_id) FROM messages").fetchall()[0][0] == 1
 
 
 def test_import_paths_good_files_survive_bad_ones(tmp_path, db_path):
     folder = tmp_path / "in"
     folder.mkdir()
-    lines = [json.dumps({"messages": [{"role": "user", "content": f"question {i}"},
-                                      {"role": "assistant", "content": f"answer {i}"}]}) for i in range(6)]
+    lines = [
+        json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": f"question {i}"},
+                    {"role": "assistant", "content": f"answer {i}"},
+                ]
+            }
+        )
+        for i in range(6)
+    ]
     (folder / "good.jsonl").write_text("\n".join(lines[:3]) + "\n")
     # valid sessions first, then a broken line: the whole file must contribute nothing
     (folder / "broken.jsonl").write_text("\n".join(lines[3:]) + "\n{not json\n")
@@ -411,13 +484,22 @@ def test_import_paths_good_files_survive_bad_ones(tmp_path, db_path):
 def test_a_second_process_gets_a_clear_store_error(db_path):
     with Store(db_path):
         pass
-    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(f"""
         import sys, time
         from workbench.store import Store
         store = Store({db_path!r})
         print("ready", flush=True)
         sys.stdin.readline()
-    """)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    """),
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "ready"
         with pytest.raises(StoreError, match=r"database .* is in use by another process"):

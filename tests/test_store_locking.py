@@ -36,8 +36,9 @@ HOLDER = textwrap.dedent("""
 
 def _holder(path: Path) -> subprocess.Popen[str]:
     """Another process holding the file for writing until it reads a line from its stdin."""
-    process = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True, env=ENV)
+    process = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=ENV
+    )
     assert process.stdout is not None and process.stdout.readline().strip() == "holding"
     return process
 
@@ -142,8 +143,7 @@ def _experiments_page_labels(path: Path) -> list[str]:
     return [str(option) for box in at.selectbox for option in box.options]
 
 
-def test_while_a_run_writes_another_process_lists_sessions_and_reads_its_finished_cells(grid_db, tmp_path,
-                                                                                          monkeypatch):
+def test_while_a_run_writes_another_process_lists_sessions_and_reads_its_finished_cells(grid_db, tmp_path, monkeypatch):
     """A run in another process, stopped after each stored cell: here the sessions list (in this
     process and with the CLI), the run shows as running with its finished cells, its results hold
     them, and the app's Experiments page shows the progress."""
@@ -151,8 +151,13 @@ def test_while_a_run_writes_another_process_lists_sessions_and_reads_its_finishe
     monkeypatch.setenv("WORKBENCH_DB", str(path))
     script = tmp_path / "stepped.py"
     script.write_text(STEPPED_RUN)
-    run = subprocess.Popen([sys.executable, str(script), str(spec), str(path)], stdin=subprocess.PIPE,
-                           stdout=subprocess.PIPE, text=True, env=ENV)
+    run = subprocess.Popen(
+        [sys.executable, str(script), str(spec), str(path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
     assert run.stdin is not None and run.stdout is not None
     seen: list[int] = []
     try:
@@ -167,8 +172,13 @@ def test_while_a_run_writes_another_process_lists_sessions_and_reads_its_finishe
             assert int(listed["cells_done"][0]) == done and int(listed["cells_total"][0]) == 9
             seen.append(len(results(str(listed["id"][0]), db=str(path))))
             if done == 2:
-                cli = subprocess.run([sys.executable, "-m", "workbench", "sessions", "--json", "--db", str(path)],
-                                     capture_output=True, text=True, timeout=120, env=ENV)
+                cli = subprocess.run(
+                    [sys.executable, "-m", "workbench", "sessions", "--json", "--db", str(path)],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    env=ENV,
+                )
                 assert cli.returncode == 0, cli.stderr
                 assert sorted(row["id"] for row in json.loads(cli.stdout)) == sorted(ids)
             if done == 5:
@@ -182,3 +192,22 @@ def test_while_a_run_writes_another_process_lists_sessions_and_reads_its_finishe
     assert run.returncode == 0
     assert seen == list(range(1, 10))  # every stored cell was read while the run went on
     assert runs(str(path))["status"][0] == "finished"
+
+
+def test_a_second_open_in_the_holding_process_keeps_other_processes_out(tmp_path):
+    """Closing any descriptor of a file drops every POSIX lock the process has on it: the header check
+    of a second open must not let another process in while this one holds the file for writing."""
+    path = tmp_path / "wb.duckdb"
+    holding = db.connect(path)
+    try:
+        db.connect(path).close()  # another thread's open, e.g. a session loader beside the writer
+        probe = subprocess.run(
+            [sys.executable, "-c", "import sys, duckdb; duckdb.connect(sys.argv[1], read_only=True)", str(path)],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=60,
+        )
+        assert probe.returncode != 0 and "lock" in probe.stderr.lower(), probe.stderr[-500:]
+    finally:
+        holding.close()

@@ -54,20 +54,34 @@ def with_oversized() -> list[Message]:
 # guard_select
 
 
-@pytest.mark.parametrize("name, messages, env_kw, slot, kind", [
-    ("critical -> hard clear", session(), {"severity": "critical"}, "critical", "hard_clear"),
-    ("warn -> summary", session(), {"severity": "warn"}, "warn", "summarize_split"),
-    ("warn beats oversized", with_oversized(), {"severity": "warn"}, "warn", "summarize_split"),
-    ("critical beats oversized", with_oversized(), {"severity": "critical"}, "critical", "hard_clear"),
-    ("oversized tool result -> truncation", with_oversized(), {"severity": "none"}, "oversized",
-     "tool_result_truncation"),
-    ("otherwise gentle -> adaptive chunking", session(), {"severity": "none"}, "gentle", "adaptive_chunking"),
-    # no severity from the trigger: computed from tokens vs the window (warn 80 %, critical 100 %)
-    ("computed critical", session(12), {"context_limit": 500}, "critical", "hard_clear"),
-    ("computed warn", session(12), {"context_limit": 850}, "warn", "summarize_split"),
-    ("computed none, oversized", with_oversized(), {"context_limit": 100_000}, "oversized", "tool_result_truncation"),
-    ("computed none", session(12), {"context_limit": 100_000}, "gentle", "adaptive_chunking"),
-])
+@pytest.mark.parametrize(
+    "name, messages, env_kw, slot, kind",
+    [
+        ("critical -> hard clear", session(), {"severity": "critical"}, "critical", "hard_clear"),
+        ("warn -> summary", session(), {"severity": "warn"}, "warn", "summarize_split"),
+        ("warn beats oversized", with_oversized(), {"severity": "warn"}, "warn", "summarize_split"),
+        ("critical beats oversized", with_oversized(), {"severity": "critical"}, "critical", "hard_clear"),
+        (
+            "oversized tool result -> truncation",
+            with_oversized(),
+            {"severity": "none"},
+            "oversized",
+            "tool_result_truncation",
+        ),
+        ("otherwise gentle -> adaptive chunking", session(), {"severity": "none"}, "gentle", "adaptive_chunking"),
+        # no severity from the trigger: computed from tokens vs the window (warn 80 %, critical 100 %)
+        ("computed critical", session(12), {"context_limit": 500}, "critical", "hard_clear"),
+        ("computed warn", session(12), {"context_limit": 850}, "warn", "summarize_split"),
+        (
+            "computed none, oversized",
+            with_oversized(),
+            {"context_limit": 100_000},
+            "oversized",
+            "tool_result_truncation",
+        ),
+        ("computed none", session(12), {"context_limit": 100_000}, "gentle", "adaptive_chunking"),
+    ],
+)
 def test_guard_select_table(name: str, messages: list[Message], env_kw: dict[str, Any], slot: str, kind: str) -> None:
     strategy = build_strategy({"kind": "guard_select"})
     env = CompactionEnv(summarizer=ScriptedSummarizer(), **env_kw)
@@ -106,24 +120,32 @@ def test_guard_select_runs_the_chosen_strategy() -> None:
 
 
 def test_guard_select_custom_specs_and_oversized_chars() -> None:
-    spec = {"kind": "guard_select", "critical": {"kind": "sliding_window", "window": 3},
-            "gentle": "summarize_progressive", "oversized_chars": 100}
+    spec = {
+        "kind": "guard_select",
+        "critical": {"kind": "sliding_window", "window": 3},
+        "gentle": "summarize_progressive",
+        "oversized_chars": 100,
+    }
     strategy = build_strategy(spec)
     assert strategy.critical.kind == "sliding_window" and strategy.gentle.kind == "summarize_progressive"
     context = Context(tuple(session(4, result_chars=150)))
     assert strategy.select(context, CompactionEnv(severity="none"))[0] == "oversized"
-    assert build_strategy({**spec, "oversized_chars": 200}).select(context, CompactionEnv(severity="none"))[0] \
-        == "gentle"
+    assert (
+        build_strategy({**spec, "oversized_chars": 200}).select(context, CompactionEnv(severity="none"))[0] == "gentle"
+    )
 
 
-@pytest.mark.parametrize("spec, message", [
-    ({"kind": "guard_select", "warn": {"kind": "no_such_kind"}}, "warn"),
-    ({"kind": "guard_select", "critical": {"kind": "hard_clear", "keep": 3}}, "critical"),
-    ({"kind": "guard_select", "gentle": 42}, "gentle"),
-    ({"kind": "guard_select", "oversized_chars": -1}, "oversized_chars"),
-    ({"kind": "pipeline", "steps": [{"kind": "trim"}, {"kind": "nope"}]}, r"steps\[1\]"),
-    ({"kind": "pipeline", "steps": {"kind": "trim"}}, "steps"),
-])
+@pytest.mark.parametrize(
+    "spec, message",
+    [
+        ({"kind": "guard_select", "warn": {"kind": "no_such_kind"}}, "warn"),
+        ({"kind": "guard_select", "critical": {"kind": "hard_clear", "keep": 3}}, "critical"),
+        ({"kind": "guard_select", "gentle": 42}, "gentle"),
+        ({"kind": "guard_select", "oversized_chars": -1}, "oversized_chars"),
+        ({"kind": "pipeline", "steps": [{"kind": "trim"}, {"kind": "nope"}]}, r"steps\[1\]"),
+        ({"kind": "pipeline", "steps": {"kind": "trim"}}, "steps"),
+    ],
+)
 def test_composite_config_errors(spec: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         build_strategy(spec)
@@ -149,8 +171,12 @@ def test_guard_select_fallback_delegates() -> None:
 
 def test_pipeline_runs_steps_in_order() -> None:
     messages = session(3)
-    first = build_strategy({"kind": "pipeline", "steps": [{"kind": "_test_append_marker", "label": "A"},
-                                                          {"kind": "_test_append_marker", "label": "B"}]})
+    first = build_strategy(
+        {
+            "kind": "pipeline",
+            "steps": [{"kind": "_test_append_marker", "label": "A"}, {"kind": "_test_append_marker", "label": "B"}],
+        }
+    )
     result = first.compact(Context(tuple(messages)), CompactionEnv())
     assert [m.text for m in result[-2:]] == ["A", "B"]
     assert all(a is b for a, b in zip(result, messages, strict=False))
@@ -159,9 +185,15 @@ def test_pipeline_runs_steps_in_order() -> None:
 def test_pipeline_each_step_sees_the_previous_result() -> None:
     messages = [*session(6, result_chars=3000)]
     summarizer = ScriptedSummarizer()
-    pipeline = build_strategy({"kind": "pipeline", "steps": [
-        {"kind": "tool_result_truncation", "max_chars": 50},
-        {"kind": "summarize_split", "preserve": 0.3}]})
+    pipeline = build_strategy(
+        {
+            "kind": "pipeline",
+            "steps": [
+                {"kind": "tool_result_truncation", "max_chars": 50},
+                {"kind": "summarize_split", "preserve": 0.3},
+            ],
+        }
+    )
     env = CompactionEnv(summarizer=summarizer)
     result = pipeline.compact(Context(tuple(messages)), env)
     assert "[truncated]" in summarizer.prompts[0][1]["content"]  # the summarizer saw truncated results
@@ -173,8 +205,15 @@ def test_pipeline_each_step_sees_the_previous_result() -> None:
 def test_pipeline_accumulates_summaries_and_completions() -> None:
     messages = session(10)
     summarizer = ScriptedSummarizer(responses=["S1", "S2"])
-    pipeline = build_strategy({"kind": "pipeline", "steps": [
-        {"kind": "summarize_split", "preserve": 0.5}, {"kind": "summarize_progressive", "keep_recent": 2}]})
+    pipeline = build_strategy(
+        {
+            "kind": "pipeline",
+            "steps": [
+                {"kind": "summarize_split", "preserve": 0.5},
+                {"kind": "summarize_progressive", "keep_recent": 2},
+            ],
+        }
+    )
     env = CompactionEnv(summarizer=summarizer)
     result = pipeline.compact(Context(tuple(messages)), env)
     assert len(env.completions) == 2
@@ -186,8 +225,12 @@ def test_pipeline_accumulates_summaries_and_completions() -> None:
 def test_pipeline_reports_only_summaries_left_in_the_result() -> None:
     """A later step that drops a summary (here a window of one step) leaves no summary to report."""
     messages = session(10)
-    pipeline = build_strategy({"kind": "pipeline", "steps": [
-        {"kind": "summarize_split", "preserve": 0.5}, {"kind": "sliding_window", "window": 1}]})
+    pipeline = build_strategy(
+        {
+            "kind": "pipeline",
+            "steps": [{"kind": "summarize_split", "preserve": 0.5}, {"kind": "sliding_window", "window": 1}],
+        }
+    )
     env = CompactionEnv(summarizer=ScriptedSummarizer(responses=["S1"]))
     result = pipeline.compact(Context(tuple(messages)), env)
     assert not any(m.text.endswith("S1") for m in result)
@@ -198,8 +241,9 @@ def test_pipeline_fallback_forgets_what_the_failed_attempt_recorded() -> None:
     """A partly successful run (first step summarized, second failed) does not report the first
     step's summary beside the fallback's result unless the fallback put it there."""
     messages = session(10)
-    pipeline = build_strategy({"kind": "pipeline", "steps": [
-        {"kind": "summarize_split", "preserve": 0.5}, {"kind": "_test_failing"}]})
+    pipeline = build_strategy(
+        {"kind": "pipeline", "steps": [{"kind": "summarize_split", "preserve": 0.5}, {"kind": "_test_failing"}]}
+    )
     env = CompactionEnv(summarizer=ScriptedSummarizer(responses=["S1", RuntimeError("down")]))
     context = Context(tuple(messages))
     with pytest.raises(SummarizerError):
@@ -217,9 +261,16 @@ def test_empty_pipeline_changes_nothing() -> None:
 
 def test_pipeline_fallback_replaces_failing_steps() -> None:
     messages = session(2)
-    pipeline = build_strategy({"kind": "pipeline", "steps": [
-        {"kind": "_test_append_marker", "label": "A"}, {"kind": "_test_failing"},
-        {"kind": "_test_append_marker", "label": "B"}]})
+    pipeline = build_strategy(
+        {
+            "kind": "pipeline",
+            "steps": [
+                {"kind": "_test_append_marker", "label": "A"},
+                {"kind": "_test_failing"},
+                {"kind": "_test_append_marker", "label": "B"},
+            ],
+        }
+    )
     context = Context(tuple(messages))
     with pytest.raises(SummarizerError):
         pipeline.compact(context, CompactionEnv())
@@ -231,14 +282,26 @@ def test_pipeline_fallback_replaces_failing_steps() -> None:
 # spec_of round trips
 
 
-@pytest.mark.parametrize("spec", [
-    {"kind": "guard_select"},
-    {"kind": "guard_select", "critical": {"kind": "hard_clear", "keep_recent": 4},
-     "warn": {"kind": "summarize_full", "prompt": "Be terse."}, "oversized_chars": 123},
-    {"kind": "pipeline", "steps": [{"kind": "tool_result_truncation", "max_chars": 300},
-                                   {"kind": "guard_select", "gentle": {"kind": "handoff", "user_tokens": 50}}]},
-    {"kind": "pipeline", "steps": []},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"kind": "guard_select"},
+        {
+            "kind": "guard_select",
+            "critical": {"kind": "hard_clear", "keep_recent": 4},
+            "warn": {"kind": "summarize_full", "prompt": "Be terse."},
+            "oversized_chars": 123,
+        },
+        {
+            "kind": "pipeline",
+            "steps": [
+                {"kind": "tool_result_truncation", "max_chars": 300},
+                {"kind": "guard_select", "gentle": {"kind": "handoff", "user_tokens": 50}},
+            ],
+        },
+        {"kind": "pipeline", "steps": []},
+    ],
+)
 def test_spec_of_round_trip(spec: dict[str, Any]) -> None:
     built = build_strategy(spec)
     full = spec_of(built)
@@ -277,15 +340,21 @@ def test_already_built_strategies_are_accepted() -> None:
 # ------------------------------------------------------------------------------------------------
 # the steps of a strategy's result are known without grouping it again (`common.steps_of`)
 
-FIRST_STEPS = [{"kind": "tool_result_truncation", "max_chars": 100},
-               {"kind": "observation_masking", "keep_recent": 2},
-               {"kind": "clear_tool_uses", "keep": 1, "clear_inputs": True},
-               {"kind": "sliding_window", "window": 3},
-               {"kind": "hard_clear", "keep_recent": 3},
-               {"kind": "trim", "keep_recent_turns": 1},
-               {"kind": "_test_append_marker"}]
-SECOND_STEPS = [{"kind": "sliding_window", "window": 3}, {"kind": "hard_clear", "keep_recent": 4},
-                {"kind": "trim", "keep_recent_turns": 2}, {"kind": "observation_masking", "keep_recent": 1}]
+FIRST_STEPS = [
+    {"kind": "tool_result_truncation", "max_chars": 100},
+    {"kind": "observation_masking", "keep_recent": 2},
+    {"kind": "clear_tool_uses", "keep": 1, "clear_inputs": True},
+    {"kind": "sliding_window", "window": 3},
+    {"kind": "hard_clear", "keep_recent": 3},
+    {"kind": "trim", "keep_recent_turns": 1},
+    {"kind": "_test_append_marker"},
+]
+SECOND_STEPS = [
+    {"kind": "sliding_window", "window": 3},
+    {"kind": "hard_clear", "keep_recent": 4},
+    {"kind": "trim", "keep_recent_turns": 2},
+    {"kind": "observation_masking", "keep_recent": 1},
+]
 
 
 @settings(max_examples=80, deadline=None)
@@ -296,11 +365,15 @@ def test_known_steps_equal_a_fresh_grouping(messages, first, second, appended):
     later = Context((*out, *(m for m in appended if m.role != "system")))  # as the replay appends messages
     for known in (Context(tuple(out)), later):
         assert steps_of(known) == group_steps(split_leading_system(known.messages)[1])
-        assert all(a is b for s, t in zip(steps_of(known), known.steps, strict=True)
-                   for a, b in zip(s.messages, t.messages, strict=True))
+        assert all(
+            a is b
+            for s, t in zip(steps_of(known), known.steps, strict=True)
+            for a, b in zip(s.messages, t.messages, strict=True)
+        )
     expected = build_strategy(second).compact(Context(tuple(out)), CompactionEnv())
-    piped = Pipeline(steps=(build_strategy(first), build_strategy(second))).compact(Context(tuple(messages)),
-                                                                                    CompactionEnv())
+    piped = Pipeline(steps=(build_strategy(first), build_strategy(second))).compact(
+        Context(tuple(messages)), CompactionEnv()
+    )
     assert piped == expected
 
 
@@ -330,8 +403,9 @@ def test_a_stray_tool_result_keeps_its_call_and_what_parts_them():
     """A result parted from its pinned call is a step of its own; keeping the last message keeps the
     call, so the message between stays too (dropping it would join the result to its call, a step
     the output's carried grouping would not know)."""
-    call = Message(role="assistant", content=None, importance=10,
-                   tool_calls=(ToolCall(id="c1", name="bash", arguments="{}"),))
+    call = Message(
+        role="assistant", content=None, importance=10, tool_calls=(ToolCall(id="c1", name="bash", arguments="{}"),)
+    )
     answer = Message(role="tool", content="late result", tool_call_id="c1")
     messages = [call, system("in between"), answer]
     out = build_strategy({"kind": "hard_clear", "keep_recent": 1}).compact(Context(tuple(messages)), CompactionEnv())
@@ -339,18 +413,21 @@ def test_a_stray_tool_result_keeps_its_call_and_what_parts_them():
     assert steps_of(Context(tuple(out))) == group_steps(out) == [Step((call,)), Step((messages[1],)), Step((answer,))]
 
 
-@pytest.mark.parametrize("spec, summarizes", [
-    ({"kind": "sliding_window", "window": 3}, False),
-    ({"kind": "observation_masking"}, False),
-    ({"kind": "recorded"}, False),
-    ({"kind": "summarize_split"}, True),
-    ({"kind": "handoff"}, True),
-    ({"kind": "pipeline", "steps": [{"kind": "tool_result_truncation"}, {"kind": "trim"}]}, False),
-    ({"kind": "pipeline", "steps": [{"kind": "trim"}, {"kind": "summarize_progressive"}]}, True),
-    ({"kind": "guard_select"}, True),  # its default warn and gentle slots summarize
-    ({"kind": "guard_select", "warn": {"kind": "trim"}, "gentle": {"kind": "hard_clear"}}, False),
-    ({"kind": "_test_append_marker"}, True),  # a kind that does not say may summarize
-])
+@pytest.mark.parametrize(
+    "spec, summarizes",
+    [
+        ({"kind": "sliding_window", "window": 3}, False),
+        ({"kind": "observation_masking"}, False),
+        ({"kind": "recorded"}, False),
+        ({"kind": "summarize_split"}, True),
+        ({"kind": "handoff"}, True),
+        ({"kind": "pipeline", "steps": [{"kind": "tool_result_truncation"}, {"kind": "trim"}]}, False),
+        ({"kind": "pipeline", "steps": [{"kind": "trim"}, {"kind": "summarize_progressive"}]}, True),
+        ({"kind": "guard_select"}, True),  # its default warn and gentle slots summarize
+        ({"kind": "guard_select", "warn": {"kind": "trim"}, "gentle": {"kind": "hard_clear"}}, False),
+        ({"kind": "_test_append_marker"}, True),  # a kind that does not say may summarize
+    ],
+)
 def test_may_summarize_says_which_configs_call_the_summarizer(spec, summarizes):
     assert may_summarize(build_strategy(spec)) is summarizes
 
@@ -363,8 +440,9 @@ def test_may_summarize_says_which_configs_call_the_summarizer(spec, summarizes):
 def test_step_gate_runs_its_strategy_only_from_min_steps(steps, min_steps, ran):
     """Context steps count as the `context_steps` gauge does: system, the task, then each turn."""
     messages = [system(), user("the task"), *agent_turns(steps)]
-    gate = build_strategy({"kind": "step_gate", "min_steps": min_steps,
-                           "strategy": {"kind": "_test_append_marker", "label": "ran"}})
+    gate = build_strategy(
+        {"kind": "step_gate", "min_steps": min_steps, "strategy": {"kind": "_test_append_marker", "label": "ran"}}
+    )
     result = gate.compact(Context(messages), CompactionEnv())
     assert (result[-1].text == "ran") is ran
     if not ran:
@@ -375,9 +453,13 @@ def test_step_gate_runs_its_strategy_only_from_min_steps(steps, min_steps, ran):
 
 def test_step_gate_in_a_pipeline_summarizes_at_its_own_pace():
     """The Complexity Trap's hybrid: masking at every firing, a summary only from 8 context steps."""
-    spec = {"kind": "pipeline", "steps": [
-        {"kind": "step_gate", "min_steps": 8, "strategy": {"kind": "summarize_progressive", "keep_recent": 2}},
-        {"kind": "observation_masking", "keep_recent": 2}]}
+    spec = {
+        "kind": "pipeline",
+        "steps": [
+            {"kind": "step_gate", "min_steps": 8, "strategy": {"kind": "summarize_progressive", "keep_recent": 2}},
+            {"kind": "observation_masking", "keep_recent": 2},
+        ],
+    }
     pipeline = build_strategy(spec)
     short = [system(), user("the task"), *agent_turns(4)]
     env = CompactionEnv(summarizer=ScriptedSummarizer())

@@ -48,14 +48,14 @@ def prompt_text(request: list[dict[str, Any]]) -> str:
 def transcript_of(request: list[dict[str, Any]]) -> str:
     text = prompt_text(request)
     start = text.index("<transcript>")
-    return text[start:text.index("</transcript>", start)]
+    return text[start : text.index("</transcript>", start)]
 
 
 def check_invariants(before: list[Message], after: list[Message]) -> None:
     """System prefix kept, pinned kept, no orphaned tool traffic, kept messages are the same objects."""
     ids = {id(m) for m in before}
     system_prefix = Context(tuple(before)).system
-    assert after[:len(system_prefix)] == system_prefix
+    assert after[: len(system_prefix)] == system_prefix
     assert all(a is b for a, b in zip(after, system_prefix, strict=False))
     after_ids = {id(m) for m in after}
     for message in before:
@@ -71,17 +71,23 @@ def iteration(i: int, *, pinned: bool = False, text: str | None = None) -> list[
     """One agent iteration (an assistant tool call and its result)."""
     importance = 10.0 if pinned else 0.0
     cid = f"it{i}"
-    return [assistant(text or f"iteration {i}: reading module_{i}", calls=((cid, "read_file"),),
-                      importance=importance),
-            tool(cid, f"contents of src/module_{i}.py", importance=importance)]
+    return [
+        assistant(text or f"iteration {i}: reading module_{i}", calls=((cid, "read_file"),), importance=importance),
+        tool(cid, f"contents of src/module_{i}.py", importance=importance),
+    ]
 
 
 def prior_summary(text: str) -> Message:
     return Message(role="user", content=text, origin="compacted_synthetic", metadata={"compaction": "summary"})
 
 
-IMAGE_USER = Message(role="user", content=[{"type": "text", "text": "look at this latency chart"},
-                                           {"type": "image_url", "image_url": {"url": "https://img.example/chart.png"}}])
+IMAGE_USER = Message(
+    role="user",
+    content=[
+        {"type": "text", "text": "look at this latency chart"},
+        {"type": "image_url", "image_url": {"url": "https://img.example/chart.png"}},
+    ],
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -97,10 +103,10 @@ class ProgressiveCase:
     response: Any = "Running summary: modules were read."
     error: str = ""
     unchanged: bool = False
-    steps: int | None = None          # steps in the result body
-    synthetic: int | None = None      # compacted_synthetic messages
+    steps: int | None = None  # steps in the result body
+    synthetic: int | None = None  # compacted_synthetic messages
     kept_originals: int | None = None  # unpinned original steps kept
-    pinned: int | None = None         # pinned steps kept
+    pinned: int | None = None  # pinned steps kept
     summary_contains: str = ""
     prompt_contains: list[str] = field(default_factory=list)
     prompt_excludes: list[str] = field(default_factory=list)
@@ -114,32 +120,77 @@ def _iterations(n: int, start: int = 0) -> list[Message]:
 PROGRESSIVE_CASES = [
     ProgressiveCase("1 nothing to summarize (empty)", body=[], unchanged=True, completions=0),
     ProgressiveCase("2 all within keep_recent", body=_iterations(3), keep_recent=5, unchanged=True, completions=0),
-    ProgressiveCase("3 pure progressive", body=[*_iterations(2), *iteration(2, pinned=True), *_iterations(3, 3)],
-                    steps=2, synthetic=1, kept_originals=0, pinned=1, summary_contains="Running summary"),
-    ProgressiveCase("4 hybrid keep_recent=3", keep_recent=3,
-                    body=[*_iterations(1), *iteration(1, pinned=True), *_iterations(5, 2)],
-                    steps=5, synthetic=1, kept_originals=3, pinned=1),
-    ProgressiveCase("5 existing summary fed back and replaced",
-                    body=[prior_summary("EARLIER: the port is 8443"), *_iterations(3)],
-                    steps=1, synthetic=1, kept_originals=0, pinned=0, response="merged summary",
-                    summary_contains="merged summary",
-                    prompt_contains=["<existing_summary>", "EARLIER: the port is 8443", "iteration 2"]),
-    ProgressiveCase("6 pinned preserved, not summarized",
-                    body=[*_iterations(2), *iteration(9, pinned=True, text="PINNED-SECRET decision"),
-                          *_iterations(2, 2)],
-                    steps=2, synthetic=1, kept_originals=0, pinned=1,
-                    prompt_contains=["iteration 0", "iteration 3"], prompt_excludes=["PINNED-SECRET"]),
-    ProgressiveCase("7 multi-modal parts dropped", body=[user("TASK: speed up the API"), IMAGE_USER, *_iterations(2)],
-                    steps=2, synthetic=1, prompt_contains=["look at this latency chart"],
-                    prompt_excludes=["img.example", "image_url"]),
-    ProgressiveCase("8 text-only iterations fully extracted", body=_iterations(3),
-                    steps=1, synthetic=1,
-                    prompt_contains=["iteration 0", "iteration 1", "iteration 2", "src/module_2.py",
-                                     "(none: this is the first time"]),
-    ProgressiveCase("9 model error", body=_iterations(3), response=RuntimeError("model exploded"),
-                    error="model exploded"),
-    ProgressiveCase("10 custom prompt", body=_iterations(2), prompt="CUSTOM: keep only file names.",
-                    steps=1, synthetic=1, prompt_contains=["CUSTOM: keep only file names."]),
+    ProgressiveCase(
+        "3 pure progressive",
+        body=[*_iterations(2), *iteration(2, pinned=True), *_iterations(3, 3)],
+        steps=2,
+        synthetic=1,
+        kept_originals=0,
+        pinned=1,
+        summary_contains="Running summary",
+    ),
+    ProgressiveCase(
+        "4 hybrid keep_recent=3",
+        keep_recent=3,
+        body=[*_iterations(1), *iteration(1, pinned=True), *_iterations(5, 2)],
+        steps=5,
+        synthetic=1,
+        kept_originals=3,
+        pinned=1,
+    ),
+    ProgressiveCase(
+        "5 existing summary fed back and replaced",
+        body=[prior_summary("EARLIER: the port is 8443"), *_iterations(3)],
+        steps=1,
+        synthetic=1,
+        kept_originals=0,
+        pinned=0,
+        response="merged summary",
+        summary_contains="merged summary",
+        prompt_contains=["<existing_summary>", "EARLIER: the port is 8443", "iteration 2"],
+    ),
+    ProgressiveCase(
+        "6 pinned preserved, not summarized",
+        body=[*_iterations(2), *iteration(9, pinned=True, text="PINNED-SECRET decision"), *_iterations(2, 2)],
+        steps=2,
+        synthetic=1,
+        kept_originals=0,
+        pinned=1,
+        prompt_contains=["iteration 0", "iteration 3"],
+        prompt_excludes=["PINNED-SECRET"],
+    ),
+    ProgressiveCase(
+        "7 multi-modal parts dropped",
+        body=[user("TASK: speed up the API"), IMAGE_USER, *_iterations(2)],
+        steps=2,
+        synthetic=1,
+        prompt_contains=["look at this latency chart"],
+        prompt_excludes=["img.example", "image_url"],
+    ),
+    ProgressiveCase(
+        "8 text-only iterations fully extracted",
+        body=_iterations(3),
+        steps=1,
+        synthetic=1,
+        prompt_contains=[
+            "iteration 0",
+            "iteration 1",
+            "iteration 2",
+            "src/module_2.py",
+            "(none: this is the first time",
+        ],
+    ),
+    ProgressiveCase(
+        "9 model error", body=_iterations(3), response=RuntimeError("model exploded"), error="model exploded"
+    ),
+    ProgressiveCase(
+        "10 custom prompt",
+        body=_iterations(2),
+        prompt="CUSTOM: keep only file names.",
+        steps=1,
+        synthetic=1,
+        prompt_contains=["CUSTOM: keep only file names."],
+    ),
     ProgressiveCase("11 token tracking", body=_iterations(4), response="short summary", completions=1),
 ]
 
@@ -206,7 +257,8 @@ def test_progressive_never_summarizes_the_task() -> None:
     sent = prompt_text(summarizer.prompts[0])
     assert "TASK: make the importer" not in sent and "also keep memory" in sent and "iteration 0" in sent
     again = build_strategy({"kind": "summarize_progressive"}).compact(
-        Context(tuple([*result, *_iterations(2, 10)])), env)
+        Context(tuple([*result, *_iterations(2, 10)])), env
+    )
     assert again[1] is task and again[2].text.endswith("second")
     assert "first" in prompt_text(summarizer.prompts[1])  # the running summary is fed back
 
@@ -215,8 +267,7 @@ def test_progressive_keeps_gents_order_summary_pinned_recent() -> None:
     """000 rebuilds the scratchpad as [summary, pinned..., recent...]: a pinned step in the recent
     window moves ahead of the recent steps."""
     old_pinned, new_pinned = iteration(1, pinned=True), iteration(5, pinned=True)
-    messages = [system(), user("the task"), *iteration(0), *old_pinned, *_iterations(3, 2), *new_pinned,
-                *iteration(6)]
+    messages = [system(), user("the task"), *iteration(0), *old_pinned, *_iterations(3, 2), *new_pinned, *iteration(6)]
     result, _ = run({"kind": "summarize_progressive", "keep_recent": 2}, messages)
     check_invariants(messages, result)
     recent = [*iteration(4), *iteration(6)]
@@ -241,20 +292,35 @@ def test_progressive_custom_prompt_with_placeholders() -> None:
 # summarize_full (001): cleaning, structured prompt, last user request
 
 
-@pytest.mark.parametrize("name, messages, expected_roles, fillers", [
-    ("missing tool response filled",
-     [user("go"), assistant("", calls=(("a", "grep"), ("b", "bash"))), tool("a", "found"), user("next")],
-     ["user", "assistant", "tool", "tool", "user"], ["b"]),
-    ("trailing tool message gets an assistant after it",
-     [user("go"), assistant("", calls=(("a", "grep"),)), tool("a", "found")],
-     ["user", "assistant", "tool", "assistant"], []),
-    ("unanswered call at the end: filled, then an assistant",
-     [user("go"), assistant("", calls=(("a", "grep"),))],
-     ["user", "assistant", "tool", "assistant"], ["a"]),
-    ("well-formed history unchanged",
-     [user("go"), assistant("", calls=(("a", "grep"),)), tool("a", "found"), assistant("done")],
-     ["user", "assistant", "tool", "assistant"], []),
-])
+@pytest.mark.parametrize(
+    "name, messages, expected_roles, fillers",
+    [
+        (
+            "missing tool response filled",
+            [user("go"), assistant("", calls=(("a", "grep"), ("b", "bash"))), tool("a", "found"), user("next")],
+            ["user", "assistant", "tool", "tool", "user"],
+            ["b"],
+        ),
+        (
+            "trailing tool message gets an assistant after it",
+            [user("go"), assistant("", calls=(("a", "grep"),)), tool("a", "found")],
+            ["user", "assistant", "tool", "assistant"],
+            [],
+        ),
+        (
+            "unanswered call at the end: filled, then an assistant",
+            [user("go"), assistant("", calls=(("a", "grep"),))],
+            ["user", "assistant", "tool", "assistant"],
+            ["a"],
+        ),
+        (
+            "well-formed history unchanged",
+            [user("go"), assistant("", calls=(("a", "grep"),)), tool("a", "found"), assistant("done")],
+            ["user", "assistant", "tool", "assistant"],
+            [],
+        ),
+    ],
+)
 def test_clean_history(name: str, messages: list[Message], expected_roles: list[str], fillers: list[str]) -> None:
     cleaned = clean_history(messages)
     assert [m.role for m in cleaned] == expected_roles
@@ -265,9 +331,14 @@ def test_clean_history(name: str, messages: list[Message], expected_roles: list[
 
 
 def test_summarize_full_replaces_history_and_quotes_last_request() -> None:
-    messages = [system(), user("Add caching to src/cache.py"), assistant("", calls=(("c1", "read_file"),)),
-                tool("c1", "def get(key): ..."), user("Also make the TTL 300 seconds\nand log misses"),
-                assistant("", calls=(("c2", "edit"),))]  # c2 never answered
+    messages = [
+        system(),
+        user("Add caching to src/cache.py"),
+        assistant("", calls=(("c1", "read_file"),)),
+        tool("c1", "def get(key): ..."),
+        user("Also make the TTL 300 seconds\nand log misses"),
+        assistant("", calls=(("c2", "edit"),)),
+    ]  # c2 never answered
     summarizer = ScriptedSummarizer(responses=["1. Goals: caching ..."])
     result, env = run({"kind": "summarize_full"}, messages, summarizer)
     check_invariants(messages, result)
@@ -281,8 +352,16 @@ def test_summarize_full_replaces_history_and_quotes_last_request() -> None:
     assert request[-1] == {"role": "user", "content": prompts.STRUCTURED_PROMPT}
     native = request[:-1]
     assert native[:5] == [m.to_openai() for m in messages[:5]]
-    assert [m["role"] for m in native] == ["system", "user", "assistant", "tool", "user", "assistant", "tool",
-                                           "assistant"]
+    assert [m["role"] for m in native] == [
+        "system",
+        "user",
+        "assistant",
+        "tool",
+        "user",
+        "assistant",
+        "tool",
+        "assistant",
+    ]
     assert native[6] == {"role": "tool", "content": TOOL_NO_RESPONSE, "tool_call_id": "c2", "name": "edit"}
     assert native[7] == {"role": "assistant", "content": AFTER_TOOLS_TEXT}
     assert tool_pairing_problems([Message.from_openai(m) for m in native]) == []
@@ -291,22 +370,53 @@ def test_summarize_full_replaces_history_and_quotes_last_request() -> None:
     assert len(env.completions) == 1
 
 
-@pytest.mark.parametrize("name, body, expected", [
-    ("latest real user message", [user("first"), assistant("ok"), user("second"), assistant("ok")], "second"),
-    ("summaries are not requests", [user("real one"), prior_summary("[COMPACT SUMMARY]\nstuff")], "real one"),
-    ("request carried by an earlier summary",
-     [Message(role="user", content="summary", origin="compacted_synthetic",
-              metadata={"last_user_request": "ship it"}), assistant("working")], "ship it"),
-    ("no user message at all", [assistant("hello")], ""),
-    ("a recorded agent summary is not a request",
-     [user("the real request"), assistant("ok"),
-      user("This session is being continued from a previous conversation...", metadata={"compact_summary": True}),
-      assistant("resuming")], "the real request"),
-    ("a truncation placeholder is not a request",
-     [user("ship the fix"), Message(role="user", content="[Context truncated: 3 earlier messages were dropped]",
-                                    origin="compacted_synthetic", metadata={"compaction": "truncation"})],
-     "ship the fix"),
-])
+@pytest.mark.parametrize(
+    "name, body, expected",
+    [
+        ("latest real user message", [user("first"), assistant("ok"), user("second"), assistant("ok")], "second"),
+        ("summaries are not requests", [user("real one"), prior_summary("[COMPACT SUMMARY]\nstuff")], "real one"),
+        (
+            "request carried by an earlier summary",
+            [
+                Message(
+                    role="user",
+                    content="summary",
+                    origin="compacted_synthetic",
+                    metadata={"last_user_request": "ship it"},
+                ),
+                assistant("working"),
+            ],
+            "ship it",
+        ),
+        ("no user message at all", [assistant("hello")], ""),
+        (
+            "a recorded agent summary is not a request",
+            [
+                user("the real request"),
+                assistant("ok"),
+                user(
+                    "This session is being continued from a previous conversation...",
+                    metadata={"compact_summary": True},
+                ),
+                assistant("resuming"),
+            ],
+            "the real request",
+        ),
+        (
+            "a truncation placeholder is not a request",
+            [
+                user("ship the fix"),
+                Message(
+                    role="user",
+                    content="[Context truncated: 3 earlier messages were dropped]",
+                    origin="compacted_synthetic",
+                    metadata={"compaction": "truncation"},
+                ),
+            ],
+            "ship the fix",
+        ),
+    ],
+)
 def test_last_user_request(name: str, body: list[Message], expected: str) -> None:
     assert last_user_request(body) == expected
 
@@ -331,8 +441,9 @@ def test_summarize_full_keeps_pinned_after_summary_and_carries_request() -> None
 
 def test_summarize_full_quotes_the_real_request_not_a_recorded_summary() -> None:
     """A summary the recorded agent wrote (Claude Code's isCompactSummary) is never the last request."""
-    recorded = user("This session is being continued from a previous conversation. Summary: ...",
-                    metadata={"compact_summary": True})
+    recorded = user(
+        "This session is being continued from a previous conversation. Summary: ...", metadata={"compact_summary": True}
+    )
     messages = [system(), user("Migrate the store to duckdb 2.0"), *agent_turns(2), recorded, *agent_turns(2, start=5)]
     result, _ = run({"kind": "summarize_full"}, messages)
     assert result[1].text.endswith("> Migrate the store to duckdb 2.0")
@@ -352,14 +463,17 @@ def test_fillers_are_never_sent_as_the_existing_summary() -> None:
     """001's cleaning fillers are synthetic but are not summaries."""
     cleaned = clean_history([user("go"), assistant("", calls=(("a", "grep"),))])
     assert [m.text for m in cleaned[2:]] == [TOOL_NO_RESPONSE, AFTER_TOOLS_TEXT]
-    for spec in ({"kind": "summarize_progressive"}, {"kind": "summarize_split", "preserve": 0.2},
-                 {"kind": "adaptive_chunking", "keep_recent": 0}):
+    for spec in (
+        {"kind": "summarize_progressive"},
+        {"kind": "summarize_split", "preserve": 0.2},
+        {"kind": "adaptive_chunking", "keep_recent": 0},
+    ):
         summarizer = ScriptedSummarizer()
         run(spec, [system(), *cleaned, *agent_turns(3, start=5)], summarizer)
         for request in summarizer.prompts:
             sent = prompt_text(request)
             if "<existing_summary>" in sent:
-                existing = sent[sent.index("<existing_summary>"):sent.index("</existing_summary>")]
+                existing = sent[sent.index("<existing_summary>") : sent.index("</existing_summary>")]
                 assert TOOL_NO_RESPONSE not in existing and AFTER_TOOLS_TEXT not in existing, spec
     # summarize_full sends them as tool results in the native conversation, never as a summary
     summarizer = ScriptedSummarizer()
@@ -380,20 +494,20 @@ def test_summarize_full_nothing_to_summarize() -> None:
 def goat_example() -> list[Message]:
     """The 14-message example of 002."""
     return [
-        user("Help me refactor"),                                       # 0
-        assistant("I'll look at the code", calls=(("r1", "Read"),)),     # 1
-        tool("r1", "file contents...", name="Read"),                     # 2
-        user("Now fix the bug"),                                        # 3
-        assistant("Let me check", calls=(("r2", "Read"),)),              # 4
-        tool("r2", "...", name="Read"),                                  # 5
-        user("Also add tests"),                                         # 6
-        assistant("Sure", calls=(("w1", "Write"),)),                     # 7
-        tool("w1", "...", name="Write"),                                 # 8
-        user("Run the tests"),                                          # 9
-        assistant("", calls=(("b1", "Bash"),)),                          # 10
-        tool("b1", "PASS", name="Bash"),                                 # 11
-        user("Now deploy"),                                             # 12
-        assistant("I'll push to git"),                                  # 13
+        user("Help me refactor"),  # 0
+        assistant("I'll look at the code", calls=(("r1", "Read"),)),  # 1
+        tool("r1", "file contents...", name="Read"),  # 2
+        user("Now fix the bug"),  # 3
+        assistant("Let me check", calls=(("r2", "Read"),)),  # 4
+        tool("r2", "...", name="Read"),  # 5
+        user("Also add tests"),  # 6
+        assistant("Sure", calls=(("w1", "Write"),)),  # 7
+        tool("w1", "...", name="Write"),  # 8
+        user("Run the tests"),  # 9
+        assistant("", calls=(("b1", "Bash"),)),  # 10
+        tool("b1", "PASS", name="Bash"),  # 11
+        user("Now deploy"),  # 12
+        assistant("I'll push to git"),  # 13
     ]
 
 
@@ -407,7 +521,8 @@ def test_goat_fourteen_message_example() -> None:
     check_invariants(messages, result)
     assert len(result) == 7
     assert result[0].role == "user" and result[0].text == (
-        "[COMPACT SUMMARY]\nEarlier, I refactored code, fixed a bug, and added tests.")
+        "[COMPACT SUMMARY]\nEarlier, I refactored code, fixed a bug, and added tests."
+    )
     assert result[1].role == "assistant" and is_acknowledgement(result[1])
     assert all(a is b for a, b in zip(result[2:], messages[9:], strict=False))
     transcript = transcript_of(summarizer.prompts[0])
@@ -433,16 +548,19 @@ def _layout(codes: str) -> list[Message]:
     return out
 
 
-@pytest.mark.parametrize("codes, preserve, expected", [
-    ("uaua" "uaua" "ua", 0.4, 6),      # 10 messages, 4 preserved, the cut is already a boundary
-    ("uAt" "uAt" "uAt", 0.4, 6),       # 9 -> keep 4 -> cut at 5 (a result) -> forward to 6
-    ("uAt" "uTtt", 0.5, 3),            # 7 -> keep 4 -> cut at 3: boundary
-    ("uAt" "uTtt", 0.3, 4),            # 7 -> keep 2 -> cut at 5 (inside T's results); forward is the end -> back to 4
-    ("uAt", 0.4, 1),                   # 3 -> keep 1 -> cut at 2 (a result); forward preserves nothing -> back to 1
-    ("ua", 0.0, 2),                    # preserve nothing: everything summarized
-    ("ua", 1.0, 0),                    # preserve everything: nothing to summarize
-    ("", 0.4, 0),
-])
+@pytest.mark.parametrize(
+    "codes, preserve, expected",
+    [
+        ("uauauauaua", 0.4, 6),  # 10 messages, 4 preserved, the cut is already a boundary
+        ("uAtuAtuAt", 0.4, 6),  # 9 -> keep 4 -> cut at 5 (a result) -> forward to 6
+        ("uAtuTtt", 0.5, 3),  # 7 -> keep 4 -> cut at 3: boundary
+        ("uAtuTtt", 0.3, 4),  # 7 -> keep 2 -> cut at 5 (inside T's results); forward is the end -> back to 4
+        ("uAt", 0.4, 1),  # 3 -> keep 1 -> cut at 2 (a result); forward preserves nothing -> back to 1
+        ("ua", 0.0, 2),  # preserve nothing: everything summarized
+        ("ua", 1.0, 0),  # preserve everything: nothing to summarize
+        ("", 0.4, 0),
+    ],
+)
 def test_split_index(codes: str, preserve: float, expected: int) -> None:
     messages = _layout(codes)
     cut = split_index(group_steps(messages), preserve)
@@ -511,8 +629,9 @@ def test_split_tail_never_starts_inside_a_step(messages: list[Message]) -> None:
     body = context.body
     step_starts = {sum(len(s.messages) for s in context.steps[:i]) for i in range(len(context.steps) + 1)}
     kept = len(context.system) + 2  # after the summary (or placeholder) and the acknowledgement
-    assert compacted[kept:] == truncated[kept:] and all(a is b for a, b in zip(compacted[kept:], truncated[kept:],
-                                                                               strict=True))
+    assert compacted[kept:] == truncated[kept:] and all(
+        a is b for a, b in zip(compacted[kept:], truncated[kept:], strict=True)
+    )
     tail = 0  # the longest suffix of the result that is the body's own suffix (same objects)
     while tail < len(body) and len(compacted) - kept > tail and compacted[-1 - tail] is body[-1 - tail]:
         tail += 1
@@ -526,15 +645,18 @@ def test_split_unchanged_when_nothing_to_summarize() -> None:
     assert result == messages and env.completions == []
 
 
-@pytest.mark.parametrize("spec", [
-    {"kind": "summarize_split", "preserve": 1.5},
-    {"kind": "summarize_split", "preserve": "half"},
-    {"kind": "summarize_progressive", "keep_recent": -1},
-    {"kind": "adaptive_chunking", "boundary": "paragraph"},
-    {"kind": "adaptive_chunking", "chunk_messages": 0},
-    {"kind": "handoff", "user_tokens": -5},
-    {"kind": "summarize_full", "prompt": 3},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"kind": "summarize_split", "preserve": 1.5},
+        {"kind": "summarize_split", "preserve": "half"},
+        {"kind": "summarize_progressive", "keep_recent": -1},
+        {"kind": "adaptive_chunking", "boundary": "paragraph"},
+        {"kind": "adaptive_chunking", "chunk_messages": 0},
+        {"kind": "handoff", "user_tokens": -5},
+        {"kind": "summarize_full", "prompt": 3},
+    ],
+)
 def test_invalid_params(spec: dict[str, Any]) -> None:
     with pytest.raises(ConfigError, match=spec["kind"]):
         build_strategy(spec)
@@ -552,14 +674,21 @@ def topics(n_topics: int, steps_per_topic: int) -> list[Message]:
     return out
 
 
-@pytest.mark.parametrize("name, spec, body, chunks, kept_tail", [
-    ("topic boundaries", {"boundary": "topic", "keep_recent": 2}, topics(3, 2), 3, 2),
-    ("topic chunks capped by chunk_messages", {"boundary": "topic", "keep_recent": 0, "chunk_messages": 3},
-     topics(2, 3), 6, 0),
-    ("count: every 4 messages", {"boundary": "count", "chunk_messages": 4, "keep_recent": 0},
-     agent_turns(6), 3, 0),
-    ("count ignores topics", {"boundary": "count", "chunk_messages": 20, "keep_recent": 1}, topics(3, 2), 1, 1),
-])
+@pytest.mark.parametrize(
+    "name, spec, body, chunks, kept_tail",
+    [
+        ("topic boundaries", {"boundary": "topic", "keep_recent": 2}, topics(3, 2), 3, 2),
+        (
+            "topic chunks capped by chunk_messages",
+            {"boundary": "topic", "keep_recent": 0, "chunk_messages": 3},
+            topics(2, 3),
+            6,
+            0,
+        ),
+        ("count: every 4 messages", {"boundary": "count", "chunk_messages": 4, "keep_recent": 0}, agent_turns(6), 3, 0),
+        ("count ignores topics", {"boundary": "count", "chunk_messages": 20, "keep_recent": 1}, topics(3, 2), 1, 1),
+    ],
+)
 def test_adaptive_chunking(name: str, spec: dict[str, Any], body: list[Message], chunks: int, kept_tail: int) -> None:
     messages = [system(), *body]
     summarizer = ScriptedSummarizer()
@@ -570,7 +699,7 @@ def test_adaptive_chunking(name: str, spec: dict[str, Any], body: list[Message],
     assert all(m.role == "user" for m in summaries)
     if kept_tail:
         tail = [m for s in group_steps(messages[1:])[-kept_tail:] for m in s.messages]
-        assert all(a is b for a, b in zip(result[-len(tail):], tail, strict=True))
+        assert all(a is b for a, b in zip(result[-len(tail) :], tail, strict=True))
     else:
         assert result[-1].origin == "compacted_synthetic"
 
@@ -590,8 +719,16 @@ def test_adaptive_chunking_by_topic_sends_one_topic_per_call() -> None:
 def test_adaptive_chunking_keeps_pinned_and_earlier_summaries_in_place() -> None:
     pinned = iteration(7, pinned=True)
     earlier = prior_summary("[SUMMARY] old stuff")
-    messages = [system(), earlier, user("first topic"), *agent_turns(2), *pinned,
-                user("second topic"), *agent_turns(2, start=20), *agent_turns(2, start=50)]
+    messages = [
+        system(),
+        earlier,
+        user("first topic"),
+        *agent_turns(2),
+        *pinned,
+        user("second topic"),
+        *agent_turns(2, start=20),
+        *agent_turns(2, start=50),
+    ]
     result, _ = run({"kind": "adaptive_chunking", "keep_recent": 2}, messages)
     check_invariants(messages, result)
     assert result[1] is earlier
@@ -612,22 +749,27 @@ def test_adaptive_chunking_unchanged_when_everything_is_recent() -> None:
 
 
 def handoff_session() -> list[Message]:
-    return [system(),
-            user("U1 " + "a" * 77),          # 80 chars: 20 tokens + 4 overhead = 24
-            *agent_turns(2),
-            user("U2 " + "b" * 77),
-            *agent_turns(2, start=2),
-            user("U3 " + "c" * 77),
-            assistant("thinking"),
-            *agent_turns(1, start=4)]
+    return [
+        system(),
+        user("U1 " + "a" * 77),  # 80 chars: 20 tokens + 4 overhead = 24
+        *agent_turns(2),
+        user("U2 " + "b" * 77),
+        *agent_turns(2, start=2),
+        user("U3 " + "c" * 77),
+        assistant("thinking"),
+        *agent_turns(1, start=4),
+    ]
 
 
-@pytest.mark.parametrize("user_tokens, kept", [
-    (20000, ["U1", "U2", "U3"]),
-    (48, ["U2", "U3"]),
-    (47, ["U3"]),
-    (10, []),
-])
+@pytest.mark.parametrize(
+    "user_tokens, kept",
+    [
+        (20000, ["U1", "U2", "U3"]),
+        (48, ["U2", "U3"]),
+        (47, ["U3"]),
+        (10, []),
+    ],
+)
 def test_handoff_respects_user_tokens(user_tokens: int, kept: list[str]) -> None:
     messages = handoff_session()
     result, env = run({"kind": "handoff", "user_tokens": user_tokens}, messages)
@@ -716,25 +858,37 @@ class LiteLLMSummarizer:
         except Exception as exc:
             raise SummarizerError(str(exc)) from exc
         usage = response.usage
-        return Completion(text=response.choices[0].message.content or "", model=self.model,
-                          input_tokens=usage.prompt_tokens, output_tokens=usage.completion_tokens,
-                          cost_usd=None, finish_reason=response.choices[0].finish_reason)
+        return Completion(
+            text=response.choices[0].message.content or "",
+            model=self.model,
+            input_tokens=usage.prompt_tokens,
+            output_tokens=usage.completion_tokens,
+            cost_usd=None,
+            finish_reason=response.choices[0].finish_reason,
+        )
 
 
 def test_split_through_litellm_extractive() -> None:
-    messages = [system(),
-                user("Fix the crash in src/parser/tokenize.py; we must keep Python 3.9 support."),
-                assistant("", calls=(("c1", "bash"),)),
-                tool("c1", "Traceback (most recent call last):\nKeyError: 'indent_width'\nexit code 1", name="bash"),
-                assistant("Decided to default indent_width to 4 in TokenizerConfig."),
-                user("Good. Now run the full suite."),
-                *agent_turns(3, start=10)]
+    messages = [
+        system(),
+        user("Fix the crash in src/parser/tokenize.py; we must keep Python 3.9 support."),
+        assistant("", calls=(("c1", "bash"),)),
+        tool("c1", "Traceback (most recent call last):\nKeyError: 'indent_width'\nexit code 1", name="bash"),
+        assistant("Decided to default indent_width to 4 in TokenizerConfig."),
+        user("Good. Now run the full suite."),
+        *agent_turns(3, start=10),
+    ]
     result, env = run({"kind": "summarize_split", "preserve": 0.4}, messages, LiteLLMSummarizer())
     check_invariants(messages, result)
     summary = result[1].text
     assert summary.startswith("[COMPACT SUMMARY]\n")
-    for needle in ("src/parser/tokenize.py", "KeyError: 'indent_width'", "TokenizerConfig",
-                   "must keep Python 3.9 support", "> Good. Now run the full suite."):
+    for needle in (
+        "src/parser/tokenize.py",
+        "KeyError: 'indent_width'",
+        "TokenizerConfig",
+        "must keep Python 3.9 support",
+        "> Good. Now run the full suite.",
+    ):
         assert needle in summary
     assert "condense the older part" not in summary.lower()  # instructions are not summarized
     (completion,) = env.completions
@@ -792,10 +946,11 @@ def test_adaptive_chunking_recondenses_when_the_summaries_exceed_the_budget() ->
     at = result.index(pinned[0])
     assert result[at + 1] is pinned[1]
     assert any(m.origin == "compacted_synthetic" for m in result[1:at])
-    assert any(m.origin == "compacted_synthetic" for m in result[at + 2:])
+    assert any(m.origin == "compacted_synthetic" for m in result[at + 2 :])
     total = len(summaries)
     assert [m.text.splitlines()[0] for m in summaries] == [
-        f"[SUMMARY OF EARLIER MESSAGES {i}/{total}]" for i in range(1, total + 1)]
+        f"[SUMMARY OF EARLIER MESSAGES {i}/{total}]" for i in range(1, total + 1)
+    ]
     assert sum(m.metadata["chunk_messages"] for m in summaries) == len(body) - len(pinned)
     assert env.summaries == [m.text for m in summaries]
 
@@ -803,8 +958,13 @@ def test_adaptive_chunking_recondenses_when_the_summaries_exceed_the_budget() ->
 def test_adaptive_chunking_asks_each_chunk_for_its_share_of_the_budget() -> None:
     messages = [system(), *topics(4, 30)]
     summarizer = BudgetRecorder()
-    result, env = run({"kind": "adaptive_chunking", "keep_recent": 0, "chunk_messages": 100}, messages, summarizer,
-                      context_limit=9000, max_output=1000)
+    result, env = run(
+        {"kind": "adaptive_chunking", "keep_recent": 0, "chunk_messages": 100},
+        messages,
+        summarizer,
+        context_limit=9000,
+        max_output=1000,
+    )
     budget = int(0.25 * 8000)
     assert summarizer.max_tokens_seen == [budget // 4] * 4
 
@@ -828,9 +988,12 @@ def test_adaptive_chunking_replay_keeps_each_compacted_context_within_the_target
     from workbench.replay import replay
 
     session = long_session(60)
-    config = {"trigger": {"kind": "utilization", "ratio": 0.8},
-              "strategy": {"kind": "adaptive_chunking", "keep_recent": 4},
-              "context_limit": 24_000, "max_output": 2000}
+    config = {
+        "trigger": {"kind": "utilization", "ratio": 0.8},
+        "strategy": {"kind": "adaptive_chunking", "keep_recent": 4},
+        "context_limit": 24_000,
+        "max_output": 2000,
+    }
     result = replay(session, config, summarizer=BudgetRecorder(fixed_chars=1000))
     assert result.termination == "completed"
     assert len(result.compactions) >= 3
@@ -848,9 +1011,13 @@ def test_fallback_after_a_partly_successful_summarization_reports_no_missing_sum
 
     session = long_session(12)
     summarizer = ScriptedSummarizer(responses=["CHUNK ONE SUMMARY", RuntimeError("provider down")])
-    config = {"trigger": {"kind": "utilization", "ratio": 0.8},
-              "strategy": {"kind": "adaptive_chunking", "keep_recent": 4},
-              "context_limit": 24_000, "max_output": 2000, "on_failure": "fallback"}
+    config = {
+        "trigger": {"kind": "utilization", "ratio": 0.8},
+        "strategy": {"kind": "adaptive_chunking", "keep_recent": 4},
+        "context_limit": 24_000,
+        "max_output": 2000,
+        "on_failure": "fallback",
+    }
     result = replay(session, config, summarizer=summarizer)
     first = result.compactions[0]
     assert first.fell_back and first.summary is None
@@ -863,16 +1030,25 @@ def test_fallback_after_a_partly_successful_summarization_reports_no_missing_sum
 # summary length: every summarizing kind passes a max_tokens budget derived from its design
 
 
-@pytest.mark.parametrize("spec, share", [
-    ({"kind": "summarize_progressive"}, 0.1),
-    ({"kind": "summarize_full"}, 0.15),
-    ({"kind": "summarize_split", "preserve": 0.2}, 0.1),
-    ({"kind": "handoff"}, 0.1),
-])
-def test_summary_budget_is_a_share_of_the_replaced_tokens_capped_by_the_window(spec: dict[str, Any],
-                                                                                share: float) -> None:
-    messages = [system(), user("the task"), *agent_turns(40, result_chars=2000), user("go on"),
-                *agent_turns(2, start=50)]
+@pytest.mark.parametrize(
+    "spec, share",
+    [
+        ({"kind": "summarize_progressive"}, 0.1),
+        ({"kind": "summarize_full"}, 0.15),
+        ({"kind": "summarize_split", "preserve": 0.2}, 0.1),
+        ({"kind": "handoff"}, 0.1),
+    ],
+)
+def test_summary_budget_is_a_share_of_the_replaced_tokens_capped_by_the_window(
+    spec: dict[str, Any], share: float
+) -> None:
+    messages = [
+        system(),
+        user("the task"),
+        *agent_turns(40, result_chars=2000),
+        user("go on"),
+        *agent_turns(2, start=50),
+    ]
     for context_limit, capped in ((200_000, False), (12_000, True)):
         summarizer = BudgetRecorder()
         run(spec, messages, summarizer, context_limit=context_limit, max_output=2000)
@@ -887,8 +1063,11 @@ def test_summary_budget_is_a_share_of_the_replaced_tokens_capped_by_the_window(s
 
 def test_summary_budget_never_below_the_floor() -> None:
     summarizer = BudgetRecorder()
-    run({"kind": "summarize_split", "preserve": 0.5}, [system(), user("a"), assistant("b"), user("c"), assistant("d")],
-        summarizer)
+    run(
+        {"kind": "summarize_split", "preserve": 0.5},
+        [system(), user("a"), assistant("b"), user("c"), assistant("d")],
+        summarizer,
+    )
     assert summarizer.max_tokens_seen == [128]
 
 

@@ -23,8 +23,10 @@ def run(spec, messages: list[Message]) -> list[Message]:
 
 def step(i: int, chars: int = 300, tools: tuple[str, ...] = ("read_file",), importance: float = 0.0) -> list[Message]:
     calls = tuple((f"c{i}_{j}", name) for j, name in enumerate(tools))
-    return [assistant(f"step {i}", calls=calls, importance=importance),
-            *(tool(cid, (f"<{cid}> " + "x" * chars)[:chars], name=name) for cid, name in calls)]
+    return [
+        assistant(f"step {i}", calls=calls, importance=importance),
+        *(tool(cid, (f"<{cid}> " + "x" * chars)[:chars], name=name) for cid, name in calls),
+    ]
 
 
 def session(*steps: list[Message]) -> list[Message]:
@@ -64,8 +66,9 @@ TRUNCATION_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "max_chars", "lengths", "cut"), TRUNCATION_CASES,
-                         ids=[c[0] for c in TRUNCATION_CASES])
+@pytest.mark.parametrize(
+    ("name", "max_chars", "lengths", "cut"), TRUNCATION_CASES, ids=[c[0] for c in TRUNCATION_CASES]
+)
 def test_truncation_cases(name, max_chars, lengths, cut):
     steps = [step(i, chars=n) for i, n in enumerate(lengths)]
     messages = session(*steps)
@@ -88,8 +91,9 @@ def test_truncation_leaves_pinned_steps_and_is_idempotent():
 
 def test_truncation_keeps_non_text_parts():
     image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}
-    result_msg = Message(role="tool", tool_call_id="s", name="screenshot",
-                         content=({"type": "text", "text": "y" * 3000}, image))
+    result_msg = Message(
+        role="tool", tool_call_id="s", name="screenshot", content=({"type": "text", "text": "y" * 3000}, image)
+    )
     messages = [user("look"), assistant(calls=(("s", "screenshot"),)), result_msg]
     cut = run({"kind": "tool_result_truncation", "max_chars": 10}, messages)[2]
     assert cut.text == "y" * 10 + "\n" + TRUNCATION_MARKER
@@ -173,15 +177,21 @@ def test_clear_tool_uses_keeps_the_last_three_uses():
 CLEAR_CASES = [
     # (name, params, tools per step, indices of changed messages)
     # layout: 0 system, 1 user, then each step = assistant + one result per tool
-    ("keep counts tool uses, not steps", {"keep": 2}, [("read_file",), ("grep", "bash", "read_file")],
-     [3, 5]),  # step 0's result and the first use of step 1 are older than the last two uses
-    ("excluded tools are never cleared", {"keep": 1, "exclude_tools": ["bash"]},
-     [("bash",), ("read_file",), ("bash",), ("grep",)], [5]),
-    ("keep 0 clears everything not excluded", {"keep": 0, "exclude_tools": ["grep"]},
-     [("grep",), ("read_file",)], [5]),
+    (
+        "keep counts tool uses, not steps",
+        {"keep": 2},
+        [("read_file",), ("grep", "bash", "read_file")],
+        [3, 5],
+    ),  # step 0's result and the first use of step 1 are older than the last two uses
+    (
+        "excluded tools are never cleared",
+        {"keep": 1, "exclude_tools": ["bash"]},
+        [("bash",), ("read_file",), ("bash",), ("grep",)],
+        [5],
+    ),
+    ("keep 0 clears everything not excluded", {"keep": 0, "exclude_tools": ["grep"]}, [("grep",), ("read_file",)], [5]),
     ("few uses: unchanged", {"keep": 5}, [("read_file",), ("grep",)], []),
-    ("clear_inputs also clears old arguments", {"keep": 1, "clear_inputs": True},
-     [("read_file",), ("grep",)], [2, 3]),
+    ("clear_inputs also clears old arguments", {"keep": 1, "clear_inputs": True}, [("read_file",), ("grep",)], [2, 3]),
 ]
 
 
@@ -220,19 +230,31 @@ def test_clear_tool_uses_is_idempotent_spares_pinned_and_uses_placeholder():
 
 def test_clear_tool_uses_defaults_and_errors():
     assert spec_of(build_strategy("clear_tool_uses")) == {
-        "kind": "clear_tool_uses", "keep": 3, "clear_inputs": False, "exclude_tools": [],
-        "placeholder": "[tool result cleared]"}
-    for params, offender in (({"keep": -1}, "keep"), ({"exclude_tools": "bash"}, "exclude_tools"),
-                             ({"exclude_tools": [3]}, "exclude_tools"), ({"clear_inputs": 1}, "clear_inputs"),
-                             ({"placeholder": "{x}"}, "placeholder")):
+        "kind": "clear_tool_uses",
+        "keep": 3,
+        "clear_inputs": False,
+        "exclude_tools": [],
+        "placeholder": "[tool result cleared]",
+    }
+    for params, offender in (
+        ({"keep": -1}, "keep"),
+        ({"exclude_tools": "bash"}, "exclude_tools"),
+        ({"exclude_tools": [3]}, "exclude_tools"),
+        ({"clear_inputs": 1}, "clear_inputs"),
+        ({"placeholder": "{x}"}, "placeholder"),
+    ):
         with pytest.raises(ConfigError, match=offender):
             build_strategy({"kind": "clear_tool_uses", **params})
 
 
 def test_tool_kinds_keep_identity_when_nothing_to_do():
-    messages = [system(), user("hi"), assistant("hello"), Message(role="assistant", content="x",
-                                                                  tool_calls=(ToolCall("a", "bash"),)),
-                tool("a", "ok")]
+    messages = [
+        system(),
+        user("hi"),
+        assistant("hello"),
+        Message(role="assistant", content="x", tool_calls=(ToolCall("a", "bash"),)),
+        tool("a", "ok"),
+    ]
     for spec in ("tool_result_truncation", "observation_masking", "clear_tool_uses"):
         result = run(spec, messages)
         assert changed(messages, result) == []
@@ -301,16 +323,21 @@ def test_truncation_spares_a_lone_pinned_step():
 # ------------------------------------------------------------------------------------------------
 # observations of text-action agents: user turns showing a command's output (DESIGN §4)
 
+
 def text_step(i: int, chars: int = 300) -> list[Message]:
     return [assistant(f"```bash\nrun {i}\n```"), user((f"<output {i}> " + "o" * chars)[:chars], observation=True)]
 
 
-@pytest.mark.parametrize("spec, changed_at, how", [
-    ({"kind": "observation_masking", "keep_recent": 2}, [3, 5], "masked"),
-    ({"kind": "clear_tool_uses", "keep": 2}, [3, 5], "cleared"),
-    ({"kind": "clear_tool_uses", "keep": 2, "exclude_tools": ["command"]}, [], None),
-    ({"kind": "tool_result_truncation", "max_chars": 100}, [3, 5, 7, 9], "truncated"),
-], ids=lambda value: value["kind"] if isinstance(value, dict) else None)
+@pytest.mark.parametrize(
+    "spec, changed_at, how",
+    [
+        ({"kind": "observation_masking", "keep_recent": 2}, [3, 5], "masked"),
+        ({"kind": "clear_tool_uses", "keep": 2}, [3, 5], "cleared"),
+        ({"kind": "clear_tool_uses", "keep": 2, "exclude_tools": ["command"]}, [], None),
+        ({"kind": "tool_result_truncation", "max_chars": 100}, [3, 5, 7, 9], "truncated"),
+    ],
+    ids=lambda value: value["kind"] if isinstance(value, dict) else None,
+)
 def test_tool_kinds_act_on_user_observations(spec, changed_at, how):
     messages = session(*(text_step(i) for i in range(4)))
     result = run(spec, messages)
@@ -318,16 +345,23 @@ def test_tool_kinds_act_on_user_observations(spec, changed_at, how):
     for index in changed_at:
         assert result[index].role == "user" and result[index].observation
         assert result[index].metadata["compaction"] == how and result[index].origin == "compacted_modified"
-    assert all(result[i] is messages[i] for i in range(len(messages)) if messages[i].role != "user"
-               or not messages[i].observation), "the actions and the task stay as they are"
+    assert all(
+        result[i] is messages[i]
+        for i in range(len(messages))
+        if messages[i].role != "user" or not messages[i].observation
+    ), "the actions and the task stay as they are"
 
 
 def test_a_text_action_is_one_tool_use_beside_tool_calls():
     messages = session(text_step(0), step(1, tools=("read_file", "grep")), text_step(2))
     result = run({"kind": "clear_tool_uses", "keep": 3}, messages)
     assert changed(messages, result) == [3], "only the oldest use (the text action) is cleared"
-    assert "command" in run({"kind": "observation_masking", "keep_recent": 0,
-                             "placeholder": "[{tool} output hidden]"}, messages)[3].text
+    assert (
+        "command"
+        in run({"kind": "observation_masking", "keep_recent": 0, "placeholder": "[{tool} output hidden]"}, messages)[
+            3
+        ].text
+    )
 
 
 def test_the_guard_counts_an_oversized_user_observation():

@@ -17,8 +17,10 @@ from workbench.strategies.common import last_steps_for_messages, shared_prefix_l
 def tool_step(i: int, importance: float = 0.0, results: int = 1) -> list[Message]:
     """One assistant step: a call (or several) and its results; `importance` sits on the assistant message."""
     calls = tuple((f"c{i}_{j}", "read_file") for j in range(results))
-    return [assistant(f"step {i}", calls=calls, importance=importance),
-            *(tool(cid, f"result {i}.{j}") for j, (cid, _) in enumerate(calls))]
+    return [
+        assistant(f"step {i}", calls=calls, importance=importance),
+        *(tool(cid, f"result {i}.{j}") for j, (cid, _) in enumerate(calls)),
+    ]
 
 
 def run(spec, messages: list[Message]) -> list[Message]:
@@ -50,8 +52,7 @@ SLIDING_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "window", "importances", "kept"), SLIDING_CASES,
-                         ids=[c[0] for c in SLIDING_CASES])
+@pytest.mark.parametrize(("name", "window", "importances", "kept"), SLIDING_CASES, ids=[c[0] for c in SLIDING_CASES])
 def test_sliding_window_gent_cases(name, window, importances, kept):
     steps = [tool_step(i, imp) for i, imp in enumerate(importances)]
     sys = system()
@@ -73,8 +74,14 @@ def test_sliding_window_requires_window():
 
 def test_sliding_window_counts_user_steps_and_keeps_all_leading_system():
     sys_a, sys_b = system("a"), system("b")
-    u1, a1, u2, a2, u3, a3 = (user("one"), assistant("answer one"), user("two"), assistant("answer two"),
-                              user("three"), assistant("answer three"))
+    u1, a1, u2, a2, u3, a3 = (
+        user("one"),
+        assistant("answer one"),
+        user("two"),
+        assistant("answer two"),
+        user("three"),
+        assistant("answer three"),
+    )
     result = run({"kind": "sliding_window", "window": 2}, [sys_a, sys_b, u1, a1, u2, a2, u3, a3])
     assert same(result, [sys_a, sys_b, u1, u3, a3])  # u1 is the task: kept, outside the window
 
@@ -88,15 +95,18 @@ def test_sliding_window_pinned_tool_result_keeps_the_whole_step():
     assert same(result, [task, call, result_msg, *tail[2:]])
 
 
-@pytest.mark.parametrize(("name", "window", "body", "kept"), [
-    # body codes: U = the task (first user message), u = a later user message, s = a tool step,
-    # S = a summary written by an earlier compaction, R = a summary the recorded agent wrote
-    ("task kept outside the window", 2, "Ususs", [0, 3, 4]),
-    ("task after some steps is still the task", 1, "ssUss", [2, 4]),
-    ("window counts only the scratchpad", 3, "Usss", [0, 1, 2, 3]),
-    ("a synthetic summary is not the task", 1, "SUss", [1, 3]),
-    ("a recorded agent summary is not the task", 1, "RUss", [1, 3]),
-])
+@pytest.mark.parametrize(
+    ("name", "window", "body", "kept"),
+    [
+        # body codes: U = the task (first user message), u = a later user message, s = a tool step,
+        # S = a summary written by an earlier compaction, R = a summary the recorded agent wrote
+        ("task kept outside the window", 2, "Ususs", [0, 3, 4]),
+        ("task after some steps is still the task", 1, "ssUss", [2, 4]),
+        ("window counts only the scratchpad", 3, "Usss", [0, 1, 2, 3]),
+        ("a synthetic summary is not the task", 1, "SUss", [1, 3]),
+        ("a recorded agent summary is not the task", 1, "RUss", [1, 3]),
+    ],
+)
 def test_sliding_window_never_drops_the_task(name, window, body, kept):
     """gent keeps the task outside the scratchpad (COMPACTION.md, points settled against the seeds)."""
     steps: list[list[Message]] = []
@@ -150,8 +160,9 @@ HARD_CLEAR_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "keep_recent", "shape", "kept"), HARD_CLEAR_CASES,
-                         ids=[c[0] for c in HARD_CLEAR_CASES])
+@pytest.mark.parametrize(
+    ("name", "keep_recent", "shape", "kept"), HARD_CLEAR_CASES, ids=[c[0] for c in HARD_CLEAR_CASES]
+)
 def test_hard_clear_tool_pairs(name, keep_recent, shape, kept):
     steps = [tool_step(i, imp, results) for i, (imp, results) in enumerate(shape)]
     sys = system()
@@ -225,8 +236,11 @@ TRIM_CASES = [
     # (name, params, builder returning (messages, expected))
     ("only the first opening user message is kept", {"keep_recent_turns": 2}, opening_with_two_user_messages),
     ("the first user message may come after a reply", {"keep_recent_turns": 1}, first_user_after_a_reply),
-    ("pinned and mid-conversation system steps are kept in place",
-     {"keep_recent_turns": 1, "keep_initial_user": False}, pinned_and_inner_system_steps),
+    (
+        "pinned and mid-conversation system steps are kept in place",
+        {"keep_recent_turns": 1, "keep_initial_user": False},
+        pinned_and_inner_system_steps,
+    ),
 ]
 
 
@@ -247,8 +261,14 @@ def test_trim_errors_name_the_parameter():
 # shared behaviour
 
 
-@pytest.mark.parametrize("spec", [{"kind": "sliding_window", "window": 2}, {"kind": "hard_clear", "keep_recent": 2},
-                                  {"kind": "trim", "keep_recent_turns": 1}])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"kind": "sliding_window", "window": 2},
+        {"kind": "hard_clear", "keep_recent": 2},
+        {"kind": "trim", "keep_recent_turns": 1},
+    ],
+)
 def test_window_kinds_handle_empty_and_system_only_contexts(spec):
     assert run(spec, []) == []
     sys = system()
@@ -260,8 +280,7 @@ def test_window_kinds_on_a_long_context():
     messages = [system(), user("go"), *[m for i in range(5000) for m in tool_step(i, results=2)]]
     env = CompactionEnv()
     expected = {"sliding_window": 2 + 10 * 3, "hard_clear": 1 + 30, "trim": 2 + 3 * 3}
-    for spec in ({"kind": "sliding_window", "window": 10}, {"kind": "hard_clear", "keep_recent": 30},
-                 {"kind": "trim"}):
+    for spec in ({"kind": "sliding_window", "window": 10}, {"kind": "hard_clear", "keep_recent": 30}, {"kind": "trim"}):
         result = build_strategy(spec).compact(Context(messages), env)
         assert len(result) == expected[spec["kind"]], spec
         assert result[-1] is messages[-1]
@@ -276,8 +295,10 @@ TRIM_CONFIGS = [
     ("trim", {"kind": "trim", "keep_recent_turns": 3, "keep_initial_user": True}),
     ({"kind": "trim"}, {"kind": "trim", "keep_recent_turns": 3, "keep_initial_user": True}),
     ({"kind": "trim", "keep_recent_turns": 5}, {"kind": "trim", "keep_recent_turns": 5, "keep_initial_user": True}),
-    ({"kind": "trim", "keep_initial_user": False},
-     {"kind": "trim", "keep_recent_turns": 3, "keep_initial_user": False}),
+    (
+        {"kind": "trim", "keep_initial_user": False},
+        {"kind": "trim", "keep_recent_turns": 3, "keep_initial_user": False},
+    ),
     ({"kind": "trim", "keep_recent_turns": 4.0}, {"kind": "trim", "keep_recent_turns": 4, "keep_initial_user": True}),
 ]
 
@@ -302,8 +323,9 @@ def test_ptc_runner_defaults_pressure_and_trim_together():
     env = CompactionEnv()
     for call in range(12):
         if call > 0:
-            view = TriggerView(call_index=call, counters={"iterations": call}, gauges={}, context_limit=10 ** 6,
-                               max_output=0)
+            view = TriggerView(
+                call_index=call, counters={"iterations": call}, gauges={}, context_limit=10**6, max_output=0
+            )
             if trigger.should_compact(view):
                 assert call >= 8
                 context = strategy.compact(Context(context), env)
@@ -322,7 +344,7 @@ def test_the_trailing_steps_holding_the_last_messages_widen_to_step_boundaries(s
     them when there are not that many), none for keep <= 0."""
     steps = [Step(tuple(user(f"{i}.{j}") for j in range(size))) for i, size in enumerate(sizes)]
     count = last_steps_for_messages(steps, keep)
-    held = sum(sizes[len(sizes) - count:]) if count else 0
+    held = sum(sizes[len(sizes) - count :]) if count else 0
     if keep <= 0:
         assert count == 0
     elif held < keep:
@@ -375,8 +397,9 @@ def test_rebuilding_kept_steps_carries_how_the_result_groups(messages, data):
     settled = data.draw(st.integers(0, len(known.steps)))
     for step in known.steps[:settled]:
         settle(step, "test-key")
-    context.__dict__["body_steps"] = BodySteps(known.steps, known.lengths, known.strays, known.pinned,
-                                               {"test-key": settled}, known.paired, tokens, "test")
+    context.__dict__["body_steps"] = BodySteps(
+        known.steps, known.lengths, known.strays, known.pinned, {"test-key": settled}, known.paired, tokens, "test"
+    )
     flags = data.draw(st.lists(st.booleans(), min_size=len(known.steps), max_size=len(known.steps)))
     out = rebuild(context, flags)
     kept_steps = [step for step, flag in zip(known.steps, flags, strict=True) if flag]
@@ -394,13 +417,23 @@ def test_rebuilding_kept_steps_carries_how_the_result_groups(messages, data):
 
 # -- a result a system message parts from its call -----------------------------------------------
 
+
 def _parted_steps() -> list[Step]:
     """[call c1] [reminder] [result c1] [user] [call c2 + result] [reminder] [call c3] [reminder] [result c3]"""
     from workbench.session import group_steps
 
-    messages = [assistant("one", calls=(("c1", "bash"),)), system("reminder"), tool("c1", "out 1"), user("more"),
-                assistant("two", calls=(("c2", "bash"),)), tool("c2", "out 2"), system("reminder"),
-                assistant("three", calls=(("c3", "grep"),)), system("reminder"), tool("c3", "out 3")]
+    messages = [
+        assistant("one", calls=(("c1", "bash"),)),
+        system("reminder"),
+        tool("c1", "out 1"),
+        user("more"),
+        assistant("two", calls=(("c2", "bash"),)),
+        tool("c2", "out 2"),
+        system("reminder"),
+        assistant("three", calls=(("c3", "grep"),)),
+        system("reminder"),
+        tool("c3", "out 3"),
+    ]
     return group_steps(messages)
 
 
@@ -408,8 +441,17 @@ def test_a_parted_result_is_a_step_owned_by_its_call():
     from workbench.strategies.common import stray_owners
 
     steps = _parted_steps()
-    assert [s.kind for s in steps] == ["assistant", "system", "tool", "user", "assistant", "system", "assistant",
-                                       "system", "tool"]
+    assert [s.kind for s in steps] == [
+        "assistant",
+        "system",
+        "tool",
+        "user",
+        "assistant",
+        "system",
+        "assistant",
+        "system",
+        "tool",
+    ]
     assert stray_owners(steps) == {2: 0, 8: 6}
 
 
@@ -420,14 +462,17 @@ def test_a_kept_tail_reaches_back_to_the_call_of_a_parted_result(cut, glued):
     assert glued_cut(_parted_steps(), cut) == glued
 
 
-@pytest.mark.parametrize(("runs", "glued"), [
-    ([(3, 6)], [(3, 6)]),  # no parted result nor its call kept
-    ([(2, 3)], [(0, 3)]),  # the result brings its call and the reminder between
-    ([(0, 1)], [(0, 3)]),  # the call brings its result
-    ([(0, 1), (4, 5)], [(0, 3), (4, 5)]),
-    ([(3, 4), (8, 9)], [(3, 4), (6, 9)]),
-    ([(1, 2), (5, 6)], [(1, 2), (5, 6)]),  # reminders alone bind nothing
-])
+@pytest.mark.parametrize(
+    ("runs", "glued"),
+    [
+        ([(3, 6)], [(3, 6)]),  # no parted result nor its call kept
+        ([(2, 3)], [(0, 3)]),  # the result brings its call and the reminder between
+        ([(0, 1)], [(0, 3)]),  # the call brings its result
+        ([(0, 1), (4, 5)], [(0, 3), (4, 5)]),
+        ([(3, 4), (8, 9)], [(3, 4), (6, 9)]),
+        ([(1, 2), (5, 6)], [(1, 2), (5, 6)]),  # reminders alone bind nothing
+    ],
+)
 def test_kept_runs_keep_a_parted_result_with_its_call(runs, glued):
     from workbench.strategies.common import glued_flags, glued_runs
 

@@ -20,11 +20,17 @@ from workbench.labels import with_labels
 from workbench.session import Session
 from workbench.store import SUMMARY_LABEL_COLUMNS, Store
 
-SPLIT = {"name": "split", "trigger": {"kind": "utilization", "ratio": 0.5},
-         "strategy": {"kind": "summarize_split", "preserve": 0.4}, "context_limit": 6000, "max_output": 500}
+SPLIT = {
+    "name": "split",
+    "trigger": {"kind": "utilization", "ratio": 0.5},
+    "strategy": {"kind": "summarize_split", "preserve": 0.4},
+    "context_limit": 6000,
+    "max_output": 500,
+}
 
 
 # -- the config hash -------------------------------------------------------------------------------
+
 
 def test_a_config_hashes_alike_in_every_form_and_under_any_name():
     parsed = parse_config(SPLIT)
@@ -33,12 +39,15 @@ def test_a_config_hashes_alike_in_every_form_and_under_any_name():
     assert config_hash("observation-masking") == config_hash(parse_config("observation-masking").to_dict())
 
 
-@pytest.mark.parametrize("change", [
-    {"context_limit": 7000},
-    {"strategy": {"kind": "summarize_split", "preserve": 0.5}},
-    {"trigger": {"kind": "utilization", "ratio": 0.6}},
-    {"summarizer": "openai/gpt-4o-mini"},
-])
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"context_limit": 7000},
+        {"strategy": {"kind": "summarize_split", "preserve": 0.5}},
+        {"trigger": {"kind": "utilization", "ratio": 0.6}},
+        {"summarizer": "openai/gpt-4o-mini"},
+    ],
+)
 def test_what_changes_the_replay_changes_the_hash(change):
     assert config_hash({**SPLIT, **change}) != config_hash(SPLIT)
 
@@ -59,6 +68,7 @@ def test_a_stored_spec_that_no_longer_parses_still_hashes():
 
 # -- the store -------------------------------------------------------------------------------------
 
+
 def test_the_migration_creates_the_table():
     assert "0007_summary_labels" in [name for name, _ in db.MIGRATIONS]
     with Store(":memory:") as store:
@@ -77,7 +87,10 @@ def test_a_new_label_replaces_the_old_and_a_delete_removes_it():
         frame = store.summary_labels()
         assert tuple(frame.columns) == SUMMARY_LABEL_COLUMNS
         assert list(zip(frame.session_id, frame.compaction, frame.label, strict=True)) == [
-            ("s1", 2, "bad"), ("s1", 3, "good"), ("s2", 0, "good")]
+            ("s1", 2, "bad"),
+            ("s1", 3, "good"),
+            ("s2", 0, "good"),
+        ]
         assert list(store.summary_labels(session_id="s1").compaction) == [2, 3]
         assert list(store.summary_labels(config_hash="h2").session_id) == ["s2"]
         assert store.delete_summary_label("s1", "h1", 2) is True
@@ -86,9 +99,16 @@ def test_a_new_label_replaces_the_old_and_a_delete_removes_it():
         assert len(store.summary_labels()) == 2
 
 
-@pytest.mark.parametrize("session_id, compaction, label", [
-    ("s1", 0, "fine"), ("s1", 0, "GOOD"), ("s1", -1, "good"), ("s1", 1.5, "good"), ("", 0, "good"),
-])
+@pytest.mark.parametrize(
+    "session_id, compaction, label",
+    [
+        ("s1", 0, "fine"),
+        ("s1", 0, "GOOD"),
+        ("s1", -1, "good"),
+        ("s1", 1.5, "good"),
+        ("", 0, "good"),
+    ],
+)
 def test_a_malformed_label_is_refused_and_nothing_stored(session_id, compaction, label):
     with Store(":memory:") as store:
         with pytest.raises(ConfigError):
@@ -97,6 +117,7 @@ def test_a_malformed_label_is_refused_and_nothing_stored(session_id, compaction,
 
 
 # -- the library ------------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def labelled_db(tmp_path):
@@ -121,10 +142,28 @@ def test_the_library_labels_a_replayed_compaction_under_its_config(labelled_db):
 
 
 def test_with_labels_marks_only_the_labelled_compaction():
-    compactions = pd.DataFrame({"session_id": ["s1", "s1", "s1", "s2"], "config": ["a", "a", "b", "a"],
-                                "event_index": [0, 1, 0, 0], "summary": ["x", "y", "z", "w"], "error": [None] * 4})
-    labels = pd.DataFrame([{"session_id": "s1", "config_hash": "ha", "config": "old-name", "compaction": 1,
-                            "label": "bad", "note": "lost the constraint", "labelled_at": pd.Timestamp(0)}])
+    compactions = pd.DataFrame(
+        {
+            "session_id": ["s1", "s1", "s1", "s2"],
+            "config": ["a", "a", "b", "a"],
+            "event_index": [0, 1, 0, 0],
+            "summary": ["x", "y", "z", "w"],
+            "error": [None] * 4,
+        }
+    )
+    labels = pd.DataFrame(
+        [
+            {
+                "session_id": "s1",
+                "config_hash": "ha",
+                "config": "old-name",
+                "compaction": 1,
+                "label": "bad",
+                "note": "lost the constraint",
+                "labelled_at": pd.Timestamp(0),
+            }
+        ]
+    )
     shown = with_labels(compactions, labels, {"a": "ha", "b": "hb"})
     assert list(shown.columns) == ["session_id", "config", "event_index", "summary", "label", "label_note", "error"]
     assert shown["label"].fillna("").tolist() == ["", "bad", "", ""]
@@ -132,6 +171,7 @@ def test_with_labels_marks_only_the_labelled_compaction():
 
 
 # -- the exports -----------------------------------------------------------------------------------
+
 
 def test_labels_export_with_the_run_in_every_format(grid_db):
     path, spec, ids = grid_db
@@ -141,8 +181,11 @@ def test_labels_export_with_the_run_in_every_format(grid_db):
     wanted = (ids[1], "split", 0)
 
     def labelled(rows: list[dict]) -> dict[tuple, tuple]:
-        return {(r["session_id"], r["config"], int(r["event_index"])): (r["label"], r["label_note"])
-                for r in rows if isinstance(r["label"], str)}
+        return {
+            (r["session_id"], r["config"], int(r["event_index"])): (r["label"], r["label_note"])
+            for r in rows
+            if isinstance(r["label"], str)
+        }
 
     for fmt in ("csv", "parquet"):
         target = export(run.id, fmt, path.parent / f"compactions.{fmt}", db=str(path), level="compactions")

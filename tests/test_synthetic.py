@@ -28,7 +28,7 @@ def _check_pairing(session: Session) -> None:
             raise AssertionError(f"{session.id}: tool message {i} answers no call of the turn before it")
         i += 1
         if message.role == "assistant" and message.tool_calls:
-            answers = messages[i:i + len(message.tool_calls)]
+            answers = messages[i : i + len(message.tool_calls)]
             assert [m.role for m in answers] == ["tool"] * len(message.tool_calls), (session.id, i)
             assert [m.tool_call_id for m in answers] == [c.id for c in message.tool_calls]
             assert [m.name for m in answers] == [c.name for c in message.tool_calls]
@@ -81,8 +81,9 @@ def test_impossible_sizes_are_refused(sessions, messages):
 def test_shape_resembles_the_recordings():
     sessions = list(synthetic.iter_sessions(40, 20_000, seed=5))
     messages = [m for s in sessions for m in s.messages]
-    roles = {role: sum(m.role == role for m in messages) / len(messages)
-             for role in ("system", "user", "assistant", "tool")}
+    roles = {
+        role: sum(m.role == role for m in messages) / len(messages) for role in ("system", "user", "assistant", "tool")
+    }
     # Claude Code / OpenHands: nearly half assistant, half tool, a few user turns, a system prompt or none.
     assert 0.38 < roles["assistant"] < 0.55 and 0.4 < roles["tool"] < 0.6
     assert 0.005 < roles["user"] < 0.1 and roles["system"] <= 40 / len(messages)
@@ -117,28 +118,32 @@ def test_jsonl_round_trips_through_the_importer(tmp_path):
         loaded = {s.id: s for s in store.load_sessions()}
     for session in synthetic.iter_sessions(5, 300, seed=9):
         assert [m.to_openai() for m in loaded[session.id].messages] == [m.to_openai() for m in session.messages]
-        assert [m.metadata.get("usage") for m in loaded[session.id].messages] == \
-            [m.metadata.get("usage") for m in session.messages]
+        assert [m.metadata.get("usage") for m in loaded[session.id].messages] == [
+            m.metadata.get("usage") for m in session.messages
+        ]
 
 
 def test_cli_generate_writes_the_database_and_skips_what_is_there(tmp_path):
     db = str(tmp_path / "wb.duckdb")
     runner = CliRunner()
-    first = runner.invoke(main, ["generate", "--sessions", "8", "--messages", "800", "--seed", "2", "--db", db,
-                                 "--json"])
+    first = runner.invoke(
+        main, ["generate", "--sessions", "8", "--messages", "800", "--seed", "2", "--db", db, "--json"]
+    )
     assert first.exit_code == 0, first.output
     data = json.loads(first.output)
     assert (data["sessions"], data["messages"], data["duplicates"]) == (8, 800, 0)
-    again = runner.invoke(main, ["generate", "--sessions", "8", "--messages", "800", "--seed", "2", "--db", db,
-                                 "--json"])
+    again = runner.invoke(
+        main, ["generate", "--sessions", "8", "--messages", "800", "--seed", "2", "--db", db, "--json"]
+    )
     assert json.loads(again.output)["duplicates"] == 8
     listed = runner.invoke(main, ["sessions", "--db", db, "--json", "--where", "messages >= 4"])
     assert sorted(r["id"] for r in json.loads(listed.output)) == [synthetic.session_id(i, 2) for i in range(8)]
 
 
 def test_cli_generate_refuses_too_few_messages(tmp_path):
-    result = CliRunner().invoke(main, ["generate", "--sessions", "10", "--messages", "20",
-                                       "--db", str(tmp_path / "wb.duckdb")])
+    result = CliRunner().invoke(
+        main, ["generate", "--sessions", "10", "--messages", "20", "--db", str(tmp_path / "wb.duckdb")]
+    )
     assert result.exit_code == 2
     assert "--messages" in result.output
     assert not (tmp_path / "wb.duckdb").exists()
@@ -152,11 +157,14 @@ def test_cli_generate_out_writes_jsonl(tmp_path):
     assert len(lines) == 3 and sum(len(json.loads(line)["messages"]) for line in lines) == 60
 
 
-@pytest.mark.parametrize(("index", "seed", "dataset", "expected"), [
-    (3, 11, "synthetic", "0000003-synthetic-11"),
-    (3, 7, "syn2", "0000003-syn2-7"),
-    (12, -3, "a-1", "0000012-a-1-n3"),  # not "a-1--3", which dataset "a-1-" with seed 3 would make
-])
+@pytest.mark.parametrize(
+    ("index", "seed", "dataset", "expected"),
+    [
+        (3, 11, "synthetic", "0000003-synthetic-11"),
+        (3, 7, "syn2", "0000003-syn2-7"),
+        (12, -3, "a-1", "0000012-a-1-n3"),  # not "a-1--3", which dataset "a-1-" with seed 3 would make
+    ],
+)
 def test_session_ids_name_the_dataset_and_the_seed(index, seed, dataset, expected):
     assert synthetic.session_id(index, seed, dataset) == expected
     counts = synthetic.message_counts(index + 1, 4 * (index + 1), seed)
@@ -178,11 +186,14 @@ def test_cli_generate_under_another_dataset_name_makes_new_sessions(tmp_path):
     assert {r["name"]: (r["sessions"], r["messages"]) for r in listed} == {"syn": (5, 100), "syn2": (3, 12)}
 
 
-@pytest.mark.parametrize("other", [
-    ["--sessions", "3", "--messages", "12"],
-    ["--sessions", "5", "--messages", "100", "--seed", "8"],
-    ["--sessions", "6", "--messages", "120"],
-])
+@pytest.mark.parametrize(
+    "other",
+    [
+        ["--sessions", "3", "--messages", "12"],
+        ["--sessions", "5", "--messages", "100", "--seed", "8"],
+        ["--sessions", "6", "--messages", "120"],
+    ],
+)
 def test_cli_generate_refuses_a_dataset_holding_another_generation(tmp_path, other):
     db = str(tmp_path / "wb.duckdb")
     runner = CliRunner()
@@ -190,8 +201,11 @@ def test_cli_generate_refuses_a_dataset_holding_another_generation(tmp_path, oth
     assert first.exit_code == 0, first.output
     refused = runner.invoke(main, ["generate", *other, "--dataset", "syn", "--db", db])
     assert refused.exit_code == 2, refused.output
-    assert "--dataset" in refused.output and "already holds 5 synthetic sessions (100 messages, seed 7)" \
-        in refused.output and "another dataset name" in refused.output
+    assert (
+        "--dataset" in refused.output
+        and "already holds 5 synthetic sessions (100 messages, seed 7)" in refused.output
+        and "another dataset name" in refused.output
+    )
     with Store(db, read_only=True) as store:
         assert store.count("sessions") == 5 and store.count("messages") == 100
 

@@ -16,8 +16,9 @@ BODY = {"model": "fake", "messages": [{"role": "user", "content": "hello there"}
 
 
 def post(url: str, body: dict = BODY, timeout: float = 5) -> tuple[int, dict, bytes]:
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST",
-                                     headers={"content-type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(body).encode(), method="POST", headers={"content-type": "application/json"}
+    )
     try:
         with urllib.request.urlopen(request, timeout=timeout) as response:
             return response.status, dict(response.headers), response.read()
@@ -55,9 +56,17 @@ def test_32_concurrent_requests_are_not_serialised():
 
 def test_scripted_faults():
     with FakeOpenAI() as server:
-        server.script(Fault.rate_limit(3), Fault.error(503), Fault.malformed(), Fault.empty_choices(),
-                      Fault.null_content(), Fault.truncated("cut"), Fault.no_usage("x"), "plain",
-                      lambda body: f"echo {body['messages'][0]['content']}")
+        server.script(
+            Fault.rate_limit(3),
+            Fault.error(503),
+            Fault.malformed(),
+            Fault.empty_choices(),
+            Fault.null_content(),
+            Fault.truncated("cut"),
+            Fault.no_usage("x"),
+            "plain",
+            lambda body: f"echo {body['messages'][0]['content']}",
+        )
         url = server.api_base + "/chat/completions"
         status, headers, _ = post(url)
         assert status == 429 and headers["retry-after"] == "3"

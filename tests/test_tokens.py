@@ -31,9 +31,19 @@ def test_tiktoken_encodings_load_offline(encoding):
 
 def test_tiktoken_loads_in_a_fresh_process_without_network():
     code = "import workbench as wb; print(wb.count_tokens('The quick brown fox', 'o200k_base'))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                         env={"PATH": "/usr/bin:/bin", "HOME": "/tmp", "NO_PROXY": "*",
-                              "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={
+            "PATH": "/usr/bin:/bin",
+            "HOME": "/tmp",
+            "NO_PROXY": "*",
+            "HTTPS_PROXY": "http://127.0.0.1:9",
+            "HTTP_PROXY": "http://127.0.0.1:9",
+        },
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "4"
 

@@ -18,20 +18,43 @@ from workbench.tokens import count_tokens
 from workbench.triggers import ptc_message_tokens
 
 
-def view(call_index: int = 1, *, counters: dict[str, float] | None = None, gauges: dict[str, float] | None = None,
-         context_tokens: int | None = None, context_limit: int = 128_000, max_output: int = 4096,
-         system_tokens: int = 0, last_finish_reason: str | None = None, overflow: bool = False) -> TriggerView:
+def view(
+    call_index: int = 1,
+    *,
+    counters: dict[str, float] | None = None,
+    gauges: dict[str, float] | None = None,
+    context_tokens: int | None = None,
+    context_limit: int = 128_000,
+    max_output: int = 4096,
+    system_tokens: int = 0,
+    last_finish_reason: str | None = None,
+    overflow: bool = False,
+) -> TriggerView:
     gauges = dict(gauges or {})
     if context_tokens is not None:
         gauges["context_tokens"] = context_tokens
-    return TriggerView(call_index=call_index, counters=dict(counters or {}), gauges=gauges,
-                       context_limit=context_limit, max_output=max_output, system_tokens=system_tokens,
-                       last_finish_reason=last_finish_reason, overflow=overflow)
+    return TriggerView(
+        call_index=call_index,
+        counters=dict(counters or {}),
+        gauges=gauges,
+        context_limit=context_limit,
+        max_output=max_output,
+        system_tokens=system_tokens,
+        last_finish_reason=last_finish_reason,
+        overflow=overflow,
+    )
 
 
 def test_every_trigger_kind_is_registered():
-    assert set(kinds("trigger")) >= {"token_threshold", "utilization", "stat_threshold", "pressure", "guard",
-                                     "any", "all"}
+    assert set(kinds("trigger")) >= {
+        "token_threshold",
+        "utilization",
+        "stat_threshold",
+        "pressure",
+        "guard",
+        "any",
+        "all",
+    }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -54,68 +77,128 @@ STAT_CASES = [
     StatCase("1 counter below delta", {"iterations": 10}, checks=[({"iterations": 9}, {}, False, False)]),
     StatCase("2 counter equals delta", {"iterations": 10}, checks=[({"iterations": 10}, {}, True, False)]),
     StatCase("3 counter exceeds delta", {"iterations": 10}, checks=[({"iterations": 14}, {}, True, False)]),
-    StatCase("4 counter needs a full delta again after compaction", {"iterations": 10}, checks=[
-        ({"iterations": 10}, {}, True, True),
-        ({"iterations": 15}, {}, False, False),
-        ({"iterations": 19}, {}, False, False),
-        ({"iterations": 20}, {}, True, False),
-    ]),
-    StatCase("5 several counters, one fires", {"iterations": 10, "input_tokens": 100_000},
-             checks=[({"iterations": 3, "input_tokens": 100_500}, {}, True, False)]),
-    StatCase("6 several counters, none fires", {"iterations": 10, "input_tokens": 100_000},
-             checks=[({"iterations": 9, "input_tokens": 99_999}, {}, False, False)]),
-    StatCase("7 gauge below value", gauges={"context_messages": 20},
-             checks=[({}, {"context_messages": 19}, False, False)]),
-    StatCase("8 gauge equals value", gauges={"context_messages": 20},
-             checks=[({}, {"context_messages": 20}, True, False)]),
-    StatCase("9 gauge exceeds value", gauges={"context_messages": 20},
-             checks=[({}, {"context_messages": 31}, True, False)]),
-    StatCase("10 gauge fell after compaction", gauges={"context_messages": 20}, checks=[
-        ({}, {"context_messages": 25}, True, True),
-        ({}, {"context_messages": 6}, False, False),
-    ]),
-    StatCase("11 counter prefix matches one key", {"input_tokens_for:*": 50_000},
-             checks=[({"input_tokens_for:gpt-4o": 50_001, "input_tokens_for:mini": 10}, {}, True, False)]),
-    StatCase("12 counter prefix matches no key", {"input_tokens_for:*": 50_000},
-             checks=[({"input_tokens": 900_000, "output_tokens": 900_000}, {}, False, False)]),
-    StatCase("13 gauge prefix matches one key", gauges={"context_*": 1000},
-             checks=[({}, {"context_messages": 12, "context_tokens": 5000}, True, False)]),
-    StatCase("14 exact counter snapshot taken at compaction", {"iterations": 5},
-             checks=[({"iterations": 7, "input_tokens": 40}, {}, True, True)],
-             snapshots={"iterations": 7}),
-    StatCase("15 every prefix-matched counter is snapshotted", {"input_tokens_for:*": 1000}, checks=[
-        ({"input_tokens_for:a": 1500, "input_tokens_for:b": 200, "iterations": 3}, {}, True, True),
-        ({"input_tokens_for:a": 2000, "input_tokens_for:b": 1100, "iterations": 4}, {}, False, False),
-        ({"input_tokens_for:a": 2000, "input_tokens_for:b": 1200, "iterations": 4}, {}, True, False),
-    ], snapshots={"input_tokens_for:a": 1500, "input_tokens_for:b": 200}),
+    StatCase(
+        "4 counter needs a full delta again after compaction",
+        {"iterations": 10},
+        checks=[
+            ({"iterations": 10}, {}, True, True),
+            ({"iterations": 15}, {}, False, False),
+            ({"iterations": 19}, {}, False, False),
+            ({"iterations": 20}, {}, True, False),
+        ],
+    ),
+    StatCase(
+        "5 several counters, one fires",
+        {"iterations": 10, "input_tokens": 100_000},
+        checks=[({"iterations": 3, "input_tokens": 100_500}, {}, True, False)],
+    ),
+    StatCase(
+        "6 several counters, none fires",
+        {"iterations": 10, "input_tokens": 100_000},
+        checks=[({"iterations": 9, "input_tokens": 99_999}, {}, False, False)],
+    ),
+    StatCase(
+        "7 gauge below value", gauges={"context_messages": 20}, checks=[({}, {"context_messages": 19}, False, False)]
+    ),
+    StatCase(
+        "8 gauge equals value", gauges={"context_messages": 20}, checks=[({}, {"context_messages": 20}, True, False)]
+    ),
+    StatCase(
+        "9 gauge exceeds value", gauges={"context_messages": 20}, checks=[({}, {"context_messages": 31}, True, False)]
+    ),
+    StatCase(
+        "10 gauge fell after compaction",
+        gauges={"context_messages": 20},
+        checks=[
+            ({}, {"context_messages": 25}, True, True),
+            ({}, {"context_messages": 6}, False, False),
+        ],
+    ),
+    StatCase(
+        "11 counter prefix matches one key",
+        {"input_tokens_for:*": 50_000},
+        checks=[({"input_tokens_for:gpt-4o": 50_001, "input_tokens_for:mini": 10}, {}, True, False)],
+    ),
+    StatCase(
+        "12 counter prefix matches no key",
+        {"input_tokens_for:*": 50_000},
+        checks=[({"input_tokens": 900_000, "output_tokens": 900_000}, {}, False, False)],
+    ),
+    StatCase(
+        "13 gauge prefix matches one key",
+        gauges={"context_*": 1000},
+        checks=[({}, {"context_messages": 12, "context_tokens": 5000}, True, False)],
+    ),
+    StatCase(
+        "14 exact counter snapshot taken at compaction",
+        {"iterations": 5},
+        checks=[({"iterations": 7, "input_tokens": 40}, {}, True, True)],
+        snapshots={"iterations": 7},
+    ),
+    StatCase(
+        "15 every prefix-matched counter is snapshotted",
+        {"input_tokens_for:*": 1000},
+        checks=[
+            ({"input_tokens_for:a": 1500, "input_tokens_for:b": 200, "iterations": 3}, {}, True, True),
+            ({"input_tokens_for:a": 2000, "input_tokens_for:b": 1100, "iterations": 4}, {}, False, False),
+            ({"input_tokens_for:a": 2000, "input_tokens_for:b": 1200, "iterations": 4}, {}, True, False),
+        ],
+        snapshots={"input_tokens_for:a": 1500, "input_tokens_for:b": 200},
+    ),
     # 16: gent's walkthrough: iterations delta 10, input_tokens delta 100K.
-    StatCase("16 iteration + token walkthrough", {"iterations": 10, "input_tokens": 100_000}, checks=[
-        ({"iterations": 5, "input_tokens": 120_000}, {}, True, True),    # tokens +120K fire
-        ({"iterations": 10, "input_tokens": 200_000}, {}, False, False),  # +5 iterations, +80K tokens
-        ({"iterations": 15, "input_tokens": 250_000}, {}, True, True),   # +10 iterations fire
-        ({"iterations": 16, "input_tokens": 260_000}, {}, False, False),  # both restarted
-    ], snapshots={"iterations": 15, "input_tokens": 250_000}),
+    StatCase(
+        "16 iteration + token walkthrough",
+        {"iterations": 10, "input_tokens": 100_000},
+        checks=[
+            ({"iterations": 5, "input_tokens": 120_000}, {}, True, True),  # tokens +120K fire
+            ({"iterations": 10, "input_tokens": 200_000}, {}, False, False),  # +5 iterations, +80K tokens
+            ({"iterations": 15, "input_tokens": 250_000}, {}, True, True),  # +10 iterations fire
+            ({"iterations": 16, "input_tokens": 260_000}, {}, False, False),  # both restarted
+        ],
+        snapshots={"iterations": 15, "input_tokens": 250_000},
+    ),
     # Summarization case 11: the summarizer's call increments the token counters, and gent notifies
     # the trigger after it, so the snapshot holds the summarizer's usage: the next delta starts there.
-    StatCase("summarization 11: snapshot taken after the summarizer's tokens", {"input_tokens": 100_000}, checks=[
-        ({"input_tokens": 120_000}, {}, True,
-         {"input_tokens": 150_000, "output_tokens": 2_000, "input_tokens_for:summarizer": 30_000}),
-        ({"input_tokens": 240_000}, {}, False, False),  # +90K since the snapshot (it would be +120K before it)
-        ({"input_tokens": 250_000}, {}, True, False),
-    ], snapshots={"input_tokens": 150_000}),
-    StatCase("summarization 11: the summarizer's model key is snapshotted too", {"input_tokens_for:*": 25_000},
-             checks=[
-        ({"input_tokens_for:agent": 26_000}, {}, True,
-         {"input_tokens_for:agent": 26_000, "input_tokens_for:summarizer": 30_000}),
-        ({"input_tokens_for:agent": 40_000, "input_tokens_for:summarizer": 30_000}, {}, False, False),
-        ({"input_tokens_for:agent": 51_000, "input_tokens_for:summarizer": 30_000}, {}, True, False),
-    ], snapshots={"input_tokens_for:agent": 26_000, "input_tokens_for:summarizer": 30_000}),
-    StatCase("summarization 11: output tokens of the summarizer count once, in the snapshot", {"output_tokens": 5_000},
-             checks=[
-        ({"output_tokens": 5_000}, {}, True, {"output_tokens": 9_000}),
-        ({"output_tokens": 13_999}, {}, False, False),
-        ({"output_tokens": 14_000}, {}, True, False),
-    ], snapshots={"output_tokens": 9_000}),
+    StatCase(
+        "summarization 11: snapshot taken after the summarizer's tokens",
+        {"input_tokens": 100_000},
+        checks=[
+            (
+                {"input_tokens": 120_000},
+                {},
+                True,
+                {"input_tokens": 150_000, "output_tokens": 2_000, "input_tokens_for:summarizer": 30_000},
+            ),
+            ({"input_tokens": 240_000}, {}, False, False),  # +90K since the snapshot (it would be +120K before it)
+            ({"input_tokens": 250_000}, {}, True, False),
+        ],
+        snapshots={"input_tokens": 150_000},
+    ),
+    StatCase(
+        "summarization 11: the summarizer's model key is snapshotted too",
+        {"input_tokens_for:*": 25_000},
+        checks=[
+            (
+                {"input_tokens_for:agent": 26_000},
+                {},
+                True,
+                {"input_tokens_for:agent": 26_000, "input_tokens_for:summarizer": 30_000},
+            ),
+            ({"input_tokens_for:agent": 40_000, "input_tokens_for:summarizer": 30_000}, {}, False, False),
+            ({"input_tokens_for:agent": 51_000, "input_tokens_for:summarizer": 30_000}, {}, True, False),
+        ],
+        snapshots={"input_tokens_for:agent": 26_000, "input_tokens_for:summarizer": 30_000},
+    ),
+    StatCase(
+        "summarization 11: output tokens of the summarizer count once, in the snapshot",
+        {"output_tokens": 5_000},
+        checks=[
+            ({"output_tokens": 5_000}, {}, True, {"output_tokens": 9_000}),
+            ({"output_tokens": 13_999}, {}, False, False),
+            ({"output_tokens": 14_000}, {}, True, False),
+        ],
+        snapshots={"output_tokens": 9_000},
+    ),
 ]
 
 
@@ -170,7 +253,7 @@ TOKEN_CASES = [
 def test_token_threshold(params, last_call, expected):
     trigger = build_trigger({"kind": "token_threshold", **params})
     # the gauge is prompt + completion of the previous call; context_tokens must not matter
-    v = view(gauges={"tokens_last_call": last_call}, context_tokens=10 ** 9)
+    v = view(gauges={"tokens_last_call": last_call}, context_tokens=10**9)
     assert trigger.should_compact(v) is expected
 
 
@@ -190,41 +273,89 @@ UTILIZATION_CASES = [
     # (name, params, view kwargs, expected)
     ("goat: just under 80 %", {}, {**GOAT, "context_tokens": 1000 + 146_092}, False),
     ("goat: just over 80 %", {}, {**GOAT, "context_tokens": 1000 + 146_093}, True),
-    ("strictly greater than ratio", {"ratio": 0.5}, {"context_limit": 1100, "system_tokens": 100,
-                                                       "max_output": 0, "context_tokens": 600}, False),
-    ("above ratio", {"ratio": 0.5}, {"context_limit": 1100, "system_tokens": 100, "max_output": 0,
-                                     "context_tokens": 601}, True),
-    ("system tokens are not message tokens", {}, {"context_limit": 10_000, "system_tokens": 5000,
-                                                   "max_output": 0, "context_tokens": 8000}, False),
-    ("no room left at all", {}, {"context_limit": 1000, "system_tokens": 600, "max_output": 500,
-                                 "context_tokens": 601}, True),
+    (
+        "strictly greater than ratio",
+        {"ratio": 0.5},
+        {"context_limit": 1100, "system_tokens": 100, "max_output": 0, "context_tokens": 600},
+        False,
+    ),
+    (
+        "above ratio",
+        {"ratio": 0.5},
+        {"context_limit": 1100, "system_tokens": 100, "max_output": 0, "context_tokens": 601},
+        True,
+    ),
+    (
+        "system tokens are not message tokens",
+        {},
+        {"context_limit": 10_000, "system_tokens": 5000, "max_output": 0, "context_tokens": 8000},
+        False,
+    ),
+    (
+        "no room left at all",
+        {},
+        {"context_limit": 1000, "system_tokens": 600, "max_output": 500, "context_tokens": 601},
+        True,
+    ),
     # goat reacts to a max-tokens stop by recomputing the budget and running the same test:
     # under the ratio it cannot help and exits (ExitMaxTokens), so a length stop alone never fires
-    ("reactive: length stop under the ratio does not fire", {}, {**GOAT, "context_tokens": 2000,
-                                                               "last_finish_reason": "length"}, False),
-    ("reactive: length stop over the ratio fires", {}, {**GOAT, "context_tokens": 1000 + 146_093,
-                                                      "last_finish_reason": "length"}, True),
+    (
+        "reactive: length stop under the ratio does not fire",
+        {},
+        {**GOAT, "context_tokens": 2000, "last_finish_reason": "length"},
+        False,
+    ),
+    (
+        "reactive: length stop over the ratio fires",
+        {},
+        {**GOAT, "context_tokens": 1000 + 146_093, "last_finish_reason": "length"},
+        True,
+    ),
     ("reactive: the engine's overflow flag fires", {}, {**GOAT, "context_tokens": 2000, "overflow": True}, True),
     # goat's overflow is a negative Available: context + max_output past the window (utilization > 1)
-    ("overflow: context + max_output beyond the window", {"ratio": 1.0},
-     {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6001}, True),
-    ("overflow: Available = 0 is not an overflow", {"ratio": 1.0},
-     {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6000}, False),
-    ("reactive off: overflow beyond the window still over the ratio", {"ratio": 1.0, "reactive": False},
-     {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6001}, True),
-    ("reactive off: length stop ignored", {"reactive": False},
-     {**GOAT, "context_tokens": 2000, "last_finish_reason": "length"}, False),
-    ("reactive off: overflow flag ignored", {"reactive": False},
-     {**GOAT, "context_tokens": 2000, "overflow": True}, False),
-    ("reactive off: proactive check still works", {"reactive": False},
-     {**GOAT, "context_tokens": 1000 + 146_093}, True),
-    ("finish_reason stop is not reactive", {}, {**GOAT, "context_tokens": 2000, "last_finish_reason": "stop"},
-     False),
+    (
+        "overflow: context + max_output beyond the window",
+        {"ratio": 1.0},
+        {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6001},
+        True,
+    ),
+    (
+        "overflow: Available = 0 is not an overflow",
+        {"ratio": 1.0},
+        {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6000},
+        False,
+    ),
+    (
+        "reactive off: overflow beyond the window still over the ratio",
+        {"ratio": 1.0, "reactive": False},
+        {"context_limit": 10_000, "system_tokens": 0, "max_output": 4000, "context_tokens": 6001},
+        True,
+    ),
+    (
+        "reactive off: length stop ignored",
+        {"reactive": False},
+        {**GOAT, "context_tokens": 2000, "last_finish_reason": "length"},
+        False,
+    ),
+    (
+        "reactive off: overflow flag ignored",
+        {"reactive": False},
+        {**GOAT, "context_tokens": 2000, "overflow": True},
+        False,
+    ),
+    (
+        "reactive off: proactive check still works",
+        {"reactive": False},
+        {**GOAT, "context_tokens": 1000 + 146_093},
+        True,
+    ),
+    ("finish_reason stop is not reactive", {}, {**GOAT, "context_tokens": 2000, "last_finish_reason": "stop"}, False),
 ]
 
 
-@pytest.mark.parametrize(("name", "params", "kwargs", "expected"), UTILIZATION_CASES,
-                         ids=[c[0] for c in UTILIZATION_CASES])
+@pytest.mark.parametrize(
+    ("name", "params", "kwargs", "expected"), UTILIZATION_CASES, ids=[c[0] for c in UTILIZATION_CASES]
+)
 def test_utilization(name, params, kwargs, expected):
     trigger = build_trigger({"kind": "utilization", **params})
     assert trigger.should_compact(view(**kwargs)) is expected
@@ -253,12 +384,12 @@ def test_utilization_with_goat_heuristic_counts():
 PRESSURE_TURN_CASES = [
     # (params, call_index, expected)
     ({}, 1, False),
-    ({}, 7, False),   # turn 8: not > 8
-    ({}, 8, True),    # turn 9
-    ({}, 30, True),   # and every call after it
+    ({}, 7, False),  # turn 8: not > 8
+    ({}, 8, True),  # turn 9
+    ({}, 30, True),  # and every call after it
     ({"turns": 3}, 2, False),
     ({"turns": 3}, 3, True),
-    ({"turns": 0, "tokens": 10 ** 9}, 100, False),  # turns = 0: the turn condition is off
+    ({"turns": 0, "tokens": 10**9}, 100, False),  # turns = 0: the turn condition is off
 ]
 
 
@@ -287,13 +418,20 @@ PRESSURE_TOKEN_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "history", "tokens", "expected"), PRESSURE_TOKEN_CASES,
-                         ids=[c[0] for c in PRESSURE_TOKEN_CASES])
+@pytest.mark.parametrize(
+    ("name", "history", "tokens", "expected"), PRESSURE_TOKEN_CASES, ids=[c[0] for c in PRESSURE_TOKEN_CASES]
+)
 def test_pressure_tokens_on_the_history(name, history, tokens, expected):
     trigger = build_trigger({"kind": "pressure", "turns": 0, "tokens": tokens})
     # the replayed context does not matter once the history is there
-    v = TriggerView(call_index=1, counters={}, gauges={"context_tokens": 10 ** 9 if not expected else 0},
-                    context_limit=10 ** 9, max_output=0, history=tuple(history))
+    v = TriggerView(
+        call_index=1,
+        counters={},
+        gauges={"context_tokens": 10**9 if not expected else 0},
+        context_limit=10**9,
+        max_output=0,
+        history=tuple(history),
+    )
     assert trigger.should_compact(v) is expected
 
 
@@ -305,8 +443,14 @@ def test_pressure_measures_the_uncompacted_history_and_keeps_firing():
     fired = []
     for call in range(1, 8):
         history += [assistant("step " * 20), tool("c", "out " * 20)]
-        v = TriggerView(call_index=call, counters={}, gauges={"context_tokens": 50}, context_limit=10 ** 6,
-                        max_output=0, history=tuple(history))
+        v = TriggerView(
+            call_index=call,
+            counters={},
+            gauges={"context_tokens": 50},
+            context_limit=10**6,
+            max_output=0,
+            history=tuple(history),
+        )
         fired.append(trigger.should_compact(v))
         if fired[-1]:
             trigger.notify_compacted(v)
@@ -346,11 +490,11 @@ GUARD_CASES = [
     ({}, 0, "none"),
     ({}, 100_000, "none"),
     ({}, 102_399, "none"),
-    ({}, 102_400, "warn"),       # 0.8 x 128,000
+    ({}, 102_400, "warn"),  # 0.8 x 128,000
     ({}, 127_999, "warn"),
-    ({}, 128_000, "critical"),   # at the hard limit
+    ({}, 128_000, "critical"),  # at the hard limit
     ({}, 300_000, "critical"),
-    ({"min_available": 10_000}, 118_000, "warn"),      # exactly 10,000 left: enough
+    ({"min_available": 10_000}, 118_000, "warn"),  # exactly 10,000 left: enough
     ({"min_available": 10_000}, 118_001, "critical"),  # 9,999 left: not enough
     ({"warn_threshold": 0.5, "hard_limit": 1000}, 499, "none"),
     ({"warn_threshold": 0.5, "hard_limit": 1000}, 500, "warn"),
@@ -369,8 +513,12 @@ def test_guard_severity(params, tokens, severity):
 
 
 def test_guard_defaults():
-    assert spec_of(build_trigger("guard")) == {"kind": "guard", "warn_threshold": 0.8, "hard_limit": 128_000,
-                                               "min_available": 0}
+    assert spec_of(build_trigger("guard")) == {
+        "kind": "guard",
+        "warn_threshold": 0.8,
+        "hard_limit": 128_000,
+        "min_available": 0,
+    }
 
 
 def test_guard_fires_on_an_overflow_whatever_the_severity():
@@ -405,8 +553,7 @@ def test_overflow_retry_belongs_to_the_designs_that_have_it(spec, expected):
 
 
 def test_overflow_retry_is_a_class_attribute_where_it_does_not_depend_on_parameters():
-    for kind, expected in (("token_threshold", False), ("stat_threshold", False), ("pressure", False),
-                           ("guard", True)):
+    for kind, expected in (("token_threshold", False), ("stat_threshold", False), ("pressure", False), ("guard", True)):
         assert kinds("trigger")[kind].overflow_retry is expected
     assert "overflow_retry" not in spec_of(build_trigger("guard"))  # not a parameter
 
@@ -431,16 +578,19 @@ class Scripted:
         self.notified += 1
 
 
-@pytest.mark.parametrize(("kind", "answers", "expected"), [
-    ("any", [False, False], False),
-    ("any", [False, True], True),
-    ("any", [True, True], True),
-    ("all", [True, False], False),
-    ("all", [True, True], True),
-    ("all", [False, False], False),
-    ("any", [True], True),
-    ("all", [False], False),
-])
+@pytest.mark.parametrize(
+    ("kind", "answers", "expected"),
+    [
+        ("any", [False, False], False),
+        ("any", [False, True], True),
+        ("any", [True, True], True),
+        ("all", [True, False], False),
+        ("all", [True, True], True),
+        ("all", [False, False], False),
+        ("any", [True], True),
+        ("all", [False], False),
+    ],
+)
 def test_combinators(kind, answers, expected):
     inner = [Scripted(a) for a in answers]
     trigger = build_trigger({"kind": kind, "triggers": inner})
@@ -450,10 +600,13 @@ def test_combinators(kind, answers, expected):
 
 
 def test_combinators_build_nested_specs_and_round_trip():
-    spec = {"kind": "any", "triggers": [
-        {"kind": "utilization", "ratio": 0.9},
-        {"kind": "all", "triggers": [{"kind": "pressure", "turns": 4}, {"kind": "token_threshold"}]},
-    ]}
+    spec = {
+        "kind": "any",
+        "triggers": [
+            {"kind": "utilization", "ratio": 0.9},
+            {"kind": "all", "triggers": [{"kind": "pressure", "turns": 4}, {"kind": "token_threshold"}]},
+        ],
+    }
     trigger = build_trigger(spec)
     assert type(trigger.triggers[1]).kind == "all"
     again = build_trigger(spec_of(trigger))
@@ -462,12 +615,17 @@ def test_combinators_build_nested_specs_and_round_trip():
 
 
 def test_combinators_forward_guard_severity():
-    spec = {"kind": "any", "triggers": [
-        {"kind": "pressure", "turns": 100},
-        {"kind": "all", "triggers": [{"kind": "token_threshold", "threshold": 1},
-                                     {"kind": "guard", "hard_limit": 1000}]},
-        {"kind": "guard", "hard_limit": 10},  # a later guard is not asked
-    ]}
+    spec = {
+        "kind": "any",
+        "triggers": [
+            {"kind": "pressure", "turns": 100},
+            {
+                "kind": "all",
+                "triggers": [{"kind": "token_threshold", "threshold": 1}, {"kind": "guard", "hard_limit": 1000}],
+            },
+            {"kind": "guard", "hard_limit": 10},  # a later guard is not asked
+        ],
+    }
     trigger = build_trigger(spec)
     assert trigger_severity(trigger, view(context_tokens=100)) == "none"
     assert trigger_severity(trigger, view(context_tokens=850)) == "warn"
@@ -476,8 +634,9 @@ def test_combinators_forward_guard_severity():
 
 
 def test_any_notifies_stat_threshold_inside():
-    trigger = build_trigger({"kind": "any", "triggers": [
-        {"kind": "stat_threshold", "counters": {"iterations": 5}}, {"kind": "guard"}]})
+    trigger = build_trigger(
+        {"kind": "any", "triggers": [{"kind": "stat_threshold", "counters": {"iterations": 5}}, {"kind": "guard"}]}
+    )
     v = view(counters={"iterations": 5}, context_tokens=10)
     assert trigger.should_compact(v)
     trigger.notify_compacted(v)
@@ -554,8 +713,11 @@ def test_stat_threshold_counter_never_fires_twice_without_growth(delta: int, gro
 
 
 @settings(max_examples=60, deadline=None)
-@given(hard_limit=st.integers(1, 200_000), warn=st.floats(0.05, 1.0),
-       tokens=st.lists(st.integers(0, 300_000), min_size=2, max_size=10))
+@given(
+    hard_limit=st.integers(1, 200_000),
+    warn=st.floats(0.05, 1.0),
+    tokens=st.lists(st.integers(0, 300_000), min_size=2, max_size=10),
+)
 def test_guard_severity_is_monotone_in_tokens(hard_limit: int, warn: float, tokens: list[int]):
     trigger = build_trigger({"kind": "guard", "hard_limit": hard_limit, "warn_threshold": warn})
     order = {"none": 0, "warn": 1, "critical": 2}
@@ -564,15 +726,19 @@ def test_guard_severity_is_monotone_in_tokens(hard_limit: int, warn: float, toke
 
 
 @settings(max_examples=60, deadline=None)
-@given(ratio=st.floats(0.05, 1.0), limit=st.integers(1000, 100_000), system=st.integers(0, 500),
-       max_output=st.integers(0, 500), messages=st.integers(0, 120_000))
+@given(
+    ratio=st.floats(0.05, 1.0),
+    limit=st.integers(1000, 100_000),
+    system=st.integers(0, 500),
+    max_output=st.integers(0, 500),
+    messages=st.integers(0, 120_000),
+)
 def test_utilization_matches_its_definition(ratio, limit, system, max_output, messages):
     trigger = build_trigger({"kind": "utilization", "ratio": ratio, "reactive": False})
     v = view(context_limit=limit, system_tokens=system, max_output=max_output, context_tokens=system + messages)
     room = limit - system - max_output
     expected = messages > 0 if room <= 0 else messages / room > ratio  # no room: any message is too much
     assert trigger.should_compact(v) is expected
-
 
 
 # ------------------------------------------------------------------------------------------------
@@ -593,13 +759,21 @@ MASKED_TRIGGERS = [
     {"kind": "stat_threshold", "gauges": {"context_messages": 40, "context_steps": 30}},
     {"kind": "stat_threshold", "gauges": {"context_*": 25_000, "tokens_last_call": 28_000, "other": 1}},
     {"kind": "any", "triggers": [{"kind": "pressure", "turns": 9}, {"kind": "guard", "hard_limit": 25_000}]},
-    {"kind": "all", "triggers": [{"kind": "utilization", "ratio": 0.5},
-                                 {"kind": "stat_threshold", "counters": {"iterations": 4}}]},
+    {
+        "kind": "all",
+        "triggers": [{"kind": "utilization", "ratio": 0.5}, {"kind": "stat_threshold", "counters": {"iterations": 4}}],
+    },
 ]
 
 
-def span_and_views(first_call: int, steps: list[tuple[int, int, int]], *, system_tokens: int, compactions: int,
-                   finish: list[str | None]) -> tuple[Any, list[TriggerView]]:
+def span_and_views(
+    first_call: int,
+    steps: list[tuple[int, int, int]],
+    *,
+    system_tokens: int,
+    compactions: int,
+    finish: list[str | None],
+) -> tuple[Any, list[TriggerView]]:
     """A CallSpan and the per-call views the engine would build for the same calls.
 
     `steps`: per call, (tokens the context grew by before it, messages added, completion tokens).
@@ -618,45 +792,81 @@ def span_and_views(first_call: int, steps: list[tuple[int, int, int]], *, system
         outputs.append(total_out)
         spent, total_in, total_out = context + completion, total_in + context, total_out + completion
     reasons = [finish[i % len(finish)] for i in range(len(steps))]
-    columns = {"context_messages": np.array(messages), "context_steps": np.array(stepsn),
-               "tokens_last_call": np.array(last), "input_tokens": np.array(inputs),
-               "output_tokens": np.array(outputs), "last_finish_reasons": reasons}
-    span = CallSpan(first_call=first_call, context_tokens=np.array(tokens), system_tokens=system_tokens,
-                    compactions=compactions, context_limit=32_000, max_output=2_000, columns=columns.__getitem__)
-    views = [TriggerView(call_index=first_call + i,
-                         counters={"iterations": first_call + i, "input_tokens": inputs[i], "output_tokens": outputs[i],
-                                   "compactions": compactions, "input_tokens_for:m": inputs[i]},
-                         gauges={"context_messages": messages[i], "context_steps": stepsn[i],
-                                 "context_tokens": tokens[i], "tokens_last_call": last[i]},
-                         context_limit=32_000, max_output=2_000, system_tokens=system_tokens,
-                         last_finish_reason=reasons[i], reactive=reasons[i] == "length")
-             for i in range(len(steps))]
+    columns = {
+        "context_messages": np.array(messages),
+        "context_steps": np.array(stepsn),
+        "tokens_last_call": np.array(last),
+        "input_tokens": np.array(inputs),
+        "output_tokens": np.array(outputs),
+        "last_finish_reasons": reasons,
+    }
+    span = CallSpan(
+        first_call=first_call,
+        context_tokens=np.array(tokens),
+        system_tokens=system_tokens,
+        compactions=compactions,
+        context_limit=32_000,
+        max_output=2_000,
+        columns=columns.__getitem__,
+    )
+    views = [
+        TriggerView(
+            call_index=first_call + i,
+            counters={
+                "iterations": first_call + i,
+                "input_tokens": inputs[i],
+                "output_tokens": outputs[i],
+                "compactions": compactions,
+                "input_tokens_for:m": inputs[i],
+            },
+            gauges={
+                "context_messages": messages[i],
+                "context_steps": stepsn[i],
+                "context_tokens": tokens[i],
+                "tokens_last_call": last[i],
+            },
+            context_limit=32_000,
+            max_output=2_000,
+            system_tokens=system_tokens,
+            last_finish_reason=reasons[i],
+            reactive=reasons[i] == "length",
+        )
+        for i in range(len(steps))
+    ]
     return span, views
 
 
 @pytest.mark.parametrize("spec", MASKED_TRIGGERS, ids=lambda spec: str(spec)[:60])
 @settings(max_examples=25, deadline=None)
-@given(first_call=st.integers(1, 12), system_tokens=st.sampled_from([0, 1_200, 29_500, 30_500]),
-       compactions=st.integers(0, 2), notified=st.booleans(),
-       steps=st.lists(st.tuples(st.integers(0, 3_000), st.integers(1, 4), st.integers(0, 900)), min_size=1,
-                      max_size=40))
-def test_firing_mask_agrees_with_should_compact_at_every_call(spec, first_call, system_tokens, compactions,
-                                                              notified, steps):
+@given(
+    first_call=st.integers(1, 12),
+    system_tokens=st.sampled_from([0, 1_200, 29_500, 30_500]),
+    compactions=st.integers(0, 2),
+    notified=st.booleans(),
+    steps=st.lists(st.tuples(st.integers(0, 3_000), st.integers(1, 4), st.integers(0, 900)), min_size=1, max_size=40),
+)
+def test_firing_mask_agrees_with_should_compact_at_every_call(
+    spec, first_call, system_tokens, compactions, notified, steps
+):
     trigger = build_trigger(spec)
-    span, views = span_and_views(first_call, steps, system_tokens=system_tokens, compactions=compactions,
-                                 finish=[None, "stop", "length"])
+    span, views = span_and_views(
+        first_call, steps, system_tokens=system_tokens, compactions=compactions, finish=[None, "stop", "length"]
+    )
     if notified:  # stat_threshold's snapshots move the counters' origin
         trigger.notify_compacted(views[len(views) // 2])
     expected = [trigger.should_compact(v) for v in views]
     assert [bool(x) for x in trigger.firing_mask(span)] == expected
 
 
-@pytest.mark.parametrize("spec", [
-    {"kind": "pressure", "turns": 4, "tokens": 9_000},
-    {"kind": "stat_threshold", "counters": {"input_tokens_for:*": 1_000}},
-    {"kind": "stat_threshold", "counters": {"input*": 1_000}},
-    {"kind": "any", "triggers": [{"kind": "guard"}, {"kind": "pressure", "tokens": 500}]},
-])
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"kind": "pressure", "turns": 4, "tokens": 9_000},
+        {"kind": "stat_threshold", "counters": {"input_tokens_for:*": 1_000}},
+        {"kind": "stat_threshold", "counters": {"input*": 1_000}},
+        {"kind": "any", "triggers": [{"kind": "guard"}, {"kind": "pressure", "tokens": 500}]},
+    ],
+)
 def test_triggers_that_need_the_per_call_path_say_so(spec):
     span, _ = span_and_views(1, [(100, 2, 10)], system_tokens=0, compactions=0, finish=[None])
     with pytest.raises(NotImplementedError):

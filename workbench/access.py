@@ -18,8 +18,9 @@ from workbench.session import Session
 __all__ = ["iter_sessions", "overview", "session", "session_detail", "sessions"]
 
 
-def sessions(dataset: str | None = None, where: str | None = None,
-             db: str | os.PathLike[str] | None = None) -> list[Session]:
+def sessions(
+    dataset: str | None = None, where: str | None = None, db: str | os.PathLike[str] | None = None
+) -> list[Session]:
     """The stored sessions of `dataset` (every dataset when None) matching `where`, an SQL
     condition over the sessions table (columns id, dataset, format, source, messages, calls,
     metadata, imported_at; e.g. `"calls >= 50 AND format = 'claude-code'"`), in the store's order
@@ -30,8 +31,13 @@ def sessions(dataset: str | None = None, where: str | None = None,
         return store.load_sessions(dataset, where)
 
 
-def iter_sessions(dataset: str | None = None, where: str | None = None,
-                  db: str | os.PathLike[str] | None = None, *, batch_sessions: int = 64) -> Iterator[Session]:
+def iter_sessions(
+    dataset: str | None = None,
+    where: str | None = None,
+    db: str | os.PathLike[str] | None = None,
+    *,
+    batch_sessions: int = 64,
+) -> Iterator[Session]:
     """The sessions `sessions()` returns, streamed: loaded `batch_sessions` at a time, so a dataset
     of any size can be walked with memory for one batch (the database stays open, read-only,
     until the iteration ends or the iterator is closed)."""
@@ -57,8 +63,9 @@ def session(id: str, db: str | os.PathLike[str] | None = None) -> Session:
             raise StoreError(f"no session id starts with {wanted!r} in {store.path}")
         if len(matches) > 1:
             shown = ", ".join(matches[:5]) + (", ..." if len(matches) > 5 else "")
-            raise StoreError(f"{len(matches)} sessions start with {wanted!r} in {store.path} ({shown}); "
-                             "give more of the id")
+            raise StoreError(
+                f"{len(matches)} sessions start with {wanted!r} in {store.path} ({shown}); give more of the id"
+            )
         return store.load_session(matches[0])
 
 
@@ -68,9 +75,11 @@ def overview(db: str | os.PathLike[str] | None = None) -> dict[str, list[dict[st
 
     with Store(db, read_only=True) as store:
         sessions = store.session_rows()
-        characters = dict(store.connection.execute(
-            "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
-        ).fetchall())
+        characters = dict(
+            store.connection.execute(
+                "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
+            ).fetchall()
+        )
         for row in sessions:
             row["characters"] = int(characters.get(row["id"], 0))
         return {"datasets": store.dataset_rows(), "sessions": sessions}
@@ -92,15 +101,32 @@ def session_detail(session: Session, tokenizer: str = "heuristic") -> dict[str, 
     for index, message in enumerate(session.messages):
         tokens = message_tokens(message, tokenizer)
         total += tokens
-        messages.append({
-            "index": index, "role": message.role, "text": message.text, "name": message.name,
-            "tool_call_id": message.tool_call_id, "importance": message.importance, "origin": message.origin,
-            "observation": message.is_observation,
-            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
-            "non_text_parts": _non_text_parts(message.content), "tokens": tokens, "cumulative_tokens": total,
-        })
+        messages.append(
+            {
+                "index": index,
+                "role": message.role,
+                "text": message.text,
+                "name": message.name,
+                "tool_call_id": message.tool_call_id,
+                "importance": message.importance,
+                "origin": message.origin,
+                "observation": message.is_observation,
+                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.arguments} for c in message.tool_calls],
+                "non_text_parts": _non_text_parts(message.content),
+                "tokens": tokens,
+                "cumulative_tokens": total,
+            }
+        )
     metadata = {k: v for k, v in session.metadata.items() if k != "recorded_compactions"}
-    return {"id": session.id, "dataset": session.dataset, "format": session.format, "messages": messages,
-            "recorded_compactions": [c.to_dict() for c in session.recorded_compactions],
-            "probes": [p.to_dict() for p in session.probes], "tools": [dict(t) for t in session.tools],
-            "metadata": metadata, "calls": session.calls, "tokens": total}
+    return {
+        "id": session.id,
+        "dataset": session.dataset,
+        "format": session.format,
+        "messages": messages,
+        "recorded_compactions": [c.to_dict() for c in session.recorded_compactions],
+        "probes": [p.to_dict() for p in session.probes],
+        "tools": [dict(t) for t in session.tools],
+        "metadata": metadata,
+        "calls": session.calls,
+        "tokens": total,
+    }

@@ -64,17 +64,29 @@ class CalibrationFit:
             return f"calibration: none applied ({self.note})"
         errors = ""
         if self.error_before is not None and self.error_after is not None:
-            errors = (f"; median error against the billed input {self.error_before:.1%} raw, "
-                      f"{self.error_after:.1%} calibrated")
-        return (f"calibration: {self.overhead:+,} tokens per call, text tokens x {self.scale:.3f} (fitted on "
-                f"{self.calls_used} of {self.calls_with_usage} calls with usage, {self.outliers} outliers left out)"
-                f"{errors}")
+            errors = (
+                f"; median error against the billed input {self.error_before:.1%} raw, "
+                f"{self.error_after:.1%} calibrated"
+            )
+        return (
+            f"calibration: {self.overhead:+,} tokens per call, text tokens x {self.scale:.3f} (fitted on "
+            f"{self.calls_used} of {self.calls_with_usage} calls with usage, {self.outliers} outliers left out)"
+            f"{errors}"
+        )
 
     def to_dict(self) -> dict[str, Any]:
-        return {"tokenizer": self.tokenizer, "overhead": self.overhead, "scale": self.scale,
-                "calls_used": self.calls_used, "calls_with_usage": self.calls_with_usage,
-                "outliers": self.outliers, "raw_ratio": self.raw_ratio, "error_before": self.error_before,
-                "error_after": self.error_after, "note": self.note}
+        return {
+            "tokenizer": self.tokenizer,
+            "overhead": self.overhead,
+            "scale": self.scale,
+            "calls_used": self.calls_used,
+            "calls_with_usage": self.calls_with_usage,
+            "outliers": self.outliers,
+            "raw_ratio": self.raw_ratio,
+            "error_before": self.error_before,
+            "error_after": self.error_after,
+            "note": self.note,
+        }
 
 
 class ScaledTokenizer:
@@ -165,9 +177,18 @@ def _errors(points: Sequence[tuple[int, int, int]], overhead: float, scale: floa
 def fit(points: Sequence[tuple[int, int, int]], tokenizer: str = "heuristic") -> CalibrationFit:
     """Fit (overhead, scale) on `points` (see `calibration_points`), refitting without outliers."""
     if not points:
-        return CalibrationFit(tokenizer=tokenizer, overhead=0, scale=1.0, calls_used=0, calls_with_usage=0,
-                              outliers=0, raw_ratio=None, error_before=None, error_after=None,
-                              note="no recorded usage before the first recorded compaction: counts left as they are")
+        return CalibrationFit(
+            tokenizer=tokenizer,
+            overhead=0,
+            scale=1.0,
+            calls_used=0,
+            calls_with_usage=0,
+            outliers=0,
+            raw_ratio=None,
+            error_before=None,
+            error_after=None,
+            note="no recorded usage before the first recorded compaction: counts left as they are",
+        )
     kept = list(points)
     overhead, scale = _line(kept)
     for _ in range(3):
@@ -180,12 +201,17 @@ def fit(points: Sequence[tuple[int, int, int]], tokenizer: str = "heuristic") ->
         overhead, scale = _line(kept)
     rounded = round(overhead)
     return CalibrationFit(
-        tokenizer=tokenizer, overhead=rounded, scale=scale, calls_used=len(kept), calls_with_usage=len(points),
+        tokenizer=tokenizer,
+        overhead=rounded,
+        scale=scale,
+        calls_used=len(kept),
+        calls_with_usage=len(points),
         outliers=len(points) - len(kept),
         raw_ratio=statistics.median((t + f) / y for t, f, y in points),
         error_before=statistics.median(_errors(points, 0, 1.0)),
         error_after=statistics.median(_errors(points, rounded, scale)),
-        note="" if len(kept) >= MIN_POINTS_FOR_SCALE else "too few calls to fit a scale: overhead only")
+        note="" if len(kept) >= MIN_POINTS_FOR_SCALE else "too few calls to fit a scale: overhead only",
+    )
 
 
 def fit_recorded(session: Session, tokenizer: str | Tokenizer = "heuristic") -> CalibrationFit:
@@ -204,5 +230,14 @@ def calibration_table(sessions: Iterable[Session], tokenizer: str = "heuristic")
     return rows
 
 
-__all__ = ["CALIBRATIONS", "CalibrationFit", "ScaledTokenizer", "calibration_points", "calibration_table", "fit",
-           "fit_recorded", "prime_scaled", "schema_text"]
+__all__ = [
+    "CALIBRATIONS",
+    "CalibrationFit",
+    "ScaledTokenizer",
+    "calibration_points",
+    "calibration_table",
+    "fit",
+    "fit_recorded",
+    "prime_scaled",
+    "schema_text",
+]

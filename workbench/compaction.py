@@ -196,8 +196,9 @@ class Summarizer(Protocol):
 
     model: str
 
-    def complete(self, messages: list[dict[str, Any]], *, purpose: str = "summary",
-                 max_tokens: int | None = None) -> Completion: ...
+    def complete(
+        self, messages: list[dict[str, Any]], *, purpose: str = "summary", max_tokens: int | None = None
+    ) -> Completion: ...
 
 
 @dataclass(frozen=True)
@@ -269,8 +270,9 @@ class CompactionEnv:
             return message_tokens(item, self.tokenizer)
         return messages_tokens(item, self.tokenizer)
 
-    def summarize(self, messages: list[dict[str, Any]], *, purpose: str = "summary",
-                  max_tokens: int | None = None) -> str:
+    def summarize(
+        self, messages: list[dict[str, Any]], *, purpose: str = "summary", max_tokens: int | None = None
+    ) -> str:
         """Ask the summarizer; returns the text. Raises `SummarizerError` on failure, on empty text
         and on a refusal (`unusable_answer`); a text cut at the output limit is returned (the
         replay counts it in the compaction's `truncated` usage)."""
@@ -330,5 +332,7 @@ def trigger_answer(answer: Any, trigger: Any) -> bool:
         return answer
     if type(answer).__module__ == "numpy" and type(answer).__name__ in ("bool", "bool_"):
         return bool(answer)
-    raise ConfigError(f"trigger {kind_name(trigger)!r}: should_compact returned {answer!r} "
-                      f"({type(answer).__name__}); it must return True or False")
+    raise ConfigError(
+        f"trigger {kind_name(trigger)!r}: should_compact returned {answer!r} "
+        f"({type(answer).__name__}); it must return True or False"
+    )

@@ -63,16 +63,20 @@ class ReplayConfig:
     summarizer_options: Mapping[str, Any] = param({}, doc="LiteLLM options for the summarizer")
     on_failure: str = param("fatal", doc="what a failed compaction does", choices=ON_FAILURE)
     max_consecutive_failures: int = param(3, doc="summarizer failures in a row that open the breaker", min=1)
-    cache_read_ratio: float = param(0.1, doc="price of a cached input token relative to an uncached one",
-                                    min=0, max=1)
-    calibration: str = param("none", doc="recorded: fit token counts to the recording's usage per session",
-                             choices=CALIBRATIONS)
-    overflow_retry: bool | None = param(None, doc="compact and retry a call that overflows (none: the trigger's "
-                                                  "design decides)")
+    cache_read_ratio: float = param(0.1, doc="price of a cached input token relative to an uncached one", min=0, max=1)
+    calibration: str = param(
+        "none", doc="recorded: fit token counts to the recording's usage per session", choices=CALIBRATIONS
+    )
+    overflow_retry: bool | None = param(
+        None, doc="compact and retry a call that overflows (none: the trigger's design decides)"
+    )
     evaluator: str | None = param(None, doc="the model answering probes and judging (model metrics); none: off")
     evaluator_options: Mapping[str, Any] = param({}, doc="LiteLLM options for the evaluator")
-    notes: tuple[str, ...] = param((), doc="what resolving the config changed in it, and why (a preset threshold "
-                                           "scaled to the window: workbench.presets.fit_to_window)")
+    notes: tuple[str, ...] = param(
+        (),
+        doc="what resolving the config changed in it, and why (a preset threshold "
+        "scaled to the window: workbench.presets.fit_to_window)",
+    )
     built_trigger: Any = field(init=False, repr=False, compare=False)
     built_strategy: Any = field(init=False, repr=False, compare=False)
 
@@ -84,15 +88,17 @@ class ReplayConfig:
             label = f"config {given['name']!r}: " if isinstance(given.get("name"), str) and given["name"] else ""
             raise ConfigError(f"{label}{exc}") from exc
         if values["max_output"] >= values["context_limit"]:
-            raise ConfigError(f"max_output ({values['max_output']}) must be below context_limit "
-                              f"({values['context_limit']})")
+            raise ConfigError(
+                f"max_output ({values['max_output']}) must be below context_limit ({values['context_limit']})"
+            )
         for key in ("summarizer", "evaluator"):
             if values[key] is not None and not values[key].strip():
                 raise ConfigError(f"{key} must be a model string such as 'workbench/extractive'")
         get_tokenizer(values["tokenizer"])
         trigger, strategy = values.pop("trigger"), values.pop("strategy")
-        values.update(trigger=spec_of(trigger), strategy=spec_of(strategy),
-                      built_trigger=trigger, built_strategy=strategy)
+        values.update(
+            trigger=spec_of(trigger), strategy=spec_of(strategy), built_trigger=trigger, built_strategy=strategy
+        )
         if not values["name"]:
             values["name"] = f"{trigger.kind}+{strategy.kind}"
         for key, value in values.items():
@@ -114,15 +120,23 @@ class ReplayConfig:
         `overflow_retry`, `evaluator` and `notes` appear only when set, so configs written before
         they existed keep the same stored spec.
         """
+
         def options(table: Mapping[str, Any]) -> dict[str, Any]:
             return {k: v for k, v in table.items() if not (redact and k in SECRET_OPTION_KEYS)}
 
         out = {
-            "name": self.name, "tokenizer": self.tokenizer, "context_limit": self.context_limit,
-            "max_output": self.max_output, "summarizer": self.summarizer,
-            "summarizer_options": options(self.summarizer_options), "on_failure": self.on_failure,
-            "max_consecutive_failures": self.max_consecutive_failures, "cache_read_ratio": self.cache_read_ratio,
-            "trigger": dict(self.trigger), "strategy": dict(self.strategy), "calibration": self.calibration,
+            "name": self.name,
+            "tokenizer": self.tokenizer,
+            "context_limit": self.context_limit,
+            "max_output": self.max_output,
+            "summarizer": self.summarizer,
+            "summarizer_options": options(self.summarizer_options),
+            "on_failure": self.on_failure,
+            "max_consecutive_failures": self.max_consecutive_failures,
+            "cache_read_ratio": self.cache_read_ratio,
+            "trigger": dict(self.trigger),
+            "strategy": dict(self.strategy),
+            "calibration": self.calibration,
         }
         if self.overflow_retry is not None:
             out["overflow_retry"] = self.overflow_retry
@@ -158,8 +172,11 @@ def config_hash(config: ReplayConfig | Mapping[str, Any] | str | Path) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-_FIELDS = (*(f.name for f in fields(ReplayConfig) if f.init and f.name not in ("trigger", "strategy")),
-           "trigger", "strategy")
+_FIELDS = (
+    *(f.name for f in fields(ReplayConfig) if f.init and f.name not in ("trigger", "strategy")),
+    "trigger",
+    "strategy",
+)
 
 
 def merge_config(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
@@ -171,8 +188,11 @@ def merge_config(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[s
     out = copy.deepcopy(dict(base))
     for key, value in override.items():
         current = out.get(key)
-        if isinstance(value, Mapping) and isinstance(current, Mapping) and \
-                value.get("kind", current.get("kind")) == current.get("kind"):
+        if (
+            isinstance(value, Mapping)
+            and isinstance(current, Mapping)
+            and value.get("kind", current.get("kind")) == current.get("kind")
+        ):
             out[key] = merge_config(current, value)
         else:
             out[key] = copy.deepcopy(value)
@@ -214,23 +234,34 @@ def parse_config(spec: ReplayConfig | Mapping[str, Any] | str | Path) -> ReplayC
     spec = with_preset(spec)
     unknown = sorted(set(spec) - set(_FIELDS))
     if unknown:
-        raise ConfigError(f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(_FIELDS)}, preset{did_you_mean(unknown, (*_FIELDS, 'preset'))}")
+        raise ConfigError(
+            f"unknown config key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(_FIELDS)}, preset{did_you_mean(unknown, (*_FIELDS, 'preset'))}"
+        )
     for required, example in (("trigger", "utilization"), ("strategy", "sliding_window")):
         if required not in spec:
             named = f"config {spec['name']!r} " if spec.get("name") else "the config "
-            raise ConfigError(f"{where}{named}has no [{required}] table; add one such as [{required}] "
-                              f"kind = \"{example}\" (`workbench kinds` lists every kind)")
+            raise ConfigError(
+                f"{where}{named}has no [{required}] table; add one such as [{required}] "
+                f'kind = "{example}" (`workbench kinds` lists every kind)'
+            )
     try:
         return ReplayConfig(**dict(spec))
     except ConfigError as exc:
-        misplaced = [(table, key) for table in ("trigger", "strategy") if isinstance(spec[table], Mapping)
-                     for key in spec[table] if key in _FIELDS and repr(key) in str(exc)]  # the key it refused
+        misplaced = [
+            (table, key)
+            for table in ("trigger", "strategy")
+            if isinstance(spec[table], Mapping)
+            for key in spec[table]
+            if key in _FIELDS and repr(key) in str(exc)
+        ]  # the key it refused
         if not misplaced:
             raise
         table, key = misplaced[0]
-        raise ConfigError(f"{exc} (in TOML a key written after [{table}] belongs to it: to set {key!r} for the "
-                          f"config, write it before the first [table] header)") from exc
+        raise ConfigError(
+            f"{exc} (in TOML a key written after [{table}] belongs to it: to set {key!r} for the "
+            f"config, write it before the first [table] header)"
+        ) from exc
 
 
 def _preset_named(source: str | Path) -> dict[str, Any] | None:
@@ -241,8 +272,10 @@ def _preset_named(source: str | Path) -> dict[str, Any] | None:
         return None
     known = presets()
     if text not in known:
-        raise ConfigError(f"config {text!r} is neither a TOML file, inline TOML nor a preset; presets: "
-                          f"{', '.join(known)}{did_you_mean([text], known)}")
+        raise ConfigError(
+            f"config {text!r} is neither a TOML file, inline TOML nor a preset; presets: "
+            f"{', '.join(known)}{did_you_mean([text], known)}"
+        )
     return with_preset({"preset": text})
 
 

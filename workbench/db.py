@@ -32,7 +32,9 @@ from workbench.errors import StoreError
 DEFAULT_DB = "data/workbench.duckdb"
 
 MIGRATIONS: tuple[tuple[str, str], ...] = (
-    ("0001_sessions", """
+    (
+        "0001_sessions",
+        """
         CREATE TABLE datasets (
             name VARCHAR PRIMARY KEY,
             description VARCHAR,
@@ -76,8 +78,11 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             tokenizer VARCHAR NOT NULL,
             tokens INTEGER NOT NULL
         );
-    """),
-    ("0002_llm_cache", """
+    """,
+    ),
+    (
+        "0002_llm_cache",
+        """
         CREATE TABLE llm_cache (
             key VARCHAR PRIMARY KEY,
             model VARCHAR NOT NULL,
@@ -90,11 +95,14 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
             duration_s DOUBLE,
             created_at TIMESTAMP DEFAULT current_timestamp
         );
-    """),
+    """,
+    ),
     # Each message's content once: a string in `content`, a list of parts in `parts` (0001 kept the
     # string twice, as JSON and as `text`), zstd-compressed (DuckDB leaves long strings uncompressed
     # otherwise). `message_texts` gives the text of every message.
-    ("0003_content_once", """
+    (
+        "0003_content_once",
+        """
         CREATE TABLE messages_0003 (
             session_id VARCHAR NOT NULL,
             idx INTEGER NOT NULL,
@@ -122,9 +130,12 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
                    list_filter(CAST(parts AS JSON[]), lambda p: p ->> 'type' = 'text'),
                    lambda p: p ->> 'text'), chr(10)), '') AS text
         FROM messages;
-    """),
+    """,
+    ),
     # Experiment results at four levels (run, cell, call, compaction); see workbench.experiments.results.
-    ("0004_experiment_results", """
+    (
+        "0004_experiment_results",
+        """
     CREATE TABLE runs (
         id VARCHAR PRIMARY KEY,
         name VARCHAR NOT NULL,
@@ -213,21 +224,30 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         SELECT run_id, config, metric, avg(value) AS mean, min(value) AS min, max(value) AS max,
                count(value) AS n
         FROM cell_metrics WHERE value IS NOT NULL GROUP BY ALL;
-"""),
+""",
+    ),
     # Which user messages are observations (a text-action agent's command output; tool results are by
     # role). NULL on rows stored before: the store derives them again (`Store.derive_observations`).
-    ("0005_message_observations", """
+    (
+        "0005_message_observations",
+        """
     ALTER TABLE messages ADD COLUMN observation BOOLEAN;
-"""),
+""",
+    ),
     # Whether a compaction event left the context unchanged (a no-op firing: not counted in `compactions`).
     # NULL on rows stored before, which did not tell.
-    ("0006_compaction_noop", """
+    (
+        "0006_compaction_noop",
+        """
     ALTER TABLE cell_compactions ADD COLUMN noop BOOLEAN;
-"""),
+""",
+    ),
     # A researcher's verdict on one compaction's summary: the session, the config's hash
     # (`workbench.config.config_hash`, so a renamed config keeps its labels), and the compaction's
     # `event_index` in the replay. A new label for the same key replaces the old one.
-    ("0007_summary_labels", """
+    (
+        "0007_summary_labels",
+        """
     CREATE TABLE summary_labels (
         session_id VARCHAR NOT NULL,
         config_hash VARCHAR NOT NULL,
@@ -238,13 +258,17 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
         labelled_at TIMESTAMP NOT NULL,
         PRIMARY KEY (session_id, config_hash, compaction)
     );
-"""),
+""",
+    ),
     # The process writing a run (host name and pid): other processes read a run while it goes on, and
     # tell a run still under way from one cut short by whether that process lives. NULL on runs before.
-    ("0008_run_process", """
+    (
+        "0008_run_process",
+        """
     ALTER TABLE runs ADD COLUMN host VARCHAR;
     ALTER TABLE runs ADD COLUMN pid INTEGER;
-"""),
+""",
+    ),
 )
 
 
@@ -305,6 +329,16 @@ class MissingDatabaseError(StoreError):
     """The database file does not exist and the caller asked not to create it."""
 
 
+#: The database files this process has opened (real paths). Their header is not read again: closing any
+#: descriptor of a file releases every POSIX lock the process holds on it, so reading the header of a file
+#: another thread holds open would let another process in while that thread writes.
+_OPENED: set[str] = set()
+
+
+def _opened_here(path: str) -> bool:
+    return os.path.realpath(path) in _OPENED
+
+
 def check_database_path(path: str, *, create: bool = True) -> None:
     """Refuse a path that is a folder or a file other than a DuckDB database, and (unless
     `create`) a path that does not exist. An empty file counts as a new database."""
@@ -312,24 +346,36 @@ def check_database_path(path: str, *, create: bool = True) -> None:
         return
     if not os.path.exists(path):
         if not create:
-            raise MissingDatabaseError(f"database {path} does not exist; create it with "
-                                       f"`workbench init --db {path}` or `workbench import ... --db {path}`")
+            raise MissingDatabaseError(
+                f"database {path} does not exist; create it with "
+                f"`workbench init --db {path}` or `workbench import ... --db {path}`"
+            )
         return
     if os.path.isdir(path):
         raise NotADatabaseError(f"--db {path} is a folder, not a DuckDB database file")
+    if _opened_here(path):
+        return
     try:
         with open(path, "rb") as handle:
             head = handle.read(_MAGIC_OFFSET + len(_MAGIC))
     except OSError as exc:
         raise StoreError(f"cannot read database {path}: {exc.strerror or exc}") from exc
     if head and head[_MAGIC_OFFSET:] != _MAGIC:
-        raise NotADatabaseError(f"{path} is not a DuckDB database (left untouched); pass a .duckdb file "
-                                f"to --db, or import this file with `workbench import {path}`")
+        raise NotADatabaseError(
+            f"{path} is not a DuckDB database (left untouched); pass a .duckdb file "
+            f"to --db, or import this file with `workbench import {path}`"
+        )
 
 
-def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
-            migrate: bool = True, create: bool = True, memory_limit: str | None = None,
-            lock_wait: float | None = None) -> duckdb.DuckDBPyConnection:
+def connect(
+    path: str | os.PathLike[str] | None = None,
+    *,
+    read_only: bool = False,
+    migrate: bool = True,
+    create: bool = True,
+    memory_limit: str | None = None,
+    lock_wait: float | None = None,
+) -> duckdb.DuckDBPyConnection:
     """Open the database file (creating it and its folder unless `create` is False or `read_only`)
     and bring its schema up to date.
 
@@ -346,6 +392,8 @@ def connect(path: str | os.PathLike[str] | None = None, *, read_only: bool = Fal
     if target != ":memory:" and not read_only:
         Path(target).parent.mkdir(parents=True, exist_ok=True)
     connection = _open_waiting(target, read_only, default_lock_wait() if lock_wait is None else lock_wait)
+    if target != ":memory:":
+        _OPENED.add(os.path.realpath(target))
     limit = memory_limit or default_memory_limit()
     if limit:
         try:
@@ -373,8 +421,9 @@ def _open_waiting(target: str, read_only: bool, lock_wait: float) -> duckdb.Duck
             if left <= 0:
                 pid = _LOCK_PID.search(message)
                 holder = f" (pid {pid.group(1)})" if pid else ""
-                raise StoreError(f"database {target} is in use by another process{holder}; "
-                                 f"close it or pass another --db") from exc
+                raise StoreError(
+                    f"database {target} is in use by another process{holder}; close it or pass another --db"
+                ) from exc
         # jittered, so that two waiting processes do not keep trying at the same instants
         time.sleep(min(left, pause * random.uniform(0.5, 1.0)))
         pause = min(pause * 1.5, 0.25)
@@ -389,8 +438,13 @@ class FileHold:
     cursors are not shared between threads); a transaction begun on it ends before the `with` does.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, memory_limit: str | None = None,
-                 lock_wait: float | None = None):
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        memory_limit: str | None = None,
+        lock_wait: float | None = None,
+    ):
         self.path = str(path) if path is not None else default_path()
         self.memory_limit = memory_limit
         self.lock_wait = lock_wait
@@ -404,8 +458,9 @@ class FileHold:
     def open(self) -> Iterator[duckdb.DuckDBPyConnection]:
         with self._lock:
             if self._connection is None:
-                self._connection = connect(self.path, migrate=not self._migrated, memory_limit=self.memory_limit,
-                                           lock_wait=self.lock_wait)
+                self._connection = connect(
+                    self.path, migrate=not self._migrated, memory_limit=self.memory_limit, lock_wait=self.lock_wait
+                )
                 self._migrated = True
                 self.opened += 1
             self._users += 1
@@ -428,7 +483,8 @@ class FileHold:
 
 def applied_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
     exists = connection.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'").fetchall()[0][0]
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+    ).fetchall()[0][0]
     if not exists:
         return []
     return [row[0] for row in connection.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
@@ -436,8 +492,10 @@ def applied_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
 
 def apply_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
     """Apply every migration not yet recorded, each in its own transaction; returns their names."""
-    connection.execute("CREATE TABLE IF NOT EXISTS schema_migrations "
-                       "(name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT current_timestamp)")
+    connection.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations "
+        "(name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT current_timestamp)"
+    )
     done = set(applied_migrations(connection))
     applied = []
     for name, sql in MIGRATIONS:

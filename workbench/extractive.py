@@ -72,8 +72,15 @@ REQUEST_SHARE = 0.15
 PROGRESS_SHARE = 0.15
 PROGRESS_BLOCKS = 8
 #: Shares of the rest each salient section may use before leftovers are shared out (in PRIORITY order).
-WEIGHTS = {"files": 0.14, "identifiers": 0.2, "requests": 0.1, "commands": 0.08, "errors": 0.12,
-           "decisions": 0.18, "facts": 0.18}
+WEIGHTS = {
+    "files": 0.14,
+    "identifiers": 0.2,
+    "requests": 0.1,
+    "commands": 0.08,
+    "errors": 0.12,
+    "decisions": 0.18,
+    "facts": 0.18,
+}
 PRIORITY = ("identifiers", "files", "decisions", "facts", "errors", "commands", "requests")
 ROLE_WEIGHT = {"user": 3.0, "assistant": 2.0, "tool": 1.0}
 
@@ -97,8 +104,10 @@ def baseline_note(models: Iterable[str | None]) -> str | None:
     offline = sorted({str(m) for m in models if is_offline_baseline(m)})
     if not offline:
         return None
-    return (f"Summaries by {', '.join(offline)}: the {OFFLINE_BASELINE_LABEL}. "
-            "Read its quality figures as a floor, not as a model's.")
+    return (
+        f"Summaries by {', '.join(offline)}: the {OFFLINE_BASELINE_LABEL}. "
+        "Read its quality figures as a floor, not as a model's."
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -109,7 +118,9 @@ _STATED = re.compile(
     r"(?:at most|up to|no more than|not more than|no longer than|under|below|within|less than|fewer than|"
     r"maximum(?: of)?|max\.?|about|around|roughly|approximately|~|<=|≤)\s*(\d[\d,_]*)\s*"
     r"(token|word|character|char)s?\b"
-    r"|\b(\d[\d,_]*)[- ](token|word|character|char)s? (?:summary|note|limit|budget|maximum)", re.I)
+    r"|\b(\d[\d,_]*)[- ](token|word|character|char)s? (?:summary|note|limit|budget|maximum)",
+    re.I,
+)
 
 
 def stated_budget(instructions: Iterable[str]) -> int | None:
@@ -190,8 +201,7 @@ def read_input(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[t
         found_existing = _TAG_RE["existing_summary"].findall(text)
         if found_transcript or found_existing:
             tagged = True
-            existing.extend(e.strip() for e in found_existing
-                            if e.strip() and not _NO_EXISTING.match(e.strip()))
+            existing.extend(e.strip() for e in found_existing if e.strip() and not _NO_EXISTING.match(e.strip()))
             for transcript in found_transcript:
                 blocks.extend(_parse_transcript(transcript))
             continue
@@ -212,35 +222,42 @@ def read_input(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[t
 # extraction
 
 _URL = re.compile(r"\bhttps?://[^\s<>()\"'`]+")
-_EXTENSIONS = ("py|pyi|ipynb|md|rst|txt|json|jsonl|toml|yaml|yml|ini|cfg|conf|lock|csv|tsv|sql|db|js|jsx|mjs|"
-               "ts|tsx|go|rs|java|kt|c|h|cc|cpp|hpp|cs|rb|php|swift|sh|bash|zsh|ps1|html|css|scss|xml|"
-               "ex|exs|erl|lua|r|jl|scala|proto|gradle|mk|dockerfile|env|log|parquet|duckdb|svg|png|jpg")
+_EXTENSIONS = (
+    "py|pyi|ipynb|md|rst|txt|json|jsonl|toml|yaml|yml|ini|cfg|conf|lock|csv|tsv|sql|db|js|jsx|mjs|"
+    "ts|tsx|go|rs|java|kt|c|h|cc|cpp|hpp|cs|rb|php|swift|sh|bash|zsh|ps1|html|css|scss|xml|"
+    "ex|exs|erl|lua|r|jl|scala|proto|gradle|mk|dockerfile|env|log|parquet|duckdb|svg|png|jpg"
+)
 _PATH = re.compile(
     r"(?<![\w/@.:-])"
     r"(?:(?:~|\.{1,2})?/)?(?:[\w@+-][\w.@+-]*/)+[\w@+-][\w.@+-]*"
     r"|(?<![\w/@.:-])[\w-][\w.-]*\.(?:" + _EXTENSIONS + r")\b"
-    r"|\b(?:Makefile|Dockerfile|Justfile|Procfile|LICENSE|README)\b")
+    r"|\b(?:Makefile|Dockerfile|Justfile|Procfile|LICENSE|README)\b"
+)
 _FILE_EXT = re.compile(r"\.(?:" + _EXTENSIONS + r")$", re.I)
 _IDENT_PATTERNS = (
-    re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"),          # CamelCase
-    re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b"),           # camelCase
+    re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"),  # CamelCase
+    re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b"),  # camelCase
     re.compile(r"\b_{0,2}[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+_{0,2}\b"),  # snake_case, SCREAMING_CASE
     re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\b"),  # dotted.names
     re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+\b"),  # Rust::paths, C++::names
-    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\("),                     # called()
+    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\("),  # called()
 )
 _DOTTED_NOISE = {"e.g", "i.e", "etc.al", "vs.al"}
 _ERROR = re.compile(
     r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b|\bFAILED\b|\bERROR\b|"
     r"\berror(?:\[\w+\])?:|\bfatal:|\bpanic:|\bexit (?:code|status)[:= ]*[1-9]\d*|non-zero exit|"
     r"\bexited with (?:code )?[1-9]\d*|\bSegmentation fault\b|\bcommand not found\b|\[Errno \d+\]|"
-    r"No such file or directory|Permission denied")
+    r"No such file or directory|Permission denied"
+)
 _DECISION = re.compile(
     r"\b(?:must(?:n't| not)?|never|always|decided?|decision|agreed?|use|using|don't|do not|should(?:n't| not)?|"
     r"avoid|instead|prefer(?:red)?|requires?|required|constraint|only|chose|choose|going with|we will|"
-    r"we'll|let's|plan)\b", re.I)
-_NUMBER_TOKEN = re.compile(r"^[(\[\"'`]*[-+$€£]?\d[\d,._:/]*(?:%|ms|s|m|h|k|kb|mb|gb|tb|x|px|°c)?[)\]\"'`.,;:!?]*$",
-                           re.I)
+    r"we'll|let's|plan)\b",
+    re.I,
+)
+_NUMBER_TOKEN = re.compile(
+    r"^[(\[\"'`]*[-+$€£]?\d[\d,._:/]*(?:%|ms|s|m|h|k|kb|mb|gb|tb|x|px|°c)?[)\]\"'`.,;:!?]*$", re.I
+)
 _ENUMERATOR = re.compile(r"^\(?\d{1,2}[.)]$")
 _LISTING = re.compile(r"^[dlcbps-][rwxsStT-]{9}[@+.]?\s")  # `ls -l` rows: numbers without meaning
 FACT_LINE_CHARS = 160
@@ -338,8 +355,9 @@ def _looks_like_instructions(text: str) -> bool:
     return len(text) >= INSTRUCTION_MIN_CHARS and bool(_INSTRUCTION_WORDS.search(text))
 
 
-def instructions_and_material(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], list[str],
-                                                                              list[tuple[str, str]]]:
+def instructions_and_material(
+    messages: Sequence[Mapping[str, Any]],
+) -> tuple[list[str], list[str], list[tuple[str, str]]]:
     """(instruction texts, existing summaries, conversation blocks) of a request (see the module docstring).
 
     Instructions are the system messages and any text outside the tags of a tagged request, or the
@@ -362,10 +380,13 @@ def instructions_and_material(messages: Sequence[Mapping[str, Any]]) -> tuple[li
     existing, blocks = read_input(messages)
     if tagged:  # the system message is the summarizer's prompt (in a native conversation, the agent's own)
         instructions[:0] = system
-        instructions.extend(_content_text(m.get("content")) for m in messages
-                            if str(m.get("role") or "user") == "user"
-                            and not _TAG_RE["transcript"].search(_content_text(m.get("content")))
-                            and not _TAG_RE["existing_summary"].search(_content_text(m.get("content"))))
+        instructions.extend(
+            _content_text(m.get("content"))
+            for m in messages
+            if str(m.get("role") or "user") == "user"
+            and not _TAG_RE["transcript"].search(_content_text(m.get("content")))
+            and not _TAG_RE["existing_summary"].search(_content_text(m.get("content")))
+        )
     elif blocks and blocks[-1][0] == "user" and _looks_like_instructions(blocks[-1][1]):
         instructions.append(blocks[-1][1])
         blocks = blocks[:-1]
@@ -426,8 +447,10 @@ class _Terms:
 
 _HASH = re.compile(r"\b[0-9a-f]{7,40}\b")  # kept when it mixes digits and letters (commit ids)
 _ARITY = re.compile(r"\b([a-z_][A-Za-z0-9_]*[?!]?/\d)\b")
-_DIGIT_NAME = re.compile(r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b"   # spotter-dov.1
-                         r"|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b")               # gpt-4o, issue-12
+_DIGIT_NAME = re.compile(
+    r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b"  # spotter-dov.1
+    r"|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b"
+)  # gpt-4o, issue-12
 
 
 @functools.lru_cache(maxsize=4096)
@@ -456,7 +479,7 @@ def _call_arguments(call_line: str) -> Any:
     if start < 0 or end <= start:
         return None
     try:
-        return json.loads(call_line[start + 1:end])
+        return json.loads(call_line[start + 1 : end])
     except ValueError:
         return None
 
@@ -478,7 +501,7 @@ def _call_material(call_line: str) -> str:
     arguments = _call_arguments(call_line)
     if arguments is None:
         start = call_line.find("(")
-        return call_line[start + 1:] if start >= 0 else ""
+        return call_line[start + 1 :] if start >= 0 else ""
     return "\n".join(_values(arguments))
 
 
@@ -513,17 +536,28 @@ _HEADING = re.compile(r"^#{1,6}\s*(.+?)\s*$")
 
 def _section_of(title: str) -> str | None:
     low = title.lower()
-    for section, prefix in (("task", "task"), ("progress", "latest progress"), ("files", "file"),
-                            ("identifiers", "identifier"), ("requests", "other user request"),
-                            ("commands", "command"), ("errors", "error"), ("decisions", "decision"),
-                            ("facts", "fact"), ("request", "last request")):
+    for section, prefix in (
+        ("task", "task"),
+        ("progress", "latest progress"),
+        ("files", "file"),
+        ("identifiers", "identifier"),
+        ("requests", "other user request"),
+        ("commands", "command"),
+        ("errors", "error"),
+        ("decisions", "decision"),
+        ("facts", "fact"),
+        ("request", "last request"),
+    ):
         if low.startswith(prefix):
             return section
     return None
 
 
-_TASK_LINE = re.compile(r"^[\s\d.)*#-]*(?:primary request|original request|user request|task|goal|objective)s?"
-                        r"(?: and intent)?\**\s*:\**\s*(.*)$", re.I)
+_TASK_LINE = re.compile(
+    r"^[\s\d.)*#-]*(?:primary request|original request|user request|task|goal|objective)s?"
+    r"(?: and intent)?\**\s*:\**\s*(.*)$",
+    re.I,
+)
 
 
 def _stated_task(lines: Sequence[str]) -> str:
@@ -531,7 +565,7 @@ def _stated_task(lines: Sequence[str]) -> str:
     for index, line in enumerate(lines):
         match = _TASK_LINE.match(line)
         if match:
-            rest = match.group(1).strip() or " ".join(lines[index + 1:index + 3])
+            rest = match.group(1).strip() or " ".join(lines[index + 1 : index + 3])
             return _clip(rest, REQUEST_ITEM_CHARS)
     return ""
 
@@ -770,12 +804,14 @@ def extractive_summary(messages: Sequence[Mapping[str, Any]], *, budget_tokens: 
     parts: dict[str, str] = {}
     left = budget_chars
     if material.task:
-        parts["task"] = _quoted_within(material.task, min(left, _share(budget_chars, TASK_SHARE, 400, 3))
-                                       - _header_cost("task"))
+        parts["task"] = _quoted_within(
+            material.task, min(left, _share(budget_chars, TASK_SHARE, 400, 3)) - _header_cost("task")
+        )
         left -= len(parts["task"]) + _header_cost("task") if parts["task"] else 0
     if material.request and material.request != material.task:
-        parts["request"] = _quoted_within(material.request, min(left, _share(budget_chars, REQUEST_SHARE, 300, 4))
-                                          - _header_cost("request"))
+        parts["request"] = _quoted_within(
+            material.request, min(left, _share(budget_chars, REQUEST_SHARE, 300, 4)) - _header_cost("request")
+        )
         left -= len(parts["request"]) + _header_cost("request") if parts["request"] else 0
     if material.progress and left > _header_cost("progress") + 8:
         share = min(left, _share(budget_chars, PROGRESS_SHARE, 240, 4)) - _header_cost("progress")
@@ -791,8 +827,11 @@ def extractive_summary(messages: Sequence[Mapping[str, Any]], *, budget_tokens: 
             parts["progress"] = "\n".join(f"- {line}" for line in reversed(chosen))
             left -= len(parts["progress"]) + _header_cost("progress")
 
-    quoted_whole = [text for name, text in (("task", material.task), ("request", material.request))
-                    if parts.get(name) and not parts[name].endswith("...")]
+    quoted_whole = [
+        text
+        for name, text in (("task", material.task), ("request", material.request))
+        if parts.get(name) and not parts[name].endswith("...")
+    ]
     for bucket in material.pool.lines.values():  # a line the task or the request already shows in full
         for key in [k for k, line in bucket.items() if any(line.text in text for text in quoted_whole)]:
             del bucket[key]
@@ -877,6 +916,17 @@ def request_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
-__all__ = ["DEFAULT_BUDGET_TOKENS", "MODEL_STRING", "OFFLINE_BASELINE_LABEL", "baseline_note", "clear_caches",
-           "extractive_summary", "instructions_and_material", "is_offline_baseline", "read_input", "request_tokens",
-           "stated_budget", "summary_budget"]
+__all__ = [
+    "DEFAULT_BUDGET_TOKENS",
+    "MODEL_STRING",
+    "OFFLINE_BASELINE_LABEL",
+    "baseline_note",
+    "clear_caches",
+    "extractive_summary",
+    "instructions_and_material",
+    "is_offline_baseline",
+    "read_input",
+    "request_tokens",
+    "stated_budget",
+    "summary_budget",
+]

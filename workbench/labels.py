@@ -31,33 +31,44 @@ LABEL_COLUMNS = ("label", "label_note")
 ConfigLike = ReplayConfig | Mapping[str, Any] | str | Path
 
 
-def label_summary(session_id: str, config: ConfigLike, compaction: int, label: str, *, note: str | None = None,
-                  db: str | os.PathLike[str] | None = None) -> SummaryLabel:
+def label_summary(
+    session_id: str,
+    config: ConfigLike,
+    compaction: int,
+    label: str,
+    *,
+    note: str | None = None,
+    db: str | os.PathLike[str] | None = None,
+) -> SummaryLabel:
     """Label the summary of compaction `compaction` (its event index, as `ReplayResult.compactions`
     orders them) of `config`'s replay of session `session_id`: 'good' or 'bad', with an optional
     note. `config` is anything `parse_config` takes (a config, a dict, a preset name, TOML). Writes
     to the existing database `db` (default `$WORKBENCH_DB`); returns the label as stored."""
     parsed = parse_config(config)
     with Store(db, create=False) as store:
-        return store.set_summary_label(session_id, config_hash(parsed), compaction, label, config=parsed.name,
-                                       note=note)
+        return store.set_summary_label(
+            session_id, config_hash(parsed), compaction, label, config=parsed.name, note=note
+        )
 
 
-def delete_summary_label(session_id: str, config: ConfigLike, compaction: int,
-                         db: str | os.PathLike[str] | None = None) -> bool:
+def delete_summary_label(
+    session_id: str, config: ConfigLike, compaction: int, db: str | os.PathLike[str] | None = None
+) -> bool:
     """Remove a compaction's label (see `label_summary`); returns whether there was one."""
     with Store(db, create=False) as store:
         return store.delete_summary_label(session_id, config_hash(config), compaction)
 
 
-def summary_labels(db: str | os.PathLike[str] | None = None, *, session_id: str | None = None,
-                   config: ConfigLike | None = None) -> pd.DataFrame:
+def summary_labels(
+    db: str | os.PathLike[str] | None = None, *, session_id: str | None = None, config: ConfigLike | None = None
+) -> pd.DataFrame:
     """The stored labels (of one session and/or config when given), read-only: one row per labelled
     compaction, columns session_id, config_hash, config, compaction, label, note, labelled_at
     (`Store.summary_labels`)."""
     with Store(db, read_only=True) as store:
-        return store.summary_labels(session_id=session_id,
-                                    config_hash=config_hash(config) if config is not None else None)
+        return store.summary_labels(
+            session_id=session_id, config_hash=config_hash(config) if config is not None else None
+        )
 
 
 def with_labels(compactions: pd.DataFrame, labels: pd.DataFrame, hashes: Mapping[str, str]) -> pd.DataFrame:
@@ -68,14 +79,20 @@ def with_labels(compactions: pd.DataFrame, labels: pd.DataFrame, hashes: Mapping
     shown = compactions.copy()
     found: dict[tuple[str, str, int], tuple[Any, Any]] = {
         (str(row["session_id"]), str(row["config_hash"]), int(row["compaction"])): (row["label"], row["note"])
-        for row in labels[list(SUMMARY_LABEL_COLUMNS)].to_dict(orient="records")}
-    keys = [(str(s), hashes.get(str(c), ""), int(e)) for s, c, e in
-            zip(shown.get("session_id", []), shown.get("config", []), shown.get("event_index", []), strict=True)]
+        for row in labels[list(SUMMARY_LABEL_COLUMNS)].to_dict(orient="records")
+    }
+    keys = [
+        (str(s), hashes.get(str(c), ""), int(e))
+        for s, c, e in zip(
+            shown.get("session_id", []), shown.get("config", []), shown.get("event_index", []), strict=True
+        )
+    ]
     verdicts = [found.get(key, (None, None)) for key in keys]
     position = list(shown.columns).index("summary") + 1 if "summary" in shown.columns else len(shown.columns)
     import pandas as pd
 
     for offset, column in enumerate(LABEL_COLUMNS):  # typed text even when empty: a parquet column stays VARCHAR
-        shown.insert(position + offset, column, pd.Series([v[offset] for v in verdicts], index=shown.index,
-                                                          dtype="string"))
+        shown.insert(
+            position + offset, column, pd.Series([v[offset] for v in verdicts], index=shown.index, dtype="string")
+        )
     return shown

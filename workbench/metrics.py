@@ -174,8 +174,14 @@ class CompressionRatio(_CostMetric):
         return sum(ratios) / len(ratios) if ratios else None
 
     def per_compaction(self, result: ReplayResult) -> list[dict[str, Any]]:
-        return [{"compression_ratio": e.tokens_before / e.tokens_after
-                 if not e.failed and not e.noop and e.tokens_after > 0 else None} for e in result.compactions]
+        return [
+            {
+                "compression_ratio": e.tokens_before / e.tokens_after
+                if not e.failed and not e.noop and e.tokens_after > 0
+                else None
+            }
+            for e in result.compactions
+        ]
 
 
 @register_metric("no_progress_compactions", direction="lower", unit="compactions", level="run")
@@ -211,7 +217,22 @@ def direction(name: str) -> str:
     return str(getattr(cls, "direction", "none")) if cls is not None else "none"
 
 
-__all__ = ["BilledInputTokens", "CacheAwareInputTokens", "CachedInputTokens", "Calls", "Compactions",
-           "CompressionRatio", "CostUsd", "Fallbacks", "NoProgressCompactions", "NoopCompactions", "PeakContextTokens",
-           "SummarizerCalls", "SummarizerInputTokens", "SummarizerOutputTokens", "SummarizerTruncated", "Termination",
-           "direction"]
+__all__ = [
+    "BilledInputTokens",
+    "CacheAwareInputTokens",
+    "CachedInputTokens",
+    "Calls",
+    "Compactions",
+    "CompressionRatio",
+    "CostUsd",
+    "Fallbacks",
+    "NoProgressCompactions",
+    "NoopCompactions",
+    "PeakContextTokens",
+    "SummarizerCalls",
+    "SummarizerInputTokens",
+    "SummarizerOutputTokens",
+    "SummarizerTruncated",
+    "Termination",
+    "direction",
+]

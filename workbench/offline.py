@@ -28,15 +28,25 @@ from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["HUB_DEFAULTS", "LITELLM_DEFAULTS", "PROCESS_DEFAULTS", "apply_defaults", "import_litellm",
-           "litellm_tokenizer_dir", "tiktoken_encoding"]
+__all__ = [
+    "HUB_DEFAULTS",
+    "LITELLM_DEFAULTS",
+    "PROCESS_DEFAULTS",
+    "apply_defaults",
+    "import_litellm",
+    "litellm_tokenizer_dir",
+    "tiktoken_encoding",
+]
 
 #: Read by LiteLLM: its bundled price map instead of a download, quiet logs, and its own HTTP
 #: transport for OpenAI-compatible providers instead of the OpenAI SDK, whose request validation
 #: (`openai._utils._transform`, a walk over every message against the SDK's TypedDicts) cost about
 #: half the gateway's CPU per call in the experiments bench. Set the last to "false" for the SDK.
-LITELLM_DEFAULTS: dict[str, str] = {"LITELLM_LOCAL_MODEL_COST_MAP": "True", "LITELLM_LOG": "ERROR",
-                                    "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true"}
+LITELLM_DEFAULTS: dict[str, str] = {
+    "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    "LITELLM_LOG": "ERROR",
+    "EXPERIMENTAL_OPENAI_BASE_LLM_HTTP_HANDLER": "true",
+}
 #: Everything an entry point sets: LiteLLM's, and no Hugging Face hub lookups (tokenizers of
 #: `litellm:<llama...>` models otherwise try the hub for ~20 s).
 HUB_DEFAULTS: dict[str, str] = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -130,9 +140,13 @@ def _from_bundled_file(name: str, folder: Path) -> Any:
     if constructor is None:
         raise ValueError(f"unknown tiktoken encoding {name!r}")
     # tiktoken's own constructor (pattern, special tokens), reading ranks from the local copy
-    local = types.FunctionType(constructor.__code__, {**constructor.__globals__,
-                                                      "load_tiktoken_bpe": _bundled_loader(folder)},
-                               constructor.__name__, constructor.__defaults__, constructor.__closure__)
+    local = types.FunctionType(
+        constructor.__code__,
+        {**constructor.__globals__, "load_tiktoken_bpe": _bundled_loader(folder)},
+        constructor.__name__,
+        constructor.__defaults__,
+        constructor.__closure__,
+    )
     return tiktoken.Encoding(**local())
 
 

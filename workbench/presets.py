@@ -92,8 +92,9 @@ def preset(name: str) -> dict[str, Any]:
     """The config dict of preset `name` (a fresh copy with its `name` set)."""
     spec = _PRESETS.get(name)
     if spec is None:
-        raise ConfigError(f"unknown preset {name!r}; valid presets: {', '.join(_PRESETS)}"
-                          f"{did_you_mean([str(name)], _PRESETS)}")
+        raise ConfigError(
+            f"unknown preset {name!r}; valid presets: {', '.join(_PRESETS)}{did_you_mean([str(name)], _PRESETS)}"
+        )
     return {"name": name, **copy.deepcopy(spec)}
 
 
@@ -116,24 +117,30 @@ def fit_to_window(name: str, config: Mapping[str, Any], *, chosen: Iterable[str]
     usable = limit - max_output
     target = int(FIRING_SHARE * usable)
     chosen = set(chosen)
-    window = (f"a {limit:,}-token window holds at most {usable:,} tokens of context "
-              f"({limit:,} - {max_output:,} kept for the reply)")
+    window = (
+        f"a {limit:,}-token window holds at most {usable:,} tokens of context "
+        f"({limit:,} - {max_output:,} kept for the reply)"
+    )
     note = None
     if own.get("kind") == "token_threshold" and "threshold" not in chosen:
         threshold = trigger.get("threshold", own.get("threshold"))
         if isinstance(threshold, int) and threshold >= usable:
             out["trigger"] = {**trigger, "threshold": target}
-            note = (f"preset {name}: its token_threshold of {threshold:,} tokens cannot fire: {window}; scaled to "
-                    f"{target:,} ({FIRING_SHARE:.0%} of {usable:,}); set trigger.threshold to choose another")
+            note = (
+                f"preset {name}: its token_threshold of {threshold:,} tokens cannot fire: {window}; scaled to "
+                f"{target:,} ({FIRING_SHARE:.0%} of {usable:,}); set trigger.threshold to choose another"
+            )
     elif own.get("kind") == "guard" and "hard_limit" not in chosen:
         hard_limit = trigger.get("hard_limit", own.get("hard_limit"))
         warn = trigger.get("warn_threshold", own.get("warn_threshold", 0.8))
         if isinstance(hard_limit, int) and isinstance(warn, (int, float)) and warn > 0 and warn * hard_limit >= usable:
             scaled = round(target / warn)
             out["trigger"] = {**trigger, "hard_limit": scaled}
-            note = (f"preset {name}: its guard warns at {round(warn * hard_limit):,} tokens ({warn:g} x hard_limit "
-                    f"{hard_limit:,}), which cannot fire: {window}; hard_limit scaled to {scaled:,} (warns at "
-                    f"{target:,}, {FIRING_SHARE:.0%} of {usable:,}); set trigger.hard_limit to choose another")
+            note = (
+                f"preset {name}: its guard warns at {round(warn * hard_limit):,} tokens ({warn:g} x hard_limit "
+                f"{hard_limit:,}), which cannot fire: {window}; hard_limit scaled to {scaled:,} (warns at "
+                f"{target:,}, {FIRING_SHARE:.0%} of {usable:,}); set trigger.hard_limit to choose another"
+            )
     if note is not None:
         out["notes"] = [*out.get("notes", ()), note]
     return out

@@ -52,8 +52,13 @@ T = TypeVar("T")
 
 FAMILIES: tuple[str, ...] = ("trigger", "strategy", "importer", "metric")
 #: Modules holding the built-in kinds, imported by name on first use.
-BUILTIN_MODULES: tuple[str, ...] = ("workbench.triggers", "workbench.strategies", "workbench.importers",
-                                    "workbench.metrics", "workbench.quality")
+BUILTIN_MODULES: tuple[str, ...] = (
+    "workbench.triggers",
+    "workbench.strategies",
+    "workbench.importers",
+    "workbench.metrics",
+    "workbench.quality",
+)
 #: The entry-point group through which installed packages contribute kinds.
 PLUGIN_GROUP = "workbench.plugins"
 DIRECTIONS: tuple[str, ...] = ("higher", "lower", "none")
@@ -83,15 +88,29 @@ StrategySpec = Annotated[Any, Nested("strategy")]
 # declaring parameters
 
 
-def param(default: Any = dataclasses.MISSING, *, doc: str = "", min: float | None = None,
-          max: float | None = None, choices: Iterable[Any] | None = None, min_exclusive: bool = False) -> Any:
+def param(
+    default: Any = dataclasses.MISSING,
+    *,
+    doc: str = "",
+    min: float | None = None,
+    max: float | None = None,
+    choices: Iterable[Any] | None = None,
+    min_exclusive: bool = False,
+) -> Any:
     """A dataclass field declaring a kind's parameter: default (none: required), one-line doc,
     inclusive bounds (`min_exclusive` makes the lower one strict) and the allowed values.
 
     A list or table default is copied for every instance.
     """
-    meta = {_META_KEY: {"doc": doc, "min": min, "max": max, "min_exclusive": min_exclusive,
-                        "choices": tuple(choices) if choices is not None else None}}
+    meta = {
+        _META_KEY: {
+            "doc": doc,
+            "min": min,
+            "max": max,
+            "min_exclusive": min_exclusive,
+            "choices": tuple(choices) if choices is not None else None,
+        }
+    }
     if default is dataclasses.MISSING:
         return dataclasses.field(metadata=meta)
     if isinstance(default, (list, dict, set)):
@@ -159,10 +178,16 @@ class Param:
 
     def describe(self) -> dict[str, Any]:
         """The JSON-able listing of this parameter (`workbench kinds --json`)."""
-        out = {"name": self.name, "type": type_name(self.type),
-               "default": None if self.required else _plain(self.default), "required": self.required,
-               "doc": self.doc, "min": self.min, "max": self.max,
-               "choices": list(self.choices) if self.choices is not None else None}
+        out = {
+            "name": self.name,
+            "type": type_name(self.type),
+            "default": None if self.required else _plain(self.default),
+            "required": self.required,
+            "doc": self.doc,
+            "min": self.min,
+            "max": self.max,
+            "choices": list(self.choices) if self.choices is not None else None,
+        }
         if self.min_exclusive:
             out["min_exclusive"] = True
         return out
@@ -361,9 +386,16 @@ def params_of(cls: type) -> dict[str, Param]:
             default = f.default
             if default is dataclasses.MISSING and f.default_factory is not dataclasses.MISSING:
                 default = f.default_factory()
-            out[f.name] = Param(name=f.name, type=hints.get(f.name, Any), default=default,
-                                doc=meta.get("doc", ""), min=meta.get("min"), max=meta.get("max"),
-                                min_exclusive=meta.get("min_exclusive", False), choices=meta.get("choices"))
+            out[f.name] = Param(
+                name=f.name,
+                type=hints.get(f.name, Any),
+                default=default,
+                doc=meta.get("doc", ""),
+                min=meta.get("min"),
+                max=meta.get("max"),
+                min_exclusive=meta.get("min_exclusive", False),
+                choices=meta.get("choices"),
+            )
     else:
         for name, p in inspect.signature(cls).parameters.items():
             if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or name.startswith("_"):
@@ -371,8 +403,9 @@ def params_of(cls: type) -> dict[str, Param]:
             annotation = p.annotation if p.annotation is not p.empty else Any
             if isinstance(annotation, str):
                 annotation = _BUILTIN_TYPES.get(annotation, Any)
-            out[name] = Param(name=name, type=annotation,
-                              default=dataclasses.MISSING if p.default is p.empty else p.default)
+            out[name] = Param(
+                name=name, type=annotation, default=dataclasses.MISSING if p.default is p.empty else p.default
+            )
     _PARAMS[cls] = out
     return out
 
@@ -399,8 +432,10 @@ def validate(cls: type, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | No
     unknown = sorted(k for k in given if k not in table and k not in private)
     if unknown:
         plural = "s" if len(unknown) > 1 else ""
-        raise ConfigError(f"unknown parameter{plural} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(names) or '(none)'}{did_you_mean(unknown, names)}")
+        raise ConfigError(
+            f"unknown parameter{plural} {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(names) or '(none)'}{did_you_mean(unknown, names)}"
+        )
     missing = [p for p in table.values() if p.required and p.name not in given]
     if missing:
         plural = "s" if len(missing) > 1 else ""
@@ -455,10 +490,14 @@ def _install_validation(cls: type) -> None:
 #: The methods a kind of each family must define, as (name, arguments after self, how it reads);
 #: optional ones are checked only when the class defines them.
 _CONTRACTS: dict[str, tuple[tuple[str, int, str, bool], ...]] = {
-    "trigger": (("should_compact", 1, "should_compact(self, view) -> bool", True),
-                ("notify_compacted", 1, "notify_compacted(self, view) -> None", True)),
-    "strategy": (("compact", 2, "compact(self, context, env) -> list[Message]", True),
-                 ("fallback", 2, "fallback(self, context, env) -> list[Message]", False)),
+    "trigger": (
+        ("should_compact", 1, "should_compact(self, view) -> bool", True),
+        ("notify_compacted", 1, "notify_compacted(self, view) -> None", True),
+    ),
+    "strategy": (
+        ("compact", 2, "compact(self, context, env) -> list[Message]", True),
+        ("fallback", 2, "fallback(self, context, env) -> list[Message]", False),
+    ),
     "metric": (("unavailable", 1, "unavailable(self, result) -> str | None", False),),
 }
 
@@ -509,10 +548,14 @@ def _register(family: str, name: str, **attributes: Any) -> Callable[[type[T]], 
         _check_contract(family, name, cls)
         registry = _REGISTRIES[family]
         taken = registry.get(name)
-        if taken is not None and taken is not cls and (taken.__module__, taken.__qualname__) != (
-                cls.__module__, cls.__qualname__):
-            raise ConfigError(f"{family} kind {name!r} is already registered by "
-                              f"{taken.__module__}.{taken.__qualname__}")
+        if (
+            taken is not None
+            and taken is not cls
+            and (taken.__module__, taken.__qualname__) != (cls.__module__, cls.__qualname__)
+        ):
+            raise ConfigError(
+                f"{family} kind {name!r} is already registered by {taken.__module__}.{taken.__qualname__}"
+            )
         type.__setattr__(cls, "kind", name)
         type.__setattr__(cls, "family", family)
         for key, value in attributes.items():
@@ -641,8 +684,10 @@ def _load_kinds() -> None:
         try:
             entry.load()
         except Exception as exc:
-            _warn(f"workbench plugin {entry.name!r} ({entry.value}) failed to load and is ignored: "
-                  f"{type(exc).__name__}: {exc}")
+            _warn(
+                f"workbench plugin {entry.name!r} ({entry.value}) failed to load and is ignored: "
+                f"{type(exc).__name__}: {exc}"
+            )
 
 
 def _builtin_rank(cls: type) -> int:
@@ -683,8 +728,10 @@ def lookup(family: str, name: str) -> type:
         cls = registry.get(name) or registry.get(_ALIASES[family].get(name.strip().lower(), ""))
         if cls is not None:
             return cls
-    raise ConfigError(f"unknown {family} kind {name!r}; valid kinds: {', '.join(sorted(registry)) or '(none)'}"
-                      f"{did_you_mean([name] if isinstance(name, str) else [], registry)}")
+    raise ConfigError(
+        f"unknown {family} kind {name!r}; valid kinds: {', '.join(sorted(registry)) or '(none)'}"
+        f"{did_you_mean([name] if isinstance(name, str) else [], registry)}"
+    )
 
 
 def _doc_line(cls: type) -> str:
@@ -707,13 +754,21 @@ def describe(family: str | None = None) -> dict[str, list[dict[str, Any]]]:
     for name in families:
         entries = []
         for kind, cls in _family(name).items():
-            entry: dict[str, Any] = {"name": kind, "doc": _doc_line(cls),
-                                     "params": [p.describe() for p in params_of(cls).values()]}
+            entry: dict[str, Any] = {
+                "name": kind,
+                "doc": _doc_line(cls),
+                "params": [p.describe() for p in params_of(cls).values()],
+            }
+            declared: Any = cls  # a metric's or importer's class attributes, set by its decorator
             if name == "metric":
-                entry.update(direction=cls.direction, unit=cls.unit, level=cls.level,  # type: ignore[attr-defined]
-                             requires_model=bool(getattr(cls, "requires_model", False)))
+                entry.update(
+                    direction=declared.direction,
+                    unit=declared.unit,
+                    level=declared.level,
+                    requires_model=bool(getattr(cls, "requires_model", False)),
+                )
             if name == "importer":
-                entry.update(aliases=list(cls.aliases), priority=cls.priority)  # type: ignore[attr-defined]
+                entry.update(aliases=list(declared.aliases), priority=declared.priority)
             entries.append(entry)
         out[name] = entries
     return out
@@ -724,8 +779,11 @@ def describe(family: str | None = None) -> dict[str, list[dict[str, Any]]]:
 
 
 def _is_kind(obj: Any, family: str) -> bool:
-    return not isinstance(obj, (type, Mapping, str)) and getattr(obj, "kind", None) is not None and \
-        getattr(obj, "family", family) == family
+    return (
+        not isinstance(obj, (type, Mapping, str))
+        and getattr(obj, "kind", None) is not None
+        and getattr(obj, "family", family) == family
+    )
 
 
 def build(family: str, spec: Any) -> Any:
@@ -840,17 +898,50 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
             if callable(per_compaction):
                 columns[name] = [dict(row) for row in per_compaction(result)]
         except Exception as exc:
-            warnings.warn(f"metric {name!r} failed and is reported as None: {type(exc).__name__}: {exc}",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"metric {name!r} failed and is reported as None: {type(exc).__name__}: {exc}",
+                RuntimeWarning,
+                stacklevel=2,
+            )
             values[name] = None
     for reason, named in unavailable.items():
-        warnings.warn(f"{', '.join(named)} cannot be measured and {'is' if len(named) == 1 else 'are'} None: {reason}",
-                      UserWarning, stacklevel=2)
+        warnings.warn(
+            f"{', '.join(named)} cannot be measured and {'is' if len(named) == 1 else 'are'} None: {reason}",
+            UserWarning,
+            stacklevel=2,
+        )
     return values, columns
 
 
-__all__ = ["BUILTIN_MODULES", "DIRECTIONS", "FAMILIES", "LEVELS", "PLUGIN_GROUP", "Nested", "Param", "PluginWarning",
-           "StrategySpec", "TriggerSpec", "build", "build_strategy", "build_trigger", "describe", "evaluate_metrics",
-           "fresh", "kinds", "load_kinds", "lookup", "param", "parameters", "params_of", "register_importer",
-           "register_metric", "register_strategy", "register_trigger", "spec_of", "type_name", "unregister",
-           "validate"]
+__all__ = [
+    "BUILTIN_MODULES",
+    "DIRECTIONS",
+    "FAMILIES",
+    "LEVELS",
+    "PLUGIN_GROUP",
+    "Nested",
+    "Param",
+    "PluginWarning",
+    "StrategySpec",
+    "TriggerSpec",
+    "build",
+    "build_strategy",
+    "build_trigger",
+    "describe",
+    "evaluate_metrics",
+    "fresh",
+    "kinds",
+    "load_kinds",
+    "lookup",
+    "param",
+    "parameters",
+    "params_of",
+    "register_importer",
+    "register_metric",
+    "register_strategy",
+    "register_trigger",
+    "spec_of",
+    "type_name",
+    "unregister",
+    "validate",
+]

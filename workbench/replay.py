@@ -161,15 +161,25 @@ def strategy_kind(config: ReplayConfig) -> str:
 def noop_note(config: str, kind: str, firings: int, where: str) -> str:
     """What to say of a config whose trigger fired `firings` times in `where` ("this session", "500
     sessions of dataset 'samples'") and whose strategy (`kind`) never changed the context."""
-    return (f"{config!r} ({kind}) found nothing to change in {where}: its trigger fired {firings:,} "
-            f"time{'s' * (firings != 1)} and every compaction left the context as it was")
+    return (
+        f"{config!r} ({kind}) found nothing to change in {where}: its trigger fired {firings:,} "
+        f"time{'s' * (firings != 1)} and every compaction left the context as it was"
+    )
 
 
 #: A context as it was at some point: the engine's list and its length then (it only grows by appends).
 Snapshot = tuple[list[Message], int]
 
-CALL_COLUMNS = ("index", "message_index", "context_messages", "context_tokens", "completion_tokens",
-                "compacted_before", "cached_prefix_tokens", "finish_reason")
+CALL_COLUMNS = (
+    "index",
+    "message_index",
+    "context_messages",
+    "context_tokens",
+    "completion_tokens",
+    "compacted_before",
+    "cached_prefix_tokens",
+    "finish_reason",
+)
 
 
 class CallRecords(Sequence[CallRecord]):
@@ -184,7 +194,8 @@ class CallRecords(Sequence[CallRecord]):
 
     def __init__(self, columns: Mapping[str, Sequence[Any]] | None = None):
         self._columns: dict[str, list[Any]] = {
-            name: list(columns[name]) if columns is not None else [] for name in CALL_COLUMNS}
+            name: list(columns[name]) if columns is not None else [] for name in CALL_COLUMNS
+        }
         if len({len(values) for values in self._columns.values()}) > 1:
             raise ValueError("call columns of different lengths")
         self._records: list[CallRecord] | None = None
@@ -196,8 +207,10 @@ class CallRecords(Sequence[CallRecord]):
     def _all(self) -> list[CallRecord]:
         if self._records is None:
             columns = self._columns
-            self._records = [_make_call(dict(zip(CALL_COLUMNS, row, strict=True)))
-                             for row in zip(*(columns[name] for name in CALL_COLUMNS), strict=True)]
+            self._records = [
+                _make_call(dict(zip(CALL_COLUMNS, row, strict=True)))
+                for row in zip(*(columns[name] for name in CALL_COLUMNS), strict=True)
+            ]
         return self._records
 
     def __len__(self) -> int:
@@ -248,8 +261,18 @@ def call_column(calls: Sequence[Any], name: str) -> Sequence[Any]:
 
 
 #: The metrics a notebook shows of a result (`ReplayResult._repr_html_`), when it has them.
-SHOWN_METRICS = ("calls", "compactions", "peak_context_tokens", "billed_input_tokens", "cached_input_tokens",
-                 "cost_usd", "fact_retention", "needed_fact_retention", "dangling_references", "probe_answerable")
+SHOWN_METRICS = (
+    "calls",
+    "compactions",
+    "peak_context_tokens",
+    "billed_input_tokens",
+    "cached_input_tokens",
+    "cost_usd",
+    "fact_retention",
+    "needed_fact_retention",
+    "dangling_references",
+    "probe_answerable",
+)
 
 
 def _shown_value(name: str, value: Any) -> str:
@@ -303,9 +326,11 @@ class ReplayResult:
     def __repr__(self) -> str:
         compactions = len(changed_compactions(self.compactions))
         noops = sum(1 for e in self.compactions if e.noop)
-        return (f"<ReplayResult {self.session_id} {self.config.name!r}: {len(self.calls)} calls, "
-                f"{compactions} compaction{'s' * (compactions != 1)}"
-                f"{f' (+{noops} no-op)' if noops else ''}, {self.termination}>")
+        return (
+            f"<ReplayResult {self.session_id} {self.config.name!r}: {len(self.calls)} calls, "
+            f"{compactions} compaction{'s' * (compactions != 1)}"
+            f"{f' (+{noops} no-op)' if noops else ''}, {self.termination}>"
+        )
 
     def _repr_html_(self) -> str:
         """What a notebook shows: the result's line, why it stopped early (if it did), its main
@@ -317,9 +342,12 @@ class ReplayResult:
         parts = [f"<div><code>{escape(repr(self))}</code>"]
         if self.error:
             parts.append(f"<div style='color:#b00020'>stopped: {escape(self.error)}</div>")
-        rows = "".join(f"<tr><th style='text-align:left'>{escape(name)}</th><td style='text-align:right'>"
-                       f"{escape(_shown_value(name, self.metrics[name]))}</td></tr>"
-                       for name in SHOWN_METRICS if self.metrics.get(name) is not None)
+        rows = "".join(
+            f"<tr><th style='text-align:left'>{escape(name)}</th><td style='text-align:right'>"
+            f"{escape(_shown_value(name, self.metrics[name]))}</td></tr>"
+            for name in SHOWN_METRICS
+            if self.metrics.get(name) is not None
+        )
         if rows:
             parts.append(f"<table>{rows}</table>")
         if self.calibration is not None:
@@ -378,8 +406,9 @@ class ReplayResult:
     def compaction_contexts(self, event_index: int) -> tuple[list[Message], list[Message]]:
         """(the context the strategy received, the context it returned) at compaction event `event_index`."""
         if not -len(self._exchanges) <= event_index < len(self._exchanges):
-            raise IndexError(f"compaction {event_index} out of range: the replay has "
-                             f"{len(self._exchanges)} compaction events")
+            raise IndexError(
+                f"compaction {event_index} out of range: the replay has {len(self._exchanges)} compaction events"
+            )
         (before, before_length), (after, after_length) = self._exchanges[event_index]
         return before[:before_length], after[:after_length]
 
@@ -387,8 +416,15 @@ class ReplayResult:
         """This result without the session, the context snapshots and the final context (what
         `context_at` and `compaction_contexts` read), its recorded columns kept: what an executor
         sends back to the run's writer, which stores none of the rest. A fraction of the size."""
-        return dataclasses.replace(self, session=None, final_context=[], _sent=[], _exchanges=[],
-                                   _recorded=self.recorded_columns(), gateway=None)
+        return dataclasses.replace(
+            self,
+            session=None,
+            final_context=[],
+            _sent=[],
+            _exchanges=[],
+            _recorded=self.recorded_columns(),
+            gateway=None,
+        )
 
     def recorded_columns(self) -> tuple[list[int | None], list[bool]]:
         """Per call: the input the provider billed for the recorded call, and whether the recorded
@@ -399,8 +435,10 @@ class ReplayResult:
             return [None] * len(self.calls), [False] * len(self.calls)
         messages = self.session.messages
         recorded = {r.call_index for r in getattr(self.session, "recorded_compactions", ())}
-        return ([recorded_input_tokens(messages[i]) for i in call_column(self.calls, "message_index")],
-                [i in recorded for i in call_column(self.calls, "index")])
+        return (
+            [recorded_input_tokens(messages[i]) for i in call_column(self.calls, "message_index")],
+            [i in recorded for i in call_column(self.calls, "index")],
+        )
 
     def observation_columns(self) -> tuple[list[int | None], list[int | None]]:
         """Per call: the observations in the context sent (`Message.is_observation`: tool results and
@@ -417,10 +455,13 @@ class ReplayResult:
             stop = segment_starts[segment + 1] if segment + 1 < len(segment_starts) else len(self.calls)
             if first >= stop:
                 continue
-            flags = [m.is_observation for m in context[:lengths[stop - 1]]]
+            flags = [m.is_observation for m in context[: lengths[stop - 1]]]
             seen_prefix = list(accumulate(flags, initial=0))
-            hidden_prefix = list(accumulate([f and m.origin == "compacted_modified"
-                                             for f, m in zip(flags, context, strict=False)], initial=0))
+            hidden_prefix = list(
+                accumulate(
+                    [f and m.origin == "compacted_modified" for f, m in zip(flags, context, strict=False)], initial=0
+                )
+            )
             for call in range(first, stop):
                 seen.append(seen_prefix[lengths[call]])
                 hidden.append(hidden_prefix[lengths[call]])
@@ -443,9 +484,18 @@ class ReplayResult:
         columns["tokens_before_compaction"] = [e.tokens_before if e else None for e in events]
         columns["summary"] = [e.summary if e else None for e in events]
         columns["context_observations"], columns["hidden_observations"] = self.observation_columns()
-        frame = pd.DataFrame(columns, columns=[
-            *CALL_COLUMNS, "recorded_input_tokens", "recorded_compaction", "tokens_before_compaction", "summary",
-            "context_observations", "hidden_observations"])
+        frame = pd.DataFrame(
+            columns,
+            columns=[
+                *CALL_COLUMNS,
+                "recorded_input_tokens",
+                "recorded_compaction",
+                "tokens_before_compaction",
+                "summary",
+                "context_observations",
+                "hidden_observations",
+            ],
+        )
         for name in ("recorded_input_tokens", "context_observations", "hidden_observations"):
             frame[name] = frame[name].astype("Int64")
         frame.insert(0, "session_id", self.session_id)
@@ -498,7 +548,7 @@ class _History(Sequence[Message]):
 
     def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
         if isinstance(index, slice):
-            return self._messages[:self._length][index]
+            return self._messages[: self._length][index]
         if index < 0:
             index += self._length
         if not 0 <= index < self._length:
@@ -525,8 +575,12 @@ def _fast_constructor(cls: type[_Record], supplied: Sequence[str]) -> Callable[[
     fields = dataclasses.fields(cast(Any, cls))
     names = {f.name for f in fields}
     missing = {f.name: f.default for f in fields if f.name not in supplied}
-    if (hasattr(cls, "__post_init__") or "__slots__" in cls.__dict__ or not set(supplied) <= names
-            or any(v is dataclasses.MISSING for v in missing.values())):
+    if (
+        hasattr(cls, "__post_init__")
+        or "__slots__" in cls.__dict__
+        or not set(supplied) <= names
+        or any(v is dataclasses.MISSING for v in missing.values())
+    ):
         return lambda values: cls(**values)
     new, set_attribute = object.__new__, object.__setattr__
 
@@ -538,9 +592,21 @@ def _fast_constructor(cls: type[_Record], supplied: Sequence[str]) -> Callable[[
     return make
 
 
-_make_view = _fast_constructor(TriggerView, (
-    "call_index", "counters", "gauges", "context_limit", "max_output", "system_tokens", "last_finish_reason",
-    "overflow", "reactive", "history"))
+_make_view = _fast_constructor(
+    TriggerView,
+    (
+        "call_index",
+        "counters",
+        "gauges",
+        "context_limit",
+        "max_output",
+        "system_tokens",
+        "last_finish_reason",
+        "overflow",
+        "reactive",
+        "history",
+    ),
+)
 _make_call = _fast_constructor(CallRecord, CALL_COLUMNS)
 
 
@@ -592,8 +658,10 @@ def _usage(completions: Sequence[Completion]) -> dict[str, Any]:
 
 #: `ReplayResult.compactions_frame()`'s columns before the per-compaction metrics': the event's
 #: fields, its summarizer usage spread into `summarizer_<key>` columns.
-COMPACTION_COLUMNS = (*(f.name for f in dataclasses.fields(CompactionEvent) if f.name != "summarizer_usage"),
-                      *(f"summarizer_{key}" for key in _usage(())))
+COMPACTION_COLUMNS = (
+    *(f.name for f in dataclasses.fields(CompactionEvent) if f.name != "summarizer_usage"),
+    *(f"summarizer_{key}" for key in _usage(())),
+)
 
 
 _LazySummarizer = LazyModel  # binds on first use; its one-time start-up is timed apart
@@ -657,13 +725,17 @@ class _Recording:
         metadata = [messages[i].metadata for i in assistant_at]
         model_keys = [f"input_tokens_for:{(m.get('model') if m else None) or default_model}" for m in metadata]
         prefix = list(accumulate(counts, initial=0))
-        return cls(prefix=prefix,
-                   step_prefix=list(accumulate([not m.is_observation for m in messages], initial=0)),
-                   assistant_at=assistant_at, ends=[*assistant_at[1:], len(messages)],
-                   completion=[counts[i] - MESSAGE_OVERHEAD for i in assistant_at],
-                   finish_reasons=[m.get("finish_reason") if m else None for m in metadata],
-                   model_keys=model_keys, model_names=list(dict.fromkeys(model_keys)),
-                   grouping=Grouping(messages, counted, prefix if counted else None))
+        return cls(
+            prefix=prefix,
+            step_prefix=list(accumulate([not m.is_observation for m in messages], initial=0)),
+            assistant_at=assistant_at,
+            ends=[*assistant_at[1:], len(messages)],
+            completion=[counts[i] - MESSAGE_OVERHEAD for i in assistant_at],
+            finish_reasons=[m.get("finish_reason") if m else None for m in metadata],
+            model_keys=model_keys,
+            model_names=list(dict.fromkeys(model_keys)),
+            grouping=Grouping(messages, counted, prefix if counted else None),
+        )
 
     def arrays(self) -> _RecordingArrays:
         if self._arrays is None:
@@ -673,7 +745,8 @@ class _Recording:
                 at_tokens=np.array([self.prefix[i] for i in self.assistant_at], dtype=np.int64),
                 at_steps=np.array([self.step_prefix[i] for i in self.assistant_at], dtype=np.int64),
                 assistant_at=np.array(self.assistant_at, dtype=np.int64),
-                completion=np.array(self.completion, dtype=np.int64))
+                completion=np.array(self.completion, dtype=np.int64),
+            )
         return self._arrays
 
 
@@ -686,6 +759,7 @@ def _recording_of(session: Session, tokenizer: str, counts: Callable[[], Sequenc
     key = id(session)
     entry = _RECORDINGS.get(key)
     if entry is None or entry[0]() is not session:
+
         def forget(_: Any, key: int = key) -> None:
             current = _RECORDINGS.get(key)
             if current is not None and current[0]() is None:
@@ -699,8 +773,9 @@ def _recording_of(session: Session, tokenizer: str, counts: Callable[[], Sequenc
     return found
 
 
-def check_invariants(before: Sequence[Message], after: Sequence[Message], *, where: str = "",
-                     pinned_before: bool | None = None) -> None:
+def check_invariants(
+    before: Sequence[Message], after: Sequence[Message], *, where: str = "", pinned_before: bool | None = None
+) -> None:
     """Raise `InvariantError` if a compaction lost the system prefix, a pinned message or tool pairing.
 
     When `after` is a strategy's `StepList` that knows its steps pair their calls, the pairing check
@@ -711,7 +786,8 @@ def check_invariants(before: Sequence[Message], after: Sequence[Message], *, whe
     while leading < len(before) and before[leading].role == "system":
         leading += 1
     if len(after) < leading or any(
-            a is not b and a != b for a, b in zip(before[:leading], after[:leading], strict=True)):
+        a is not b and a != b for a, b in zip(before[:leading], after[:leading], strict=True)
+    ):
         raise InvariantError(f"{prefix}the leading system messages were not kept")
     if pinned_before is None:
         pinned_before = bool(before) and max([m.importance for m in before]) >= PINNED_IMPORTANCE
@@ -754,11 +830,15 @@ class _Replay:
         _bind_session(self.strategy, session)
         configured = getattr(config, "overflow_retry", None)
         self.forced_retry = configured is True
-        self.overflow_retry = bool(getattr(self.trigger, "overflow_retry", False)) if configured is None \
-            else bool(configured)
+        self.overflow_retry = (
+            bool(getattr(self.trigger, "overflow_retry", False)) if configured is None else bool(configured)
+        )
         self.gateway = gateway
-        self.summarizer = summarizer if summarizer is not None else _LazySummarizer(
-            config.summarizer, config.summarizer_options, gateway)
+        self.summarizer = (
+            summarizer
+            if summarizer is not None
+            else _LazySummarizer(config.summarizer, config.summarizer_options, gateway)
+        )
         self.columns: dict[str, list[Any]] = {name: [] for name in CALL_COLUMNS}
         self.events: list[CompactionEvent] = []
         self.sent: list[tuple[int, list[Message]]] = []
@@ -871,15 +951,32 @@ class _Replay:
         self.steps += self._step_prefix[end] - self._step_prefix[start]
 
     def _view(self, call_index: int, at: int, *, overflow: bool = False, reactive: bool = False) -> TriggerView:
-        counters = {"iterations": call_index, "input_tokens": self.input_tokens,
-                    "output_tokens": self.output_tokens, "compactions": len(self.events), **self.input_by_model}
-        return _make_view({
-            "call_index": call_index, "counters": counters,
-            "gauges": {"context_messages": len(self.context), "context_steps": self.steps,
-                       "context_tokens": self.context_tokens, "tokens_last_call": self.tokens_last_call},
-            "context_limit": self.config.context_limit, "max_output": self.config.max_output,
-            "system_tokens": self.system_tokens, "last_finish_reason": self.last_finish_reason,
-            "overflow": overflow, "reactive": reactive, "history": _History(self.session.messages, at)})
+        counters = {
+            "iterations": call_index,
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "compactions": len(self.events),
+            **self.input_by_model,
+        }
+        return _make_view(
+            {
+                "call_index": call_index,
+                "counters": counters,
+                "gauges": {
+                    "context_messages": len(self.context),
+                    "context_steps": self.steps,
+                    "context_tokens": self.context_tokens,
+                    "tokens_last_call": self.tokens_last_call,
+                },
+                "context_limit": self.config.context_limit,
+                "max_output": self.config.max_output,
+                "system_tokens": self.system_tokens,
+                "last_finish_reason": self.last_finish_reason,
+                "overflow": overflow,
+                "reactive": reactive,
+                "history": _History(self.session.messages, at),
+            }
+        )
 
     def _overflows(self) -> bool:
         return self.context_tokens + self.config.max_output > self.config.context_limit
@@ -897,10 +994,15 @@ class _Replay:
         """Run the strategy; returns False when the replay must stop (fatal failure)."""
         before = self.context
         tokens_before = self.context_tokens
-        env = CompactionEnv(tokenizer=self.tokenizer, context_limit=self.strategy_limit,
-                            max_output=self.config.max_output, summarizer=self.summarizer,
-                            severity=trigger_severity(self.trigger, view), call_index=call_index,
-                            breaker_open=self.breaker_open)
+        env = CompactionEnv(
+            tokenizer=self.tokenizer,
+            context_limit=self.strategy_limit,
+            max_output=self.config.max_output,
+            summarizer=self.summarizer,
+            severity=trigger_severity(self.trigger, view),
+            call_index=call_index,
+            breaker_open=self.breaker_open,
+        )
         context = Context(tuple(before))
         if self.known_steps is not None and len(context.system) == self.known_steps[0]:
             continue_steps(context, self.known_steps[1], self.known_steps[2])
@@ -919,11 +1021,22 @@ class _Replay:
                 if self.consecutive_failures >= self.config.max_consecutive_failures:
                     self.breaker_open = True
             if self.config.on_failure == "fatal":
-                self.events.append(CompactionEvent(
-                    call_index=call_index, messages_before=len(before), messages_after=len(before),
-                    tokens_before=tokens_before, tokens_after=tokens_before, summary=None,
-                    summarizer_usage=_usage(env.completions), duration_s=elapsed(),
-                    breaker_open=self.breaker_open, reactive=view.reactive, severity=env.severity, error=error))
+                self.events.append(
+                    CompactionEvent(
+                        call_index=call_index,
+                        messages_before=len(before),
+                        messages_after=len(before),
+                        tokens_before=tokens_before,
+                        tokens_after=tokens_before,
+                        summary=None,
+                        summarizer_usage=_usage(env.completions),
+                        duration_s=elapsed(),
+                        breaker_open=self.breaker_open,
+                        reactive=view.reactive,
+                        severity=env.severity,
+                        error=error,
+                    )
+                )
                 self.exchanges.append(((before, len(before)), (before, len(before))))
                 self.termination = "compaction_failed"
                 self.error = f"compaction before call {call_index} failed: {error}"
@@ -937,23 +1050,39 @@ class _Replay:
         leading = len(context.system)
         steps = known_steps(returned, leading)
         known_before: BodySteps | None = context.__dict__.get("body_steps")
-        check_invariants(before, after if steps is None else returned,
-                         where=f"{self.strategy.kind} before call {call_index}",
-                         pinned_before=None if known_before is None
-                         else bool(known_before.pinned) or any(m.pinned for m in context.system))
+        check_invariants(
+            before,
+            after if steps is None else returned,
+            where=f"{self.strategy.kind} before call {call_index}",
+            pinned_before=None
+            if known_before is None
+            else bool(known_before.pinned) or any(m.pinned for m in context.system),
+        )
         noop = unchanged(before, after)
         counted = None if steps is None else self._counted(steps)
         self._set_context(after, None if counted is None else (leading, counted))
         self.known_steps = None if counted is None else (leading, counted, len(after) - leading)
         self._count_usage(env.completions)
         freed = tokens_before - self.context_tokens
-        self.events.append(CompactionEvent(
-            call_index=call_index, messages_before=len(before), messages_after=len(after),
-            tokens_before=tokens_before, tokens_after=self.context_tokens,
-            summary="\n\n".join(env.summaries) if env.summaries else None,
-            summarizer_usage=_usage(env.completions), duration_s=elapsed(),
-            fell_back=fell_back, no_progress=freed < NO_PROGRESS_FRACTION * tokens_before,
-            breaker_open=self.breaker_open, reactive=view.reactive, severity=env.severity, error=error, noop=noop))
+        self.events.append(
+            CompactionEvent(
+                call_index=call_index,
+                messages_before=len(before),
+                messages_after=len(after),
+                tokens_before=tokens_before,
+                tokens_after=self.context_tokens,
+                summary="\n\n".join(env.summaries) if env.summaries else None,
+                summarizer_usage=_usage(env.completions),
+                duration_s=elapsed(),
+                fell_back=fell_back,
+                no_progress=freed < NO_PROGRESS_FRACTION * tokens_before,
+                breaker_open=self.breaker_open,
+                reactive=view.reactive,
+                severity=env.severity,
+                error=error,
+                noop=noop,
+            )
+        )
         self.exchanges.append(((before, len(before)), (after, len(after))))
         self.trigger.notify_compacted(self._view(call_index, at, overflow=view.overflow, reactive=view.reactive))
         return True
@@ -995,12 +1124,23 @@ class _Replay:
                 if not self._call(call_index):
                     break
                 call_index += 1
-        return self._measured(ReplayResult(session_id=self.session.id, config=self.config,
-                              calls=CallRecords(self.columns), compactions=self.events,
-                              final_context=list(self.context), termination=self.termination, error=self.error,
-                              session=self.session, calibration=self.calibration,
-                              _sent=self.sent, _exchanges=self.exchanges, gateway=self.gateway,
-                              model_failure=self.model_failure))
+        return self._measured(
+            ReplayResult(
+                session_id=self.session.id,
+                config=self.config,
+                calls=CallRecords(self.columns),
+                compactions=self.events,
+                final_context=list(self.context),
+                termination=self.termination,
+                error=self.error,
+                session=self.session,
+                calibration=self.calibration,
+                _sent=self.sent,
+                _exchanges=self.exchanges,
+                gateway=self.gateway,
+                model_failure=self.model_failure,
+            )
+        )
 
     def _call(self, call_index: int) -> bool:
         """Replay one call, asking the trigger; False when the replay stops before it."""
@@ -1026,21 +1166,32 @@ class _Replay:
                     compacted = compacted or not self.events[-1].noop
             if self.context_tokens > limit:
                 self.termination = "context_overflow"
-                self.error = (f"call {call_index}: context {self.context_tokens} + max_output "
-                              f"{self.config.max_output} exceeds context_limit {self.config.context_limit}")
+                self.error = (
+                    f"call {call_index}: context {self.context_tokens} + max_output "
+                    f"{self.config.max_output} exceeds context_limit {self.config.context_limit}"
+                )
                 return False
         context, tokens, length = self.context, self.context_tokens, len(self.context)
-        cached = self._shared_prefix_tokens(self.previous_context, self.previous_length) if compacted \
+        cached = (
+            self._shared_prefix_tokens(self.previous_context, self.previous_length)
+            if compacted
             else self.previous_tokens
+        )
         completion = recording.completion[call_index]
         finish_reason = recording.finish_reasons[call_index]
         if not self.sent or self.sent[-1][1] is not context:
             self.sent.append((call_index, context))
         columns = self.columns
-        for name, value in (("index", call_index), ("message_index", at), ("context_messages", length),
-                            ("context_tokens", tokens), ("completion_tokens", completion),
-                            ("compacted_before", compacted), ("cached_prefix_tokens", cached),
-                            ("finish_reason", finish_reason)):
+        for name, value in (
+            ("index", call_index),
+            ("message_index", at),
+            ("context_messages", length),
+            ("context_tokens", tokens),
+            ("completion_tokens", completion),
+            ("compacted_before", compacted),
+            ("cached_prefix_tokens", cached),
+            ("finish_reason", finish_reason),
+        ):
             columns[name].append(value)
         key = recording.model_keys[call_index]
         self.input_tokens += tokens
@@ -1077,13 +1228,13 @@ class _Replay:
 
         def column(name: str) -> Any:
             if name == "context_messages":
-                return arrays.assistant_at[start:start + size] + messages_base
+                return arrays.assistant_at[start : start + size] + messages_base
             if name == "context_steps":
-                return arrays.at_steps[start:start + size] + steps_base
+                return arrays.at_steps[start : start + size] + steps_base
             if name == "last_finish_reasons":
-                return [finish_last, *recording.finish_reasons[start:start + size - 1]]
+                return [finish_last, *recording.finish_reasons[start : start + size - 1]]
             if name in ("tokens_last_call", "input_tokens", "output_tokens"):
-                completion = arrays.completion[start:start + size]
+                completion = arrays.completion[start : start + size]
                 out = np.empty(size, dtype=np.int64)
                 if name == "tokens_last_call":
                     out[0] = spent_last
@@ -1095,9 +1246,15 @@ class _Replay:
                 return out + initial
             raise KeyError(name)
 
-        span = CallSpan(first_call=start, context_tokens=tokens, system_tokens=self.system_tokens,
-                        compactions=len(self.events), context_limit=self.config.context_limit,
-                        max_output=self.config.max_output, columns=column)
+        span = CallSpan(
+            first_call=start,
+            context_tokens=tokens,
+            system_tokens=self.system_tokens,
+            compactions=len(self.events),
+            context_limit=self.config.context_limit,
+            max_output=self.config.max_output,
+            columns=column,
+        )
         fires = first_true(np.asarray(firing(span), dtype=bool))
         stop = min(fits, size if fires is None else fires)
         if stop <= 0:
@@ -1179,18 +1336,28 @@ def as_session(session: Session | Sequence[MessageLike]) -> Session:
     if isinstance(session, Session):
         return session
     if isinstance(session, (str, bytes, os.PathLike, Mapping)) or not isinstance(session, Iterable):
-        raise TypeError(f"replay takes a Session or a list of messages, not a {type(session).__name__}; "
-                        "`wb.session(id)` reads a stored session by its id, `wb.load(path)` the sessions of "
-                        "a recording")
+        raise TypeError(
+            f"replay takes a Session or a list of messages, not a {type(session).__name__}; "
+            "`wb.session(id)` reads a stored session by its id, `wb.load(path)` the sessions of "
+            "a recording"
+        )
     if isinstance(session, Sequence) and session and isinstance(session[0], Session):
-        raise TypeError(f"replay takes one Session, not a {type(session).__name__} of sessions ({len(session)}): "
-                        "replay each of them (`[wb.replay(s, config) for s in sessions]`)")
+        raise TypeError(
+            f"replay takes one Session, not a {type(session).__name__} of sessions ({len(session)}): "
+            "replay each of them (`[wb.replay(s, config) for s in sessions]`)"
+        )
     return Session.from_messages(session)
 
 
-def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapping[str, Any] | str,
-           *, summarizer: Summarizer | None = None, gateway: Any = None,
-           metrics: Sequence[str] | None = None, measure: bool = True) -> ReplayResult:
+def replay(
+    session: Session | Sequence[MessageLike],
+    config: ReplayConfig | Mapping[str, Any] | str,
+    *,
+    summarizer: Summarizer | None = None,
+    gateway: Any = None,
+    metrics: Sequence[str] | None = None,
+    measure: bool = True,
+) -> ReplayResult:
     """Replay `session` under `config` (a dict, TOML text or path, or a `ReplayConfig`).
 
     `result.metrics` holds every registered metric that needs no model, plus the ones named in
@@ -1211,11 +1378,19 @@ def replay(session: Session | Sequence[MessageLike], config: ReplayConfig | Mapp
     return runner.run()
 
 
-def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summarizer | str | None = None,
-            tokenizer: str = "heuristic", context_limit: int = DEFAULT_CONTEXT_LIMIT,
-            max_output: int = DEFAULT_MAX_OUTPUT,
-            severity: str | None = None, summarizer_options: Mapping[str, Any] | None = None,
-            on_failure: str = "fatal", gateway: Any = None) -> list[Message]:
+def compact(
+    messages: Sequence[MessageLike],
+    strategy: Any,
+    *,
+    summarizer: Summarizer | str | None = None,
+    tokenizer: str = "heuristic",
+    context_limit: int = DEFAULT_CONTEXT_LIMIT,
+    max_output: int = DEFAULT_MAX_OUTPUT,
+    severity: str | None = None,
+    summarizer_options: Mapping[str, Any] | None = None,
+    on_failure: str = "fatal",
+    gateway: Any = None,
+) -> list[Message]:
     """Run one strategy once on `messages` (Messages or OpenAI dicts) and return the new list.
 
     `summarizer` is a model string (default `workbench/extractive`) or a Summarizer object. The
@@ -1232,8 +1407,13 @@ def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summa
     bound: Summarizer | None = None if model is not None else summarizer  # type: ignore[assignment]
     if bound is None:
         bound = _LazySummarizer(model or DEFAULT_SUMMARIZER, summarizer_options or {}, gateway)
-    env = CompactionEnv(tokenizer=get_tokenizer(tokenizer), context_limit=context_limit, max_output=max_output,
-                        summarizer=bound, severity=severity)
+    env = CompactionEnv(
+        tokenizer=get_tokenizer(tokenizer),
+        context_limit=context_limit,
+        max_output=max_output,
+        summarizer=bound,
+        severity=severity,
+    )
     before = as_messages(messages)
     context = Context(tuple(before))
     try:
@@ -1242,7 +1422,10 @@ def compact(messages: Sequence[MessageLike], strategy: Any, *, summarizer: Summa
         if on_failure == "fatal":
             raise
         fallback = getattr(built, "fallback", None)
-        after = list(returned_messages(fallback(context, env) if callable(fallback) else keep_last_fraction(context),
-                                       built, "fallback"))
+        after = list(
+            returned_messages(
+                fallback(context, env) if callable(fallback) else keep_last_fraction(context), built, "fallback"
+            )
+        )
     check_invariants(before, after, where=built.kind)
     return after

@@ -53,8 +53,9 @@ class ToolCall:
         arguments = function.get("arguments", data.get("arguments", "{}"))
         if not isinstance(arguments, str):
             arguments = json.dumps(arguments, ensure_ascii=False, sort_keys=True)
-        return cls(id=str(data.get("id") or ""), name=str(function.get("name") or data.get("name") or ""),
-                   arguments=arguments)
+        return cls(
+            id=str(data.get("id") or ""), name=str(function.get("name") or data.get("name") or ""), arguments=arguments
+        )
 
 
 Content = str | tuple[Mapping[str, Any], ...] | None
@@ -138,8 +139,7 @@ class Message:
             extras += f", tool_call_id={self.tool_call_id!r}"
         if self.origin != "original":
             extras += f", origin={self.origin!r}"
-        return (f"Message({self.role}, {len(text):,} chars{extras}: "
-                f"{preview!r}{'...' if len(text) > 40 else ''})")
+        return f"Message({self.role}, {len(text):,} chars{extras}: {preview!r}{'...' if len(text) > 40 else ''})"
 
     @property
     def text(self) -> str:
@@ -243,13 +243,20 @@ def as_messages(items: Iterable[MessageLike]) -> list[Message]:
             message = item
         else:
             message = Message.from_openai(item)
-            if message.role == "assistant" and not item.get("tool_calls") \
-                    and isinstance(item.get("function_call"), Mapping):  # `from_openai` made its one id-less call
+            if (
+                message.role == "assistant"
+                and not item.get("tool_calls")
+                and isinstance(item.get("function_call"), Mapping)
+            ):  # `from_openai` made its one id-less call
                 legacy = replace(message.tool_calls[0], id=f"function_call_{len(out)}")
                 out.append(message.replace(tool_calls=(legacy,)))
                 continue
-            if legacy is not None and item.get("role") == "function" and message.tool_call_id is None \
-                    and message.name in (None, legacy.name):
+            if (
+                legacy is not None
+                and item.get("role") == "function"
+                and message.tool_call_id is None
+                and message.name in (None, legacy.name)
+            ):
                 message = message.replace(tool_call_id=legacy.id, name=legacy.name)
                 out.append(message)
                 legacy = None
@@ -323,8 +330,11 @@ def group_steps(messages: Sequence[Message]) -> list[Step]:
     steps: list[list[Message]] = []
     open_calls: set[str] = set()
     for message in messages:
-        if message.role == "tool" and steps and steps[-1][0].role == "assistant" and (
-            message.tool_call_id in open_calls or not message.tool_call_id
+        if (
+            message.role == "tool"
+            and steps
+            and steps[-1][0].role == "assistant"
+            and (message.tool_call_id in open_calls or not message.tool_call_id)
         ):
             steps[-1].append(message)
             open_calls.discard(message.tool_call_id or "")
@@ -368,8 +378,7 @@ def tool_pairing_problems(messages: Sequence[Message]) -> list[str]:
             if message.tool_call_id in pending:
                 del pending[message.tool_call_id]
             else:
-                problems.append(f"tool result at message {index} answers no preceding call "
-                                f"({message.tool_call_id!r})")
+                problems.append(f"tool result at message {index} answers no preceding call ({message.tool_call_id!r})")
         elif pending and message.role == "user":
             for call_id, at in pending.items():
                 problems.append(f"tool call {call_id!r} at message {at} has no result")
@@ -425,17 +434,23 @@ class Probe:
         keys = ("question", "expected", "kind", "from_call")
         unknown = sorted(set(map(str, data)) - set(keys))
         if unknown:
-            raise ValueError(f"unknown probe key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                             f"valid: {', '.join(keys)} (the 0-based call from which the probe applies)"
-                             f"{did_you_mean(unknown, keys)}")
+            raise ValueError(
+                f"unknown probe key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                f"valid: {', '.join(keys)} (the 0-based call from which the probe applies)"
+                f"{did_you_mean(unknown, keys)}"
+            )
         missing = [key for key in ("question", "expected") if key not in data]
         if missing:
             raise ValueError(f"a probe needs {' and '.join(map(repr, missing))}")
         from_call = data.get("from_call", 0)
         if isinstance(from_call, bool) or not isinstance(from_call, int) or from_call < 0:
             raise ValueError(f"probe 'from_call' must be a call index >= 0, not {from_call!r}")
-        return cls(question=str(data["question"]), expected=str(data["expected"]),
-                   kind=str(data.get("kind", "recall")), from_call=from_call)
+        return cls(
+            question=str(data["question"]),
+            expected=str(data["expected"]),
+            kind=str(data.get("kind", "recall")),
+            from_call=from_call,
+        )
 
 
 USAGE_INPUT_KEYS: tuple[str, ...] = ("input_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
@@ -474,8 +489,13 @@ class RecordedCompaction:
     summary: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"call_index": self.call_index, "message_index": self.message_index, "trigger": self.trigger,
-                "tokens_before": self.tokens_before, "summary": self.summary}
+        return {
+            "call_index": self.call_index,
+            "message_index": self.message_index,
+            "trigger": self.trigger,
+            "tokens_before": self.tokens_before,
+            "summary": self.summary,
+        }
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], messages: Sequence[Message] = ()) -> RecordedCompaction:
@@ -487,11 +507,13 @@ class RecordedCompaction:
             call_index = sum(1 for m in messages[:message_index] if m.role == "assistant")
         tokens = data.get("tokens_before", data.get("pre_tokens"))
         trigger = data.get("trigger")
-        return cls(call_index=call_index, message_index=message_index,
-                   trigger=str(trigger) if trigger is not None else None,
-                   tokens_before=int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool)
-                   else None,
-                   summary=str(data.get("summary") or ""))
+        return cls(
+            call_index=call_index,
+            message_index=message_index,
+            trigger=str(trigger) if trigger is not None else None,
+            tokens_before=int(tokens) if isinstance(tokens, (int, float)) and not isinstance(tokens, bool) else None,
+            summary=str(data.get("summary") or ""),
+        )
 
 
 #: `json.dumps(records, default=str)` without the circularity check (records hold no cycles): the same
@@ -541,16 +563,22 @@ class Session:
         if not isinstance(self.messages, tuple) or not all(isinstance(m, Message) for m in self.messages):
             object.__setattr__(self, "messages", tuple(as_messages(self.messages)))
         if not all(isinstance(p, Probe) for p in self.probes):
-            object.__setattr__(self, "probes", tuple(
-                p if isinstance(p, Probe) else Probe.from_dict(p) for p in self.probes))
+            object.__setattr__(
+                self, "probes", tuple(p if isinstance(p, Probe) else Probe.from_dict(p) for p in self.probes)
+            )
         if not isinstance(self.tools, tuple):
             object.__setattr__(self, "tools", tuple(self.tools))
         if not self.id:
             object.__setattr__(self, "id", content_hash(self.messages, self.tools))
 
     @classmethod
-    def from_messages(cls, messages: Iterable[MessageLike], id: str | None = None,
-                      probes: Iterable[Probe | Mapping[str, Any]] | None = None, **fields: Any) -> Session:
+    def from_messages(
+        cls,
+        messages: Iterable[MessageLike],
+        id: str | None = None,
+        probes: Iterable[Probe | Mapping[str, Any]] | None = None,
+        **fields: Any,
+    ) -> Session:
         parsed = tuple(p if isinstance(p, Probe) else Probe.from_dict(p) for p in probes or ())
         return cls(messages=tuple(as_messages(messages)), id=id or "", probes=parsed, **fields)
 
@@ -561,8 +589,10 @@ class Session:
 
     def __repr__(self) -> str:
         """One short line (a session may hold megabytes of text): id, format, dataset, sizes."""
-        return (f"Session(id={self.id!r}, format={self.format!r}, dataset={self.dataset!r}, "
-                f"messages={len(self.messages)}, calls={self.calls}, probes={len(self.probes)})")
+        return (
+            f"Session(id={self.id!r}, format={self.format!r}, dataset={self.dataset!r}, "
+            f"messages={len(self.messages)}, calls={self.calls}, probes={len(self.probes)})"
+        )
 
     @property
     def steps(self) -> list[Step]:
@@ -574,8 +604,11 @@ class Session:
         entries = self.metadata.get("recorded_compactions") if self.metadata else None
         if not isinstance(entries, Sequence) or isinstance(entries, (str, bytes)):
             return ()
-        return tuple(e if isinstance(e, RecordedCompaction) else RecordedCompaction.from_dict(e, self.messages)
-                     for e in entries if isinstance(e, (Mapping, RecordedCompaction)))
+        return tuple(
+            e if isinstance(e, RecordedCompaction) else RecordedCompaction.from_dict(e, self.messages)
+            for e in entries
+            if isinstance(e, (Mapping, RecordedCompaction))
+        )
 
     def with_dataset(self, dataset: str) -> Session:
         return replace(self, dataset=dataset)

@@ -49,14 +49,26 @@ DEFAULT_BATCH_MESSAGES = 10_000
 DEFAULT_BATCH_BYTES = 24_000_000
 COUNTABLE = ("sessions", "messages", "calls", "probes")
 #: The columns of `Store.session_rows` and `Store.sessions()`.
-SESSION_COLUMNS = ("id", "dataset", "format", "messages", "calls", "observations", "recorded_compactions", "probes",
-                   "source", "imported_at")
+SESSION_COLUMNS = (
+    "id",
+    "dataset",
+    "format",
+    "messages",
+    "calls",
+    "observations",
+    "recorded_compactions",
+    "probes",
+    "source",
+    "imported_at",
+)
 
 #: The outcomes `attach_outcomes` stored, as nullable boolean columns of the sessions filter
 #: (`where = "outcome_resolved"`); NULL for a session without an outcome.
-OUTCOME_COLUMNS_SQL = ("TRY_CAST(json_extract_string(metadata, '$.outcome.resolved') AS BOOLEAN) AS outcome_resolved, "
-                       "TRY_CAST(json_extract_string(metadata, '$.outcome.patch_applied') AS BOOLEAN) "
-                       "AS outcome_patch_applied")
+OUTCOME_COLUMNS_SQL = (
+    "TRY_CAST(json_extract_string(metadata, '$.outcome.resolved') AS BOOLEAN) AS outcome_resolved, "
+    "TRY_CAST(json_extract_string(metadata, '$.outcome.patch_applied') AS BOOLEAN) "
+    "AS outcome_patch_applied"
+)
 
 _MESSAGE_INSERT = """
     INSERT INTO messages (session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
@@ -82,6 +94,7 @@ _DATASET_INSERT = """
 # --------------------------------------------------------------------------------------------
 # Reports
 # --------------------------------------------------------------------------------------------
+
 
 @dataclass
 class FileOutcome:
@@ -146,18 +159,25 @@ class ImportReport:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain data (for --json)."""
-        return {"sessions": self.sessions, "messages": self.messages, "calls": self.calls,
-                "duplicates": self.duplicates, "repeated": self.repeated, "already_stored": dict(self.stored_in),
-                "files": len(self.files), "failed_files": len(self.errors),
-                "skipped_files": len(self.skipped_files),
-                "skipped": [{"path": f.path, "reason": f.skipped} for f in self.skipped_files],
-                "warnings": self.warnings,
-                "errors": [{"path": f.path, "error": f.error} for f in self.errors],
-                "session_ids": list(self.session_ids),
-                "replaced": [{"old": old, "new": new} for old, new in self.replaced.items()],
-                "seconds": round(self.seconds, 3),
-                "file_outcomes": [asdict(f) for f in self.files],
-                **({"outcomes": self.outcomes.to_dict()} if self.outcomes is not None else {})}
+        return {
+            "sessions": self.sessions,
+            "messages": self.messages,
+            "calls": self.calls,
+            "duplicates": self.duplicates,
+            "repeated": self.repeated,
+            "already_stored": dict(self.stored_in),
+            "files": len(self.files),
+            "failed_files": len(self.errors),
+            "skipped_files": len(self.skipped_files),
+            "skipped": [{"path": f.path, "reason": f.skipped} for f in self.skipped_files],
+            "warnings": self.warnings,
+            "errors": [{"path": f.path, "error": f.error} for f in self.errors],
+            "session_ids": list(self.session_ids),
+            "replaced": [{"old": old, "new": new} for old, new in self.replaced.items()],
+            "seconds": round(self.seconds, 3),
+            "file_outcomes": [asdict(f) for f in self.files],
+            **({"outcomes": self.outcomes.to_dict()} if self.outcomes is not None else {}),
+        }
 
     def duplicates_text(self) -> str:
         """What was skipped as a duplicate, and why: a session met twice in this import, or one
@@ -173,25 +193,35 @@ class ImportReport:
             else:
                 where = " (" + ", ".join(f"{n} in {name!r}" for name, n in sorted(self.stored_in.items())) + ")"
             elsewhere = self.dataset is not None and set(self.stored_in) != {self.dataset}
-            reasons.append(f"{stored} already stored{where}" + (
-                ", not added to " + repr(self.dataset) + " (a session is stored once, in the dataset it was "
-                "first imported into)" if elsewhere else ""))
+            reasons.append(
+                f"{stored} already stored{where}"
+                + (
+                    ", not added to " + repr(self.dataset) + " (a session is stored once, in the dataset it was "
+                    "first imported into)"
+                    if elsewhere
+                    else ""
+                )
+            )
         return f"{text}: {'; '.join(reasons)}" if reasons else text
 
     def replaced_text(self) -> str:
         """Which imported sessions replaced an earlier import of the same recording that has grown since."""
         count = len(self.replaced)
         pairs = ", ".join(f"{old[:8]} -> {new[:8]}" for old, new in list(self.replaced.items())[:3])
-        text = (f"{count} of them replaced {'an earlier import' if count == 1 else 'earlier imports'} of the same "
-                f"recording{'s' * (count != 1)}, which grew since ({pairs}{', ...' if count > 3 else ''})")
+        text = (
+            f"{count} of them replaced {'an earlier import' if count == 1 else 'earlier imports'} of the same "
+            f"recording{'s' * (count != 1)}, which grew since ({pairs}{', ...' if count > 3 else ''})"
+        )
         if self.dataset is not None:
             text += "; each stays in its dataset (a session is stored once, in the dataset it was first imported into)"
         return text
 
     def summary(self) -> str:
         """One line: what was imported and skipped."""
-        text = (f"imported {self.sessions} session{'s' * (self.sessions != 1)} "
-                f"({self.messages} messages, {self.calls} calls)")
+        text = (
+            f"imported {self.sessions} session{'s' * (self.sessions != 1)} "
+            f"({self.messages} messages, {self.calls} calls)"
+        )
         if self.replaced:
             text += f"; {self.replaced_text()}"
         if self.duplicates:
@@ -219,9 +249,15 @@ def _dumps(value: Any) -> str:
 
 def _tool_calls_json(calls: Sequence[ToolCall]) -> str:
     """`[c.to_openai() for c in calls]` as JSON, written directly (this runs for every assistant message)."""
-    return "[" + ",".join(
-        f'{{"id":{_quote(c.id)},"type":"function","function":{{"name":{_quote(c.name)},'
-        f'"arguments":{_quote(c.arguments)}}}}}' for c in calls) + "]"
+    return (
+        "["
+        + ",".join(
+            f'{{"id":{_quote(c.id)},"type":"function","function":{{"name":{_quote(c.name)},'
+            f'"arguments":{_quote(c.arguments)}}}}}'
+            for c in calls
+        )
+        + "]"
+    )
 
 
 def _clean_text(value: str | None) -> str | None:
@@ -243,13 +279,29 @@ class _Batch:
     """Column lists of the sessions, messages and probes about to be written together."""
 
     def __init__(self) -> None:
-        self.sessions: dict[str, list[Any]] = {k: [] for k in (
-            "id", "dataset", "format", "source", "message_count", "call_count", "tools", "metadata")}
-        self.messages: dict[str, list[Any]] = {k: [] for k in (
-            "session_id", "idx", "role", "content", "parts", "tool_calls", "tool_call_id", "name",
-            "origin", "importance", "metadata", "observation")}
-        self.probes: dict[str, list[Any]] = {k: [] for k in (
-            "session_id", "idx", "question", "expected", "kind", "from_call")}
+        self.sessions: dict[str, list[Any]] = {
+            k: [] for k in ("id", "dataset", "format", "source", "message_count", "call_count", "tools", "metadata")
+        }
+        self.messages: dict[str, list[Any]] = {
+            k: []
+            for k in (
+                "session_id",
+                "idx",
+                "role",
+                "content",
+                "parts",
+                "tool_calls",
+                "tool_call_id",
+                "name",
+                "origin",
+                "importance",
+                "metadata",
+                "observation",
+            )
+        }
+        self.probes: dict[str, list[Any]] = {
+            k: [] for k in ("session_id", "idx", "question", "expected", "kind", "from_call")
+        }
         self.ids: list[str] = []
         #: per session, itself when an earlier import stored sessions of its source (to compare with
         #: them, `_later_versions`), else None: a batch holds columns, not the sessions
@@ -312,8 +364,14 @@ class _Batch:
         through pandas or Arrow). `clean` replaces lone surrogates, which DuckDB rejects."""
         import numpy as np
 
-        dtypes = {"idx": np.int32, "message_count": np.int32, "call_count": np.int32, "from_call": np.int32,
-                  "importance": np.float64, "observation": np.bool_}
+        dtypes = {
+            "idx": np.int32,
+            "message_count": np.int32,
+            "call_count": np.int32,
+            "from_call": np.int32,
+            "importance": np.float64,
+            "observation": np.bool_,
+        }
 
         def column(name: str, values: list[Any]) -> Any:
             dtype = dtypes.get(name, object)
@@ -323,14 +381,20 @@ class _Batch:
             array[:] = [_clean_text(v) for v in values] if clean else values
             return array
 
-        return {table: {name: column(name, values) for name, values in columns.items()}
-                for table, columns in (("_wb_sessions", self.sessions), ("_wb_messages", self.messages),
-                                       ("_wb_probes", self.probes))}
+        return {
+            table: {name: column(name, values) for name, values in columns.items()}
+            for table, columns in (
+                ("_wb_sessions", self.sessions),
+                ("_wb_messages", self.messages),
+                ("_wb_probes", self.probes),
+            )
+        }
 
 
 # --------------------------------------------------------------------------------------------
 # The store
 # --------------------------------------------------------------------------------------------
+
 
 class Store:
     """The workbench database: sessions, messages, probes, token counts.
@@ -347,21 +411,31 @@ class Store:
     manager, or call `close()`.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None, *, read_only: bool = False,
-                 batch_messages: int = DEFAULT_BATCH_MESSAGES, batch_bytes: int = DEFAULT_BATCH_BYTES,
-                 memory_limit: str | None = None, create: bool = True):
+    def __init__(
+        self,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        read_only: bool = False,
+        batch_messages: int = DEFAULT_BATCH_MESSAGES,
+        batch_bytes: int = DEFAULT_BATCH_BYTES,
+        memory_limit: str | None = None,
+        create: bool = True,
+    ):
         self.path = os.fspath(path) if path is not None else db.default_path()
         self.read_only = read_only
         self.batch_messages = max(1, int(batch_messages))
         self.batch_bytes = max(1, int(batch_bytes))
-        self._con: duckdb.DuckDBPyConnection | None = db.connect(self.path, read_only=read_only, create=create,
-                                                                 memory_limit=memory_limit)
+        self._con: duckdb.DuckDBPyConnection | None = db.connect(
+            self.path, read_only=read_only, create=create, memory_limit=memory_limit
+        )
         if read_only and self.path != ":memory:":
             pending = db.pending_migrations(self._con)
             if pending:
                 self.close()
-                raise StoreError(f"database {self.path} has an older schema (missing {', '.join(pending)}); open "
-                                 f"it once for writing to upgrade it, e.g. `workbench datasets --db {self.path}`")
+                raise StoreError(
+                    f"database {self.path} has an older schema (missing {', '.join(pending)}); open "
+                    f"it once for writing to upgrade it, e.g. `workbench datasets --db {self.path}`"
+                )
         if not read_only:
             self.derive_observations()
 
@@ -400,19 +474,26 @@ class Store:
         con = self.connection
         if not con.execute("SELECT count(*) FROM messages WHERE observation IS NULL").fetchall()[0][0]:
             return 0
-        con.execute("UPDATE messages SET observation = false WHERE observation IS NULL AND session_id NOT IN "
-                    "(SELECT id FROM sessions WHERE format IN (SELECT unnest(?::VARCHAR[])))",
-                    [sorted(TEXT_ACTION_FORMATS)])
-        ids = [row[0] for row in con.execute(
-            "SELECT DISTINCT session_id FROM messages WHERE observation IS NULL ORDER BY session_id").fetchall()]
+        con.execute(
+            "UPDATE messages SET observation = false WHERE observation IS NULL AND session_id NOT IN "
+            "(SELECT id FROM sessions WHERE format IN (SELECT unnest(?::VARCHAR[])))",
+            [sorted(TEXT_ACTION_FORMATS)],
+        )
+        ids = [
+            row[0]
+            for row in con.execute(
+                "SELECT DISTINCT session_id FROM messages WHERE observation IS NULL ORDER BY session_id"
+            ).fetchall()
+        ]
         for start in range(0, len(ids), batch_sessions):
-            derived = self._load(ids[start:start + batch_sessions])
+            derived = self._load(ids[start : start + batch_sessions])
             import numpy as np
 
             _wb_observations = {  # read by DuckDB's replacement scan below
                 "session_id": np.array([s.id for s in derived for _ in s.messages], dtype=object),
                 "idx": np.array([i for s in derived for i in range(len(s.messages))], dtype=np.int32),
-                "observation": np.array([m.observation for s in derived for m in s.messages], dtype=np.bool_)}
+                "observation": np.array([m.observation for s in derived for m in s.messages], dtype=np.bool_),
+            }
             con.execute("BEGIN TRANSACTION")
             try:
                 con.execute("""UPDATE messages SET observation = o.observation
@@ -426,8 +507,9 @@ class Store:
         return len(ids)
 
     # -- writing ----------------------------------------------------------------------------------
-    def import_sessions(self, sessions: Iterable[Session], dataset: str | None = None, *,
-                        source: str | None = None) -> ImportReport:
+    def import_sessions(
+        self, sessions: Iterable[Session], dataset: str | None = None, *, source: str | None = None
+    ) -> ImportReport:
         """Write `sessions` (any iterable, consumed in batches); ids already stored are skipped.
 
         `dataset` overrides each session's dataset; `source` each session's metadata `source`.
@@ -440,10 +522,14 @@ class Store:
         report.seconds = time.perf_counter() - started
         return report
 
-    def import_paths(self, paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
-                     format: str = "auto", dataset: str | None = None,
-                     progress: Callable[[FileOutcome], None] | None = None,
-                     outcomes: str | os.PathLike[str] | OutcomeTable | None = None) -> ImportReport:
+    def import_paths(
+        self,
+        paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]],
+        format: str = "auto",
+        dataset: str | None = None,
+        progress: Callable[[FileOutcome], None] | None = None,
+        outcomes: str | os.PathLike[str] | OutcomeTable | None = None,
+    ) -> ImportReport:
         """Import files or folders (walked recursively) through `workbench.importers`.
 
         Each file is streamed (JSONL line by line) into the batches. A file that fails to read is
@@ -498,8 +584,12 @@ class Store:
         report.seconds = time.perf_counter() - started
         return report
 
-    def attach_outcomes(self, outcomes: str | os.PathLike[str] | OutcomeTable,
-                        ids: Sequence[str] | None = None, dataset: str | None = None) -> OutcomeMatch:
+    def attach_outcomes(
+        self,
+        outcomes: str | os.PathLike[str] | OutcomeTable,
+        ids: Sequence[str] | None = None,
+        dataset: str | None = None,
+    ) -> OutcomeMatch:
         """Store per-instance outcomes (a CSV path or a read table) in the metadata `outcome` of
         the stored sessions `ids` (default: those of `dataset`, all when None) that ran a listed
         instance (metadata `instance_id`). Attaching again replaces an earlier outcome. Returns the
@@ -508,16 +598,22 @@ class Store:
 
         table = outcomes if isinstance(outcomes, OutcomeTable) else read_outcomes(outcomes)
         wanted = self.session_ids(dataset) if ids is None else list(dict.fromkeys(ids))
-        rows = self._query("SELECT id, json_extract_string(metadata, ?) FROM sessions "
-                           "WHERE id IN (SELECT unnest(?::VARCHAR[])) ORDER BY id", [f"$.{INSTANCE_KEY}", wanted])
+        rows = self._query(
+            "SELECT id, json_extract_string(metadata, ?) FROM sessions "
+            "WHERE id IN (SELECT unnest(?::VARCHAR[])) ORDER BY id",
+            [f"$.{INSTANCE_KEY}", wanted],
+        )
         match = match_outcomes(table, rows)
         if match.attached:
             session_ids = list(match.attached)
             values = [_dumps({OUTCOME_KEY: outcome.to_metadata(match.source)}) for outcome in match.attached.values()]
-            self._query("""
+            self._query(
+                """
                 UPDATE sessions SET metadata = json_merge_patch(coalesce(sessions.metadata, '{}'::JSON), u.patch::JSON)
                 FROM (SELECT unnest(?::VARCHAR[]) AS id, unnest(?::VARCHAR[]) AS patch) u
-                WHERE sessions.id = u.id""", [session_ids, values])
+                WHERE sessions.id = u.id""",
+                [session_ids, values],
+            )
         return match
 
     def delete_sessions(self, ids: Iterable[str]) -> int:
@@ -528,10 +624,15 @@ class Store:
         con = self.connection
         try:
             con.execute("BEGIN TRANSACTION")
-            existing = con.execute("SELECT count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
-                                   [ids]).fetchall()[0][0]
-            for table, column in (("messages", "session_id"), ("probes", "session_id"),
-                                  ("token_counts", "session_id"), ("sessions", "id")):
+            existing = con.execute(
+                "SELECT count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [ids]
+            ).fetchall()[0][0]
+            for table, column in (
+                ("messages", "session_id"),
+                ("probes", "session_id"),
+                ("token_counts", "session_id"),
+                ("sessions", "id"),
+            ):
                 con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
             con.execute("COMMIT")
         except duckdb.Error as exc:
@@ -541,8 +642,11 @@ class Store:
 
     def describe_dataset(self, name: str, description: str) -> None:
         """Create the dataset `name` if needed and set its description."""
-        self._query("INSERT INTO datasets (name, description) VALUES (?, ?) "
-                    "ON CONFLICT (name) DO UPDATE SET description = excluded.description", [name, description])
+        self._query(
+            "INSERT INTO datasets (name, description) VALUES (?, ?) "
+            "ON CONFLICT (name) DO UPDATE SET description = excluded.description",
+            [name, description],
+        )
 
     def save_token_counts(self, session: Session, tokenizer_name: str | Any = "heuristic") -> int:
         """Store the per-message token counts of `session` under the tokenizer's name.
@@ -560,11 +664,11 @@ class Store:
         con = self.connection
         try:
             con.execute("BEGIN TRANSACTION")
-            con.execute("DELETE FROM token_counts WHERE session_id = ? AND tokenizer = ?",
-                        [session.id, tokenizer.name])
+            con.execute("DELETE FROM token_counts WHERE session_id = ? AND tokenizer = ?", [session.id, tokenizer.name])
             con.register("_wb_tokens", table)
-            con.execute("INSERT INTO token_counts SELECT ?, idx, ?, tokens FROM _wb_tokens",
-                        [session.id, tokenizer.name])
+            con.execute(
+                "INSERT INTO token_counts SELECT ?, idx, ?, tokens FROM _wb_tokens", [session.id, tokenizer.name]
+            )
             con.execute("COMMIT")
         except duckdb.Error as exc:
             _rollback(con)
@@ -575,8 +679,10 @@ class Store:
 
     def datasets_of(self, ids: Iterable[str]) -> dict[str, int]:
         """How many of the stored sessions `ids` each dataset holds (ids not stored are not counted)."""
-        rows = self._query("SELECT dataset, count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[])) "
-                           "GROUP BY dataset", [sorted(ids)])
+        rows = self._query(
+            "SELECT dataset, count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[])) GROUP BY dataset",
+            [sorted(ids)],
+        )
         return {str(name): int(count) for name, count in rows}
 
     def token_counts(self, session_id: str, tokenizer_name: str | None = None) -> dict[str, list[int]]:
@@ -597,14 +703,17 @@ class Store:
         user observations, `Message.is_observation`), recorded_compactions (the agent's own, which
         `as-recorded` replays), probes, source, imported_at); the pandas-free form of `sessions()`."""
         sql, params = self._select_sessions(dataset, where)
-        rows = self._query(f"""
+        rows = self._query(
+            f"""
             SELECT s.id, s.dataset, s.format, s.message_count, s.call_count, coalesce(o.n, 0),
                    s.recorded_compactions, coalesce(p.n, 0), s.source, s.imported_at
             FROM ({sql}) s LEFT JOIN (SELECT session_id, count(*) AS n FROM probes GROUP BY session_id) p
                  ON p.session_id = s.id
             LEFT JOIN (SELECT session_id, count(*) AS n FROM messages WHERE role = 'tool' OR observation
                        GROUP BY session_id) o ON o.session_id = s.id
-            ORDER BY s.dataset, s.imported_at, s.id""", params)
+            ORDER BY s.dataset, s.imported_at, s.id""",
+            params,
+        )
         return [dict(zip(SESSION_COLUMNS, row, strict=False)) for row in rows]
 
     def sessions(self, dataset: str | None = None, where: str | None = None) -> pd.DataFrame:
@@ -629,8 +738,9 @@ class Store:
         """One row per dataset: name, description, sessions, messages, calls, created_at."""
         import pandas as pd
 
-        return pd.DataFrame(self.dataset_rows(),
-                            columns=["name", "description", "sessions", "messages", "calls", "created_at"])
+        return pd.DataFrame(
+            self.dataset_rows(), columns=["name", "description", "sessions", "messages", "calls", "created_at"]
+        )
 
     def count(self, what: str = "sessions", dataset: str | None = None) -> int:
         """How many sessions (or messages, calls, probes) are stored, in `dataset` or overall."""
@@ -662,8 +772,9 @@ class Store:
             raise StoreError(f"no session {session_id!r} in {self.path}")
         return sessions[0]
 
-    def load_sessions(self, dataset: str | None = None, where: str | None = None,
-                      ids: Iterable[str] | None = None) -> list[Session]:
+    def load_sessions(
+        self, dataset: str | None = None, where: str | None = None, ids: Iterable[str] | None = None
+    ) -> list[Session]:
         """The stored sessions of `dataset` (all when None) matching `where`, an SQL condition over
         the sessions table (columns id, dataset, format, source, message_count or messages,
         call_count or calls, metadata, imported_at), e.g. `calls >= 50`."""
@@ -678,19 +789,23 @@ class Store:
         whatever their number); ids not in the database are left out."""
         return self._load(list(dict.fromkeys(ids)))
 
-    def iter_sessions(self, dataset: str | None = None, where: str | None = None, *,
-                      batch_sessions: int = 64) -> Iterator[Session]:
+    def iter_sessions(
+        self, dataset: str | None = None, where: str | None = None, *, batch_sessions: int = 64
+    ) -> Iterator[Session]:
         """The sessions `load_sessions` would return, loaded `batch_sessions` at a time: memory
         holds one batch of sessions (plus the ids), whatever the size of the dataset."""
         wanted = self.session_ids(dataset, where)
         step = max(1, int(batch_sessions))
         for start in range(0, len(wanted), step):
-            yield from self._load(wanted[start:start + step])
+            yield from self._load(wanted[start : start + step])
 
     def _select_sessions(self, dataset: str | None, where: str | None) -> tuple[str, list[Any]]:
-        sql = ("SELECT *, message_count AS messages, call_count AS calls, "
-               "coalesce(json_array_length(metadata -> '$.recorded_compactions'), 0) AS recorded_compactions, "
-               + OUTCOME_COLUMNS_SQL + " FROM sessions WHERE (? IS NULL OR dataset = ?)")
+        sql = (
+            "SELECT *, message_count AS messages, call_count AS calls, "
+            "coalesce(json_array_length(metadata -> '$.recorded_compactions'), 0) AS recorded_compactions, "
+            + OUTCOME_COLUMNS_SQL
+            + " FROM sessions WHERE (? IS NULL OR dataset = ?)"
+        )
         params: list[Any] = [dataset, dataset]
         if where and where.strip():
             filtered = f"SELECT * FROM ({sql}) WHERE ({where}\n)"  # the newline ends a trailing -- comment
@@ -713,36 +828,55 @@ class Store:
     def _load(self, ids: Sequence[str]) -> list[Session]:
         if not ids:
             return []
-        heads = {row[0]: row for row in self._query(
-            "SELECT id, dataset, format, tools, metadata FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
-            [list(ids)])}
+        heads = {
+            row[0]: row
+            for row in self._query(
+                "SELECT id, dataset, format, tools, metadata FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
+                [list(ids)],
+            )
+        }
         messages: dict[str, list[Message]] = {i: [] for i in heads}
         underived: set[str] = set()
-        for row in self._query("""
+        for row in self._query(
+            """
                 SELECT session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
                        importance, metadata, observation
                 FROM messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))
-                ORDER BY session_id, idx""", [list(heads)]):
+                ORDER BY session_id, idx""",
+            [list(heads)],
+        ):
             sid, _idx, role, text, parts, calls, call_id, name, origin, importance, meta, observation = row
             content: Any = text if parts is None else json.loads(parts)
             tool_calls = tuple(ToolCall.from_openai(c) for c in json.loads(calls)) if calls else ()
             if observation is None:
                 underived.add(sid)
-            messages[sid].append(Message(role=role, content=content, tool_calls=tool_calls, tool_call_id=call_id,
-                                         name=name, origin=origin, importance=importance,
-                                         metadata=json.loads(meta) if meta else {},
-                                         observation=bool(observation) and role == "user"))
+            messages[sid].append(
+                Message(
+                    role=role,
+                    content=content,
+                    tool_calls=tool_calls,
+                    tool_call_id=call_id,
+                    name=name,
+                    origin=origin,
+                    importance=importance,
+                    metadata=json.loads(meta) if meta else {},
+                    observation=bool(observation) and role == "user",
+                )
+            )
         for sid in underived:  # stored before observations were: the format's rule, as at import
             messages[sid] = mark_observations(heads[sid][2], messages[sid])
         probes: dict[str, list[Probe]] = {i: [] for i in heads}
         for sid, question, expected, kind, from_call in self._query(
-                "SELECT session_id, question, expected, kind, from_call FROM probes "
-                "WHERE session_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY session_id, idx", [list(heads)]):
+            "SELECT session_id, question, expected, kind, from_call FROM probes "
+            "WHERE session_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY session_id, idx",
+            [list(heads)],
+        ):
             probes[sid].append(Probe(question=question, expected=expected, kind=kind, from_call=from_call))
         for sid, idx, tokenizer, count in self._query(
-                "SELECT session_id, idx, tokenizer, tokens FROM token_counts "
-                "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
-                [list(heads)]):
+            "SELECT session_id, idx, tokenizer, tokens FROM token_counts "
+            "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+            [list(heads)],
+        ):
             stored = messages.get(sid)
             if stored is not None and 0 <= idx < len(stored):
                 stored[idx]._token_cache[tokenizer] = int(count)
@@ -752,14 +886,30 @@ class Store:
             if head is None:
                 continue
             _, dataset, fmt, tools, meta = head
-            out.append(Session(messages=tuple(messages[sid]), id=sid, dataset=dataset, format=fmt,
-                               tools=tuple(json.loads(tools)) if tools else (), probes=tuple(probes[sid]),
-                               metadata=json.loads(meta) if meta else {}))
+            out.append(
+                Session(
+                    messages=tuple(messages[sid]),
+                    id=sid,
+                    dataset=dataset,
+                    format=fmt,
+                    tools=tuple(json.loads(tools)) if tools else (),
+                    probes=tuple(probes[sid]),
+                    metadata=json.loads(meta) if meta else {},
+                )
+            )
         return out
 
     # -- human labels of summaries (`summary_labels`; see `SummaryLabel`) ----------------------------
-    def set_summary_label(self, session_id: str, config_hash: str, compaction: int, label: str, *,
-                          config: str = "", note: str | None = None) -> SummaryLabel:
+    def set_summary_label(
+        self,
+        session_id: str,
+        config_hash: str,
+        compaction: int,
+        label: str,
+        *,
+        config: str = "",
+        note: str | None = None,
+    ) -> SummaryLabel:
         """Store a researcher's label of one compaction's summary and return it as stored. A label
         already stored for the same (session, config hash, compaction) is replaced. `label` is
         'good' or 'bad' (ConfigError otherwise); a blank note is stored as none."""
@@ -769,18 +919,29 @@ class Store:
             raise ConfigError("a summary label needs a session id and a config hash")
         if isinstance(compaction, bool) or int(compaction) != compaction or compaction < 0:
             raise ConfigError(f"the compaction of a label is its event index (0 or more), not {compaction!r}")
-        stored = SummaryLabel(session_id=str(session_id), config_hash=str(config_hash), config=str(config or ""),
-                              compaction=int(compaction), label=label, note=(note or "").strip() or None,
-                              labelled_at=datetime.now(UTC).replace(tzinfo=None))
-        self._query("INSERT OR REPLACE INTO summary_labels (session_id, config_hash, config, compaction, label, "
-                    "note, labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?)", list(asdict(stored).values()))
+        stored = SummaryLabel(
+            session_id=str(session_id),
+            config_hash=str(config_hash),
+            config=str(config or ""),
+            compaction=int(compaction),
+            label=label,
+            note=(note or "").strip() or None,
+            labelled_at=datetime.now(UTC).replace(tzinfo=None),
+        )
+        self._query(
+            "INSERT OR REPLACE INTO summary_labels (session_id, config_hash, config, compaction, label, "
+            "note, labelled_at) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            list(asdict(stored).values()),
+        )
         return stored
 
     def summary_label(self, session_id: str, config_hash: str, compaction: int) -> SummaryLabel | None:
         """The label of one compaction's summary, or None when it has none."""
-        rows = self._query(f"SELECT {', '.join(SUMMARY_LABEL_COLUMNS)} FROM summary_labels "
-                           "WHERE session_id = ? AND config_hash = ? AND compaction = ?",
-                           [session_id, config_hash, int(compaction)])
+        rows = self._query(
+            f"SELECT {', '.join(SUMMARY_LABEL_COLUMNS)} FROM summary_labels "
+            "WHERE session_id = ? AND config_hash = ? AND compaction = ?",
+            [session_id, config_hash, int(compaction)],
+        )
         return SummaryLabel(*rows[0]) if rows else None
 
     def summary_labels(self, session_id: str | None = None, config_hash: str | None = None) -> pd.DataFrame:
@@ -792,14 +953,17 @@ class Store:
 
     def delete_summary_label(self, session_id: str, config_hash: str, compaction: int) -> bool:
         """Remove one compaction's label; returns whether there was one."""
-        rows = self._query("DELETE FROM summary_labels WHERE session_id = ? AND config_hash = ? AND compaction = ? "
-                           "RETURNING 1", [session_id, config_hash, int(compaction)])
+        rows = self._query(
+            "DELETE FROM summary_labels WHERE session_id = ? AND config_hash = ? AND compaction = ? RETURNING 1",
+            [session_id, config_hash, int(compaction)],
+        )
         return bool(rows)
 
 
 # --------------------------------------------------------------------------------------------
 # The batch writer
 # --------------------------------------------------------------------------------------------
+
 
 def check_dataset_name(name: str | None) -> None:
     """A dataset name given must not be blank: it would file the sessions under another name without
@@ -829,13 +993,13 @@ class _Writer:
         self.file: FileOutcome | None = None
         self.file_ids: set[str] = set()
         self.files: list[tuple[FileOutcome, set[str]]] = []
-        self.repeats = 0                                    # repeated ids within this import
+        self.repeats = 0  # repeated ids within this import
         # Owned by the writer thread until it is joined:
-        self.written: dict[str, tuple[int, int]] = {}       # id -> (messages, calls), in write order
-        self.existing: set[str] = set()                     # ids skipped because already stored
-        self.later_versions: dict[str, str] = {}            # new id -> the stored id it is a later version of
-        self.stored_sources = _stored_sources(store)        # sources earlier imports stored sessions of
-        self.earlier: dict[str, EarlierImports] = {}        # per source, what earlier imports stored of it
+        self.written: dict[str, tuple[int, int]] = {}  # id -> (messages, calls), in write order
+        self.existing: set[str] = set()  # ids skipped because already stored
+        self.later_versions: dict[str, str] = {}  # new id -> the stored id it is a later version of
+        self.stored_sources = _stored_sources(store)  # sources earlier imports stored sessions of
+        self.earlier: dict[str, EarlierImports] = {}  # per source, what earlier imports stored of it
         self.error: BaseException | None = None
         self.queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=1)
         self.thread: threading.Thread | None = None
@@ -881,8 +1045,12 @@ class _Writer:
                     ids, later = _write_batch(self.store, payload, self.earlier)
                     written = set(ids)
                     self.later_versions.update(later)
-                    for sid, messages, calls in zip(payload.sessions["id"], payload.sessions["message_count"],
-                                                    payload.sessions["call_count"], strict=False):
+                    for sid, messages, calls in zip(
+                        payload.sessions["id"],
+                        payload.sessions["message_count"],
+                        payload.sessions["call_count"],
+                        strict=False,
+                    ):
                         if sid in written:
                             self.written[sid] = (messages, calls)
                         else:
@@ -1007,8 +1175,12 @@ def _write_batch(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]
     `earlier`: what `_later_versions` read of each source so far in this import."""
     con = store.connection
     try:
-        existing = {r[0] for r in con.execute(
-            "SELECT id FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [batch.ids]).fetchall()}
+        existing = {
+            r[0]
+            for r in con.execute(
+                "SELECT id FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [batch.ids]
+            ).fetchall()
+        }
     except duckdb.Error as exc:
         raise StoreError(f"cannot read {store.path}: {exc}") from exc
     if existing:
@@ -1020,12 +1192,14 @@ def _write_batch(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]
         _insert(con, batch.tables())
     except duckdb.InvalidInputException as exc:
         if "surrogate" not in str(exc):
-            raise StoreError(f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled "
-                             f"back: {exc}") from exc
+            raise StoreError(
+                f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled back: {exc}"
+            ) from exc
         _insert(con, batch.tables(clean=True))  # text with lone surrogates (from \ud800-style escapes)
     except duckdb.Error as exc:
-        raise StoreError(f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled "
-                         f"back: {exc}") from exc
+        raise StoreError(
+            f"import into {store.path} failed; the batch of {len(batch)} sessions was rolled back: {exc}"
+        ) from exc
     return list(batch.ids), later
 
 
@@ -1048,14 +1222,18 @@ def continues(old: Session, new: Session) -> bool:
     stable = kept[:-1]
     if not stable or len(new.messages) <= len(stable) or new.tools != old.tools:
         return False
-    return content_hash(stable) == content_hash(new.messages[:len(stable)])
+    return content_hash(stable) == content_hash(new.messages[: len(stable)])
 
 
 def _stored_sources(store: Store) -> frozenset[str]:
     """The sources of the sessions stored (read before an import writes anything)."""
     try:
-        return frozenset(row[0] for row in store.connection.execute(
-            "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL").fetchall())
+        return frozenset(
+            row[0]
+            for row in store.connection.execute(
+                "SELECT DISTINCT source FROM sessions WHERE source IS NOT NULL"
+            ).fetchall()
+        )
     except duckdb.Error as exc:
         raise StoreError(f"cannot read {store.path}: {exc}") from exc
 
@@ -1069,8 +1247,9 @@ def _earlier_imports(store: Store, sources: list[str]) -> dict[str, EarlierImpor
     tells apart (several, none with recording keys) is left out."""
     try:
         rows = store.connection.execute(
-            "SELECT id, dataset, format, source, metadata FROM sessions "
-            "WHERE source IN (SELECT unnest(?::VARCHAR[]))", [sources]).fetchall()
+            "SELECT id, dataset, format, source, metadata FROM sessions WHERE source IN (SELECT unnest(?::VARCHAR[]))",
+            [sources],
+        ).fetchall()
     except duckdb.Error as exc:
         raise StoreError(f"cannot read {store.path}: {exc}") from exc
     found: dict[str, EarlierImports] = {source: {} for source in sources}
@@ -1091,8 +1270,13 @@ def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImpor
     `earlier` holds, per source, what the database held of it when this import first met it (read
     then, once: what this import writes is never an earlier version); a matched session is taken out."""
     columns = batch.sessions
-    unread = sorted({source for source, session in zip(columns["source"], batch.objects, strict=True)
-                     if session is not None and source is not None and source not in earlier})
+    unread = sorted(
+        {
+            source
+            for source, session in zip(columns["source"], batch.objects, strict=True)
+            if session is not None and source is not None and source not in earlier
+        }
+    )
     if unread:
         earlier.update(_earlier_imports(store, unread))
     later: dict[str, str] = {}
@@ -1190,14 +1374,17 @@ class SummaryLabel:
     labelled_at: datetime
 
 
-def summary_labels_frame(con: duckdb.DuckDBPyConnection, *, session_id: str | None = None,
-                         config_hash: str | None = None) -> pd.DataFrame:
+def summary_labels_frame(
+    con: duckdb.DuckDBPyConnection, *, session_id: str | None = None, config_hash: str | None = None
+) -> pd.DataFrame:
     """The stored labels as a DataFrame of `SUMMARY_LABEL_COLUMNS` (see `Store.summary_labels`), read
     on an open connection (the exports read them on the connection they read the run with)."""
     try:
-        return con.execute(f"SELECT {', '.join(SUMMARY_LABEL_COLUMNS)} FROM summary_labels "
-                           "WHERE (?::VARCHAR IS NULL OR session_id = ?) AND (?::VARCHAR IS NULL OR config_hash = ?) "
-                           "ORDER BY session_id, config_hash, compaction",
-                           [session_id, session_id, config_hash, config_hash]).df()
+        return con.execute(
+            f"SELECT {', '.join(SUMMARY_LABEL_COLUMNS)} FROM summary_labels "
+            "WHERE (?::VARCHAR IS NULL OR session_id = ?) AND (?::VARCHAR IS NULL OR config_hash = ?) "
+            "ORDER BY session_id, config_hash, compaction",
+            [session_id, session_id, config_hash, config_hash],
+        ).df()
     except duckdb.Error as exc:
         raise StoreError(f"reading the summary labels failed: {exc}") from exc

@@ -71,18 +71,34 @@ class Agent:
     name: str
     model: str
     tools: tuple[str, ...]
-    share: float           # of all sessions
-    system_prompt: float   # probability that a session starts with a system prompt
-    parallel: float        # probability that a call-making turn makes 2-4 calls
-    user_turn: float       # probability that a new user turn follows a reply without calls
-    cached: bool           # prompt caching (usage splits into cache read / creation)
+    share: float  # of all sessions
+    system_prompt: float  # probability that a session starts with a system prompt
+    parallel: float  # probability that a call-making turn makes 2-4 calls
+    user_turn: float  # probability that a new user turn follows a reply without calls
+    cached: bool  # prompt caching (usage splits into cache read / creation)
 
 
 AGENTS: tuple[Agent, ...] = (
-    Agent("claude-code", "claude-sonnet-4-5-20250929", ("Read", "Bash", "Edit", "Grep", "Glob", "Write",
-                                                         "TodoWrite"), 0.6, 0.3, 0.12, 0.6, True),
-    Agent("openhands", "gpt-5-2025-08-07", ("execute_bash", "str_replace_editor", "think", "finish"),
-          0.25, 1.0, 0.03, 0.3, False),
+    Agent(
+        "claude-code",
+        "claude-sonnet-4-5-20250929",
+        ("Read", "Bash", "Edit", "Grep", "Glob", "Write", "TodoWrite"),
+        0.6,
+        0.3,
+        0.12,
+        0.6,
+        True,
+    ),
+    Agent(
+        "openhands",
+        "gpt-5-2025-08-07",
+        ("execute_bash", "str_replace_editor", "think", "finish"),
+        0.25,
+        1.0,
+        0.03,
+        0.3,
+        False,
+    ),
     Agent("codex", "gpt-5-codex", ("shell", "apply_patch", "update_plan"), 0.15, 1.0, 0.05, 0.5, True),
 )
 
@@ -101,22 +117,25 @@ class Sizes:
 
 
 # Fitted by eye to the claude-code and openhands recordings (p50 / p90 / p99 of characters).
-TOOL_OUTPUT = Sizes(240, 1.9, 8)       # real: p50 127-238, p90 4.5-6k, p99 20-30k
-ASSISTANT_TEXT = Sizes(160, 1.3, 4)    # real: p50 74-278, p90 0.5-1.8k
+TOOL_OUTPUT = Sizes(240, 1.9, 8)  # real: p50 127-238, p90 4.5-6k, p99 20-30k
+ASSISTANT_TEXT = Sizes(160, 1.3, 4)  # real: p50 74-278, p90 0.5-1.8k
 ARGUMENTS = Sizes(90, 0.8, 12)
-USER_TEXT = Sizes(450, 1.1, 20)        # real: p50 370-1000, p90 1.5-3.3k
+USER_TEXT = Sizes(450, 1.1, 20)  # real: p50 370-1000, p90 1.5-3.3k
 SYSTEM_TEXT = Sizes(5000, 0.4, 500)
 
 
-def message_counts(sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES,
-                   seed: int = DEFAULT_SEED) -> list[int]:
+def message_counts(
+    sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED
+) -> list[int]:
     """How many messages each session gets: log-normal around the mean, summing to `messages`
     exactly, each at least `MIN_MESSAGES` (one int per session; never the messages themselves)."""
     if sessions < 1:
         raise ValueError(f"sessions must be at least 1, not {sessions}")
     if messages < MIN_MESSAGES * sessions:
-        raise ValueError(f"messages must be at least {MIN_MESSAGES} per session "
-                         f"({MIN_MESSAGES * sessions} for {sessions} sessions), not {messages}")
+        raise ValueError(
+            f"messages must be at least {MIN_MESSAGES} per session "
+            f"({MIN_MESSAGES * sessions} for {sessions} sessions), not {messages}"
+        )
     rng = random.Random(f"counts:{seed}:{sessions}:{messages}")
     weights = [math.exp(rng.gauss(0.0, 0.8)) for _ in range(sessions)]
     spare = messages - MIN_MESSAGES * sessions
@@ -137,10 +156,49 @@ class _Text:
     tool output to a tokenizer and compresses like it in DuckDB.
     """
 
-    WORDS = ("def", "return", "self", "import", "class", "value", "error", "config", "None", "True", "request",
-             "response", "session", "token", "assert", "result", "path", "index", "status", "INFO", "DEBUG",
-             "WARNING", "test", "passed", "failed", "raise", "await", "async", "yield", "context", "message",
-             "buffer", "offset", "cache", "user", "tool", "call", "summary", "build", "deploy", "commit")
+    WORDS = (
+        "def",
+        "return",
+        "self",
+        "import",
+        "class",
+        "value",
+        "error",
+        "config",
+        "None",
+        "True",
+        "request",
+        "response",
+        "session",
+        "token",
+        "assert",
+        "result",
+        "path",
+        "index",
+        "status",
+        "INFO",
+        "DEBUG",
+        "WARNING",
+        "test",
+        "passed",
+        "failed",
+        "raise",
+        "await",
+        "async",
+        "yield",
+        "context",
+        "message",
+        "buffer",
+        "offset",
+        "cache",
+        "user",
+        "tool",
+        "call",
+        "summary",
+        "build",
+        "deploy",
+        "commit",
+    )
 
     def __init__(self, seed: int):
         rng = random.Random(f"pool:{seed}")
@@ -162,11 +220,11 @@ class _Text:
     def take(self, rng: random.Random, head: str, chars: int) -> str:
         body = max(0, chars - len(head) - 1)
         if body == 0:
-            return head[:max(1, chars)]
+            return head[: max(1, chars)]
         start = rng.randrange(0, len(self.pool) - min(body, len(self.pool) - 1))
-        text = self.pool[start:start + body]
+        text = self.pool[start : start + body]
         while len(text) < body:  # longer than the pool: wrap around
-            text += "\n" + self.pool[:body - len(text) - 1]
+            text += "\n" + self.pool[: body - len(text) - 1]
         return f"{head}\n{text}"
 
 
@@ -190,8 +248,7 @@ def _pick_agent(rng: random.Random) -> Agent:
     return AGENTS[min(len(AGENTS) - 1, bisect.bisect(edges, rng.random() * total))]
 
 
-def generate_session(index: int, messages: int, seed: int = DEFAULT_SEED,
-                     dataset: str = DEFAULT_DATASET) -> Session:
+def generate_session(index: int, messages: int, seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATASET) -> Session:
     """Session number `index` of the dataset of `seed`, with exactly `messages` messages
     (at least `MIN_MESSAGES`); every tool call is answered by one tool message right after its turn."""
     if messages < MIN_MESSAGES:
@@ -200,8 +257,8 @@ def generate_session(index: int, messages: int, seed: int = DEFAULT_SEED,
     text = _pool(seed)
     agent = _pick_agent(rng)
     out: list[Message] = []
-    context_tokens = 0      # what the conversation holds, in rough tokens (4 characters each)
-    cached_tokens = 0       # the prefix a provider cache already holds
+    context_tokens = 0  # what the conversation holds, in rough tokens (4 characters each)
+    cached_tokens = 0  # the prefix a provider cache already holds
     call_number = 0
 
     def add(message: Message, chars: int) -> None:
@@ -219,25 +276,43 @@ def generate_session(index: int, messages: int, seed: int = DEFAULT_SEED,
             size = ARGUMENTS.draw(rng)
             args = json.dumps({"arg": text.take(rng, f"{name} #{call_number}", size)})
             tool_calls.append(ToolCall(id=f"call_{index}_{call_number}", name=name, arguments=args))
-        content = text.take(rng, f"Step {len(out)}: {'checking' if calls else 'done'}", reply) \
-            if (not calls or rng.random() < 0.55) else None
+        content = (
+            text.take(rng, f"Step {len(out)}: {'checking' if calls else 'done'}", reply)
+            if (not calls or rng.random() < 0.55)
+            else None
+        )
         output_tokens = (reply if content else 0) // 4 + sum(len(c.arguments) for c in tool_calls) // 4 + 1
         if agent.cached:
-            usage = {"input_tokens": rng.randint(1, 12), "cache_read_input_tokens": cached_tokens,
-                     "cache_creation_input_tokens": max(0, context_tokens - cached_tokens),
-                     "output_tokens": output_tokens}
+            usage = {
+                "input_tokens": rng.randint(1, 12),
+                "cache_read_input_tokens": cached_tokens,
+                "cache_creation_input_tokens": max(0, context_tokens - cached_tokens),
+                "output_tokens": output_tokens,
+            }
             cached_tokens = context_tokens
         else:
-            usage = {"input_tokens": context_tokens, "cache_read_input_tokens": 0,
-                     "cache_creation_input_tokens": 0, "output_tokens": output_tokens}
-        metadata = {"usage": usage, "model": agent.model,
-                    "finish_reason": "tool_calls" if calls else "stop"}
-        add(Message(role="assistant", content=content, tool_calls=tuple(tool_calls), metadata=metadata),
-            (reply if content else 0) + sum(len(c.arguments) for c in tool_calls))
+            usage = {
+                "input_tokens": context_tokens,
+                "cache_read_input_tokens": 0,
+                "cache_creation_input_tokens": 0,
+                "output_tokens": output_tokens,
+            }
+        metadata = {"usage": usage, "model": agent.model, "finish_reason": "tool_calls" if calls else "stop"}
+        add(
+            Message(role="assistant", content=content, tool_calls=tuple(tool_calls), metadata=metadata),
+            (reply if content else 0) + sum(len(c.arguments) for c in tool_calls),
+        )
         for call in tool_calls:
             size = TOOL_OUTPUT.draw(rng)
-            add(Message(role="tool", content=text.take(rng, f"[{call.name} output]", size),
-                        tool_call_id=call.id, name=call.name), size)
+            add(
+                Message(
+                    role="tool",
+                    content=text.take(rng, f"[{call.name} output]", size),
+                    tool_call_id=call.id,
+                    name=call.name,
+                ),
+                size,
+            )
 
     def user() -> None:
         size = USER_TEXT.draw(rng)
@@ -265,11 +340,22 @@ def generate_session(index: int, messages: int, seed: int = DEFAULT_SEED,
                 assistant(min(left - 1, rng.randint(2, 4)))
             else:
                 assistant(1)
-    return Session(messages=tuple(out), id=session_id(index, seed, dataset), dataset=dataset, format="synthetic",
-                   tools=tuple({"type": "function", "function": {"name": name, "parameters": {"type": "object"}}}
-                               for name in agent.tools),
-                   metadata={"generator": "workbench.synthetic", "seed": seed, "index": index, "agent": agent.name,
-                             "model": agent.model})
+    return Session(
+        messages=tuple(out),
+        id=session_id(index, seed, dataset),
+        dataset=dataset,
+        format="synthetic",
+        tools=tuple(
+            {"type": "function", "function": {"name": name, "parameters": {"type": "object"}}} for name in agent.tools
+        ),
+        metadata={
+            "generator": "workbench.synthetic",
+            "seed": seed,
+            "index": index,
+            "agent": agent.name,
+            "model": agent.model,
+        },
+    )
 
 
 def session_id(index: int, seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATASET) -> str:
@@ -279,15 +365,25 @@ def session_id(index: int, seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATA
     return f"{index:07d}-{dataset}-{seed if seed >= 0 else f'n{-seed}'}"
 
 
-def iter_sessions(sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES, seed: int = DEFAULT_SEED,
-                  dataset: str = DEFAULT_DATASET) -> Iterator[Session]:
+def iter_sessions(
+    sessions: int = DEFAULT_SESSIONS,
+    messages: int = DEFAULT_MESSAGES,
+    seed: int = DEFAULT_SEED,
+    dataset: str = DEFAULT_DATASET,
+) -> Iterator[Session]:
     """The dataset's sessions one at a time, in index order (`messages` in total)."""
     for index, count in enumerate(message_counts(sessions, messages, seed)):
         yield generate_session(index, count, seed, dataset)
 
 
-def check_dataset(store: Store, sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES, *,
-                  seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATASET) -> None:
+def check_dataset(
+    store: Store,
+    sessions: int = DEFAULT_SESSIONS,
+    messages: int = DEFAULT_MESSAGES,
+    *,
+    seed: int = DEFAULT_SEED,
+    dataset: str = DEFAULT_DATASET,
+) -> None:
     """Raise `DatasetConflict` when `dataset` holds a synthetic session that this generation would
     not make (another seed, other sizes, an id of an older version): a dataset holds one generation.
     Sessions it would make (same id, same message count, so the same content) are fine: they are
@@ -295,7 +391,9 @@ def check_dataset(store: Store, sessions: int = DEFAULT_SESSIONS, messages: int 
     counts = message_counts(sessions, messages, seed)
     cursor = store.connection.execute(
         "SELECT id, message_count, TRY_CAST(metadata->>'index' AS BIGINT), TRY_CAST(metadata->>'seed' AS BIGINT) "
-        "FROM sessions WHERE dataset = ? AND format = 'synthetic'", [dataset])
+        "FROM sessions WHERE dataset = ? AND format = 'synthetic'",
+        [dataset],
+    )
     stored = stored_messages = foreign = 0
     seeds: set[int] = set()
     while rows := cursor.fetchmany(10_000):
@@ -304,8 +402,12 @@ def check_dataset(store: Store, sessions: int = DEFAULT_SESSIONS, messages: int 
             stored_messages += int(count)
             if their_seed is not None:
                 seeds.add(int(their_seed))
-            if index is None or not 0 <= index < sessions or count != counts[index] \
-                    or sid != session_id(index, seed, dataset):
+            if (
+                index is None
+                or not 0 <= index < sessions
+                or count != counts[index]
+                or sid != session_id(index, seed, dataset)
+            ):
                 foreign += 1
     if foreign:
         seed_text = ", ".join(str(s) for s in sorted(seeds)) or "unknown"
@@ -313,13 +415,20 @@ def check_dataset(store: Store, sessions: int = DEFAULT_SESSIONS, messages: int 
             f"dataset {dataset!r} already holds {stored} synthetic session{'s' * (stored != 1)} ({stored_messages} "
             f"messages, seed {seed_text}) from another generation than this one ({sessions} sessions, {messages} "
             f"messages, seed {seed}); a dataset holds one generation: generate into another dataset name, "
-            "or repeat the sizes and seed of the first generation to complete it")
+            "or repeat the sizes and seed of the first generation to complete it"
+        )
 
 
-def generate_dataset(db: str | os.PathLike[str] | Store, sessions: int = DEFAULT_SESSIONS,
-                     messages: int = DEFAULT_MESSAGES, *, seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATASET,
-                     memory_limit: str | None = None,
-                     progress: Callable[[int, int], None] | None = None) -> ImportReport:
+def generate_dataset(
+    db: str | os.PathLike[str] | Store,
+    sessions: int = DEFAULT_SESSIONS,
+    messages: int = DEFAULT_MESSAGES,
+    *,
+    seed: int = DEFAULT_SEED,
+    dataset: str = DEFAULT_DATASET,
+    memory_limit: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> ImportReport:
     """Generate the dataset straight into the database (a path, or an open `Store`) and return
     the import report. Sessions stream through the store's batch writer, so memory holds one batch
     (about `Store.batch_messages` messages) plus the session being generated. `progress(sessions
@@ -337,8 +446,9 @@ def generate_dataset(db: str | os.PathLike[str] | Store, sessions: int = DEFAULT
             if progress is not None:
                 progress(number, done_messages)
 
-    description = (f"Synthetic agent sessions ({sessions} sessions, {messages} messages, seed {seed}; "
-                   "workbench generate)")
+    description = (
+        f"Synthetic agent sessions ({sessions} sessions, {messages} messages, seed {seed}; workbench generate)"
+    )
 
     def generate(store: Store) -> ImportReport:
         check_dataset(store, sessions, messages, seed=seed, dataset=dataset)
@@ -352,9 +462,15 @@ def generate_dataset(db: str | os.PathLike[str] | Store, sessions: int = DEFAULT
         return generate(store)
 
 
-def write_jsonl(path: str | os.PathLike[str], sessions: int = DEFAULT_SESSIONS, messages: int = DEFAULT_MESSAGES,
-                *, seed: int = DEFAULT_SEED, dataset: str = DEFAULT_DATASET,
-                progress: Callable[[int, int], None] | None = None) -> Path:
+def write_jsonl(
+    path: str | os.PathLike[str],
+    sessions: int = DEFAULT_SESSIONS,
+    messages: int = DEFAULT_MESSAGES,
+    *,
+    seed: int = DEFAULT_SEED,
+    dataset: str = DEFAULT_DATASET,
+    progress: Callable[[int, int], None] | None = None,
+) -> Path:
     """Write the dataset as workbench JSONL (gzip when the name ends in .gz), one session per line,
     for `workbench import`, which streams it back line by line. The file appears whole or not at
     all (it is written beside and renamed); `progress` as in `generate_dataset`."""

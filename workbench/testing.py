@@ -161,9 +161,17 @@ class FakeOpenAI(_Endpoint):
     bodies received, in arrival order), `headers` (each request's headers).
     """
 
-    def __init__(self, *, latency: float = 0.0, responder: Callable[[dict[str, Any]], str | Fault] | None = None,
-                 script: Iterable[Item] = (), port: int = 0, host: str = "127.0.0.1", model: str | None = None,
-                 keep_requests: bool = True):
+    def __init__(
+        self,
+        *,
+        latency: float = 0.0,
+        responder: Callable[[dict[str, Any]], str | Fault] | None = None,
+        script: Iterable[Item] = (),
+        port: int = 0,
+        host: str = "127.0.0.1",
+        model: str | None = None,
+        keep_requests: bool = True,
+    ):
         self.latency = latency
         self.responder = responder
         self.host = host
@@ -308,9 +316,13 @@ class FakeOpenAI(_Endpoint):
     def stats(self) -> dict[str, int]:
         """request_count, in_flight, max_in_flight, connections and pending (scripted items left)."""
         with self._lock:
-            return {"request_count": self.request_count, "in_flight": self.in_flight,
-                    "max_in_flight": self.max_in_flight, "connections": len(self._peers),
-                    "pending": len(self._script)}
+            return {
+                "request_count": self.request_count,
+                "in_flight": self.in_flight,
+                "max_in_flight": self.max_in_flight,
+                "connections": len(self._peers),
+                "pending": len(self._script),
+            }
 
     async def _stats(self, request: Any) -> Any:
         from aiohttp import web
@@ -392,13 +404,28 @@ class FakeOpenAI(_Endpoint):
             if item.retry_after is not None:
                 headers["retry-after"] = str(item.retry_after)
             return web.json_response(
-                {"error": {"message": "Rate limit reached, please retry", "type": "requests",
-                           "code": "rate_limit_exceeded"}}, status=429, headers=headers)
+                {
+                    "error": {
+                        "message": "Rate limit reached, please retry",
+                        "type": "requests",
+                        "code": "rate_limit_exceeded",
+                    }
+                },
+                status=429,
+                headers=headers,
+            )
         if kind == "error":
             return web.json_response(
-                {"error": {"message": item.text,
-                           "type": "server_error" if item.status >= 500 else "invalid_request_error", "code": None}},
-                status=item.status, headers=dict(item.headers))
+                {
+                    "error": {
+                        "message": item.text,
+                        "type": "server_error" if item.status >= 500 else "invalid_request_error",
+                        "code": None,
+                    }
+                },
+                status=item.status,
+                headers=dict(item.headers),
+            )
         if kind == "hang":
             assert self._stopping is not None
             try:
@@ -434,10 +461,15 @@ class FakeOpenAI(_Endpoint):
             "object": "chat.completion",
             "created": int(time.time()),
             "model": self.model_name or body.get("model") or "fake",
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
-                         "finish_reason": finish_reason, "logprobs": None}],
-            "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
-                      "total_tokens": prompt + completion},
+            "choices": [
+                {
+                    "index": 0,
+                    "message": {"role": "assistant", "content": text},
+                    "finish_reason": finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion},
         }
 
 
@@ -462,8 +494,21 @@ class FakeOpenAIProcess(_Endpoint):
         if self._process is not None:
             return self
         self._process = subprocess.Popen(
-            [sys.executable, "-m", "workbench.testing", "--latency", str(self.latency), "--port", str(self.port),
-             "--host", self.host], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+            [
+                sys.executable,
+                "-m",
+                "workbench.testing",
+                "--latency",
+                str(self.latency),
+                "--port",
+                str(self.port),
+                "--host",
+                self.host,
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
         line = self._process.stdout.readline().strip()
         if not line.startswith("PORT "):
             self.stop()
@@ -492,8 +537,9 @@ class FakeOpenAIProcess(_Endpoint):
         import urllib.request
 
         data = None if payload is None else json.dumps(payload).encode()
-        request = urllib.request.Request(self.base_url + path, data=data, method=method,
-                                         headers={"content-type": "application/json"})
+        request = urllib.request.Request(
+            self.base_url + path, data=data, method=method, headers={"content-type": "application/json"}
+        )
         with urllib.request.urlopen(request, timeout=10) as response:
             return json.loads(response.read())
 

@@ -73,7 +73,8 @@ class TiktokenTokenizer:
         except Exception as exc:  # tiktoken raises bare ValueErrors and network errors
             raise ConfigError(
                 f"tokenizer {encoding_name!r} cannot be loaded offline ({exc}); "
-                f"available: heuristic, {', '.join(TIKTOKEN_ENCODINGS)}, litellm:<model>") from exc
+                f"available: heuristic, {', '.join(TIKTOKEN_ENCODINGS)}, litellm:<model>"
+            ) from exc
 
     def count(self, text: str) -> int:
         if not text:
@@ -174,8 +175,7 @@ def get_tokenizer(name: str = "heuristic") -> Tokenizer:
         return LiteLLMTokenizer(name.partition(":")[2])
     if name in TIKTOKEN_ENCODINGS or name in ("r50k_base", "gpt2"):
         return TiktokenTokenizer(name)
-    raise ConfigError(f"unknown tokenizer {name!r}; valid: heuristic, "
-                      f"{', '.join(TIKTOKEN_ENCODINGS)}, litellm:<model>")
+    raise ConfigError(f"unknown tokenizer {name!r}; valid: heuristic, {', '.join(TIKTOKEN_ENCODINGS)}, litellm:<model>")
 
 
 def resolve(tokenizer: str | Tokenizer) -> Tokenizer:
@@ -186,8 +186,11 @@ def counted_text(message: Message) -> str:
     """The text a tokenizer sees for a message: its text content plus each tool call's name and arguments."""
     text = message.text
     if message.tool_calls:
-        text = "\n".join([text, *(f"{c.name} {c.arguments}" for c in message.tool_calls)]) if text else \
-            "\n".join(f"{c.name} {c.arguments}" for c in message.tool_calls)
+        text = (
+            "\n".join([text, *(f"{c.name} {c.arguments}" for c in message.tool_calls)])
+            if text
+            else "\n".join(f"{c.name} {c.arguments}" for c in message.tool_calls)
+        )
     return text
 
 
@@ -238,8 +241,9 @@ def messages_tokens(messages: Iterable[Message], tokenizer: str | Tokenizer = "h
 _token_cache = attrgetter("_token_cache")
 
 
-def count_tokens(text_or_message: str | Message | Mapping[str, Any] | Iterable[Any],
-                 tokenizer: str | Tokenizer = "heuristic") -> int:
+def count_tokens(
+    text_or_message: str | Message | Mapping[str, Any] | Iterable[Any], tokenizer: str | Tokenizer = "heuristic"
+) -> int:
     """Tokens of a text, a message (with its overhead) or a list of messages (sum of the messages)."""
     tok = resolve(tokenizer)
     if isinstance(text_or_message, str):

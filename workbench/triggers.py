@@ -68,8 +68,7 @@ class TokenThreshold:
     """
 
     overflow_retry: ClassVar[bool] = False
-    threshold: int = param(200_000, doc="tokens (prompt + completion) of the previous call that fire it; 0: off",
-                           min=0)
+    threshold: int = param(200_000, doc="tokens (prompt + completion) of the previous call that fire it; 0: off", min=0)
 
     def should_compact(self, view: TriggerView) -> bool:
         if self.threshold == 0:
@@ -114,8 +113,9 @@ class Utilization:
     the call again, once per stop; with `reactive = false` the trigger is proactive only.
     """
 
-    ratio: float = param(0.8, doc="share of the room for messages above which it fires", min=0, max=1,
-                         min_exclusive=True)
+    ratio: float = param(
+        0.8, doc="share of the room for messages above which it fires", min=0, max=1, min_exclusive=True
+    )
     reactive: bool = param(True, doc="also fire when the engine reports that the call overflows the window")
 
     def utilization(self, view: TriggerView) -> float:
@@ -211,8 +211,9 @@ class StatThreshold:
     """
 
     overflow_retry: ClassVar[bool] = False
-    counters: Mapping[str, int | float] = param({}, doc="{counter = delta}: fire when a counter grew by delta "
-                                                "since the last compaction")
+    counters: Mapping[str, int | float] = param(
+        {}, doc="{counter = delta}: fire when a counter grew by delta since the last compaction"
+    )
     gauges: Mapping[str, int | float] = param({}, doc="{gauge = value}: fire when a gauge reached value")
     _snapshots: dict[str, float] = field(default_factory=dict, init=False, repr=False, compare=False)
 
@@ -220,8 +221,10 @@ class StatThreshold:
         counters = _threshold_table("counters", self.counters, what="delta")
         gauges = _threshold_table("gauges", self.gauges, what="value")
         if not counters and not gauges:
-            raise ConfigError("stat_threshold needs at least one entry in counters or gauges "
-                              f"(counters: {', '.join(KNOWN_COUNTERS)}; gauges: {', '.join(KNOWN_GAUGES)})")
+            raise ConfigError(
+                "stat_threshold needs at least one entry in counters or gauges "
+                f"(counters: {', '.join(KNOWN_COUNTERS)}; gauges: {', '.join(KNOWN_GAUGES)})"
+            )
         object.__setattr__(self, "counters", counters)
         object.__setattr__(self, "gauges", gauges)
 
@@ -245,14 +248,25 @@ class StatThreshold:
     def firing_mask(self, span: CallSpan) -> Any:
         """`should_compact` over a span; per-model counters (and patterns that may match them) need
         the per-call path."""
-        counters = {"iterations": span.call_index, "input_tokens": span.input_tokens,
-                    "output_tokens": span.output_tokens, "compactions": span.compactions}
-        gauges = {"context_messages": span.context_messages, "context_steps": span.context_steps,
-                  "context_tokens": span.context_tokens, "tokens_last_call": span.tokens_last_call}
+        counters = {
+            "iterations": span.call_index,
+            "input_tokens": span.input_tokens,
+            "output_tokens": span.output_tokens,
+            "compactions": span.compactions,
+        }
+        gauges = {
+            "context_messages": span.context_messages,
+            "context_steps": span.context_steps,
+            "context_tokens": span.context_tokens,
+            "tokens_last_call": span.tokens_last_call,
+        }
         mask = span.context_tokens < 0
         for pattern, delta in self.counters.items():
-            if pattern.endswith("*") and "input_tokens_for:".startswith(pattern[:-1]) \
-                    or pattern.startswith("input_tokens_for:"):
+            if (
+                pattern.endswith("*")
+                and "input_tokens_for:".startswith(pattern[:-1])
+                or pattern.startswith("input_tokens_for:")
+            ):
                 raise NotImplementedError("per-model counters are read call by call")
             for key, current in _matching(pattern, counters):
                 mask = mask | (current - self._snapshots.get(key, 0) >= delta)
@@ -335,8 +349,7 @@ class Pressure:
     overflow_retry: ClassVar[bool] = False
     turns: int | None = param(8, doc="fire from this call index on; 0 or none: off", min=0)
     tokens: int | None = param(None, doc="fire when the history holds this many tokens; none: off", min=0)
-    _history: _HistoryTokens = field(default_factory=lambda: _HistoryTokens(), init=False, repr=False,
-                                     compare=False)
+    _history: _HistoryTokens = field(default_factory=lambda: _HistoryTokens(), init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.turns and not self.tokens:
@@ -384,15 +397,18 @@ class Guard:
     """
 
     overflow_retry: ClassVar[bool] = True
-    warn_threshold: float = param(0.8, doc="share of hard_limit from which the severity is warn", min=0, max=1,
-                                  min_exclusive=True)
+    warn_threshold: float = param(
+        0.8, doc="share of hard_limit from which the severity is warn", min=0, max=1, min_exclusive=True
+    )
     hard_limit: int = param(128_000, doc="context tokens from which the severity is critical", min=1)
     min_available: int = param(0, doc="critical when fewer tokens than this are left under hard_limit", min=0)
 
     def __post_init__(self) -> None:
         if self.min_available >= self.hard_limit:
-            raise ConfigError(f"min_available ({self.min_available}) must be below hard_limit ({self.hard_limit}), "
-                              "or the guard is always critical")
+            raise ConfigError(
+                f"min_available ({self.min_available}) must be below hard_limit ({self.hard_limit}), "
+                "or the guard is always critical"
+            )
 
     def severity(self, view: TriggerView) -> str:
         tokens = view.context_tokens
@@ -408,8 +424,11 @@ class Guard:
     def firing_mask(self, span: CallSpan) -> Any:
         """A severity other than `none` at each call of the span (no overflow views there)."""
         tokens = span.context_tokens
-        return ((tokens >= self.hard_limit) | (self.hard_limit - tokens < self.min_available)
-                | (tokens >= self.warn_threshold * self.hard_limit))
+        return (
+            (tokens >= self.hard_limit)
+            | (self.hard_limit - tokens < self.min_available)
+            | (tokens >= self.warn_threshold * self.hard_limit)
+        )
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -514,5 +533,16 @@ class RecordedTrigger:
         self._done.add(view.call_index)
 
 
-__all__ = ["AllOf", "AnyOf", "Guard", "KNOWN_COUNTERS", "KNOWN_GAUGES", "Pressure", "RecordedTrigger",
-           "StatThreshold", "TokenThreshold", "Utilization", "ptc_message_tokens"]
+__all__ = [
+    "AllOf",
+    "AnyOf",
+    "Guard",
+    "KNOWN_COUNTERS",
+    "KNOWN_GAUGES",
+    "Pressure",
+    "RecordedTrigger",
+    "StatThreshold",
+    "TokenThreshold",
+    "Utilization",
+    "ptc_message_tokens",
+]

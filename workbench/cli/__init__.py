@@ -18,8 +18,17 @@ import click
 from workbench.cli.common import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE, WorkbenchGroup, shared_options
 from workbench.cli.data import FORMAT_CHOICES, format_names, init_database
 
-__all__ = ["COMMAND_MODULES", "EXIT_FAILED", "EXIT_INTERRUPTED", "EXIT_OK", "EXIT_USAGE", "FORMAT_CHOICES",
-           "format_names", "init_database", "main"]
+__all__ = [
+    "COMMAND_MODULES",
+    "EXIT_FAILED",
+    "EXIT_INTERRUPTED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "FORMAT_CHOICES",
+    "format_names",
+    "init_database",
+    "main",
+]
 
 COMMAND_MODULES = ("data", "replay", "kinds", "experiments", "audit")
 

@@ -20,8 +20,11 @@ def _shown(value: object) -> object:
 
 @click.command("audit-metrics")
 @click.option("--dataset", default=None, help="audit the sessions of this dataset (default: every dataset)")
-@click.option("--evaluator", default=None, help="model of the model metrics (judge_score, continuation_match); "
-                                                "without one they are skipped")
+@click.option(
+    "--evaluator",
+    default=None,
+    help="model of the model metrics (judge_score, continuation_match); without one they are skipped",
+)
 @shared_options
 def audit_metrics_cmd(dataset: str | None, evaluator: str | None) -> None:
     """Per quality metric, the share of compactions where it ranks the intact compacted context above
@@ -44,11 +47,12 @@ def audit_metrics_cmd(dataset: str | None, evaluator: str | None) -> None:
         note(f"{metric} skipped: {why}")
     frame = audit.to_frame()
     rows = [{str(column): _shown(value) for column, value in row.items()} for row in frame.to_dict(orient="records")]
-    click.echo(f"{audit.compactions} compactions of {audit.sessions} sessions; share ranked intact above each "
-               "degradation (ties are not above; — : nothing to compare)")
+    click.echo(
+        f"{audit.compactions} compactions of {audit.sessions} sessions; share ranked intact above each "
+        "degradation (ties are not above; — : nothing to compare)"
+    )
     print_table(rows, list(frame.columns))
-    click.echo("compactions each degradation changed: "
-               + ", ".join(f"{d} {n}" for d, n in audit.degraded.items()))
+    click.echo("compactions each degradation changed: " + ", ".join(f"{d} {n}" for d, n in audit.degraded.items()))
 
 
 COMMANDS = (audit_metrics_cmd,)

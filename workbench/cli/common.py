@@ -77,22 +77,42 @@ def _store(name: str) -> Callable[[click.Context, click.Parameter, Any], None]:
         given = ctx.get_parameter_source(_param.name or name) == click.core.ParameterSource.COMMANDLINE
         if given or not getattr(opts, name):  # $WORKBENCH_DB never overrides a --db given earlier
             setattr(opts, name, value)
+
     return callback
 
 
 def shared_options(function: F) -> F:
     """Add `--db`, `--json` and `--quiet` to a command or the group; read them with `options()`."""
-    function = click.option("--quiet", "-q", is_flag=True, expose_value=False, callback=_store("quiet"),
-                            help="Print only results and errors (no progress, warnings or notes).")(function)
-    function = click.option("--json", "as_json", is_flag=True, expose_value=False, callback=_store("as_json"),
-                            help="Print the result (and any error) as JSON.")(function)
-    return click.option("--db", metavar="PATH", envvar="WORKBENCH_DB", expose_value=False, callback=_store("db"),
-                        help="Database file [default: $WORKBENCH_DB, else data/workbench.duckdb].")(function)
+    function = click.option(
+        "--quiet",
+        "-q",
+        is_flag=True,
+        expose_value=False,
+        callback=_store("quiet"),
+        help="Print only results and errors (no progress, warnings or notes).",
+    )(function)
+    function = click.option(
+        "--json",
+        "as_json",
+        is_flag=True,
+        expose_value=False,
+        callback=_store("as_json"),
+        help="Print the result (and any error) as JSON.",
+    )(function)
+    return click.option(
+        "--db",
+        metavar="PATH",
+        envvar="WORKBENCH_DB",
+        expose_value=False,
+        callback=_store("db"),
+        help="Database file [default: $WORKBENCH_DB, else data/workbench.duckdb].",
+    )(function)
 
 
 # --------------------------------------------------------------------------------------------
 # Output
 # --------------------------------------------------------------------------------------------
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, (datetime, date)):
@@ -128,12 +148,14 @@ def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
         return
     cells = [[("" if row.get(c) is None else str(row.get(c))) for c in columns] for row in rows]
     widths = [max(len(c), *(len(r[i]) for r in cells)) for i, c in enumerate(columns)]
-    numeric = [all(_numeric(row.get(c)) for row in rows) and any(row.get(c) not in (None, "") for row in rows)
-               for c in columns]
+    numeric = [
+        all(_numeric(row.get(c)) for row in rows) and any(row.get(c) not in (None, "") for row in rows) for c in columns
+    ]
 
     def line(values: list[str]) -> str:
-        return "  ".join(v.rjust(w) if num else v.ljust(w)
-                         for v, w, num in zip(values, widths, numeric, strict=True)).rstrip()
+        return "  ".join(
+            v.rjust(w) if num else v.ljust(w) for v, w, num in zip(values, widths, numeric, strict=True)
+        ).rstrip()
 
     click.echo(line(columns))
     for row in cells:
@@ -152,6 +174,7 @@ def open_store(*, must_exist: bool) -> Any:
 # Errors, exit statuses, Ctrl-C
 # --------------------------------------------------------------------------------------------
 
+
 def exit_status(exc: BaseException) -> int:
     """The exit status of an error a command let escape."""
     from workbench.db import MissingDatabaseError, NotADatabaseError
@@ -168,7 +191,7 @@ def _json_requested(args: Sequence[str]) -> bool:
     the option's callback runs)."""
     args = list(args)
     if "--" in args:
-        args = args[:args.index("--")]
+        args = args[: args.index("--")]
     return "--json" in args
 
 
@@ -214,14 +237,23 @@ class WorkbenchGroup(click.Group):
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The command list with each command's whole first sentence (click cuts it at 45 characters
         and the width left, which hid what half the commands do)."""
-        rows = [(name, command.get_short_help_str(limit=1_000)) for name in self.list_commands(ctx)
-                if (command := self.get_command(ctx, name)) is not None and not command.hidden]
+        rows = [
+            (name, command.get_short_help_str(limit=1_000))
+            for name in self.list_commands(ctx)
+            if (command := self.get_command(ctx, name)) is not None and not command.hidden
+        ]
         if rows:
             with formatter.section("Commands"):
                 formatter.write_dl(rows)
 
-    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
-             complete_var: str | None = None, standalone_mode: bool = True, **extra: Any) -> NoReturn:
+    def main(
+        self,
+        args: Sequence[str] | None = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> NoReturn:
         arguments = list(sys.argv[1:] if args is None else args)
         as_json = _json_requested(arguments)
         _apply_offline_defaults()
@@ -229,8 +261,9 @@ class WorkbenchGroup(click.Group):
         interrupt.install()
         status = EXIT_OK
         try:
-            super().main(arguments, prog_name=prog_name or "workbench", complete_var=complete_var,
-                         standalone_mode=False, **extra)
+            super().main(
+                arguments, prog_name=prog_name or "workbench", complete_var=complete_var, standalone_mode=False, **extra
+            )
         except click.exceptions.Exit as exc:
             status = exc.exit_code
         except (KeyboardInterrupt, click.Abort):

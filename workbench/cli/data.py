@@ -13,8 +13,18 @@ from workbench.cli.common import CommandFailed, note, open_store, options, print
 SAMPLES_DATASET = "samples"
 PROGRESS_MIN_FILES = 20
 # The built-in format names, for --help only (the importers, plugins included, are the authority).
-FORMAT_CHOICES = ("auto", "openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
-                  "openhands", "aider", "workbench")
+FORMAT_CHOICES = (
+    "auto",
+    "openai",
+    "anthropic",
+    "claude-code",
+    "codex",
+    "swe-agent",
+    "mini-swe-agent",
+    "openhands",
+    "aider",
+    "workbench",
+)
 
 
 def format_names() -> tuple[str, ...]:
@@ -85,20 +95,37 @@ def _plural(n: int, word: str) -> str:
 
 @click.command("import")
 @click.argument("paths", nargs=-1, required=True, metavar="PATH...")
-@click.option("--format", "fmt", default="auto", show_default=True, callback=_check_format,
-              help=f"Format of the files, auto-detected per file by default ({', '.join(FORMAT_CHOICES[1:])}, "
-                   f"or a plugin's).")
-@click.option("--dataset", default=None, metavar="NAME", callback=_check_dataset_name,
-              help="Dataset to file the sessions under [default: the format name].")
-@click.option("--progress/--no-progress", default=None,
-              help=f"Progress bar on stderr [default: on for {PROGRESS_MIN_FILES}+ files, off with --quiet].")
-@click.option("--outcomes", default=None, metavar="CSV", callback=_read_outcomes,
-              help="Attach a run's per-instance outcomes (a CSV: instance_id,resolved,patch_applied, such as a "
-                   "SWE-bench run's results_summary.csv) to the sessions, matched by their instance id; sessions "
-                   "already stored get them too. Filter with --where \"outcome_resolved\".")
+@click.option(
+    "--format",
+    "fmt",
+    default="auto",
+    show_default=True,
+    callback=_check_format,
+    help=f"Format of the files, auto-detected per file by default ({', '.join(FORMAT_CHOICES[1:])}, or a plugin's).",
+)
+@click.option(
+    "--dataset",
+    default=None,
+    metavar="NAME",
+    callback=_check_dataset_name,
+    help="Dataset to file the sessions under [default: the format name].",
+)
+@click.option(
+    "--progress/--no-progress",
+    default=None,
+    help=f"Progress bar on stderr [default: on for {PROGRESS_MIN_FILES}+ files, off with --quiet].",
+)
+@click.option(
+    "--outcomes",
+    default=None,
+    metavar="CSV",
+    callback=_read_outcomes,
+    help="Attach a run's per-instance outcomes (a CSV: instance_id,resolved,patch_applied, such as a "
+    "SWE-bench run's results_summary.csv) to the sessions, matched by their instance id; sessions "
+    'already stored get them too. Filter with --where "outcome_resolved".',
+)
 @shared_options
-def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: bool | None,
-               outcomes: Any) -> None:
+def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: bool | None, outcomes: Any) -> None:
     """Import session files or folders (walked recursively).
 
     Prints the sessions and messages imported, the duplicates skipped (sessions already in the
@@ -110,8 +137,10 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
     path = opts.db_path
     if not any(os.path.exists(p) for p in paths):  # nothing to read: no database is created for it
         for missing in paths:
-            click.echo(f"error: {missing}: no such file or folder (expected recorded-session files or folders "
-                       "of them)", err=True)
+            click.echo(
+                f"error: {missing}: no such file or folder (expected recorded-session files or folders of them)",
+                err=True,
+            )
         raise CommandFailed("")
     with open_store(must_exist=False) as store:  # checks --db before any walk
         total = _count_candidates(paths)
@@ -122,17 +151,23 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
 
             bar = tqdm(total=total, unit="file", file=sys.stderr, desc="importing", leave=False)
         try:
-            report = store.import_paths(list(paths), format=fmt, dataset=dataset,
-                                        progress=(lambda _outcome: bar.update(1)) if bar is not None else None,
-                                        outcomes=outcomes)
+            report = store.import_paths(
+                list(paths),
+                format=fmt,
+                dataset=dataset,
+                progress=(lambda _outcome: bar.update(1)) if bar is not None else None,
+                outcomes=outcomes,
+            )
         finally:
             if bar is not None:
                 bar.close()
     if opts.as_json:
         print_json({"db": path, **report.to_dict()})
     else:
-        click.echo(f"imported {_plural(report.sessions, 'session')} ({report.messages} messages, "
-                   f"{report.calls} calls) into {path}")
+        click.echo(
+            f"imported {_plural(report.sessions, 'session')} ({report.messages} messages, "
+            f"{report.calls} calls) into {path}"
+        )
         if report.replaced:
             click.echo(report.replaced_text())
         if report.duplicates:
@@ -154,18 +189,34 @@ def import_cmd(paths: tuple[str, ...], fmt: str, dataset: str | None, progress: 
     if report.errors:
         raise CommandFailed("")
     if not report.files:  # (under --json the report printed says so: "files": 0)
-        raise CommandFailed("" if opts.as_json else f"no session file found in {', '.join(paths)}" + (
-            " (the files met are listed above with why each was passed over)"
-            if report.skipped_files and not opts.quiet else ""))
+        raise CommandFailed(
+            ""
+            if opts.as_json
+            else f"no session file found in {', '.join(paths)}"
+            + (
+                " (the files met are listed above with why each was passed over)"
+                if report.skipped_files and not opts.quiet
+                else ""
+            )
+        )
 
 
 @click.command("sessions")
 @click.option("--dataset", default=None, metavar="NAME", help="Only this dataset.")
-@click.option("--where", default=None, metavar="SQL",
-              help="SQL condition over the sessions (columns: id, dataset, format, source, messages, calls, "
-                   "recorded_compactions, outcome_resolved, outcome_patch_applied, ...).")
-@click.option("--limit", type=click.IntRange(min=0), default=None, metavar="N",
-              help="Show only the first N sessions (in the listing's order).")
+@click.option(
+    "--where",
+    default=None,
+    metavar="SQL",
+    help="SQL condition over the sessions (columns: id, dataset, format, source, messages, calls, "
+    "recorded_compactions, outcome_resolved, outcome_patch_applied, ...).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    metavar="N",
+    help="Show only the first N sessions (in the listing's order).",
+)
 @shared_options
 def sessions_cmd(dataset: str | None, where: str | None, limit: int | None) -> None:
     """List the imported sessions (id, dataset, format, messages, calls, the agent's own recorded
@@ -179,8 +230,10 @@ def sessions_cmd(dataset: str | None, where: str | None, limit: int | None) -> N
     elif not rows:
         click.echo("no sessions" + (f" in dataset {dataset!r}" if dataset else ""))
     else:
-        print_table([{**row, "recorded": row["recorded_compactions"]} for row in rows],
-                    ["id", "dataset", "format", "messages", "calls", "observations", "recorded", "probes", "source"])
+        print_table(
+            [{**row, "recorded": row["recorded_compactions"]} for row in rows],
+            ["id", "dataset", "format", "messages", "calls", "observations", "recorded", "probes", "source"],
+        )
 
 
 @click.command("datasets")
@@ -207,18 +260,24 @@ def init_database(path: str, *, with_samples: bool = False) -> dict[str, Any]:
     with Store(path) as store:
         imported = 0
         if with_samples or store.count() == 0:
-            report = store.import_sessions(samples.bundled_samples(), dataset=SAMPLES_DATASET,
-                                           source="datasets/samples/samples.jsonl.gz")
-            store.describe_dataset(SAMPLES_DATASET, "Generated coding-agent sessions with planted facts and "
-                                                    "probes (python -m workbench.samples)")
+            report = store.import_sessions(
+                samples.bundled_samples(), dataset=SAMPLES_DATASET, source="datasets/samples/samples.jsonl.gz"
+            )
+            store.describe_dataset(
+                SAMPLES_DATASET,
+                "Generated coding-agent sessions with planted facts and probes (python -m workbench.samples)",
+            )
             imported = report.sessions
         return {"db": path, "created": not existed, "imported": imported, "sessions": store.count()}
 
 
 @click.command("init")
-@click.option("--samples", "with_samples", is_flag=True,
-              help="Load the bundled samples even when the database holds other sessions (the shipped "
-                   "experiments run on them).")
+@click.option(
+    "--samples",
+    "with_samples",
+    is_flag=True,
+    help="Load the bundled samples even when the database holds other sessions (the shipped experiments run on them).",
+)
 @shared_options
 def init_cmd(with_samples: bool) -> None:
     """Create the database and, if it has no sessions, load the bundled sample sessions (idempotent)."""
@@ -226,30 +285,64 @@ def init_cmd(with_samples: bool) -> None:
     if options().as_json:
         print_json(result)
     elif result["imported"]:
-        click.echo(f"initialised {result['db']}: imported {result['imported']} sample sessions "
-                   f"(dataset {SAMPLES_DATASET!r})")
+        click.echo(
+            f"initialised {result['db']}: imported {result['imported']} sample sessions (dataset {SAMPLES_DATASET!r})"
+        )
     else:
-        click.echo(f"{result['db']} is ready: {result['sessions']} sessions (nothing to import"
-                   + (": the samples are there already)" if with_samples else ")"))
+        click.echo(
+            f"{result['db']} is ready: {result['sessions']} sessions (nothing to import"
+            + (": the samples are there already)" if with_samples else ")")
+        )
 
 
 @click.command("generate")
-@click.option("--sessions", "n_sessions", type=click.IntRange(min=1), default=10_000, show_default=True,
-              help="How many sessions.")
-@click.option("--messages", "n_messages", type=click.IntRange(min=4), default=5_000_000, show_default=True,
-              help="How many messages in all (at least 4 per session).")
+@click.option(
+    "--sessions", "n_sessions", type=click.IntRange(min=1), default=10_000, show_default=True, help="How many sessions."
+)
+@click.option(
+    "--messages",
+    "n_messages",
+    type=click.IntRange(min=4),
+    default=5_000_000,
+    show_default=True,
+    help="How many messages in all (at least 4 per session).",
+)
 @click.option("--seed", type=int, default=7, show_default=True, help="Same seed, same sessions (and ids).")
-@click.option("--dataset", default="synthetic", show_default=True, metavar="NAME", callback=_check_dataset_name,
-              help="Dataset to file them under (part of every session id). A dataset holds one generation: "
-                   "one holding sessions of other sizes or another seed is refused.")
-@click.option("--out", "-o", "out", default=None, metavar="FILE",
-              help="Write workbench JSONL (gzip if it ends in .gz) for `workbench import` instead of the database.")
-@click.option("--memory-limit", default=None, envvar="WORKBENCH_MEMORY_LIMIT", metavar="SIZE",
-              help="Cap DuckDB's memory, e.g. 1GB [default: $WORKBENCH_MEMORY_LIMIT, else DuckDB's 80 % of RAM].")
+@click.option(
+    "--dataset",
+    default="synthetic",
+    show_default=True,
+    metavar="NAME",
+    callback=_check_dataset_name,
+    help="Dataset to file them under (part of every session id). A dataset holds one generation: "
+    "one holding sessions of other sizes or another seed is refused.",
+)
+@click.option(
+    "--out",
+    "-o",
+    "out",
+    default=None,
+    metavar="FILE",
+    help="Write workbench JSONL (gzip if it ends in .gz) for `workbench import` instead of the database.",
+)
+@click.option(
+    "--memory-limit",
+    default=None,
+    envvar="WORKBENCH_MEMORY_LIMIT",
+    metavar="SIZE",
+    help="Cap DuckDB's memory, e.g. 1GB [default: $WORKBENCH_MEMORY_LIMIT, else DuckDB's 80 % of RAM].",
+)
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr [default: on, off with --quiet].")
 @shared_options
-def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out: str | None,
-                 memory_limit: str | None, progress: bool | None) -> None:
+def generate_cmd(
+    n_sessions: int,
+    n_messages: int,
+    seed: int,
+    dataset: str,
+    out: str | None,
+    memory_limit: str | None,
+    progress: bool | None,
+) -> None:
     """Generate a synthetic dataset shaped like real agent recordings, streamed into the database.
 
     Sessions mix system, user, assistant and tool messages as Claude Code, OpenHands and Codex
@@ -264,16 +357,25 @@ def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out:
     from workbench import synthetic
 
     if n_messages < synthetic.MIN_MESSAGES * n_sessions:
-        raise click.BadParameter(f"{n_messages} messages are fewer than {synthetic.MIN_MESSAGES} per session "
-                                 f"for {n_sessions} sessions", param_hint="--messages")
+        raise click.BadParameter(
+            f"{n_messages} messages are fewer than {synthetic.MIN_MESSAGES} per session for {n_sessions} sessions",
+            param_hint="--messages",
+        )
     opts = options()
     show = progress if progress is not None else not opts.quiet
     bar = None
     if show:
         from tqdm import tqdm
 
-        bar = tqdm(total=n_messages, unit="msg", unit_scale=True, file=sys.stderr, desc="generating", leave=False,
-                   disable=None if progress is None else False)  # default: off without a tty
+        bar = tqdm(
+            total=n_messages,
+            unit="msg",
+            unit_scale=True,
+            file=sys.stderr,
+            desc="generating",
+            leave=False,
+            disable=None if progress is None else False,
+        )  # default: off without a tty
 
     def advance(_sessions: int, messages: int) -> None:
         if bar is not None:
@@ -290,8 +392,9 @@ def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out:
 
                     set_memory_limit(store.connection, memory_limit)
                 try:
-                    report = synthetic.generate_dataset(store, n_sessions, n_messages, seed=seed, dataset=dataset,
-                                                        progress=advance)
+                    report = synthetic.generate_dataset(
+                        store, n_sessions, n_messages, seed=seed, dataset=dataset, progress=advance
+                    )
                 except synthetic.DatasetConflict as exc:
                     raise click.BadParameter(str(exc), param_hint="--dataset") from None
             skipped_text = report.duplicates_text() if report.duplicates else "skipped 0 sessions already stored"
@@ -306,9 +409,11 @@ def generate_cmd(n_sessions: int, n_messages: int, seed: int, dataset: str, out:
     elif out is not None:
         click.echo(f"wrote {_plural(n_sessions, 'session')} ({n_messages} messages) to {result['out']}")
     else:
-        click.echo(f"generated {_plural(result['sessions'], 'session')} ({result['messages']} messages, "
-                   f"{result['calls']} calls) into {result['db']} as dataset {dataset!r} in {result['seconds']:.1f} s; "
-                   f"{skipped_text}")
+        click.echo(
+            f"generated {_plural(result['sessions'], 'session')} ({result['messages']} messages, "
+            f"{result['calls']} calls) into {result['db']} as dataset {dataset!r} in {result['seconds']:.1f} s; "
+            f"{skipped_text}"
+        )
 
 
 COMMANDS = (import_cmd, sessions_cmd, datasets_cmd, init_cmd, generate_cmd)

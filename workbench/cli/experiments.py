@@ -59,8 +59,9 @@ class _ProgressBar:
     def __call__(self, progress: Any) -> None:
         self._bar.total = progress.cells_total
         self._bar.n = progress.cells_done
-        self._bar.set_postfix_str(f"{progress.model_calls} calls, {progress.cache_hits} cached, {progress.cost}",
-                                  refresh=False)
+        self._bar.set_postfix_str(
+            f"{progress.model_calls} calls, {progress.cache_hits} cached, {progress.cost}", refresh=False
+        )
         self._bar.refresh()
 
     def close(self) -> None:
@@ -78,8 +79,10 @@ def _leaderboard_rows(frame: Any, metrics: list[str], pairs: Any) -> tuple[list[
 
     board = leaderboard(frame, pairs=pairs)
     wanted = ["cells", "completed", *dict.fromkeys(m for m in metrics if m in board.columns)]
-    rows = [{"config": str(config), **{str(c): format_metric(str(c), row[c]) for c in wanted}}
-            for config, row in board.iterrows()]
+    rows = [
+        {"config": str(config), **{str(c): format_metric(str(c), row[c]) for c in wanted}}
+        for config, row in board.iterrows()
+    ]
     return rows, ["config", *wanted]
 
 
@@ -100,10 +103,21 @@ def _noop_warnings() -> Iterator[list[str]]:
             warnings.warn_explicit(item.message, item.category, item.filename, item.lineno, source=item.source)
 
 
-ALL_SESSIONS_HELP = ("Compare configs on every session, replays that stopped early included [default: only the "
-                     "sessions where every config completed].")
-DEFAULT_COLUMNS = ["compactions", "billed_input_tokens", "peak_context_tokens", "cost_usd", "compression_ratio",
-                   "task_state_coverage", "fact_retention", "needed_fact_retention", "probe_answerable"]
+ALL_SESSIONS_HELP = (
+    "Compare configs on every session, replays that stopped early included [default: only the "
+    "sessions where every config completed]."
+)
+DEFAULT_COLUMNS = [
+    "compactions",
+    "billed_input_tokens",
+    "peak_context_tokens",
+    "cost_usd",
+    "compression_ratio",
+    "task_state_coverage",
+    "fact_retention",
+    "needed_fact_retention",
+    "probe_answerable",
+]
 
 
 @click.command("run")
@@ -111,14 +125,30 @@ DEFAULT_COLUMNS = ["compactions", "billed_input_tokens", "peak_context_tokens", 
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Cells in flight [default: the spec's].")
 @click.option("--dry-run", is_flag=True, help="Print the expanded cells and the models they call; run nothing.")
 @click.option("--fresh", is_flag=True, help="Recompute every cell of the run (model calls still come from the cache).")
-@click.option("--executor", type=click.Choice(["local", "ray"]), default="local", show_default=True,
-              help="Where cells run: threads of this process, or Ray workers (the `ray` extra).")
-@click.option("--address", default=None, metavar="ADDRESS",
-              help="With --executor ray: the cluster, e.g. auto or ray://host:10001 [default: a local Ray].")
+@click.option(
+    "--executor",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where cells run: threads of this process, or Ray workers (the `ray` extra).",
+)
+@click.option(
+    "--address",
+    default=None,
+    metavar="ADDRESS",
+    help="With --executor ray: the cluster, e.g. auto or ray://host:10001 [default: a local Ray].",
+)
 @click.option("--all-sessions", is_flag=True, help=ALL_SESSIONS_HELP)
 @shared_options
-def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool, executor: str,
-            address: str | None, all_sessions: bool) -> None:
+def run_cmd(
+    experiment: str,
+    concurrency: int | None,
+    dry_run: bool,
+    fresh: bool,
+    executor: str,
+    address: str | None,
+    all_sessions: bool,
+) -> None:
     """Run an experiment grid (resumable) and print the run id and a results table."""
     from workbench.experiments import run as runner
     from workbench.experiments.compare import complete_pairs
@@ -128,12 +158,24 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
         if options().as_json:
             print_json(plan)
             return
-        click.echo(f"run {plan['run_id']}: {plan['sessions']} sessions × {len(plan['configs'])} configs × "
-                   f"{plan['repeats']} repeat(s) = {plan['cells']} cells, {plan['cells_done']} already done, "
-                   f"{plan['cells_to_run']} to run")
-        print_table([{"config": c["config"], "trigger": c["trigger"]["kind"], "strategy": c["strategy"]["kind"],
-                      "models": ", ".join(c["models"]), "cells": c["cells"]} for c in plan["configs"]],
-                    ["config", "trigger", "strategy", "models", "cells"])
+        click.echo(
+            f"run {plan['run_id']}: {plan['sessions']} sessions × {len(plan['configs'])} configs × "
+            f"{plan['repeats']} repeat(s) = {plan['cells']} cells, {plan['cells_done']} already done, "
+            f"{plan['cells_to_run']} to run"
+        )
+        print_table(
+            [
+                {
+                    "config": c["config"],
+                    "trigger": c["trigger"]["kind"],
+                    "strategy": c["strategy"]["kind"],
+                    "models": ", ".join(c["models"]),
+                    "cells": c["cells"],
+                }
+                for c in plan["configs"]
+            ],
+            ["config", "trigger", "strategy", "models", "cells"],
+        )
         for line in plan["notes"]:
             note(f"note: {line}")
         return
@@ -142,8 +184,15 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
     bar = _progress_bar()
     try:
         with _noop_warnings() as noop_notes:
-            run = runner.run_experiment(experiment, db=_db_must_exist(), concurrency=concurrency, fresh=fresh,
-                                        progress=bar, executor=executor, address=address)
+            run = runner.run_experiment(
+                experiment,
+                db=_db_must_exist(),
+                concurrency=concurrency,
+                fresh=fresh,
+                progress=bar,
+                executor=executor,
+                address=address,
+            )
     finally:
         if bar is not None:
             bar.close()
@@ -151,16 +200,25 @@ def run_cmd(experiment: str, concurrency: int | None, dry_run: bool, fresh: bool
     pairs = complete_pairs(frame, complete_only=not all_sessions) if len(frame) else None
     reductions = _reductions(run, frame)
     if options().as_json:
-        print_json({"run_id": run.id, "status": run.status, "cells": run.progress.cells_total,
-                    "cells_reused": run.progress.cells_reused, "model_calls": run.progress.model_calls,
-                    "cache_hits": run.progress.cache_hits,
-                    "cost_usd": None if run.progress.unpriced_calls else run.progress.cost_usd,
-                    "priced_cost_usd": run.progress.cost_usd, "unpriced_calls": run.progress.unpriced_calls,
-                    "failed_cells": run.progress.failed_cells, "note": run.summaries_note(),
-                    "complete_pairs": None if pairs is None else pairs.to_dict(),
-                    "noop_configs": noop_notes,
-                    **({"reductions": [r.to_dict() for r in reductions]} if reductions is not None else {}),
-                    "results": [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]})
+        print_json(
+            {
+                "run_id": run.id,
+                "status": run.status,
+                "cells": run.progress.cells_total,
+                "cells_reused": run.progress.cells_reused,
+                "model_calls": run.progress.model_calls,
+                "cache_hits": run.progress.cache_hits,
+                "cost_usd": None if run.progress.unpriced_calls else run.progress.cost_usd,
+                "priced_cost_usd": run.progress.cost_usd,
+                "unpriced_calls": run.progress.unpriced_calls,
+                "failed_cells": run.progress.failed_cells,
+                "note": run.summaries_note(),
+                "complete_pairs": None if pairs is None else pairs.to_dict(),
+                "noop_configs": noop_notes,
+                **({"reductions": [r.to_dict() for r in reductions]} if reductions is not None else {}),
+                "results": [{k: _cell(v) for k, v in row.items()} for row in frame.to_dict(orient="records")],
+            }
+        )
     else:
         click.echo(f"run {run.id}: {run.status}, {run.progress.line()}")
         rows, columns = _leaderboard_rows(frame, [*run.spec.metrics, *DEFAULT_COLUMNS], pairs)
@@ -194,9 +252,14 @@ def _reductions(run: Any, frame: Any) -> list[Any] | None:
 
 
 @click.command("runs")
-@click.option("--delete", "delete", multiple=True, metavar="RUN_ID",
-              help="Delete this run (its id or a unique prefix; repeat for several), then list what is left. "
-                   "The model cache is kept.")
+@click.option(
+    "--delete",
+    "delete",
+    multiple=True,
+    metavar="RUN_ID",
+    help="Delete this run (its id or a unique prefix; repeat for several), then list what is left. "
+    "The model cache is kept.",
+)
 @shared_options
 def runs_cmd(delete: tuple[str, ...]) -> None:
     """List stored runs, newest first (or delete some with --delete)."""
@@ -214,20 +277,36 @@ def runs_cmd(delete: tuple[str, ...]) -> None:
     if options().as_json:
         print_json(records)
         return
-    print_table([{**r, "started_at": str(r["started_at"])[:19]} for r in records],
-                ["id", "name", "kind", "status", "cells_done", "cells_total", "started_at"])
+    print_table(
+        [{**r, "started_at": str(r["started_at"])[:19]} for r in records],
+        ["id", "name", "kind", "status", "cells_done", "cells_total", "started_at"],
+    )
 
 
 @click.command("export")
 @click.argument("run_id", metavar="RUN_ID")
-@click.option("--format", "fmt", type=click.Choice(["csv", "parquet", "json", "html"]), default=None,
-              help="[default: from the file's ending: .csv, .parquet, .json, .html]")
+@click.option(
+    "--format",
+    "fmt",
+    type=click.Choice(["csv", "parquet", "json", "html"]),
+    default=None,
+    help="[default: from the file's ending: .csv, .parquet, .json, .html]",
+)
 @click.option("--out", "-o", "out", required=True, metavar="PATH", help="The file to write.")
-@click.option("--level", type=click.Choice(["cells", "calls", "compactions"]), default="cells", show_default=True,
-              help="Which table csv/parquet export.")
-@click.option("--all-sessions", is_flag=True, help="The html report's leaderboard and chart over every session, "
-              "replays that stopped early included [default: the sessions where every config completed; tables "
-              "keep every row and mark it in `in_complete_pairs`].")
+@click.option(
+    "--level",
+    type=click.Choice(["cells", "calls", "compactions"]),
+    default="cells",
+    show_default=True,
+    help="Which table csv/parquet export.",
+)
+@click.option(
+    "--all-sessions",
+    is_flag=True,
+    help="The html report's leaderboard and chart over every session, "
+    "replays that stopped early included [default: the sessions where every config completed; tables "
+    "keep every row and mark it in `in_complete_pairs`].",
+)
 @shared_options
 def export_cmd(run_id: str, fmt: str | None, out: str, level: str, all_sessions: bool) -> None:
     """Export a run's results; html is a self-contained report with the charts."""
@@ -278,24 +357,46 @@ def regress_cmd(experiment: str, baseline: str | None, update: bool, verbose: bo
 @click.option("--confidence", type=click.FloatRange(0.5, 0.999), default=0.95, show_default=True)
 @click.option("--all-sessions", is_flag=True, help=ALL_SESSIONS_HELP)
 @shared_options
-def compare_cmd(run_a: str, run_b: str | None, configs: tuple[str, str] | None, metrics: tuple[str, ...],
-                confidence: float, all_sessions: bool) -> None:
+def compare_cmd(
+    run_a: str,
+    run_b: str | None,
+    configs: tuple[str, str] | None,
+    metrics: tuple[str, ...],
+    confidence: float,
+    all_sessions: bool,
+) -> None:
     """Paired comparison per metric (B − A, in each metric's direction) with a confidence interval."""
     from workbench.experiments import compare
 
-    result = compare(run_a, run_b, configs=configs or None, db=_db_must_exist(), metrics=list(metrics) or None,
-                     confidence=confidence, complete_only=not all_sessions)
+    result = compare(
+        run_a,
+        run_b,
+        configs=configs or None,
+        db=_db_must_exist(),
+        metrics=list(metrics) or None,
+        confidence=confidence,
+        complete_only=not all_sessions,
+    )
     if options().as_json:
         print_json(result.to_dict())
         return
     click.echo(f"A = {result.a}, B = {result.b}: {result.pairing}, {int(confidence * 100)} % bootstrap intervals")
     from workbench.experiments.charts import format_metric
 
-    rows = [{"metric": m.metric, "better": m.direction, "A": format_metric(m.metric, m.mean_a),
-             "B": format_metric(m.metric, m.mean_b), "B-A": format_metric(m.metric, m.mean_delta),
-             "interval": f"[{format_metric(m.metric, m.ci_low)}, {format_metric(m.metric, m.ci_high)}]",
-             "p": _shown(m.p_value), "B better/worse/same": _counts(m),
-             "verdict": m.verdict} for m in result.metrics]
+    rows = [
+        {
+            "metric": m.metric,
+            "better": m.direction,
+            "A": format_metric(m.metric, m.mean_a),
+            "B": format_metric(m.metric, m.mean_b),
+            "B-A": format_metric(m.metric, m.mean_delta),
+            "interval": f"[{format_metric(m.metric, m.ci_low)}, {format_metric(m.metric, m.ci_high)}]",
+            "p": _shown(m.p_value),
+            "B better/worse/same": _counts(m),
+            "verdict": m.verdict,
+        }
+        for m in result.metrics
+    ]
     print_table(rows, ["metric", "better", "A", "B", "B-A", "interval", "p", "B better/worse/same", "verdict"])
     if result.note:
         click.echo(result.note)

@@ -35,8 +35,9 @@ def _print_text(listing: dict[str, list[dict[str, Any]]]) -> None:
         for entry in entries:
             extras = [f"{key} {entry[key]}" for key in ("direction", "unit", "level") if entry.get(key)]
             doc = entry.get("doc") or ""
-            click.echo(f"  {entry['name']}" + (f"  - {doc}" if doc else "")
-                       + (f" [{', '.join(extras)}]" if extras else ""))
+            click.echo(
+                f"  {entry['name']}" + (f"  - {doc}" if doc else "") + (f" [{', '.join(extras)}]" if extras else "")
+            )
             for param in entry.get("params", []):
                 click.echo(f"      {_param_line(param)}")
         click.echo("")

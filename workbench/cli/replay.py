@@ -20,14 +20,21 @@ from workbench.errors import ConfigError
 
 FAILED_TERMINATIONS = ("compaction_failed", "context_overflow")
 #: What the lexical fact metrics count, said wherever they are shown.
-LEXICAL_NOTE = ("task state: the share of the task's state (task, instructions, constraints, files touched, "
-                "decisions, progress, next step, open errors) the context still states; lexical: the share of "
-                "the lexical facts removed (paths, identifiers, numbers, commands) still present")
-QUALITY_SHOWN = (("task_state_coverage", "task state stated"), ("fact_retention", "lexical facts kept"),
-                 ("needed_fact_retention", "needed lexical facts kept"),
-                 ("dangling_references", "dangling references"), ("probe_answerable", "probes answerable"),
-                 ("probe_accuracy", "probes answered"), ("judge_score", "judge score"),
-                 ("continuation_match", "next action matched"))
+LEXICAL_NOTE = (
+    "task state: the share of the task's state (task, instructions, constraints, files touched, "
+    "decisions, progress, next step, open errors) the context still states; lexical: the share of "
+    "the lexical facts removed (paths, identifiers, numbers, commands) still present"
+)
+QUALITY_SHOWN = (
+    ("task_state_coverage", "task state stated"),
+    ("fact_retention", "lexical facts kept"),
+    ("needed_fact_retention", "needed lexical facts kept"),
+    ("dangling_references", "dangling references"),
+    ("probe_answerable", "probes answerable"),
+    ("probe_accuracy", "probes answered"),
+    ("judge_score", "judge score"),
+    ("continuation_match", "next action matched"),
+)
 
 
 def find_session_id(store: Any, prefix: str) -> str:
@@ -52,15 +59,29 @@ def _failed(event: Any) -> bool:
 
 @click.command("replay")
 @click.argument("session_id", metavar="SESSION_ID")
-@click.option("--config", "config_spec", required=True, metavar="SPEC",
-              help="A TOML file, a preset name (e.g. as-recorded) or inline TOML "
-                   "(e.g. 'preset = \"goat-split-summary\"\\ncontext_limit = 64000').")
-@click.option("--calls/--no-calls", "show_calls", default=True,
-              help="Include the per-call table (text) or the `calls` list (JSON).")
+@click.option(
+    "--config",
+    "config_spec",
+    required=True,
+    metavar="SPEC",
+    help="A TOML file, a preset name (e.g. as-recorded) or inline TOML "
+    "(e.g. 'preset = \"goat-split-summary\"\\ncontext_limit = 64000').",
+)
+@click.option(
+    "--calls/--no-calls",
+    "show_calls",
+    default=True,
+    help="Include the per-call table (text) or the `calls` list (JSON).",
+)
 @click.option("--save", is_flag=True, help="Store the result as a one-cell run (see `workbench runs`).")
-@click.option("--metric", "metrics", multiple=True, metavar="NAME",
-              help="Also compute this model metric (repeatable): probe_accuracy, judge_score, continuation_match; "
-                   "they ask the config's `evaluator` model. The metrics that need no model are always computed.")
+@click.option(
+    "--metric",
+    "metrics",
+    multiple=True,
+    metavar="NAME",
+    help="Also compute this model metric (repeatable): probe_accuracy, judge_score, continuation_match; "
+    "they ask the config's `evaluator` model. The metrics that need no model are always computed.",
+)
 @shared_options
 def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, metrics: tuple[str, ...]) -> None:
     """Replay one stored session under one config; print per-call tokens and the compactions.
@@ -90,17 +111,28 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
     nothing_changed = result.noop_note()
     nothing_recorded = _nothing_recorded(result, session)
     if options().as_json:
-        data: dict[str, Any] = {"session_id": result.session_id, "config": result.config.to_dict(),
-                "termination": result.termination, "error": result.error, "metrics": result.metrics,
-                "compaction_count": len(done), "failed_compactions": failed, "noop_compactions": noops,
-                "noop_note": nothing_changed, "note": result.baseline_note(), "recorded_note": nothing_recorded,
-                "calibration": result.calibration.to_dict() if result.calibration else None}
+        data: dict[str, Any] = {
+            "session_id": result.session_id,
+            "config": result.config.to_dict(),
+            "termination": result.termination,
+            "error": result.error,
+            "metrics": result.metrics,
+            "compaction_count": len(done),
+            "failed_compactions": failed,
+            "noop_compactions": noops,
+            "noop_note": nothing_changed,
+            "note": result.baseline_note(),
+            "recorded_note": nothing_recorded,
+            "calibration": result.calibration.to_dict() if result.calibration else None,
+        }
         if run_id:
             data["run_id"] = run_id
         if show_calls:
             data["calls"] = _records(result.calls)
-        data["compactions"] = [{**event, **metrics} for event, metrics in
-                               zip(_records(result.compactions), _compaction_metrics(result), strict=True)]
+        data["compactions"] = [
+            {**event, **metrics}
+            for event, metrics in zip(_records(result.compactions), _compaction_metrics(result), strict=True)
+        ]
         print_json(data)
     else:
         _print_text(result, session, done, failed, noops, show_calls)
@@ -136,8 +168,10 @@ def _model_metrics(names: Sequence[str], config: Any) -> tuple[str, ...]:
     kinds = [lookup("metric", name) for name in names]
     needing = [kind.kind for kind in kinds if getattr(kind, "requires_model", False)]  # type: ignore[attr-defined]
     if needing and config.evaluator is None:
-        raise ConfigError(f"{', '.join(needing)} ask{'s' if len(needing) == 1 else ''} a model: set `evaluator` in "
-                          f"the config (e.g. evaluator = \"openai/gpt-4o-mini\")")
+        raise ConfigError(
+            f"{', '.join(needing)} ask{'s' if len(needing) == 1 else ''} a model: set `evaluator` in "
+            f'the config (e.g. evaluator = "openai/gpt-4o-mini")'
+        )
     return tuple(kind.kind for kind in kinds)  # type: ignore[attr-defined]
 
 
@@ -154,21 +188,28 @@ def _share(value: Any) -> str:
 def _print_text(result: Any, session: Any, done: list[Any], failed: int, noops: int, show_calls: bool) -> None:
     """The header, the totals and quality, the compactions, then (long) the per-call table: what a
     reader looks for first comes first."""
-    click.echo(f"session {result.session_id} ({session.format}, {session.calls} calls) under "
-               f"{result.config.name!r} (window {result.config.context_limit:,} tokens, {result.config.max_output:,} "
-               f"kept for the reply, tokenizer {result.config.tokenizer}): {result.termination}")
+    click.echo(
+        f"session {result.session_id} ({session.format}, {session.calls} calls) under "
+        f"{result.config.name!r} (window {result.config.context_limit:,} tokens, {result.config.max_output:,} "
+        f"kept for the reply, tokenizer {result.config.tokenizer}): {result.termination}"
+    )
     metrics = result.metrics
 
     def count(name: str) -> str:
         value = metrics.get(name)
         return f"{value:,}" if isinstance(value, int) else str(value)
 
-    click.echo(f"billed input {count('billed_input_tokens')} tokens, cached {count('cached_input_tokens')}, "
-               f"peak context {count('peak_context_tokens')}, summarizer calls {count('summarizer_calls')}")
+    click.echo(
+        f"billed input {count('billed_input_tokens')} tokens, cached {count('cached_input_tokens')}, "
+        f"peak context {count('peak_context_tokens')}, summarizer calls {count('summarizer_calls')}"
+    )
     from workbench.experiments.charts import format_metric
 
-    quality = [f"{label} {format_metric(name, metrics[name])}" for name, label in QUALITY_SHOWN
-               if metrics.get(name) is not None]
+    quality = [
+        f"{label} {format_metric(name, metrics[name])}"
+        for name, label in QUALITY_SHOWN
+        if metrics.get(name) is not None
+    ]
     if quality:
         click.echo(", ".join(quality))
     if result.calibration is not None:
@@ -176,32 +217,68 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, noops: 
     note = result.baseline_note()
     if note:
         click.echo(note)
-    events = [{"call": e.call_index, "messages": f"{e.messages_before}->{e.messages_after}",
-               "tokens": f"{e.tokens_before}->{e.tokens_after}", "seconds": round(e.duration_s, 3),
-               "fell_back": e.fell_back, "no_progress": e.no_progress, "error": e.error or "",
-               "task state": _share(m.get("task_state_coverage")),
-               "lexical kept": _share(m.get("fact_retention")), "needed kept": _share(m.get("needed_fact_retention")),
-               "summary": (e.summary or "")[:60].replace("\n", " ")}
-              for e, m in zip(result.compactions, _compaction_metrics(result), strict=True)
-              if not e.noop]
-    click.echo(f"\n{len(done)} compaction(s)" + (f", {failed} failed" if failed else "")
-               + (f"; {noops} no-op firing(s) not listed (the strategy returned the context unchanged)"
-                  if noops else ""))
-    print_table(events, ["call", "messages", "tokens", "seconds", "fell_back", "no_progress", "error", "task state",
-                         "lexical kept", "needed kept", "summary"])
+    events = [
+        {
+            "call": e.call_index,
+            "messages": f"{e.messages_before}->{e.messages_after}",
+            "tokens": f"{e.tokens_before}->{e.tokens_after}",
+            "seconds": round(e.duration_s, 3),
+            "fell_back": e.fell_back,
+            "no_progress": e.no_progress,
+            "error": e.error or "",
+            "task state": _share(m.get("task_state_coverage")),
+            "lexical kept": _share(m.get("fact_retention")),
+            "needed kept": _share(m.get("needed_fact_retention")),
+            "summary": (e.summary or "")[:60].replace("\n", " "),
+        }
+        for e, m in zip(result.compactions, _compaction_metrics(result), strict=True)
+        if not e.noop
+    ]
+    click.echo(
+        f"\n{len(done)} compaction(s)"
+        + (f", {failed} failed" if failed else "")
+        + (f"; {noops} no-op firing(s) not listed (the strategy returned the context unchanged)" if noops else "")
+    )
+    print_table(
+        events,
+        [
+            "call",
+            "messages",
+            "tokens",
+            "seconds",
+            "fell_back",
+            "no_progress",
+            "error",
+            "task state",
+            "lexical kept",
+            "needed kept",
+            "summary",
+        ],
+    )
     if events:
         click.echo(f"({LEXICAL_NOTE})")
     if show_calls:
         recorded_input, agent_compacted = result.recorded_columns()
-        calls = [{"call": c.index, "messages": c.context_messages, "tokens": c.context_tokens,
-                  "cached": c.cached_prefix_tokens, "output": c.completion_tokens,
-                  "compacted": "yes" if c.compacted_before else "", "recorded input": "" if tokens is None else tokens,
-                  "agent compacted": "yes" if agent else ""}
-                 for c, tokens, agent in zip(result.calls, recorded_input, agent_compacted, strict=True)]
+        calls = [
+            {
+                "call": c.index,
+                "messages": c.context_messages,
+                "tokens": c.context_tokens,
+                "cached": c.cached_prefix_tokens,
+                "output": c.completion_tokens,
+                "compacted": "yes" if c.compacted_before else "",
+                "recorded input": "" if tokens is None else tokens,
+                "agent compacted": "yes" if agent else "",
+            }
+            for c, tokens, agent in zip(result.calls, recorded_input, agent_compacted, strict=True)
+        ]
         # beside the replay, what the recording says when it says it: the input the provider billed, the
         # agent's compactions
-        extra = [name for name, values in (("recorded input", recorded_input), ("agent compacted", agent_compacted))
-                 if any(value not in (None, False) for value in values)]
+        extra = [
+            name
+            for name, values in (("recorded input", recorded_input), ("agent compacted", agent_compacted))
+            if any(value not in (None, False) for value in values)
+        ]
         click.echo(f"\nper call ({len(calls)}; --no-calls leaves this table out):")
         print_table(calls, ["call", "messages", "tokens", "cached", "output", "compacted", *extra])
 

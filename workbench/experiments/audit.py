@@ -18,9 +18,17 @@ if TYPE_CHECKING:
     from workbench.session import Session
 
 
-def audit_metrics(dataset: str | None = None, db: Any = None, *, where: str | None = None,
-                  sessions: Sequence[Session] | None = None, config: Mapping[str, Any] | str | None = None,
-                  evaluator: str | None = None, labels: pd.DataFrame | None = None, seed: int = 0) -> MetricAudit:
+def audit_metrics(
+    dataset: str | None = None,
+    db: Any = None,
+    *,
+    where: str | None = None,
+    sessions: Sequence[Session] | None = None,
+    config: Mapping[str, Any] | str | None = None,
+    evaluator: str | None = None,
+    labels: pd.DataFrame | None = None,
+    seed: int = 0,
+) -> MetricAudit:
     """The metric audit (`workbench.quality.audit`) of the stored sessions of `dataset` (every dataset
     when None; or of the `sessions` given), with the stored human labels unless `labels` is given."""
     if sessions is None:

@@ -132,15 +132,18 @@ class CellWork:
             return CellOutcome(task, None, time.perf_counter() - started, exc)
         failed: WorkbenchError | None = None
         if result.model_failure is not None:
-            failed = ModelUnavailable(f"{result.error} (the model could not be used: the cell says nothing of the "
-                                      "configuration; fix the set-up and run again to compute it)")
+            failed = ModelUnavailable(
+                f"{result.error} (the model could not be used: the cell says nothing of the "
+                "configuration; fix the set-up and run again to compute it)"
+            )
         else:
             try:
                 check_evaluator(result)
             except EvaluatorFailed as exc:
                 failed = exc
-        return CellOutcome(task, result if failed is None else None, time.perf_counter() - started, failed,
-                           spend=CellSpend.of(result))
+        return CellOutcome(
+            task, result if failed is None else None, time.perf_counter() - started, failed, spend=CellSpend.of(result)
+        )
 
 
 @dataclass(frozen=True)

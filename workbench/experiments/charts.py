@@ -22,11 +22,17 @@ if TYPE_CHECKING:
 #: The quality metric charts and leaderboards show by default, best first: task-state coverage, which the
 #: metric audit finds ranks a real summary above a keyword list of equal tokens (the lexical fact metrics,
 #: which count paths, identifiers, numbers and commands, do not).
-QUALITY_PREFERENCE = ("task_state_coverage", "needed_fact_retention", "fact_retention", "probe_accuracy",
-                      "probe_answerable", "judge_score", "continuation_match")
+QUALITY_PREFERENCE = (
+    "task_state_coverage",
+    "needed_fact_retention",
+    "fact_retention",
+    "probe_accuracy",
+    "probe_answerable",
+    "judge_score",
+    "continuation_match",
+)
 COST_PREFERENCE = ("cost_usd", "billed_input_tokens", "cache_aware_input_tokens")
-PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22",
-           "#7f7f7f")
+PALETTE = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f")
 HOVER_SUMMARY_CHARS = 400
 #: The name of the token chart's line of the input the provider billed for the recorded calls.
 RECORDED_INPUT_TRACE = "recorded input"
@@ -50,9 +56,15 @@ def stop_reason(termination: Any, error: Any = None) -> str:
     return f"{termination}: {error}" if isinstance(error, str) and error else str(termination)
 
 
-def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *, context_limit: int | None = None,
-                 title: str = "Context tokens per call", config_column: str = "config",
-                 stopped: Mapping[str, str] | None = None) -> go.Figure:
+def token_curves(
+    calls: pd.DataFrame,
+    compactions: pd.DataFrame | None = None,
+    *,
+    context_limit: int | None = None,
+    title: str = "Context tokens per call",
+    config_column: str = "config",
+    stopped: Mapping[str, str] | None = None,
+) -> go.Figure:
     """Context tokens at every call, a line per config, each compaction a marker (hover: before/after, summary).
 
     `calls` needs `call_index` (or `index`), `context_tokens` and a config column; `compactions`
@@ -73,33 +85,63 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
     for position, config in enumerate(configs):
         rows = calls[calls[config_column] == config].sort_values(index_column)
         color = color_of(position)
-        figure.add_trace(go.Scatter(x=rows[index_column], y=rows["context_tokens"], mode="lines", name=str(config),
-                                    line={"color": color, "width": 2}, legendgroup=str(config),
-                                    hovertemplate="call %{x}<br>%{y:,} tokens<extra>" + html.escape(str(config))
-                                    + "</extra>"))
+        figure.add_trace(
+            go.Scatter(
+                x=rows[index_column],
+                y=rows["context_tokens"],
+                mode="lines",
+                name=str(config),
+                line={"color": color, "width": 2},
+                legendgroup=str(config),
+                hovertemplate="call %{x}<br>%{y:,} tokens<extra>" + html.escape(str(config)) + "</extra>",
+            )
+        )
         if compactions is not None and len(compactions):
             events = compactions[compactions[config_column] == config]
             if "noop" in events.columns:  # a firing that changed nothing is no compaction point
                 events = events[~events["noop"].fillna(False).astype(bool)]
             if len(events):
-                hover = [f"compaction before call {int(e.call_index)}<br>{int(e.tokens_before):,} → "
-                         f"{int(e.tokens_after):,} tokens" + (f"<br><br>{_escape(e.summary)}" if
-                                                               isinstance(e.summary, str) and e.summary else "")
-                         for e in events.itertuples()]
-                figure.add_trace(go.Scatter(
-                    x=events["call_index"], y=events["tokens_after"], mode="markers", name=f"{config} compactions",
-                    marker={"symbol": "x", "size": 10, "color": color, "line": {"width": 1}},
-                    legendgroup=str(config), showlegend=False, hovertext=hover, hoverinfo="text"))
+                hover = [
+                    f"compaction before call {int(e.call_index)}<br>{int(e.tokens_before):,} → "
+                    f"{int(e.tokens_after):,} tokens"
+                    + (f"<br><br>{_escape(e.summary)}" if isinstance(e.summary, str) and e.summary else "")
+                    for e in events.itertuples()
+                ]
+                figure.add_trace(
+                    go.Scatter(
+                        x=events["call_index"],
+                        y=events["tokens_after"],
+                        mode="markers",
+                        name=f"{config} compactions",
+                        marker={"symbol": "x", "size": 10, "color": color, "line": {"width": 1}},
+                        legendgroup=str(config),
+                        showlegend=False,
+                        hovertext=hover,
+                        hoverinfo="text",
+                    )
+                )
         reason = (stopped or {}).get(str(config))
         if reason and len(rows):
             last = rows.iloc[-1]
-            figure.add_trace(go.Scatter(
-                x=[last[index_column]], y=[last["context_tokens"]], mode="markers+text", text=["stopped"],
-                textposition="top center", textfont={"color": color}, name=f"{config} stopped",
-                marker={"symbol": "square-x-open", "size": 13, "color": color, "line": {"width": 2}},
-                legendgroup=str(config), showlegend=False, hoverinfo="text",
-                hovertext=[f"{html.escape(str(config))} stopped after call {int(last[index_column])}<br>"
-                           f"{_escape(reason, 300)}"]))
+            figure.add_trace(
+                go.Scatter(
+                    x=[last[index_column]],
+                    y=[last["context_tokens"]],
+                    mode="markers+text",
+                    text=["stopped"],
+                    textposition="top center",
+                    textfont={"color": color},
+                    name=f"{config} stopped",
+                    marker={"symbol": "square-x-open", "size": 13, "color": color, "line": {"width": 2}},
+                    legendgroup=str(config),
+                    showlegend=False,
+                    hoverinfo="text",
+                    hovertext=[
+                        f"{html.escape(str(config))} stopped after call {int(last[index_column])}<br>"
+                        f"{_escape(reason, 300)}"
+                    ],
+                )
+            )
     if "recorded_input_tokens" in calls.columns:
         billed = calls.dropna(subset=["recorded_input_tokens"]).drop_duplicates(index_column)
         if len(billed):
@@ -107,25 +149,47 @@ def token_curves(calls: pd.DataFrame, compactions: pd.DataFrame | None = None, *
             # far above the simulated window (the agent ran in a larger one) it would flatten every replay's
             # line: then it starts hidden, one click on its legend entry away
             above = bool(context_limit) and billed["recorded_input_tokens"].max() > 1.5 * (context_limit or 0)
-            figure.add_trace(go.Scatter(
-                x=billed[index_column], y=billed["recorded_input_tokens"], mode="lines", name=RECORDED_INPUT_TRACE,
-                line={"color": "#888", "dash": "dot", "width": 1.5}, visible="legendonly" if above else True,
-                hovertemplate="call %{x}<br>%{y:,} tokens billed by the provider<extra>recorded</extra>"))
+            figure.add_trace(
+                go.Scatter(
+                    x=billed[index_column],
+                    y=billed["recorded_input_tokens"],
+                    mode="lines",
+                    name=RECORDED_INPUT_TRACE,
+                    line={"color": "#888", "dash": "dot", "width": 1.5},
+                    visible="legendonly" if above else True,
+                    hovertemplate="call %{x}<br>%{y:,} tokens billed by the provider<extra>recorded</extra>",
+                )
+            )
     if "recorded_compaction" in calls.columns:
         recorded = sorted(set(calls.loc[calls["recorded_compaction"].fillna(False).astype(bool), index_column]))
         for call in recorded:
-            figure.add_vline(x=call, line={"dash": "dot", "color": "#555", "width": 1},
-                             annotation_text="recorded", annotation_position="top left")
+            figure.add_vline(
+                x=call,
+                line={"dash": "dot", "color": "#555", "width": 1},
+                annotation_text="recorded",
+                annotation_position="top left",
+            )
     if context_limit:
-        figure.add_hline(y=context_limit, line={"dash": "dash", "color": "#999"}, annotation_text="window",
-                         annotation_position="top right")
-    figure.update_layout(title=title, xaxis_title="LLM call", yaxis_title="context tokens", hovermode="closest",
-                         legend_title="config", margin={"l": 60, "r": 20, "t": 50, "b": 40})
+        figure.add_hline(
+            y=context_limit,
+            line={"dash": "dash", "color": "#999"},
+            annotation_text="window",
+            annotation_position="top right",
+        )
+    figure.update_layout(
+        title=title,
+        xaxis_title="LLM call",
+        yaxis_title="context tokens",
+        hovermode="closest",
+        legend_title="config",
+        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+    )
     return figure
 
 
-def cumulative_billed(calls: pd.DataFrame, *, config_column: str = "config",
-                      title: str = "Cumulative billed input tokens") -> go.Figure:
+def cumulative_billed(
+    calls: pd.DataFrame, *, config_column: str = "config", title: str = "Cumulative billed input tokens"
+) -> go.Figure:
     """Billed input tokens summed over the calls, a line per config."""
     import plotly.graph_objects as go
 
@@ -133,10 +197,21 @@ def cumulative_billed(calls: pd.DataFrame, *, config_column: str = "config",
     figure = go.Figure()
     for position, config in enumerate(dict.fromkeys(calls[config_column])):
         rows = calls[calls[config_column] == config].sort_values(index_column)
-        figure.add_trace(go.Scatter(x=rows[index_column], y=rows["context_tokens"].cumsum(), mode="lines",
-                                    name=str(config), line={"color": color_of(position)}))
-    figure.update_layout(title=title, xaxis_title="LLM call", yaxis_title="tokens billed so far",
-                         margin={"l": 60, "r": 20, "t": 50, "b": 40})
+        figure.add_trace(
+            go.Scatter(
+                x=rows[index_column],
+                y=rows["context_tokens"].cumsum(),
+                mode="lines",
+                name=str(config),
+                line={"color": color_of(position)},
+            )
+        )
+    figure.update_layout(
+        title=title,
+        xaxis_title="LLM call",
+        yaxis_title="tokens billed so far",
+        margin={"l": 60, "r": 20, "t": 50, "b": 40},
+    )
     return figure
 
 
@@ -153,8 +228,13 @@ def pick_metric(columns: Sequence[str], preference: Sequence[str], frame: pd.Dat
     return chosen[0] if chosen else None
 
 
-def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None, *, complete_only: bool = True,
-                pairs: CompletePairs | None = None) -> pd.DataFrame:
+def leaderboard(
+    results: pd.DataFrame,
+    metrics: Sequence[str] | None = None,
+    *,
+    complete_only: bool = True,
+    pairs: CompletePairs | None = None,
+) -> pd.DataFrame:
     """Mean of each numeric metric per config (configs in their run order) over the sessions where every
     config completed (`pairs`, by default `complete_pairs(results)`; every session with
     `complete_only=False`), after `cells` (every cell of the config) and `completed` (the share of them
@@ -163,8 +243,13 @@ def leaderboard(results: pd.DataFrame, metrics: Sequence[str] | None = None, *, 
 
     skip = {"run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s"}
     candidates = metrics or [c for c in results.columns if c not in skip]
-    numeric = [c for c in candidates if c in results.columns and pd.api.types.is_numeric_dtype(results[c])
-               and not pd.api.types.is_bool_dtype(results[c])]
+    numeric = [
+        c
+        for c in candidates
+        if c in results.columns
+        and pd.api.types.is_numeric_dtype(results[c])
+        and not pd.api.types.is_bool_dtype(results[c])
+    ]
     order = list(dict.fromkeys(results["config"]))
     compared = (pairs or complete_pairs(results, complete_only=complete_only)).results
     table = compared.groupby("config", sort=False)[numeric].mean().reindex(order)
@@ -198,8 +283,14 @@ def metric_unit(name: str) -> str:
     return "tokens" if name.endswith("_tokens") else "number"
 
 
-_STREAMLIT_FORMATS = {"cells": None, "percent": "%.0f%%", "dollars": "$%.4f", "tokens": "localized",
-                      "count": "%.1f", "number": "%.3f"}
+_STREAMLIT_FORMATS = {
+    "cells": None,
+    "percent": "%.0f%%",
+    "dollars": "$%.4f",
+    "tokens": "localized",
+    "count": "%.1f",
+    "number": "%.3f",
+}
 
 
 def display_format(name: str) -> str | None:
@@ -263,8 +354,9 @@ def pareto_front(points: pd.DataFrame, x: str, y: str) -> pd.DataFrame:
     return points.loc[keep].sort_values(x)
 
 
-def label_positions(xs: Sequence[float], ys: Sequence[float], *, near_x: float = 0.2,
-                    near_y: float = 0.06) -> list[str]:
+def label_positions(
+    xs: Sequence[float], ys: Sequence[float], *, near_x: float = 0.2, near_y: float = 0.06
+) -> list[str]:
     """Where each point's label goes: above it, or below it when a label already placed above a
     point that close (within `near_x` and `near_y` of each axis's span) would cover it."""
     x_span = (max(xs) - min(xs) if xs else 0.0) or 1.0
@@ -315,14 +407,23 @@ def completion(results: pd.DataFrame) -> pd.DataFrame:
     for config, cells in results.groupby("config", sort=False)["termination"]:
         ends = cells.fillna("unknown").astype(str)
         others = ends[ends != "completed"].value_counts()
-        rows[config] = {"cells": len(ends), "completed": int((ends == "completed").sum()),
-                        "stopped": ", ".join(f"{name} ×{count}" for name, count in others.items())}
+        rows[config] = {
+            "cells": len(ends),
+            "completed": int((ends == "completed").sum()),
+            "stopped": ", ".join(f"{name} ×{count}" for name, count in others.items()),
+        }
     return pd.DataFrame.from_dict(rows, orient="index").reindex(order)
 
 
-def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None = None,
-                 title: str = "Cost versus quality", complete_only: bool = True,
-                 pairs: CompletePairs | None = None) -> go.Figure | None:
+def cost_quality(
+    results: pd.DataFrame,
+    *,
+    x: str | None = None,
+    y: str | None = None,
+    title: str = "Cost versus quality",
+    complete_only: bool = True,
+    pairs: CompletePairs | None = None,
+) -> go.Figure | None:
     """A point per config (means over the sessions where every config completed: `pairs`, by default
     `complete_pairs(results)`) with the Pareto front; None without a quality metric.
 
@@ -344,42 +445,76 @@ def cost_quality(results: pd.DataFrame, *, x: str | None = None, y: str | None =
     whole = done["completed"] == done["cells"]
     ranked = means.index.map(lambda name: str(name) in pairs.rankable).to_numpy(dtype=bool)
     names = [str(i) for i in means.index]
-    labels = [html.escape(name) if full else f"{html.escape(name)}<br>({k} of {n} completed)"
-              for name, full, k, n in zip(names, whole, done["completed"], done["cells"], strict=True)]
-    hover = [f"<b>{html.escape(name)}</b><br>{html.escape(x)}: {format_metric(x, vx)}<br>"
-             f"{html.escape(y)}: {format_metric(y, vy)}<br>{k} of {n} cells completed"
-             + ("" if full else f" (stopped: {html.escape(str(stopped))})")
-             + ("" if rank else "<br>not on the Pareto front: completed fewer sessions than another config")
-             for name, vx, vy, k, n, full, stopped, rank in zip(names, means[x], means[y], done["completed"],
-                                                                 done["cells"], whole, done["stopped"], ranked,
-                                                                 strict=True)]
+    labels = [
+        html.escape(name) if full else f"{html.escape(name)}<br>({k} of {n} completed)"
+        for name, full, k, n in zip(names, whole, done["completed"], done["cells"], strict=True)
+    ]
+    hover = [
+        f"<b>{html.escape(name)}</b><br>{html.escape(x)}: {format_metric(x, vx)}<br>"
+        f"{html.escape(y)}: {format_metric(y, vy)}<br>{k} of {n} cells completed"
+        + ("" if full else f" (stopped: {html.escape(str(stopped))})")
+        + ("" if rank else "<br>not on the Pareto front: completed fewer sessions than another config")
+        for name, vx, vy, k, n, full, stopped, rank in zip(
+            names, means[x], means[y], done["completed"], done["cells"], whole, done["stopped"], ranked, strict=True
+        )
+    ]
     xs, ys = [float(v) for v in means[x]], [float(v) for v in means[y]]
     colors = [color_of(i) for i in range(len(means))]
     figure = go.Figure()
-    figure.add_trace(go.Scatter(
-        x=means[x], y=means[y], mode="markers+text", text=labels, name="configs",
-        textposition=inward_positions(xs, label_positions(xs, ys, near_y=0.06 if whole.all() else 0.12)),
-        cliponaxis=False,  # a label may reach into the margin rather than be cut at the axis
-        showlegend=False,  # each point carries its name; one legend colour would be wrong
-        hovertext=hover, hoverinfo="text",
-        marker={"size": 11, "color": colors, "symbol": ["circle" if rank else "circle-open" for rank in ranked],
-                "line": {"width": 2, "color": colors}}))
+    figure.add_trace(
+        go.Scatter(
+            x=means[x],
+            y=means[y],
+            mode="markers+text",
+            text=labels,
+            name="configs",
+            textposition=inward_positions(xs, label_positions(xs, ys, near_y=0.06 if whole.all() else 0.12)),
+            cliponaxis=False,  # a label may reach into the margin rather than be cut at the axis
+            showlegend=False,  # each point carries its name; one legend colour would be wrong
+            hovertext=hover,
+            hoverinfo="text",
+            marker={
+                "size": 11,
+                "color": colors,
+                "symbol": ["circle" if rank else "circle-open" for rank in ranked],
+                "line": {"width": 2, "color": colors},
+            },
+        )
+    )
     front = pareto_front(means[ranked], x, y)
     if len(front):
-        figure.add_trace(go.Scatter(x=front[x], y=front[y], mode="lines+markers", name="Pareto front",
-                                    line={"dash": "dash", "color": "#444"}, hoverinfo="skip",
-                                    marker={"symbol": "circle-open", "size": 19, "color": "#444"}))
+        figure.add_trace(
+            go.Scatter(
+                x=front[x],
+                y=front[y],
+                mode="lines+markers",
+                name="Pareto front",
+                line={"dash": "dash", "color": "#444"},
+                hoverinfo="skip",
+                marker={"symbol": "circle-open", "size": 19, "color": "#444"},
+            )
+        )
     if not ranked.all():
-        figure.add_trace(go.Scatter(x=[None], y=[None], mode="markers", name=INCOMPLETE_TRACE, hoverinfo="skip",
-                                    marker={"symbol": "circle-open", "size": 11, "color": "#444",
-                                            "line": {"width": 2}}))
+        figure.add_trace(
+            go.Scatter(
+                x=[None],
+                y=[None],
+                mode="markers",
+                name=INCOMPLETE_TRACE,
+                hoverinfo="skip",
+                marker={"symbol": "circle-open", "size": 11, "color": "#444", "line": {"width": 2}},
+            )
+        )
     if pairs.stopped:
         title = f"{title}<br><sup>{html.escape(pairs.scope)}</sup>"
-    figure.update_layout(title=title, xaxis_title=f"{x} ({metric_direction(x)} is better)",
-                         yaxis_title=f"{y} ({metric_direction(y)} is better)",
-                         # the legend above the plot, not beside it: the plot keeps the width its labels need
-                         legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
-                         margin={"l": 60, "r": 30, "t": 70, "b": 40})
+    figure.update_layout(
+        title=title,
+        xaxis_title=f"{x} ({metric_direction(x)} is better)",
+        yaxis_title=f"{y} ({metric_direction(y)} is better)",
+        # the legend above the plot, not beside it: the plot keeps the width its labels need
+        legend={"orientation": "h", "yanchor": "bottom", "y": 1.02, "xanchor": "right", "x": 1},
+        margin={"l": 60, "r": 30, "t": 70, "b": 40},
+    )
     figure.update_xaxes(range=padded_range(xs, low=0.12, high=0.12))
     figure.update_yaxes(range=padded_range(ys, low=0.2, high=0.25))
     return figure
@@ -396,8 +531,15 @@ def frames_from_results(results: Sequence[Any], *, repeat: int = 0) -> tuple[pd.
 
     rows, calls, events = [], [], []
     for result in results:
-        rows.append({"session_id": result.session_id, "config": result.config.name, "repeat": repeat,
-                     "termination": result.termination, **dict(result.metrics)})
+        rows.append(
+            {
+                "session_id": result.session_id,
+                "config": result.config.name,
+                "repeat": repeat,
+                "termination": result.termination,
+                **dict(result.metrics),
+            }
+        )
         frame = result.to_frame().rename(columns={"index": "call_index"})
         frame["repeat"] = repeat
         calls.append(frame)
@@ -407,8 +549,16 @@ def frames_from_results(results: Sequence[Any], *, repeat: int = 0) -> tuple[pd.
             compactions.insert(1, "config", result.config.name)
             compactions["repeat"] = repeat
             events.append(compactions)
-    call_frame = pd.concat(calls, ignore_index=True) if calls else pd.DataFrame(
-        columns=["session_id", "config", "call_index", "context_tokens", "repeat"])
-    event_frame = pd.concat(events, ignore_index=True) if events else pd.DataFrame(
-        columns=["session_id", "config", "call_index", "tokens_before", "tokens_after", "summary", "repeat"])
+    call_frame = (
+        pd.concat(calls, ignore_index=True)
+        if calls
+        else pd.DataFrame(columns=["session_id", "config", "call_index", "context_tokens", "repeat"])
+    )
+    event_frame = (
+        pd.concat(events, ignore_index=True)
+        if events
+        else pd.DataFrame(
+            columns=["session_id", "config", "call_index", "tokens_before", "tokens_after", "summary", "repeat"]
+        )
+    )
     return pd.DataFrame(rows), call_frame, event_frame

@@ -70,8 +70,10 @@ def metric_direction(name: str) -> Direction:
 
 #: Why results of replays that stopped early mislead, said wherever they are shown beside others
 #: (the tail of `CompletePairs.note`).
-STOPPED_EARLY = ("A replay that stops early totals only the calls it made, so it reads cheap; a config that completed "
-                 "fewer sessions than another is never marked best.")
+STOPPED_EARLY = (
+    "A replay that stops early totals only the calls it made, so it reads cheap; a config that completed "
+    "fewer sessions than another is never marked best."
+)
 #: How a config's session reads in `CompletePairs.left_out` when the config has no cell of it (a failed cell).
 NO_RESULT = "no result"
 
@@ -130,15 +132,22 @@ class CompletePairs:
         None when every config completed every session."""
         if not self.stopped:
             return None
-        sides = ", ".join(f"{config} {sum(ends.values())} ({_how_ended(ends)})"
-                          for config, ends in self.left_out.items() if ends)
+        sides = ", ".join(
+            f"{config} {sum(ends.values())} ({_how_ended(ends)})" for config, ends in self.left_out.items() if ends
+        )
         told = "left out" if self.complete_only else "stopped early"
         return f"Compared {self.scope}; {told}: {sides}. {STOPPED_EARLY}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"complete_only": self.complete_only, "sessions": self.sessions, "total": self.total,
-                "left_out": {c: dict(ends) for c, ends in self.left_out.items()}, "completed": dict(self.completed),
-                "rankable": list(self.rankable), "note": self.note}
+        return {
+            "complete_only": self.complete_only,
+            "sessions": self.sessions,
+            "total": self.total,
+            "left_out": {c: dict(ends) for c, ends in self.left_out.items()},
+            "completed": dict(self.completed),
+            "rankable": list(self.rankable),
+            "note": self.note,
+        }
 
 
 def _how_ended(ends: Mapping[str, int]) -> str:
@@ -148,9 +157,16 @@ def _how_ended(ends: Mapping[str, int]) -> str:
     return ", ".join(f"{end} {count}" for end, count in sorted(ends.items(), key=lambda item: -item[1]))
 
 
-def complete_pairs(results: pd.DataFrame, configs: Sequence[str] | None = None, *, complete_only: bool = True,
-                   by: Sequence[str] = ("session_id",), config_column: str = "config", unit: str = "sessions",
-                   where: str = "every config completed") -> CompletePairs:
+def complete_pairs(
+    results: pd.DataFrame,
+    configs: Sequence[str] | None = None,
+    *,
+    complete_only: bool = True,
+    by: Sequence[str] = ("session_id",),
+    config_column: str = "config",
+    unit: str = "sessions",
+    where: str = "every config completed",
+) -> CompletePairs:
     """The complete-pairs view of result rows (session × config cells with `termination`): the sessions
     (`by`) where every config of `configs` (default: all, in their order) completed every cell (all
     repeats), and per config how many sessions it did not complete and how they ended. A session a
@@ -161,22 +177,34 @@ def complete_pairs(results: pd.DataFrame, configs: Sequence[str] | None = None, 
     `in_complete_pairs`, regress) starts here, so all say the same."""
     import pandas as pd
 
-    names = [str(c) for c in configs] if configs is not None else \
-        [str(c) for c in dict.fromkeys(results[config_column])]
+    names = (
+        [str(c) for c in configs] if configs is not None else [str(c) for c in dict.fromkeys(results[config_column])]
+    )
     chosen = results[config_column].astype(str).isin(names)
     rows = results[chosen]
     keys = [c for c in by if c in rows.columns]
     if "termination" not in rows.columns or not keys or not len(rows):
         total = int(rows[keys].drop_duplicates().shape[0]) if keys else len(rows)
-        return CompletePairs(results=rows, in_complete_pairs=chosen, configs=tuple(names), sessions=total, total=total,
-                             left_out={n: {} for n in names}, completed={n: total for n in names},
-                             rankable=tuple(names), complete_units=frozenset(_unit_key(rows, keys)) if keys else
-                             frozenset(), unit=unit, where=where)
+        return CompletePairs(
+            results=rows,
+            in_complete_pairs=chosen,
+            configs=tuple(names),
+            sessions=total,
+            total=total,
+            left_out={n: {} for n in names},
+            completed={n: total for n in names},
+            rankable=tuple(names),
+            complete_units=frozenset(_unit_key(rows, keys)) if keys else frozenset(),
+            unit=unit,
+            where=where,
+        )
     session = _unit_key(rows, keys)
     ends = rows["termination"].astype(object).where(rows["termination"].notna(), "unknown").astype(str)
-    first_stop = (pd.DataFrame({"unit": session, "config": rows[config_column].astype(str), "end": ends})
-                  .groupby(["unit", "config"], sort=False)["end"]
-                  .agg(lambda values: next((v for v in values if v != "completed"), "completed")))
+    first_stop = (
+        pd.DataFrame({"unit": session, "config": rows[config_column].astype(str), "end": ends})
+        .groupby(["unit", "config"], sort=False)["end"]
+        .agg(lambda values: next((v for v in values if v != "completed"), "completed"))
+    )
     table = first_stop.unstack("config").reindex(columns=names).fillna(NO_RESULT)
     done = table == "completed"
     complete = set(table.index[done.all(axis=1)])
@@ -186,10 +214,20 @@ def complete_pairs(results: pd.DataFrame, configs: Sequence[str] | None = None, 
     mask = pd.Series(False, index=results.index)
     mask[chosen] = session.isin(complete).to_numpy()
     restricted = complete_only and bool(complete)
-    return CompletePairs(results=rows[mask[chosen].to_numpy()] if restricted else rows, in_complete_pairs=mask,
-                         configs=tuple(names), sessions=len(complete), total=len(table), left_out=left_out,
-                         completed={n: int(done[n].sum()) for n in names}, rankable=rankable,
-                         complete_units=frozenset(complete), complete_only=restricted, unit=unit, where=where)
+    return CompletePairs(
+        results=rows[mask[chosen].to_numpy()] if restricted else rows,
+        in_complete_pairs=mask,
+        configs=tuple(names),
+        sessions=len(complete),
+        total=len(table),
+        left_out=left_out,
+        completed={n: int(done[n].sum()) for n in names},
+        rankable=rankable,
+        complete_units=frozenset(complete),
+        complete_only=restricted,
+        unit=unit,
+        where=where,
+    )
 
 
 def _unit_key(rows: pd.DataFrame, keys: Sequence[str]) -> pd.Series:
@@ -268,19 +306,39 @@ class Comparison:
         """What was paired, in words for the output: the sessions, and whether their repeats were averaged
         (the counts and the test are over these units, never over repeats)."""
         if self.cells == self.units:  # one cell a unit: no repeats were averaged
-            return (f"{self.sessions} paired session(s)" if self.cells == self.sessions
-                    else f"{self.cells} paired cells ({self.sessions} session(s))")
-        units = (f"{self.sessions} paired session(s)" if self.units == self.sessions
-                 else f"{self.units} paired session × config units ({self.sessions} session(s))")
+            return (
+                f"{self.sessions} paired session(s)"
+                if self.cells == self.sessions
+                else f"{self.cells} paired cells ({self.sessions} session(s))"
+            )
+        units = (
+            f"{self.sessions} paired session(s)"
+            if self.units == self.sessions
+            else f"{self.units} paired session × config units ({self.sessions} session(s))"
+        )
         return f"{units}, each the mean of its repeats ({self.cells} paired cells)"
 
     def to_frame(self) -> pd.DataFrame:
         import pandas as pd
 
-        rows = [{"metric": m.metric, "direction": m.direction, "pairs": m.pairs, "A": m.mean_a, "B": m.mean_b,
-                 "delta": m.mean_delta, "ci_low": m.ci_low, "ci_high": m.ci_high, "p_value": m.p_value,
-                 "improved": m.improved, "regressed": m.regressed, "unchanged": m.unchanged, "verdict": m.verdict}
-                for m in self.metrics]
+        rows = [
+            {
+                "metric": m.metric,
+                "direction": m.direction,
+                "pairs": m.pairs,
+                "A": m.mean_a,
+                "B": m.mean_b,
+                "delta": m.mean_delta,
+                "ci_low": m.ci_low,
+                "ci_high": m.ci_high,
+                "p_value": m.p_value,
+                "improved": m.improved,
+                "regressed": m.regressed,
+                "unchanged": m.unchanged,
+                "verdict": m.verdict,
+            }
+            for m in self.metrics
+        ]
         return pd.DataFrame(rows)
 
     def metric(self, name: str) -> MetricComparison:
@@ -290,15 +348,27 @@ class Comparison:
         raise KeyError(name)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"a": self.a, "b": self.b, "confidence": self.confidence, "sessions": self.sessions, "cells": self.cells,
-                "units": self.units, "pairing": self.pairing, "unmatched": dict(self.unmatched), "note": self.note,
-                "stopped": dict(self.stopped), "left_out": {k: dict(v) for k, v in self.left_out.items()},
-                "complete_only": self.complete_only, "stopped_note": self.stopped_note,
-                "metrics": [{**vars(m), "verdict": m.verdict} for m in self.metrics]}
+        return {
+            "a": self.a,
+            "b": self.b,
+            "confidence": self.confidence,
+            "sessions": self.sessions,
+            "cells": self.cells,
+            "units": self.units,
+            "pairing": self.pairing,
+            "unmatched": dict(self.unmatched),
+            "note": self.note,
+            "stopped": dict(self.stopped),
+            "left_out": {k: dict(v) for k, v in self.left_out.items()},
+            "complete_only": self.complete_only,
+            "stopped_note": self.stopped_note,
+            "metrics": [{**vars(m), "verdict": m.verdict} for m in self.metrics],
+        }
 
 
-def _bootstrap_ci(deltas: np.ndarray, confidence: float, resamples: int, rng: np.random.Generator
-                  ) -> tuple[float, float]:
+def _bootstrap_ci(
+    deltas: np.ndarray, confidence: float, resamples: int, rng: np.random.Generator
+) -> tuple[float, float]:
     if len(deltas) == 1 or np.all(deltas == deltas[0]):
         return float(deltas.mean()), float(deltas.mean())
     samples = rng.integers(0, len(deltas), size=(resamples, len(deltas)))
@@ -315,7 +385,7 @@ def _sign_flip_p(deltas: np.ndarray, resamples: int, rng: np.random.Generator) -
     observed = abs(nonzero.mean()) - 1e-12
     n = len(nonzero)
     if n <= 12:
-        signs = ((np.arange(2 ** n)[:, None] >> np.arange(n)) & 1) * 2 - 1
+        signs = ((np.arange(2**n)[:, None] >> np.arange(n)) & 1) * 2 - 1
         return float(np.mean(np.abs((signs * nonzero).mean(axis=1)) >= observed))
     signs = rng.choice(np.array([-1, 1]), size=(resamples, n))
     extreme = int(np.sum(np.abs((signs * nonzero).mean(axis=1)) >= observed))
@@ -328,10 +398,19 @@ def _is_number_column(column: pd.Series) -> bool:
     return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)
 
 
-def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_label: str = "B",
-                   metrics: Sequence[str] | None = None, align: Sequence[str] = ("session_id", "repeat"),
-                   confidence: float = 0.95, resamples: int = 4000, seed: int = 0,
-                   complete_only: bool = True) -> Comparison:
+def compare_frames(
+    a: pd.DataFrame,
+    b: pd.DataFrame,
+    *,
+    a_label: str = "A",
+    b_label: str = "B",
+    metrics: Sequence[str] | None = None,
+    align: Sequence[str] = ("session_id", "repeat"),
+    confidence: float = 0.95,
+    resamples: int = 4000,
+    seed: int = 0,
+    complete_only: bool = True,
+) -> Comparison:
     """Compare two result frames (one row per cell) paired on the `align` columns.
 
     The paired cells of a unit (the `align` columns but `repeat`: a session, or a session and config)
@@ -346,23 +425,35 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
     if not align:
         raise ConfigError("the frames share no column to pair cells on (session_id, repeat)")
     candidates = metrics or [c for c in a.columns if c in b.columns and c not in KEY_COLUMNS]
-    numeric = [c for c in candidates if c in a.columns and c in b.columns and _is_number_column(a[c])
-               and _is_number_column(b[c])]
+    numeric = [
+        c
+        for c in candidates
+        if c in a.columns and c in b.columns and _is_number_column(a[c]) and _is_number_column(b[c])
+    ]
     if metrics:
         missing = [m for m in metrics if m not in numeric]
         if missing:
-            raise ConfigError(f"no numeric metric {', '.join(map(repr, missing))} in both sides; "
-                              f"available: {', '.join(numeric) or '(none)'}")
+            raise ConfigError(
+                f"no numeric metric {', '.join(map(repr, missing))} in both sides; "
+                f"available: {', '.join(numeric) or '(none)'}"
+            )
     ends = ["termination"] if "termination" in a.columns and "termination" in b.columns else []
-    merged = a[[*align, *numeric, *ends]].merge(b[[*align, *numeric, *ends]], on=align, suffixes=("__a", "__b"),
-                                                how="inner")
-    stopped = {label: int((merged[f"termination__{side}"] != "completed").sum())
-               for label, side in ((a_label, "a"), (b_label, "b"))} if ends else {}
+    merged = a[[*align, *numeric, *ends]].merge(
+        b[[*align, *numeric, *ends]], on=align, suffixes=("__a", "__b"), how="inner"
+    )
+    stopped = (
+        {
+            label: int((merged[f"termination__{side}"] != "completed").sum())
+            for label, side in ((a_label, "a"), (b_label, "b"))
+        }
+        if ends
+        else {}
+    )
     unmatched = {a_label: len(a) - len(merged), b_label: len(b) - len(merged)}
     unit = [c for c in align if c != "repeat"] or align
     pairs = _paired_sides(merged, unit, a_label, b_label, complete_only) if ends else None
     if pairs is not None and pairs.complete_only:
-        merged = merged[pairs.in_complete_pairs.to_numpy()[:len(merged)]]
+        merged = merged[pairs.in_complete_pairs.to_numpy()[: len(merged)]]
     rng = np.random.default_rng(seed)
     items = []
     for name in numeric:
@@ -370,37 +461,80 @@ def compare_frames(a: pd.DataFrame, b: pd.DataFrame, *, a_label: str = "A", b_la
         values = merged[columns].apply(pd.to_numeric, errors="coerce")
         pair = pd.concat([merged[unit], values], axis=1).dropna(subset=columns)
         pair = pair.groupby(unit, sort=False)[columns].mean()
-        items.append(_compare_metric(name, pair[columns[0]].to_numpy(dtype=float),
-                                     pair[columns[1]].to_numpy(dtype=float), confidence, resamples, rng))
+        items.append(
+            _compare_metric(
+                name,
+                pair[columns[0]].to_numpy(dtype=float),
+                pair[columns[1]].to_numpy(dtype=float),
+                confidence,
+                resamples,
+                rng,
+            )
+        )
     units = int(merged[unit].drop_duplicates().shape[0])
-    return Comparison(a=a_label, b=b_label, metrics=tuple(items), confidence=confidence,
-                      sessions=int(merged["session_id"].nunique()) if "session_id" in merged else units,
-                      cells=len(merged), units=units, unmatched=unmatched, stopped=stopped,
-                      left_out={} if pairs is None else pairs.left_out,
-                      complete_only=pairs is not None and pairs.complete_only,
-                      stopped_note=None if pairs is None else pairs.note)
+    return Comparison(
+        a=a_label,
+        b=b_label,
+        metrics=tuple(items),
+        confidence=confidence,
+        sessions=int(merged["session_id"].nunique()) if "session_id" in merged else units,
+        cells=len(merged),
+        units=units,
+        unmatched=unmatched,
+        stopped=stopped,
+        left_out={} if pairs is None else pairs.left_out,
+        complete_only=pairs is not None and pairs.complete_only,
+        stopped_note=None if pairs is None else pairs.note,
+    )
 
 
-def _paired_sides(merged: pd.DataFrame, unit: Sequence[str], a_label: str, b_label: str,
-                  complete_only: bool) -> CompletePairs:
+def _paired_sides(
+    merged: pd.DataFrame, unit: Sequence[str], a_label: str, b_label: str, complete_only: bool
+) -> CompletePairs:
     """`complete_pairs` of the two sides of merged pairs: side A's rows then side B's, labelled by side."""
     import pandas as pd
 
     labels = (a_label, b_label if b_label != a_label else f"{b_label} (B)")
-    sides = pd.concat([merged[list(unit)].assign(termination=merged[f"termination__{side}"].to_numpy(), side=label)
-                       for side, label in zip("ab", labels, strict=True)], ignore_index=True)
+    sides = pd.concat(
+        [
+            merged[list(unit)].assign(termination=merged[f"termination__{side}"].to_numpy(), side=label)
+            for side, label in zip("ab", labels, strict=True)
+        ],
+        ignore_index=True,
+    )
     units = "sessions" if list(unit) == ["session_id"] else "session × config units"
-    return complete_pairs(sides, labels, complete_only=complete_only, by=unit, config_column="side", unit=units,
-                          where="both sides completed")
+    return complete_pairs(
+        sides,
+        labels,
+        complete_only=complete_only,
+        by=unit,
+        config_column="side",
+        unit=units,
+        where="both sides completed",
+    )
 
 
-def _compare_metric(name: str, values_a: np.ndarray, values_b: np.ndarray, confidence: float, resamples: int,
-                    rng: np.random.Generator) -> MetricComparison:
+def _compare_metric(
+    name: str, values_a: np.ndarray, values_b: np.ndarray, confidence: float, resamples: int, rng: np.random.Generator
+) -> MetricComparison:
     """One metric over paired units (the means of their repeats): counts, bootstrap interval, sign-flip test."""
     direction = metric_direction(name)
     if len(values_a) == 0:
-        return MetricComparison(name, direction, 0, float("nan"), float("nan"), float("nan"), float("nan"),
-                                float("nan"), 1.0, 0, 0, 0, alpha=1 - confidence)
+        return MetricComparison(
+            name,
+            direction,
+            0,
+            float("nan"),
+            float("nan"),
+            float("nan"),
+            float("nan"),
+            float("nan"),
+            1.0,
+            0,
+            0,
+            0,
+            alpha=1 - confidence,
+        )
     deltas = values_b - values_a
     low, high = _bootstrap_ci(deltas, confidence, resamples, rng)
     tolerance = 1e-12 * np.maximum(1.0, np.abs(values_a))
@@ -409,15 +543,34 @@ def _compare_metric(name: str, values_a: np.ndarray, values_b: np.ndarray, confi
     if direction == "none":
         better = worse = np.zeros_like(up)
     return MetricComparison(
-        metric=name, direction=direction, pairs=len(deltas), mean_a=float(values_a.mean()),
-        mean_b=float(values_b.mean()), mean_delta=float(deltas.mean()), ci_low=low, ci_high=high,
-        p_value=_sign_flip_p(deltas, resamples, rng), improved=int(better.sum()), regressed=int(worse.sum()),
-        unchanged=int(len(deltas) - up.sum() - down.sum()), alpha=1 - confidence)
+        metric=name,
+        direction=direction,
+        pairs=len(deltas),
+        mean_a=float(values_a.mean()),
+        mean_b=float(values_b.mean()),
+        mean_delta=float(deltas.mean()),
+        ci_low=low,
+        ci_high=high,
+        p_value=_sign_flip_p(deltas, resamples, rng),
+        improved=int(better.sum()),
+        regressed=int(worse.sum()),
+        unchanged=int(len(deltas) - up.sum() - down.sum()),
+        alpha=1 - confidence,
+    )
 
 
-def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | None = None, db: str | None = None,
-            metrics: Sequence[str] | None = None, confidence: float = 0.95, resamples: int = 4000,
-            seed: int = 0, complete_only: bool = True) -> Comparison:
+def compare(
+    run_a: str,
+    run_b: str | None = None,
+    *,
+    configs: Sequence[str] | None = None,
+    db: str | None = None,
+    metrics: Sequence[str] | None = None,
+    confidence: float = 0.95,
+    resamples: int = 4000,
+    seed: int = 0,
+    complete_only: bool = True,
+) -> Comparison:
     """Paired comparison of two runs, or of two configs (`configs=(A, B)`) of one or two runs.
 
     Two runs without `configs` pair cells on session, config and repeat (the configs both have).
@@ -425,8 +578,17 @@ def compare(run_a: str, run_b: str | None = None, *, configs: Sequence[str] | No
     (`Comparison.stopped_note` says what was left out, and why).
     The comparison's `note` says so when either side's summaries came from the offline extractive baseline.
     """
-    comparison = _compare(run_a, run_b, configs=configs, db=db, metrics=metrics, confidence=confidence,
-                          resamples=resamples, seed=seed, complete_only=complete_only)
+    comparison = _compare(
+        run_a,
+        run_b,
+        configs=configs,
+        db=db,
+        metrics=metrics,
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        complete_only=complete_only,
+    )
     return replace(comparison, note=_summaries_note(run_a, run_b, configs, db))
 
 
@@ -439,9 +601,18 @@ def _summaries_note(run_a: str, run_b: str | None, configs: Sequence[str] | None
     return baseline_note([model for run, names in sides for model in summarizers_used(run, db=db, configs=names)])
 
 
-def _compare(run_a: str, run_b: str | None, *, configs: Sequence[str] | None, db: str | None,
-             metrics: Sequence[str] | None, confidence: float, resamples: int, seed: int,
-             complete_only: bool = True) -> Comparison:
+def _compare(
+    run_a: str,
+    run_b: str | None,
+    *,
+    configs: Sequence[str] | None,
+    db: str | None,
+    metrics: Sequence[str] | None,
+    confidence: float,
+    resamples: int,
+    seed: int,
+    complete_only: bool = True,
+) -> Comparison:
     from workbench.experiments.run import results
 
     frame_a = results(run_a, db=db)
@@ -454,21 +625,51 @@ def _compare(run_a: str, run_b: str | None, *, configs: Sequence[str] | None, db
         config_a, config_b = configs
         for frame, name, run in ((frame_a, config_a, run_a), (frame_b, config_b, run_b or run_a)):
             if name not in set(frame["config"]):
-                raise ConfigError(f"run {run!r} has no config {name!r}; configs: "
-                                  f"{', '.join(sorted(set(frame['config'])))}")
+                raise ConfigError(
+                    f"run {run!r} has no config {name!r}; configs: {', '.join(sorted(set(frame['config'])))}"
+                )
         side_a = frame_a[frame_a["config"] == config_a]
         side_b = frame_b[frame_b["config"] == config_b]
         label_a = f"{run_a}:{config_a}" if run_b else config_a
         label_b = f"{run_b}:{config_b}" if run_b else config_b
-        return compare_frames(side_a, side_b, a_label=label_a, b_label=label_b, metrics=metrics,
-                              confidence=confidence, resamples=resamples, seed=seed, complete_only=complete_only)
+        return compare_frames(
+            side_a,
+            side_b,
+            a_label=label_a,
+            b_label=label_b,
+            metrics=metrics,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+            complete_only=complete_only,
+        )
     if run_b is None:
         names = list(dict.fromkeys(frame_a["config"]))
         if len(names) != 2:
-            raise ConfigError(f"run {run_a!r} has {len(names)} configs ({', '.join(names)}): "
-                              "name two with --configs A B or give a second run")
-        return _compare(run_a, None, configs=tuple(names), db=db, metrics=metrics, confidence=confidence,
-                        resamples=resamples, seed=seed, complete_only=complete_only)
-    return compare_frames(frame_a, frame_b, a_label=run_a, b_label=run_b, metrics=metrics,
-                          align=("session_id", "config", "repeat"), confidence=confidence, resamples=resamples,
-                          seed=seed, complete_only=complete_only)
+            raise ConfigError(
+                f"run {run_a!r} has {len(names)} configs ({', '.join(names)}): "
+                "name two with --configs A B or give a second run"
+            )
+        return _compare(
+            run_a,
+            None,
+            configs=tuple(names),
+            db=db,
+            metrics=metrics,
+            confidence=confidence,
+            resamples=resamples,
+            seed=seed,
+            complete_only=complete_only,
+        )
+    return compare_frames(
+        frame_a,
+        frame_b,
+        a_label=run_a,
+        b_label=run_b,
+        metrics=metrics,
+        align=("session_id", "config", "repeat"),
+        confidence=confidence,
+        resamples=resamples,
+        seed=seed,
+        complete_only=complete_only,
+    )

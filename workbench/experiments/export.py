@@ -124,18 +124,28 @@ def format_of(path: str | os.PathLike[str]) -> str:
     """The export format a file name implies (`report.html` -> html, case ignored); a ConfigError
     names the endings it knows when the name implies none, or says the path is a folder."""
     if Path(path).is_dir():
-        raise ConfigError(f"{os.fspath(path)} is a folder; give the file to write, such as "
-                          f"{Path(path) / 'report.html'}")
+        raise ConfigError(
+            f"{os.fspath(path)} is a folder; give the file to write, such as {Path(path) / 'report.html'}"
+        )
     suffix = Path(path).suffix.lower()
     if suffix not in SUFFIXES:
         known = ", ".join(f"{end} ({fmt})" for end, fmt in SUFFIXES.items())
-        raise ConfigError(f"cannot tell the export format from {os.fspath(path)!r}; name the file with one of "
-                          f"{known}, or give the format")
+        raise ConfigError(
+            f"cannot tell the export format from {os.fspath(path)!r}; name the file with one of "
+            f"{known}, or give the format"
+        )
     return SUFFIXES[suffix]
 
 
-def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | None = None, *,
-           level: str = "cells", complete_only: bool = True) -> Path:
+def export(
+    run_id: str,
+    format: str,
+    path: str | os.PathLike[str],
+    db: str | None = None,
+    *,
+    level: str = "cells",
+    complete_only: bool = True,
+) -> Path:
     """Write run `run_id` (an id, unique prefix or run name) as csv, parquet, json or html; returns the path.
 
     Tables keep every row with `in_complete_pairs`; the html report compares configs on the complete
@@ -147,25 +157,31 @@ def export(run_id: str, format: str, path: str | os.PathLike[str], db: str | Non
     if level not in LEVELS:
         raise ConfigError(f"unknown level {level!r}; valid: {', '.join(LEVELS)}")
     if level != "cells" and format not in ("csv", "parquet"):
-        raise ConfigError(f"a {format} export holds the whole run (its cells and compactions), so it takes no level; "
-                          f"level {level!r} is for one table, in csv or parquet")
+        raise ConfigError(
+            f"a {format} export holds the whole run (its cells and compactions), so it takes no level; "
+            f"level {level!r} is for one table, in csv or parquet"
+        )
     target = Path(path)
     writable_target(target, format)
     implied = SUFFIXES.get(target.suffix.lower())
     if implied is not None and implied != format:
-        raise ConfigError(f"{target} names a {implied} file, but the format is {format}; name the file "
-                          f"{target.with_suffix('.' + format)} or give the format {implied}")
+        raise ConfigError(
+            f"{target} names a {implied} file, but the format is {format}; name the file "
+            f"{target.with_suffix('.' + format)} or give the format {implied}"
+        )
     con = tables.connect_existing(db)
     try:
         run_id = tables.resolve_run_id(con, run_id)
         if format in ("csv", "parquet"):
-            frame = {"cells": tables.results_frame, "calls": tables.calls_frame,
-                     "compactions": labelled_compactions}[level](con, run_id)
+            frame = {"cells": tables.results_frame, "calls": tables.calls_frame, "compactions": labelled_compactions}[
+                level
+            ](con, run_id)
             _copy(con, marked(frame, complete_pairs(tables.results_frame(con, run_id))), target, format)
         elif format == "json":
             document = _document(con, run_id)
-            _write_atomically(target, lambda p: p.write_text(json.dumps(document, indent=1, ensure_ascii=False),
-                                                              encoding="utf-8"))
+            _write_atomically(
+                target, lambda p: p.write_text(json.dumps(document, indent=1, ensure_ascii=False), encoding="utf-8")
+            )
         else:
             report = render_report(con, run_id, complete_only=complete_only)
             _write_atomically(target, lambda p: p.write_text(report, encoding="utf-8"))
@@ -180,8 +196,11 @@ def marked(frame: pd.DataFrame, pairs: CompletePairs) -> pd.DataFrame:
     shown = frame.copy()
     after = next((c for c in ("termination", "config") if c in shown.columns), None)
     position = list(shown.columns).index(after) + 1 if after is not None else len(shown.columns)
-    shown.insert(position, "in_complete_pairs",
-                 shown["session_id"].astype(str).isin(pairs.complete_units) if "session_id" in shown else True)
+    shown.insert(
+        position,
+        "in_complete_pairs",
+        shown["session_id"].astype(str).isin(pairs.complete_units) if "session_id" in shown else True,
+    )
     return shown
 
 
@@ -218,14 +237,17 @@ def _document(con: Any, run_id: str) -> dict[str, Any]:
     info = tables.run_info(con, run_id)
     cells, _, compactions = _frames(con, run_id)
     pairs = complete_pairs(cells)
-    configs = con.execute("SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position",
-                          [run_id]).fetchall()
+    configs = con.execute(
+        "SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position", [run_id]
+    ).fetchall()
     return {
-        "run": _json_ready(vars(info)), "spec": tables.run_spec(con, run_id),
+        "run": _json_ready(vars(info)),
+        "spec": tables.run_spec(con, run_id),
         "configs": [{"name": name, **(json.loads(spec) if isinstance(spec, str) else spec)} for name, spec in configs],
         "results": _records(marked(cells, pairs)),
         "compactions": [_parsed_details(row) for row in _records(marked(compactions, pairs))],
-        "note": baseline_note(tables.summarizers_used(con, run_id)), "complete_pairs": _json_ready(pairs.to_dict()),
+        "note": baseline_note(tables.summarizers_used(con, run_id)),
+        "complete_pairs": _json_ready(pairs.to_dict()),
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
@@ -267,45 +289,67 @@ def leaderboard_html(board: pd.DataFrame, pairs: CompletePairs | None = None) ->
     for config, row in board.iterrows():
         cells = []
         for column in board.columns:
-            marker = " class=\"best\"" if best.get(column) == config else \
-                " class=\"worst\"" if worst.get(column) == config else ""
+            marker = (
+                ' class="best"'
+                if best.get(column) == config
+                else ' class="worst"'
+                if worst.get(column) == config
+                else ""
+            )
             cells.append(f"<td{marker}>{html.escape(charts.format_metric(str(column), row[column]))}</td>")
-        rows.append(f"<tr><td class=\"text\">{html.escape(str(config))}</td>{''.join(cells)}</tr>")
+        rows.append(f'<tr><td class="text">{html.escape(str(config))}</td>{"".join(cells)}</tr>')
     note = pairs.note if pairs is not None else None
-    return (f"<table><thead><tr><th class=\"text\">config</th>{head}</tr></thead>"
-            f"<tbody>{''.join(rows)}</tbody></table>"
-            + (f"<p class=\"banner\">{html.escape(note)}</p>" if note else ""))
+    return (
+        f'<table><thead><tr><th class="text">config</th>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>" + (f'<p class="banner">{html.escape(note)}</p>' if note else "")
+    )
 
 
 def _stopped(results: pd.DataFrame, session_id: str) -> dict[str, str]:
     """Why each config's replay of the session ended early (first repeat), for the token curves."""
     if not len(results) or "termination" not in results.columns:
         return {}
-    rows = results[(results["session_id"] == session_id) & (results["repeat"] == 0)
-                   & results["termination"].notna() & (results["termination"] != "completed")]
-    return {str(row["config"]): charts.stop_reason(row["termination"], row.get("error"))
-            for row in rows.to_dict(orient="records")}
+    rows = results[
+        (results["session_id"] == session_id)
+        & (results["repeat"] == 0)
+        & results["termination"].notna()
+        & (results["termination"] != "completed")
+    ]
+    return {
+        str(row["config"]): charts.stop_reason(row["termination"], row.get("error"))
+        for row in rows.to_dict(orient="records")
+    }
 
 
 def _figure_html(figure: Any) -> str:
-    return str(figure.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False,
-                                                                                "responsive": True}))
+    return str(
+        figure.to_html(full_html=False, include_plotlyjs=False, config={"displaylogo": False, "responsive": True})
+    )
 
 
-def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compactions: pd.DataFrame, *,
-                meta: Sequence[tuple[str, str]] = (), summarizers: Sequence[str] = (),
-                context_limit: int | None = None, complete_only: bool = True) -> str:
+def report_html(
+    title: str,
+    results: pd.DataFrame,
+    calls: pd.DataFrame,
+    compactions: pd.DataFrame,
+    *,
+    meta: Sequence[tuple[str, str]] = (),
+    summarizers: Sequence[str] = (),
+    context_limit: int | None = None,
+    complete_only: bool = True,
+) -> str:
     """A self-contained HTML report of result frames (a stored run, or an ad-hoc comparison); the
     leaderboard and the chart compare configs on the complete pairs unless `complete_only=False`."""
     from plotly.offline import get_plotlyjs
 
     parts = [f"<h1>{html.escape(title)}</h1>"]
     if meta:
-        parts.append("<p class=\"meta\">" + " · ".join(f"{html.escape(k)}: {html.escape(str(v))}" for k, v in meta)
-                     + "</p>")
+        parts.append(
+            '<p class="meta">' + " · ".join(f"{html.escape(k)}: {html.escape(str(v))}" for k, v in meta) + "</p>"
+        )
     note = baseline_note(summarizers)
     if note:
-        parts.append(f"<div class=\"banner\">{html.escape(note)}</div>")
+        parts.append(f'<div class="banner">{html.escape(note)}</div>')
     parts.append("<h2>Leaderboard</h2>")
     pairs = complete_pairs(results, complete_only=complete_only) if len(results) else None
     board = charts.leaderboard(results, pairs=pairs) if pairs is not None else None
@@ -319,25 +363,37 @@ def report_html(title: str, results: pd.DataFrame, calls: pd.DataFrame, compacti
         sizes = calls.groupby("session_id")["call_index"].max().sort_values(ascending=False)
         for session_id in list(sizes.index)[:MAX_REPORT_SESSIONS]:
             session_calls = calls[(calls["session_id"] == session_id) & (calls["repeat"] == 0)]
-            session_events = compactions[(compactions["session_id"] == session_id) & (compactions["repeat"] == 0)] \
-                if len(compactions) else None
-            figure = charts.token_curves(session_calls, session_events, context_limit=context_limit,
-                                         title=f"session {session_id[:16]}", stopped=_stopped(results, session_id))
+            session_events = (
+                compactions[(compactions["session_id"] == session_id) & (compactions["repeat"] == 0)]
+                if len(compactions)
+                else None
+            )
+            figure = charts.token_curves(
+                session_calls,
+                session_events,
+                context_limit=context_limit,
+                title=f"session {session_id[:16]}",
+                stopped=_stopped(results, session_id),
+            )
             parts.append(_figure_html(figure))
     if len(compactions):
         parts.append("<h2>Summaries</h2>")
         shown = compactions[compactions["summary"].notna()].head(MAX_REPORT_SUMMARIES)
         for row in shown.to_dict(orient="records"):
-            parts.append(f"<details><summary>{html.escape(str(row['config']))} · session "
-                         f"{html.escape(str(row['session_id'])[:16])} · before call {row['call_index']} · "
-                         f"{row['tokens_before']:,} → {row['tokens_after']:,} tokens{_label_text(row)}</summary>"
-                         f"<pre>{html.escape(str(row['summary']))}</pre></details>")
+            parts.append(
+                f"<details><summary>{html.escape(str(row['config']))} · session "
+                f"{html.escape(str(row['session_id'])[:16])} · before call {row['call_index']} · "
+                f"{row['tokens_before']:,} → {row['tokens_after']:,} tokens{_label_text(row)}</summary>"
+                f"<pre>{html.escape(str(row['summary']))}</pre></details>"
+            )
         if len(compactions[compactions["summary"].notna()]) > len(shown):
-            parts.append(f"<p class=\"meta\">First {len(shown)} summaries shown; the json export has them all.</p>")
+            parts.append(f'<p class="meta">First {len(shown)} summaries shown; the json export has them all.</p>')
     body = "\n".join(parts)
-    return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
-            f"<style>{_STYLE}</style><script type=\"text/javascript\">{get_plotlyjs()}</script></head>"
-            f"<body>{body}</body></html>")
+    return (
+        f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>'
+        f'<style>{_STYLE}</style><script type="text/javascript">{get_plotlyjs()}</script></head>'
+        f"<body>{body}</body></html>"
+    )
 
 
 def _label_text(row: Mapping[Any, Any]) -> str:
@@ -356,9 +412,21 @@ def render_report(con: Any, run_id: str, *, complete_only: bool = True) -> str:
     configs = con.execute("SELECT spec FROM run_configs WHERE run_id = ?", [run_id]).fetchall()
     specs = [json.loads(s) if isinstance(s, str) else s for (s,) in configs]
     limits = {spec.get("context_limit") for spec in specs if isinstance(spec, Mapping)}
-    meta = [("run", info.id), ("status", info.status), ("cells", f"{info.cells_done}/{info.cells_total}"),
-            ("code", info.code_version or "?"), ("dataset version", info.dataset_version or "?"),
-            ("started", info.started_at.isoformat(timespec="seconds") if info.started_at else "?")]
-    return report_html(f"Experiment {info.name}", results, calls, compactions, meta=meta,
-                       summarizers=tables.summarizers_used(con, run_id),
-                       context_limit=limits.pop() if len(limits) == 1 else None, complete_only=complete_only)
+    meta = [
+        ("run", info.id),
+        ("status", info.status),
+        ("cells", f"{info.cells_done}/{info.cells_total}"),
+        ("code", info.code_version or "?"),
+        ("dataset version", info.dataset_version or "?"),
+        ("started", info.started_at.isoformat(timespec="seconds") if info.started_at else "?"),
+    ]
+    return report_html(
+        f"Experiment {info.name}",
+        results,
+        calls,
+        compactions,
+        meta=meta,
+        summarizers=tables.summarizers_used(con, run_id),
+        context_limit=limits.pop() if len(limits) == 1 else None,
+        complete_only=complete_only,
+    )

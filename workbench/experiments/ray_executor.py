@@ -71,16 +71,21 @@ if TYPE_CHECKING:
 __all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "run_cell", "run_cells"]
 
 # The tables a session is made of, with the column naming the session, in insertion order.
-SESSION_TABLES = (("sessions", "id"), ("messages", "session_id"), ("probes", "session_id"),
-                  ("token_counts", "session_id"))
+SESSION_TABLES = (
+    ("sessions", "id"),
+    ("messages", "session_id"),
+    ("probes", "session_id"),
+    ("token_counts", "session_id"),
+)
 
 
 def _import_ray() -> Any:
     try:
         import ray
     except ImportError as exc:
-        raise ImportError("the Ray executor needs Ray: install the `ray` extra, "
-                          "`pip install 'compaction-workbench[ray]'`") from exc
+        raise ImportError(
+            "the Ray executor needs Ray: install the `ray` extra, `pip install 'compaction-workbench[ray]'`"
+        ) from exc
     return ray
 
 
@@ -112,23 +117,35 @@ class GatewaySettings:
 
         retry = getattr(gateway, "retry", None)
         base = cls()
-        return cls(concurrency=int(getattr(gateway, "concurrency", base.concurrency)),
-                   timeout=float(getattr(gateway, "timeout", base.timeout)),
-                   num_retries=int(getattr(gateway, "num_retries", base.num_retries)),
-                   backoff_base=float(getattr(retry, "backoff_base", base.backoff_base)),
-                   backoff_max=float(getattr(retry, "backoff_max", base.backoff_max)),
-                   max_retry_after=float(getattr(retry, "max_retry_after", base.max_retry_after)),
-                   retry_bad_response=bool(getattr(retry, "retry_bad_response", base.retry_bad_response)),
-                   defaults={name: value for name, value in (getattr(gateway, "defaults", {}) or {}).items()
-                             if not is_secret_option(name)})
+        return cls(
+            concurrency=int(getattr(gateway, "concurrency", base.concurrency)),
+            timeout=float(getattr(gateway, "timeout", base.timeout)),
+            num_retries=int(getattr(gateway, "num_retries", base.num_retries)),
+            backoff_base=float(getattr(retry, "backoff_base", base.backoff_base)),
+            backoff_max=float(getattr(retry, "backoff_max", base.backoff_max)),
+            max_retry_after=float(getattr(retry, "max_retry_after", base.max_retry_after)),
+            retry_bad_response=bool(getattr(retry, "retry_bad_response", base.retry_bad_response)),
+            defaults={
+                name: value
+                for name, value in (getattr(gateway, "defaults", {}) or {}).items()
+                if not is_secret_option(name)
+            },
+        )
 
     def gateway(self, cache: Any) -> Gateway:
         from workbench.llm import Gateway
 
-        return Gateway(cache, concurrency=self.concurrency, timeout=self.timeout, num_retries=self.num_retries,
-                       backoff_base=self.backoff_base, backoff_max=self.backoff_max,
-                       max_retry_after=self.max_retry_after, retry_bad_response=self.retry_bad_response,
-                       defaults=self.defaults)
+        return Gateway(
+            cache,
+            concurrency=self.concurrency,
+            timeout=self.timeout,
+            num_retries=self.num_retries,
+            backoff_base=self.backoff_base,
+            backoff_max=self.backoff_max,
+            max_retry_after=self.max_retry_after,
+            retry_bad_response=self.retry_bad_response,
+            defaults=self.defaults,
+        )
 
 
 class SnapshotCache:
@@ -163,8 +180,9 @@ class SnapshotCache:
                 found[key] = entry
         return found
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
-            replace: bool = False) -> None:
+    def put(
+        self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *, replace: bool = False
+    ) -> None:
         """Answers travel to the driver with their request as canonical JSON (`request_json`): one
         string to pickle, and the driver's cache stores it as it is (replacing, with `replace`)."""
         from workbench.llm.cache import request_json
@@ -246,8 +264,9 @@ class _Worker:
     def _delete(self, ids: list[str]) -> None:
         if ids and self._store is not None:
             for table, column in reversed(SESSION_TABLES):
-                self._store.connection.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))",
-                                               [ids])
+                self._store.connection.execute(
+                    f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids]
+                )
 
     def gateway(self, run: str, snapshot: Sequence[Any], settings: GatewaySettings) -> tuple[Gateway, SnapshotCache]:
         if self._run != run or self._gateway is None or self._cache is None:
@@ -272,8 +291,15 @@ def _worker() -> _Worker:
         return _WORKER
 
 
-def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Sequence[Any],
-             snapshot: Sequence[Any], settings: GatewaySettings) -> CellOutcome:
+def run_cell(
+    work: CellWork,
+    task: CellTask,
+    run: str,
+    batch_id: str,
+    batch: Sequence[Any],
+    snapshot: Sequence[Any],
+    settings: GatewaySettings,
+) -> CellOutcome:
     """A cell on a worker (the body of the Ray task): the session from its batch, the gateway on the
     cache snapshot; returns the outcome with the model answers this cell obtained.
 
@@ -287,14 +313,20 @@ def run_cell(work: CellWork, task: CellTask, run: str, batch_id: str, batch: Seq
     state = _worker()
     gateway, cache = state.gateway(run, snapshot, settings)
     cache.drain()  # answers of an earlier cell whose outcome never left this process (none, normally)
-    outcome = work.compute(task, lambda: state.session(batch_id, lambda: ray.get(batch[0]), task.session_id),
-                           gateway)
+    outcome = work.compute(task, lambda: state.session(batch_id, lambda: ray.get(batch[0]), task.session_id), gateway)
     result = outcome.result.detached() if outcome.result is not None else None
     return dataclasses.replace(outcome, result=result, cache_entries=cache.drain())
 
 
-def run_cells(work: CellWork, tasks: Sequence[CellTask], run: str, batch_id: str, batch: Sequence[Any],
-              snapshot: Sequence[Any], settings: GatewaySettings) -> list[CellOutcome]:
+def run_cells(
+    work: CellWork,
+    tasks: Sequence[CellTask],
+    run: str,
+    batch_id: str,
+    batch: Sequence[Any],
+    snapshot: Sequence[Any],
+    settings: GatewaySettings,
+) -> list[CellOutcome]:
     """Cells of one session on one worker (the body of the Ray task): `run_cell` for each, in order.
     The first reads and analyses the session; the others find it in this worker's memory."""
     return [run_cell(work, task, run, batch_id, batch, snapshot, settings) for task in tasks]
@@ -329,8 +361,12 @@ class RayExecutor:
         if not ray.is_initialized():
             if self.address is None:  # a Ray of our own reports no usage statistics unless the user asked
                 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-            options: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False,
-                                       "configure_logging": False, **self.init_options}
+            options: dict[str, Any] = {
+                "include_dashboard": False,
+                "log_to_driver": False,
+                "configure_logging": False,
+                **self.init_options,
+            }
             if self.address is not None:
                 options["address"] = self.address
             elif self.num_cpus is not None:
@@ -340,8 +376,10 @@ class RayExecutor:
 
     def map(self, work: Callable[[CellTask], CellOutcome], tasks: Iterable[CellTask]) -> Iterator[CellOutcome]:
         if not isinstance(work, BoundCellWork):
-            raise TypeError("RayExecutor runs experiment cells: `work` must be the BoundCellWork that "
-                            f"run_experiment passes, not {type(work).__name__}")
+            raise TypeError(
+                "RayExecutor runs experiment cells: `work` must be the BoundCellWork that "
+                f"run_experiment passes, not {type(work).__name__}"
+            )
         ray = self.connect()
         yield from _RayRun(ray, self, work, list(tasks)).outcomes()
 
@@ -362,9 +400,12 @@ class _RayRun:
         self.limit = executor.max_in_flight or max(2, int(2 * slots))
 
     def _export(self, session_ids: Sequence[str]) -> Any:
-        tables = {table: self.cursor.sql(f"SELECT * FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))",
-                                         params=[list(session_ids)]).to_arrow_table()
-                  for table, column in SESSION_TABLES}
+        tables = {
+            table: self.cursor.sql(
+                f"SELECT * FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", params=[list(session_ids)]
+            ).to_arrow_table()
+            for table, column in SESSION_TABLES
+        }
         return self.ray.put(tables)
 
     def _snapshot(self) -> Any:
@@ -381,8 +422,9 @@ class _RayRun:
 
         ray = self.ray
         run = uuid.uuid4().hex
-        remote = ray.remote(run_cells).options(num_cpus=self.executor.cpus_per_cell,
-                                               max_retries=self.executor.max_retries, retry_exceptions=False)
+        remote = ray.remote(run_cells).options(
+            num_cpus=self.executor.cpus_per_cell, max_retries=self.executor.max_retries, retry_exceptions=False
+        )
         work_ref = ray.put(self.work.cell)
         snapshot = [self._snapshot()]  # in a list: workers fetch it once per run, not with every cell
         settings = GatewaySettings.of(self.work.gateway)
@@ -398,8 +440,7 @@ class _RayRun:
                     position += 1
                     if index not in batch_refs:
                         batch_refs[index] = self._export(self.batches[index][0])
-                    ref = remote.remote(work_ref, tasks, run, f"{run}-{index}", [batch_refs[index]], snapshot,
-                                        settings)
+                    ref = remote.remote(work_ref, tasks, run, f"{run}-{index}", [batch_refs[index]], snapshot, settings)
                     pending[ref] = (tasks, index)
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
@@ -449,6 +490,10 @@ def _batches(tasks: Sequence[CellTask], sessions_per_batch: int) -> list[tuple[l
     for task in tasks:
         by_session.setdefault(task.session_id, []).append(task)
     ids = list(by_session)
-    return [(ids[start:start + sessions_per_batch],
-             [task for session_id in ids[start:start + sessions_per_batch] for task in by_session[session_id]])
-            for start in range(0, len(ids), sessions_per_batch)]
+    return [
+        (
+            ids[start : start + sessions_per_batch],
+            [task for session_id in ids[start : start + sessions_per_batch] for task in by_session[session_id]],
+        )
+        for start in range(0, len(ids), sessions_per_batch)
+    ]

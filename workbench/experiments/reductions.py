@@ -65,9 +65,16 @@ class Reduction:
     cost_reduction: float | None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"group": self.group, "config": self.config, "sessions": self.sessions, "left_out": self.left_out,
-                "input_tokens": self.input_tokens, "input_reduction": self.input_reduction,
-                "cost_usd": self.cost_usd, "cost_reduction": self.cost_reduction}
+        return {
+            "group": self.group,
+            "config": self.config,
+            "sessions": self.sessions,
+            "left_out": self.left_out,
+            "input_tokens": self.input_tokens,
+            "input_reduction": self.input_reduction,
+            "cost_usd": self.cost_usd,
+            "cost_reduction": self.cost_reduction,
+        }
 
 
 def report_options(raw: Any, config_names: Sequence[str]) -> ReportOptions | None:
@@ -78,26 +85,33 @@ def report_options(raw: Any, config_names: Sequence[str]) -> ReportOptions | Non
         raise ConfigError("key 'report': must be a table such as [report] baseline = \"no-compaction\"")
     unknown = sorted(set(raw) - set(REPORT_KEYS))
     if unknown:
-        raise ConfigError(f"[report]: unknown key{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(REPORT_KEYS)}{did_you_mean(unknown, REPORT_KEYS)}")
+        raise ConfigError(
+            f"[report]: unknown key{'s' * (len(unknown) > 1)} {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(REPORT_KEYS)}{did_you_mean(unknown, REPORT_KEYS)}"
+        )
     baseline = raw.get("baseline")
     if not isinstance(baseline, str) or baseline not in config_names:
-        raise ConfigError(f"[report] baseline: {baseline!r} is not a config of the experiment; configs: "
-                          f"{', '.join(config_names)}{did_you_mean([str(baseline)], config_names)}")
+        raise ConfigError(
+            f"[report] baseline: {baseline!r} is not a config of the experiment; configs: "
+            f"{', '.join(config_names)}{did_you_mean([str(baseline)], config_names)}"
+        )
     prices: dict[str, float | None] = {}
     for key in ("input_usd_per_mtok", "output_usd_per_mtok"):
         value = raw.get(key)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                                  or not math.isfinite(value) or value < 0):
-            raise ConfigError(f"[report] {key}: must be a price in USD per million tokens (a number >= 0), "
-                              f"not {value!r}")
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0
+        ):
+            raise ConfigError(
+                f"[report] {key}: must be a price in USD per million tokens (a number >= 0), not {value!r}"
+            )
         prices[key] = None if value is None else float(value)
     if (prices["input_usd_per_mtok"] is None) != (prices["output_usd_per_mtok"] is None):
         raise ConfigError("[report]: give both input_usd_per_mtok and output_usd_per_mtok, or neither")
     split = raw.get("split")
     if split is not None and (not isinstance(split, str) or not split.strip()):
-        raise ConfigError(f"[report] split: must name a column of the sessions, such as 'outcome_resolved', "
-                          f"not {split!r}")
+        raise ConfigError(
+            f"[report] split: must name a column of the sessions, such as 'outcome_resolved', not {split!r}"
+        )
     return ReportOptions(baseline, prices["input_usd_per_mtok"], prices["output_usd_per_mtok"], split)
 
 
@@ -110,9 +124,13 @@ def _number(row: Mapping[Any, Any], key: str) -> float:
     return number if math.isfinite(number) else 0.0
 
 
-def reductions(results: pd.DataFrame, options: ReportOptions, *,
-               output_tokens: Mapping[str, float] | None = None,
-               groups: Mapping[str, str] | None = None) -> list[Reduction]:
+def reductions(
+    results: pd.DataFrame,
+    options: ReportOptions,
+    *,
+    output_tokens: Mapping[str, float] | None = None,
+    groups: Mapping[str, str] | None = None,
+) -> list[Reduction]:
     """Per config (the baseline first) and per group (`all`, then each value of `groups`:
     session id -> label), the mean input tokens and cost per session and their reduction against
     the baseline, over the sessions where both completed. `output_tokens` (session id -> the
@@ -122,21 +140,29 @@ def reductions(results: pd.DataFrame, options: ReportOptions, *,
         return []
     configs = list(dict.fromkeys(str(c) for c in results["config"]))
     if options.baseline not in configs:
-        raise ConfigError(f"[report] baseline {options.baseline!r} has no results in this run; "
-                          f"configs: {', '.join(configs)}")
+        raise ConfigError(
+            f"[report] baseline {options.baseline!r} has no results in this run; configs: {', '.join(configs)}"
+        )
     cells: dict[tuple[str, str], list[tuple[float, float, bool]]] = {}
     for row in results.to_dict(orient="records"):
         session, config = str(row["session_id"]), str(row["config"])
         summarizer_out = _number(row, "summarizer_output_tokens")
         tokens = _number(row, "billed_input_tokens") + _number(row, "summarizer_input_tokens")
         cost = math.nan
-        if options.priced:
+        if options.input_usd_per_mtok is not None and options.output_usd_per_mtok is not None:
             agent_out = float((output_tokens or {}).get(session, 0.0))
-            cost = (tokens * options.input_usd_per_mtok  # type: ignore[operator]
-                    + (agent_out + summarizer_out) * options.output_usd_per_mtok) / 1e6  # type: ignore[operator]
+            cost = (
+                tokens * options.input_usd_per_mtok + (agent_out + summarizer_out) * options.output_usd_per_mtok
+            ) / 1e6
         cells.setdefault((session, config), []).append((tokens, cost, row.get("termination") == "completed"))
-    measured = {key: (sum(v[0] for v in values) / len(values), sum(v[1] for v in values) / len(values),
-                      all(v[2] for v in values)) for key, values in cells.items()}
+    measured = {
+        key: (
+            sum(v[0] for v in values) / len(values),
+            sum(v[1] for v in values) / len(values),
+            all(v[2] for v in values),
+        )
+        for key, values in cells.items()
+    }
     sessions = list(dict.fromkeys(session for session, _ in cells))
     labels = [ALL, *sorted({str(v) for v in (groups or {}).values()})]
     order = [options.baseline, *(c for c in configs if c != options.baseline)]
@@ -144,14 +170,26 @@ def reductions(results: pd.DataFrame, options: ReportOptions, *,
     for label in labels:
         members = sessions if label == ALL else [s for s in sessions if str((groups or {}).get(s)) == label]
         for config in order:
-            paired = [s for s in members if (s, config) in measured and (s, options.baseline) in measured
-                      and measured[(s, config)][2] and measured[(s, options.baseline)][2]]
+            paired = [
+                s
+                for s in members
+                if (s, config) in measured
+                and (s, options.baseline) in measured
+                and measured[(s, config)][2]
+                and measured[(s, options.baseline)][2]
+            ]
             rows.append(_row(label, config, paired, len(members) - len(paired), measured, options))
     return rows
 
 
-def _row(label: str, config: str, paired: list[str], left_out: int,
-         measured: Mapping[tuple[str, str], tuple[float, float, bool]], options: ReportOptions) -> Reduction:
+def _row(
+    label: str,
+    config: str,
+    paired: list[str],
+    left_out: int,
+    measured: Mapping[tuple[str, str], tuple[float, float, bool]],
+    options: ReportOptions,
+) -> Reduction:
     if not paired:
         return Reduction(label, config, 0, left_out, None, None, None, None)
     tokens = sum(measured[(s, config)][0] for s in paired)
@@ -159,32 +197,53 @@ def _row(label: str, config: str, paired: list[str], left_out: int,
     cost = sum(measured[(s, config)][1] for s in paired) if options.priced else None
     base_cost = sum(measured[(s, options.baseline)][1] for s in paired) if options.priced else None
     return Reduction(
-        group=label, config=config, sessions=len(paired), left_out=left_out,
+        group=label,
+        config=config,
+        sessions=len(paired),
+        left_out=left_out,
         input_tokens=tokens / len(paired),
         input_reduction=1 - tokens / base_tokens if base_tokens > 0 else None,
         cost_usd=cost / len(paired) if cost is not None else None,
-        cost_reduction=1 - cost / base_cost if cost is not None and base_cost else None)
+        cost_reduction=1 - cost / base_cost if cost is not None and base_cost else None,
+    )
 
 
 def table_rows(rows: Sequence[Reduction]) -> list[dict[str, Any]]:
     """The rows as a text table shows them: tokens rounded, reductions in percent, cost in dollars."""
+
     def percent(value: float | None) -> str:
         return "" if value is None else f"{value * 100:.1f} %"
 
-    return [{"group": r.group, "config": r.config, "sessions": r.sessions,
-             "left out": r.left_out or "",
-             "input tokens": "" if r.input_tokens is None else f"{r.input_tokens:,.0f}",
-             "input reduction": percent(r.input_reduction),
-             "cost (USD)": "" if r.cost_usd is None else f"{r.cost_usd:.4f}",
-             "cost reduction": percent(r.cost_reduction)} for r in rows]
+    return [
+        {
+            "group": r.group,
+            "config": r.config,
+            "sessions": r.sessions,
+            "left out": r.left_out or "",
+            "input tokens": "" if r.input_tokens is None else f"{r.input_tokens:,.0f}",
+            "input reduction": percent(r.input_reduction),
+            "cost (USD)": "" if r.cost_usd is None else f"{r.cost_usd:.4f}",
+            "cost reduction": percent(r.cost_reduction),
+        }
+        for r in rows
+    ]
 
 
-TABLE_COLUMNS = ["group", "config", "sessions", "left out", "input tokens", "input reduction", "cost (USD)",
-                 "cost reduction"]
+TABLE_COLUMNS = [
+    "group",
+    "config",
+    "sessions",
+    "left out",
+    "input tokens",
+    "input reduction",
+    "cost (USD)",
+    "cost reduction",
+]
 
 
-def run_reductions(run_id: str, options: ReportOptions, *, db: str | None = None,
-                   results: pd.DataFrame | None = None) -> list[Reduction]:
+def run_reductions(
+    run_id: str, options: ReportOptions, *, db: str | None = None, results: pd.DataFrame | None = None
+) -> list[Reduction]:
     """`reductions` of a stored run: its results, the agent's output tokens from the replayed calls
     of the baseline, and the split's groups read from the sessions (a value of None is `null`)."""
     import importlib

@@ -69,8 +69,10 @@ class MetricDiff:
         if self.baseline is None:
             return f"{mark} {self.config} / {self.dataset}: {self.metric} is not in the baseline"
         relative = f" ({self.relative_change:+.1%})" if self.relative_change is not None else ""
-        return (f"{mark} {self.config} / {self.dataset}: {self.metric} {_fmt(self.baseline)} → {_fmt(self.current)} "
-                f"({self.change:+.4g}{relative}; {self.tolerance.describe()})")
+        return (
+            f"{mark} {self.config} / {self.dataset}: {self.metric} {_fmt(self.baseline)} → {_fmt(self.current)} "
+            f"({self.change:+.4g}{relative}; {self.tolerance.describe()})"
+        )
 
 
 @dataclass(frozen=True)
@@ -113,12 +115,16 @@ class RegressionReport:
         """Why the check cannot pass whatever the diffs say: failed cells, or nothing checked."""
         found = []
         if self.failed_cells:
-            found.append(f"{self.failed_cells} of {self.cells_total} cells of run {self.run_id} failed, so its "
-                         f"means cover only the cells that finished{self.failed_hint}")
+            found.append(
+                f"{self.failed_cells} of {self.cells_total} cells of run {self.run_id} failed, so its "
+                f"means cover only the cells that finished{self.failed_hint}"
+            )
         found.extend(self.coverage_problems)
         if self.tolerances and not self.checks:
-            found.append(f"nothing was checked: neither the baseline nor the fresh run holds what the [regress] table "
-                         f"names ({', '.join(self.tolerances)})")
+            found.append(
+                f"nothing was checked: neither the baseline nor the fresh run holds what the [regress] table "
+                f"names ({', '.join(self.tolerances)})"
+            )
         return found
 
     @property
@@ -151,13 +157,31 @@ class RegressionReport:
         return "\n".join(lines)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"ok": self.ok, "experiment": self.experiment, "baseline": str(self.baseline_path),
-                "run_id": self.run_id, "updated": self.updated, "problems": self.problems,
-                "failed_cells": self.failed_cells, "cells_total": self.cells_total, "checks": self.checks,
-                "diffs": [{"config": d.config, "dataset": d.dataset, "metric": d.metric, "baseline": d.baseline,
-                           "current": d.current, "tolerance": d.tolerance.describe(), "ok": d.ok}
-                          for d in self.diffs],
-                "summary_diffs": [vars(s) for s in self.summary_diffs], "notes": self.notes}
+        return {
+            "ok": self.ok,
+            "experiment": self.experiment,
+            "baseline": str(self.baseline_path),
+            "run_id": self.run_id,
+            "updated": self.updated,
+            "problems": self.problems,
+            "failed_cells": self.failed_cells,
+            "cells_total": self.cells_total,
+            "checks": self.checks,
+            "diffs": [
+                {
+                    "config": d.config,
+                    "dataset": d.dataset,
+                    "metric": d.metric,
+                    "baseline": d.baseline,
+                    "current": d.current,
+                    "tolerance": d.tolerance.describe(),
+                    "ok": d.ok,
+                }
+                for d in self.diffs
+            ],
+            "summary_diffs": [vars(s) for s in self.summary_diffs],
+            "notes": self.notes,
+        }
 
 
 def _fmt(value: float) -> str:
@@ -203,9 +227,12 @@ def snapshot(con: Any, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
     coverage: dict[str, dict[str, Any]] = {}
     for dataset, cells in frame.groupby("dataset", sort=False, dropna=False):
         pairs = complete_pairs(cells)
-        coverage[str(dataset)] = {"sessions": pairs.sessions, "total": pairs.total,
-                                  "left_out": {c: dict(ends) for c, ends in pairs.left_out.items() if ends},
-                                  "note": pairs.note}
+        coverage[str(dataset)] = {
+            "sessions": pairs.sessions,
+            "total": pairs.total,
+            "left_out": {c: dict(ends) for c, ends in pairs.left_out.items() if ends},
+            "note": pairs.note,
+        }
         for compared, rows in pairs.results.groupby("config", sort=False):
             means = {name: _clean(rows[name].mean()) for name in numeric if rows[name].notna().any()}
             metrics.setdefault(str(compared), {})[str(dataset)] = dict(sorted(means.items()))
@@ -219,10 +246,17 @@ def snapshot(con: Any, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
             if any(texts):
                 summaries.setdefault(str(config), {})[str(session_id)] = texts
     info = tables.run_info(con, run_id)
-    return {"version": BASELINE_VERSION, "experiment": spec.name, "run_id": run_id,
-            "code_version": info.code_version, "dataset_version": info.dataset_version,
-            "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
-            "metrics": metrics, "complete_pairs": coverage, "summaries": summaries}
+    return {
+        "version": BASELINE_VERSION,
+        "experiment": spec.name,
+        "run_id": run_id,
+        "code_version": info.code_version,
+        "dataset_version": info.dataset_version,
+        "written_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "metrics": metrics,
+        "complete_pairs": coverage,
+        "summaries": summaries,
+    }
 
 
 def _summary_diff(old: Sequence[str | None], new: Sequence[str | None], label: str) -> str:
@@ -233,8 +267,9 @@ def _summary_diff(old: Sequence[str | None], new: Sequence[str | None], label: s
             out.extend(line + "\n" for line in (text or "(no summary)").splitlines())
         return out
 
-    return "".join(difflib.unified_diff(lines(old), lines(new), fromfile=f"baseline {label}",
-                                        tofile=f"fresh {label}", n=2))
+    return "".join(
+        difflib.unified_diff(lines(old), lines(new), fromfile=f"baseline {label}", tofile=f"fresh {label}", n=2)
+    )
 
 
 #: What a spec without a `[regress]` table is checked on: task-state coverage, the quality metric the
@@ -242,16 +277,19 @@ def _summary_diff(old: Sequence[str | None], new: Sequence[str | None], label: s
 DEFAULT_TOLERANCES = {"task_state_coverage": parse_tolerance("task_state_coverage", -0.02)}
 
 
-def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: ExperimentSpec,
-          path: Path) -> RegressionReport:
+def check(
+    current: Mapping[str, Any], baseline: Mapping[str, Any], spec: ExperimentSpec, path: Path
+) -> RegressionReport:
     """Compare two baseline documents under the spec's tolerances (`DEFAULT_TOLERANCES` when the spec
     has none: a check the spec did not ask for, so finding nothing to compare is no failure)."""
-    report = RegressionReport(experiment=spec.name, baseline_path=path, run_id=current.get("run_id"),
-                              tolerances=tuple(spec.regress))
+    report = RegressionReport(
+        experiment=spec.name, baseline_path=path, run_id=current.get("run_id"), tolerances=tuple(spec.regress)
+    )
     tolerances = {m: t for m, t in (spec.regress or DEFAULT_TOLERANCES).items() if t.kind != "exact"}
     if not spec.regress:
-        report.notes.append("the spec has no [regress] table: checked by default on task_state_coverage "
-                            "(may drop by at most 0.02)")
+        report.notes.append(
+            "the spec has no [regress] table: checked by default on task_state_coverage (may drop by at most 0.02)"
+        )
     base_metrics: Mapping[str, Mapping[str, Mapping[str, Any]]] = baseline.get("metrics", {})
     now_metrics: Mapping[str, Mapping[str, Mapping[str, Any]]] = current.get("metrics", {})
     for config, datasets in base_metrics.items():
@@ -271,8 +309,10 @@ def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: Experim
     _check_coverage(report, baseline.get("complete_pairs"), current.get("complete_pairs"))
     unchecked = [m for m in tolerances if not any(d.metric == m for d in report.diffs)]
     if unchecked:
-        report.notes.append(f"{', '.join(unchecked)}: in neither the baseline nor the fresh run, so not checked "
-                            "(a metric the spec's `metrics` list does not compute?)")
+        report.notes.append(
+            f"{', '.join(unchecked)}: in neither the baseline nor the fresh run, so not checked "
+            "(a metric the spec's `metrics` list does not compute?)"
+        )
     for config in now_metrics:
         if config not in base_metrics:
             report.notes.append(f"config {config!r} is new (not in the baseline); run with --update to add it")
@@ -284,8 +324,11 @@ def check(current: Mapping[str, Any], baseline: Mapping[str, Any], spec: Experim
                 fresh_texts = new_summaries.get(config, {}).get(session_id, [])
                 report.summary_checks += 1
                 if list(texts) != list(fresh_texts):
-                    report.summary_diffs.append(SummaryDiff(
-                        config, session_id, _summary_diff(texts, fresh_texts, f"{config}/{session_id[:12]}")))
+                    report.summary_diffs.append(
+                        SummaryDiff(
+                            config, session_id, _summary_diff(texts, fresh_texts, f"{config}/{session_id[:12]}")
+                        )
+                    )
     return report
 
 
@@ -303,10 +346,13 @@ def _check_coverage(report: RegressionReport, baseline: Any, current: Any) -> No
         if now < was:
             report.coverage_problems.append(
                 f"{dataset}: every config completed {now} of {fresh['total']} sessions, {was} in the baseline, so "
-                "a config now stops early where it completed (the means cover fewer sessions)")
+                "a config now stops early where it completed (the means cover fewer sessions)"
+            )
         elif now > was:
-            report.notes.append(f"{dataset}: every config completed {now} sessions, {was} in the baseline: the means "
-                                "cover more sessions; run with --update to make them the baseline's")
+            report.notes.append(
+                f"{dataset}: every config completed {now} sessions, {was} in the baseline: the means "
+                "cover more sessions; run with --update to make them the baseline's"
+            )
 
 
 class BaselineRefused(WorkbenchError):
@@ -314,10 +360,15 @@ class BaselineRefused(WorkbenchError):
     failed, so the CLI exits 1; the baseline on disk is left as it was."""
 
 
-def regress(path: str | os.PathLike[str] | ExperimentSpec | Mapping[str, Any],
-            baseline: str | os.PathLike[str] | None = None,
-            db: str | None = None, *, update: bool = False, concurrency: int | None = None,
-            progress: Any = None) -> RegressionReport:
+def regress(
+    path: str | os.PathLike[str] | ExperimentSpec | Mapping[str, Any],
+    baseline: str | os.PathLike[str] | None = None,
+    db: str | None = None,
+    *,
+    update: bool = False,
+    concurrency: int | None = None,
+    progress: Any = None,
+) -> RegressionReport:
     """Run the experiment (resuming its run) and compare it with the baseline; `update` rewrites it.
 
     The baseline is read and validated (or, with `update`, its place checked for writing) before the run
@@ -343,14 +394,18 @@ def regress(path: str | os.PathLike[str] | ExperimentSpec | Mapping[str, Any],
     hint = _failed_hint(spec)
     if stored is None:
         if failed:
-            raise BaselineRefused(f"baseline {target} not written: {failed} of {total} cells of run {run.id} "
-                                  f"failed, and a baseline must cover every cell{hint}")
+            raise BaselineRefused(
+                f"baseline {target} not written: {failed} of {total} cells of run {run.id} "
+                f"failed, and a baseline must cover every cell{hint}"
+            )
         if not any(values for datasets in current["metrics"].values() for values in datasets.values()):
-            raise BaselineRefused(f"baseline {target} not written: run {run.id} has no metrics "
-                                  f"({info.cells_done} cells)")
+            raise BaselineRefused(
+                f"baseline {target} not written: run {run.id} has no metrics ({info.cells_done} cells)"
+            )
         _write_baseline(target, current)
-        return RegressionReport(experiment=spec.name, baseline_path=target, run_id=run.id, updated=True,
-                                cells_total=total)
+        return RegressionReport(
+            experiment=spec.name, baseline_path=target, run_id=run.id, updated=True, cells_total=total
+        )
     report = check(current, stored, spec, target)
     report.failed_cells, report.cells_total, report.failed_hint = failed, total, hint
     summaries = run.summaries_note()
@@ -362,8 +417,10 @@ def regress(path: str | os.PathLike[str] | ExperimentSpec | Mapping[str, Any],
 def _failed_hint(spec: ExperimentSpec) -> str:
     """Where a failed cell's error shows, and how to retry it (the tail of a sentence)."""
     how = f"`workbench run {spec.source}`" if spec.source else "`wb.run_experiment(spec)`"
-    return (f"; each failed cell's error was reported as a warning during the run (`cell ... failed: ...`), "
-            f"and {how} retries them")
+    return (
+        f"; each failed cell's error was reported as a warning during the run (`cell ... failed: ...`), "
+        f"and {how} retries them"
+    )
 
 
 def _update_hint(spec: ExperimentSpec, target: Path, given: bool) -> str:
@@ -377,15 +434,19 @@ def read_baseline(target: Path, spec: ExperimentSpec, *, given: bool = False) ->
     """The baseline document at `target`, validated; a ConfigError names the file and what was expected
     (missing, a folder, not UTF-8, not JSON, or not shaped as a baseline)."""
     if target.is_dir():
-        raise ConfigError(f"baseline {target} is a folder, not a baseline file; give its JSON file, such as "
-                          f"{target / f'{spec.name}.json'}")
+        raise ConfigError(
+            f"baseline {target} is a folder, not a baseline file; give its JSON file, such as "
+            f"{target / f'{spec.name}.json'}"
+        )
     if not target.is_file():
         raise ConfigError(f"no baseline at {target}; create it with {_update_hint(spec, target, given)}")
     try:
         stored = json.loads(target.read_text(encoding="utf-8"))
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"{target}: not a baseline (not UTF-8 text: byte {exc.object[exc.start]:#04x} at "
-                          f"offset {exc.start}; expected the JSON that --update writes)") from exc
+        raise ConfigError(
+            f"{target}: not a baseline (not UTF-8 text: byte {exc.object[exc.start]:#04x} at "
+            f"offset {exc.start}; expected the JSON that --update writes)"
+        ) from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{target}: not a baseline (invalid JSON at line {exc.lineno}: {exc.msg})") from exc
     except OSError as exc:
@@ -439,8 +500,9 @@ def writable_baseline(target: Path, spec: ExperimentSpec) -> None:
     """Refuse, before the run, a baseline path no file can be written at (a folder, a path under a
     file, a folder that refuses files)."""
     if target.is_dir():
-        raise ConfigError(f"baseline {target} is a folder; give the file to write, such as "
-                          f"{target / f'{spec.name}.json'}")
+        raise ConfigError(
+            f"baseline {target} is a folder; give the file to write, such as {target / f'{spec.name}.json'}"
+        )
     reason = unwritable(target)
     if reason is not None:
         raise ConfigError(f"cannot write the baseline {target}: {reason}")
@@ -451,8 +513,7 @@ def _write_baseline(target: Path, document: Mapping[str, Any]) -> None:
     partial = target.with_name(f".{target.name}.partial")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        partial.write_text(json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n",
-                           encoding="utf-8")
+        partial.write_text(json.dumps(document, indent=1, sort_keys=False, ensure_ascii=False) + "\n", encoding="utf-8")
         os.replace(partial, target)
     except OSError as exc:
         raise ConfigError(f"cannot write the baseline {target}: {exc.strerror or exc}") from exc

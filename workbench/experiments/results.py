@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from workbench.replay import ReplayResult
 
 CELL_KEY = ("run_id", "session_id", "config", "repeat")
+
+
 @dataclass(frozen=True)
 class RunInfo:
     """A run as stored in `runs`."""
@@ -131,26 +133,52 @@ def _process_alive(pid: int) -> bool:
     return True
 
 
-def start_run(con: duckdb.DuckDBPyConnection, run_id: str, *, name: str, kind: str, spec: Mapping[str, Any],
-              configs: Sequence[tuple[str, Mapping[str, Any]]], code_version: str | None,
-              dataset_version: str | None, datasets: Sequence[str], cells_total: int) -> bool:
+def start_run(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    *,
+    name: str,
+    kind: str,
+    spec: Mapping[str, Any],
+    configs: Sequence[tuple[str, Mapping[str, Any]]],
+    code_version: str | None,
+    dataset_version: str | None,
+    datasets: Sequence[str],
+    cells_total: int,
+) -> bool:
     """Record a run (or mark an existing one running again); returns True when it is new."""
     _ACTIVE_RUNS.add(run_id)
     exists = con.execute("SELECT count(*) FROM runs WHERE id = ?", [run_id]).fetchall()[0][0]
     if exists:
-        con.execute("UPDATE runs SET status = 'running', finished_at = NULL, cells_total = ?, host = ?, pid = ? "
-                    "WHERE id = ?", [cells_total, socket.gethostname(), os.getpid(), run_id])
+        con.execute(
+            "UPDATE runs SET status = 'running', finished_at = NULL, cells_total = ?, host = ?, pid = ? WHERE id = ?",
+            [cells_total, socket.gethostname(), os.getpid(), run_id],
+        )
         return False
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute("INSERT INTO runs (id, name, kind, spec, code_version, dataset_version, datasets, cells_total, "
-                    "status, started_at, finished_at, host, pid) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, NULL, ?, ?)",
-                    [run_id, name, kind, _json(spec), code_version, dataset_version, list(datasets), cells_total,
-                     _now(), socket.gethostname(), os.getpid()])
+        con.execute(
+            "INSERT INTO runs (id, name, kind, spec, code_version, dataset_version, datasets, cells_total, "
+            "status, started_at, finished_at, host, pid) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?, ?, 'running', ?, NULL, ?, ?)",
+            [
+                run_id,
+                name,
+                kind,
+                _json(spec),
+                code_version,
+                dataset_version,
+                list(datasets),
+                cells_total,
+                _now(),
+                socket.gethostname(),
+                os.getpid(),
+            ],
+        )
         for position, (config_name, config_spec) in enumerate(configs):
-            con.execute("INSERT INTO run_configs VALUES (?, ?, ?, ?)",
-                        [run_id, config_name, position, _json(config_spec)])
+            con.execute(
+                "INSERT INTO run_configs VALUES (?, ?, ?, ?)", [run_id, config_name, position, _json(config_spec)]
+            )
         con.execute("COMMIT")
     except BaseException:
         con.execute("ROLLBACK")
@@ -181,8 +209,16 @@ class FinishedCell:
     duration_s: float | None = None
 
 
-def save_cell(con: duckdb.DuckDBPyConnection, run_id: str, result: ReplayResult, *, config: str, repeat: int,
-              dataset: str | None, duration_s: float | None = None) -> None:
+def save_cell(
+    con: duckdb.DuckDBPyConnection,
+    run_id: str,
+    result: ReplayResult,
+    *,
+    config: str,
+    repeat: int,
+    dataset: str | None,
+    duration_s: float | None = None,
+) -> None:
     """Write one finished cell (all four levels) in one transaction."""
     save_cells(con, run_id, [FinishedCell(result, config, repeat, dataset, duration_s)])
 
@@ -197,9 +233,14 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
 
     if not cells:
         return 0
-    stored = {(s, c, int(r)) for s, c, r in con.execute(
-        "SELECT session_id, config, repeat FROM cells WHERE run_id = ? AND session_id IN "
-        "(SELECT unnest(?::VARCHAR[]))", [run_id, sorted({c.result.session_id for c in cells})]).fetchall()}
+    stored = {
+        (s, c, int(r))
+        for s, c, r in con.execute(
+            "SELECT session_id, config, repeat FROM cells WHERE run_id = ? AND session_id IN "
+            "(SELECT unnest(?::VARCHAR[]))",
+            [run_id, sorted({c.result.session_id for c in cells})],
+        ).fetchall()
+    }
     fresh: list[FinishedCell] = []
     for cell in cells:
         cell_key = (cell.result.session_id, cell.config, cell.repeat)
@@ -209,8 +250,7 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
     if not fresh:
         return 0
     now = _now()
-    rows: dict[str, dict[str, list[Any]]] = {"cells": {}, "cell_metrics": {}, "cell_calls": {},
-                                             "cell_compactions": {}}
+    rows: dict[str, dict[str, list[Any]]] = {"cells": {}, "cell_metrics": {}, "cell_calls": {}, "cell_compactions": {}}
 
     def add(table: str, **values: Any) -> None:
         columns = rows[table]
@@ -221,8 +261,17 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
         result = cell.result
         key = {"run_id": run_id, "session_id": result.session_id, "config": cell.config, "repeat": cell.repeat}
         metrics = {name: _clean(value) for name, value in result.metrics.items()}
-        add("cells", **key, dataset=cell.dataset, termination=result.termination, error=result.error,
-            duration_s=cell.duration_s, summarizer=result.config.summarizer, metrics=_json(metrics), finished_at=now)
+        add(
+            "cells",
+            **key,
+            dataset=cell.dataset,
+            termination=result.termination,
+            error=result.error,
+            duration_s=cell.duration_s,
+            summarizer=result.config.summarizer,
+            metrics=_json(metrics),
+            finished_at=now,
+        )
         for name, value in metrics.items():
             number = _finite(value)
             text = None if number is not None or value is None else value if isinstance(value, str) else _json(value)
@@ -239,15 +288,28 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
         details = _compaction_details(result)
         for index, event in enumerate(result.compactions):
             usage = event.summarizer_usage or {}
-            add("cell_compactions", **key, event_index=index, call_index=event.call_index,
-                messages_before=event.messages_before, messages_after=event.messages_after,
-                tokens_before=event.tokens_before, tokens_after=event.tokens_after, summary=event.summary,
-                duration_s=event.duration_s, fell_back=event.fell_back, no_progress=event.no_progress,
-                breaker_open=event.breaker_open, error=event.error, noop=event.noop,
+            add(
+                "cell_compactions",
+                **key,
+                event_index=index,
+                call_index=event.call_index,
+                messages_before=event.messages_before,
+                messages_after=event.messages_after,
+                tokens_before=event.tokens_before,
+                tokens_after=event.tokens_after,
+                summary=event.summary,
+                duration_s=event.duration_s,
+                fell_back=event.fell_back,
+                no_progress=event.no_progress,
+                breaker_open=event.breaker_open,
+                error=event.error,
+                noop=event.noop,
                 summarizer_calls=usage.get("calls"),
-                summarizer_input_tokens=usage.get("input_tokens"), summarizer_output_tokens=usage.get("output_tokens"),
+                summarizer_input_tokens=usage.get("input_tokens"),
+                summarizer_output_tokens=usage.get("output_tokens"),
                 summarizer_cost_usd=_finite(usage.get("cost_usd")),
-                details=_json(_clean(details[index]), sort_keys=True) if details[index] else None)
+                details=_json(_clean(details[index]), sort_keys=True) if details[index] else None,
+            )
     con.execute("BEGIN TRANSACTION")
     try:
         for table, columns in rows.items():
@@ -262,9 +324,15 @@ def save_cells(con: duckdb.DuckDBPyConnection, run_id: str, cells: Sequence[Fini
 
 
 #: The `cell_calls` columns read from the calls of a result: (column, `CallRecord` field).
-_CALL_FIELDS = (("call_index", "index"), ("message_index", "message_index"), ("context_messages", "context_messages"),
-                ("context_tokens", "context_tokens"), ("completion_tokens", "completion_tokens"),
-                ("cached_prefix_tokens", "cached_prefix_tokens"), ("compacted_before", "compacted_before"))
+_CALL_FIELDS = (
+    ("call_index", "index"),
+    ("message_index", "message_index"),
+    ("context_messages", "context_messages"),
+    ("context_tokens", "context_tokens"),
+    ("completion_tokens", "completion_tokens"),
+    ("cached_prefix_tokens", "cached_prefix_tokens"),
+    ("compacted_before", "compacted_before"),
+)
 
 
 def _recorded(result: ReplayResult) -> tuple[Sequence[int | None], Sequence[bool]]:
@@ -289,6 +357,7 @@ def _compaction_details(result: ReplayResult) -> list[dict[str, Any]]:
 
 # -- reading ----------------------------------------------------------------------------------
 
+
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, params: Sequence[Any] = ()) -> pd.DataFrame:
     try:
         return con.execute(sql, list(params)).df()
@@ -307,8 +376,11 @@ def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str, *, by_name: bool
     rows = con.execute("SELECT id FROM runs WHERE starts_with(id, ?) ORDER BY started_at DESC", [run_id]).fetchall()
     if len(rows) == 1:
         return str(rows[0][0])
-    named = con.execute("SELECT id FROM runs WHERE name = ? ORDER BY started_at DESC LIMIT 1",
-                        [run_id]).fetchall() if by_name else []
+    named = (
+        con.execute("SELECT id FROM runs WHERE name = ? ORDER BY started_at DESC LIMIT 1", [run_id]).fetchall()
+        if by_name
+        else []
+    )
     if named:
         return str(named[0][0])
     if rows:
@@ -318,8 +390,14 @@ def resolve_run_id(con: duckdb.DuckDBPyConnection, run_id: str, *, by_name: bool
 
 
 #: The tables holding a run, children first (a run is deleted from all of them in one transaction).
-RUN_TABLES = (("cell_compactions", "run_id"), ("cell_calls", "run_id"), ("cell_metrics", "run_id"),
-              ("cells", "run_id"), ("run_configs", "run_id"), ("runs", "id"))
+RUN_TABLES = (
+    ("cell_compactions", "run_id"),
+    ("cell_calls", "run_id"),
+    ("cell_metrics", "run_id"),
+    ("cells", "run_id"),
+    ("run_configs", "run_id"),
+    ("runs", "id"),
+)
 
 
 def delete_runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[str, int]:
@@ -327,8 +405,10 @@ def delete_runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[
     returns the cells deleted per run id. Every id (an id or a unique prefix, never a name: what is
     deleted must be named exactly) is resolved first: one unknown id deletes nothing."""
     resolved = list(dict.fromkeys(resolve_run_id(con, run_id, by_name=False) for run_id in run_ids))
-    cells = {run_id: int(con.execute("SELECT count(*) FROM cells WHERE run_id = ?", [run_id]).fetchall()[0][0])
-             for run_id in resolved}
+    cells = {
+        run_id: int(con.execute("SELECT count(*) FROM cells WHERE run_id = ?", [run_id]).fetchall()[0][0])
+        for run_id in resolved
+    }
     con.execute("BEGIN TRANSACTION")
     try:
         for table, column in RUN_TABLES:
@@ -341,17 +421,20 @@ def delete_runs(con: duckdb.DuckDBPyConnection, run_ids: Sequence[str]) -> dict[
 
 
 def runs_frame(con: duckdb.DuckDBPyConnection) -> pd.DataFrame:
-    frame = _frame(con, """
+    frame = _frame(
+        con,
+        """
         SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id) AS cells_done,
                r.code_version, r.dataset_version, r.datasets, r.started_at, r.finished_at, r.host, r.pid
         FROM runs r LEFT JOIN cells c ON c.run_id = r.id
-        GROUP BY ALL ORDER BY r.started_at DESC""")
+        GROUP BY ALL ORDER BY r.started_at DESC""",
+    )
     import pandas as pd
 
-    frame["status"] = [shown_status(run_id, status, None if pd.isna(host) else str(host),
-                                    None if pd.isna(pid) else int(pid))
-                       for run_id, status, host, pid in zip(frame["id"], frame["status"], frame["host"],
-                                                            frame["pid"], strict=True)]
+    frame["status"] = [
+        shown_status(run_id, status, None if pd.isna(host) else str(host), None if pd.isna(pid) else int(pid))
+        for run_id, status, host, pid in zip(frame["id"], frame["status"], frame["host"], frame["pid"], strict=True)
+    ]
     return frame.drop(columns=["host", "pid"])
 
 
@@ -359,10 +442,16 @@ def results_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     """One row per cell: `session_id`, `dataset`, `config`, `repeat`, `termination`, then every metric."""
     import pandas as pd
 
-    cells = _frame(con, "SELECT session_id, dataset, config, repeat, termination, error, duration_s, metrics "
-                        "FROM cells WHERE run_id = ? ORDER BY session_id, config, repeat", [run_id])
-    order = [r[0] for r in con.execute("SELECT config FROM run_configs WHERE run_id = ? ORDER BY position",
-                                       [run_id]).fetchall()]
+    cells = _frame(
+        con,
+        "SELECT session_id, dataset, config, repeat, termination, error, duration_s, metrics "
+        "FROM cells WHERE run_id = ? ORDER BY session_id, config, repeat",
+        [run_id],
+    )
+    order = [
+        r[0]
+        for r in con.execute("SELECT config FROM run_configs WHERE run_id = ? ORDER BY position", [run_id]).fetchall()
+    ]
     metric_rows = [json.loads(m) if isinstance(m, str) else (m or {}) for m in cells.pop("metrics")]
     metrics = pd.DataFrame(metric_rows, index=cells.index)
     metrics = metrics.drop(columns=[c for c in ("termination",) if c in metrics.columns])
@@ -370,8 +459,9 @@ def results_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
     frame.insert(0, "run_id", run_id)
     if order:
         rank = {name: i for i, name in enumerate(order)}
-        frame = frame.sort_values(["session_id", "config", "repeat"],
-                                  key=lambda s: s.map(rank) if s.name == "config" else s, kind="stable")
+        frame = frame.sort_values(
+            ["session_id", "config", "repeat"], key=lambda s: s.map(rank) if s.name == "config" else s, kind="stable"
+        )
         frame = frame.reset_index(drop=True)
     return frame
 
@@ -379,9 +469,14 @@ def results_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
 def summarizers_used(con: duckdb.DuckDBPyConnection, run_id: str, configs: Sequence[str] | None = None) -> list[str]:
     """The summarizer models of a run's configs (of `configs`, when given) whose cells called one:
     what the run's summaries came from."""
-    called = {name for (name,) in con.execute(
-        "SELECT DISTINCT config FROM cells WHERE run_id = ? "
-        "AND coalesce(TRY_CAST(json_extract(metrics, '$.summarizer_calls') AS BIGINT), 0) > 0", [run_id]).fetchall()}
+    called = {
+        name
+        for (name,) in con.execute(
+            "SELECT DISTINCT config FROM cells WHERE run_id = ? "
+            "AND coalesce(TRY_CAST(json_extract(metrics, '$.summarizer_calls') AS BIGINT), 0) > 0",
+            [run_id],
+        ).fetchall()
+    }
     rows = con.execute("SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position", [run_id]).fetchall()
     models = []
     for name, spec in rows:
@@ -404,7 +499,8 @@ class NoopConfig:
 def noop_configs(con: duckdb.DuckDBPyConnection, run_id: str) -> list[NoopConfig]:
     """The configs of a run whose cells hold no-op firings (`noop_compactions`) and nothing else: no
     compaction that changed a context, none that failed (in the order of `run_configs`)."""
-    rows = con.execute("""
+    rows = con.execute(
+        """
         WITH counted AS (
             SELECT config, session_id, dataset, termination,
                    coalesce(TRY_CAST(json_extract(metrics, '$.noop_compactions') AS BIGINT), 0) AS noops,
@@ -416,26 +512,37 @@ def noop_configs(con: duckdb.DuckDBPyConnection, run_id: str) -> list[NoopConfig
         GROUP BY k.config, r.position
         HAVING sum(k.noops) > 0 AND sum(k.changed) = 0
            AND count(*) FILTER (WHERE k.termination = 'compaction_failed') = 0
-        ORDER BY r.position, k.config""", [run_id, run_id]).fetchall()
-    return [NoopConfig(str(config), int(sessions), int(firings), tuple(map(str, datasets or ())))
-            for config, sessions, firings, datasets in rows]
+        ORDER BY r.position, k.config""",
+        [run_id, run_id],
+    ).fetchall()
+    return [
+        NoopConfig(str(config), int(sessions), int(firings), tuple(map(str, datasets or ())))
+        for config, sessions, firings, datasets in rows
+    ]
 
 
 def calls_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "SELECT * FROM cell_calls WHERE run_id = ? ORDER BY session_id, config, repeat, call_index",
-                  [run_id])
+    return _frame(
+        con, "SELECT * FROM cell_calls WHERE run_id = ? ORDER BY session_id, config, repeat, call_index", [run_id]
+    )
 
 
 def compactions_frame(con: duckdb.DuckDBPyConnection, run_id: str) -> pd.DataFrame:
-    return _frame(con, "SELECT * FROM cell_compactions WHERE run_id = ? "
-                       "ORDER BY session_id, config, repeat, event_index", [run_id])
+    return _frame(
+        con,
+        "SELECT * FROM cell_compactions WHERE run_id = ? ORDER BY session_id, config, repeat, event_index",
+        [run_id],
+    )
 
 
 def run_info(con: duckdb.DuckDBPyConnection, run_id: str) -> RunInfo:
-    rows = con.execute("""
+    rows = con.execute(
+        """
         SELECT r.id, r.name, r.kind, r.status, r.cells_total, count(c.session_id), r.code_version,
                r.dataset_version, r.started_at, r.finished_at, r.host, r.pid
-        FROM runs r LEFT JOIN cells c ON c.run_id = r.id WHERE r.id = ? GROUP BY ALL""", [run_id]).fetchall()
+        FROM runs r LEFT JOIN cells c ON c.run_id = r.id WHERE r.id = ? GROUP BY ALL""",
+        [run_id],
+    ).fetchall()
     if not rows:
         raise StoreError(f"no run {run_id!r}")
     *fields, host, pid = rows[0]

@@ -147,8 +147,10 @@ class RunProgress:
 
     def line(self) -> str:
         failed = f", {self.failed_cells} failed" if self.failed_cells else ""
-        return (f"{self.cells_done - self.failed_cells}/{self.cells_total} cells ({self.cells_reused} reused{failed}), "
-                f"{self.model_calls} model calls, {self.cache_hits} cache hits, {self.cost}")
+        return (
+            f"{self.cells_done - self.failed_cells}/{self.cells_total} cells ({self.cells_reused} reused{failed}), "
+            f"{self.model_calls} model calls, {self.cache_hits} cache hits, {self.cost}"
+        )
 
 
 @dataclass
@@ -186,10 +188,16 @@ def code_version(root: Path | None = None) -> str:
     if not (root / ".git").exists():
         return __version__
     try:
-        commit = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
-                                text=True, timeout=5, check=True).stdout.strip()
-        change = subprocess.run(["git", "-C", str(root), "diff", "HEAD", "--binary", "--", "workbench"],
-                                capture_output=True, timeout=30).stdout
+        commit = subprocess.run(
+            ["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        change = subprocess.run(
+            ["git", "-C", str(root), "diff", "HEAD", "--binary", "--", "workbench"], capture_output=True, timeout=30
+        ).stdout
     except (OSError, subprocess.SubprocessError):
         return __version__
     dirty = f".dirty-{hashlib.sha256(change).hexdigest()[:10]}" if change else ""
@@ -244,11 +252,18 @@ def dataset_version(sessions: Sequence[tuple[str, str | None]]) -> str:
 def run_key(spec: ExperimentSpec, dataset_hash: str, code: str) -> str:
     """The run id: the spec's name and a hash of what determines its results, the code of the
     user's own kinds it uses included (`user_code`)."""
-    material = json.dumps({"spec": [(c.name, c.config.to_dict()) for c in spec.configs],
-                           "metrics": list(spec.metrics), "repeats": spec.repeats,
-                           "dataset": dataset_hash, "code": code,
-                           "user_code": user_code([c.config.to_dict() for c in spec.configs], spec.metrics)},
-                          sort_keys=True, default=str)
+    material = json.dumps(
+        {
+            "spec": [(c.name, c.config.to_dict()) for c in spec.configs],
+            "metrics": list(spec.metrics),
+            "repeats": spec.repeats,
+            "dataset": dataset_hash,
+            "code": code,
+            "user_code": user_code([c.config.to_dict() for c in spec.configs], spec.metrics),
+        },
+        sort_keys=True,
+        default=str,
+    )
     return f"{spec.name}-{hashlib.sha256(material.encode()).hexdigest()[:10]}"
 
 
@@ -258,8 +273,10 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
     known = [row["name"] for row in store.dataset_rows()] if hasattr(store, "dataset_rows") else []
     unknown = [name for name in spec.datasets if name not in known]
     if known and unknown and len(unknown) < len(spec.datasets):  # all unknown: said below, with the rest
-        raise ConfigError(f"experiment {spec.name!r}: no dataset {', '.join(map(repr, unknown))} in the database; "
-                          f"datasets: {', '.join(map(str, known))}{did_you_mean(unknown, map(str, known))}")
+        raise ConfigError(
+            f"experiment {spec.name!r}: no dataset {', '.join(map(repr, unknown))} in the database; "
+            f"datasets: {', '.join(map(str, known))}{did_you_mean(unknown, map(str, known))}"
+        )
     for dataset in spec.datasets:
         try:
             ids = store.session_ids(dataset=dataset, where=spec.where)
@@ -267,12 +284,17 @@ def select_sessions(store: Store, spec: ExperimentSpec) -> list[tuple[str, str |
             raise SessionFilterError(f"experiment {spec.name!r}, key 'where': {exc}") from exc
         pairs.extend((session_id, dataset) for session_id in ids)
     if not pairs:
-        raise ConfigError(f"experiment {spec.name!r}: no sessions in dataset(s) {', '.join(spec.datasets)}"
-                          + (f" matching {spec.where!r}" if spec.where else "")
-                          + (f"; datasets in the database: {', '.join(map(str, known))}" if known else "")
-                          + did_you_mean([d for d in spec.datasets if d not in known], map(str, known))
-                          + ("; the bundled samples load with `workbench init --samples`"
-                             if "samples" in spec.datasets and "samples" not in known else ""))
+        raise ConfigError(
+            f"experiment {spec.name!r}: no sessions in dataset(s) {', '.join(spec.datasets)}"
+            + (f" matching {spec.where!r}" if spec.where else "")
+            + (f"; datasets in the database: {', '.join(map(str, known))}" if known else "")
+            + did_you_mean([d for d in spec.datasets if d not in known], map(str, known))
+            + (
+                "; the bundled samples load with `workbench init --samples`"
+                if "samples" in spec.datasets and "samples" not in known
+                else ""
+            )
+        )
     seen: set[str] = set()
     unique = []
     for pair in pairs:
@@ -348,10 +370,17 @@ class _SessionCache:
                 self._remaining[session_id] = left
 
 
-def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], db: str | None = None, *,
-                   concurrency: int | None = None, executor: Executor | str | None = None, gateway: Any = None,
-                   progress: Callable[[RunProgress], None] | None = None, fresh: bool = False,
-                   address: str | None = None) -> Run:
+def run_experiment(
+    spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str],
+    db: str | None = None,
+    *,
+    concurrency: int | None = None,
+    executor: Executor | str | None = None,
+    gateway: Any = None,
+    progress: Callable[[RunProgress], None] | None = None,
+    fresh: bool = False,
+    address: str | None = None,
+) -> Run:
     """Run (or resume) an experiment; returns the `Run` with its id and results.
 
     `concurrency` overrides the spec's; `executor` replaces the local thread executor: an
@@ -378,9 +407,18 @@ def run_experiment(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[
         run_id = run_key(experiment, version, code)
         con = store.connection
         all_cells = grid(experiment, [session_id for session_id, _ in pairs])
-        tables.start_run(con, run_id, name=experiment.name, kind="experiment", spec=_stored_spec(experiment),
-                         configs=[(c.name, c.config.to_dict()) for c in experiment.configs], code_version=code,
-                         dataset_version=version, datasets=experiment.datasets, cells_total=len(all_cells))
+        tables.start_run(
+            con,
+            run_id,
+            name=experiment.name,
+            kind="experiment",
+            spec=_stored_spec(experiment),
+            configs=[(c.name, c.config.to_dict()) for c in experiment.configs],
+            code_version=code,
+            dataset_version=version,
+            datasets=experiment.datasets,
+            cells_total=len(all_cells),
+        )
         if fresh:
             _delete_cells(con, run_id)
         done = tables.finished_cells(con, run_id)
@@ -423,25 +461,35 @@ def _choose_executor(executor: Executor | str | None, address: str | None) -> Ex
             from workbench.experiments.ray_executor import RayExecutor, ray_available
 
             if not ray_available():
-                raise ConfigError("executor 'ray' needs Ray: install the `ray` extra "
-                                  "(pip install 'compaction-workbench[ray]')")
+                raise ConfigError(
+                    "executor 'ray' needs Ray: install the `ray` extra (pip install 'compaction-workbench[ray]')"
+                )
             return RayExecutor(address=address)
         if name != "local":
             raise ConfigError(f"unknown executor {executor!r}: expected 'local' or 'ray' (or an Executor object)")
         executor = None
     if address is not None:
         if executor is not None:
-            raise ConfigError("address= goes with executor='ray'; give the cluster address to the executor object "
-                              "instead, e.g. RayExecutor(address=...)")
+            raise ConfigError(
+                "address= goes with executor='ray'; give the cluster address to the executor object "
+                "instead, e.g. RayExecutor(address=...)"
+            )
         raise ConfigError("address= names a Ray cluster: pass executor='ray' with it")
     return executor
 
 
 def _stored_spec(spec: ExperimentSpec) -> dict[str, Any]:
-    return {"name": spec.name, "source": spec.source, "datasets": list(spec.datasets), "where": spec.where,
-            "metrics": list(spec.metrics), "repeats": spec.repeats, "concurrency": spec.concurrency,
-            "regress": {k: vars(v) for k, v in spec.regress.items()},
-            "configs": [{"name": c.name, **c.config.to_dict()} for c in spec.configs]}
+    return {
+        "name": spec.name,
+        "source": spec.source,
+        "datasets": list(spec.datasets),
+        "where": spec.where,
+        "metrics": list(spec.metrics),
+        "repeats": spec.repeats,
+        "concurrency": spec.concurrency,
+        "regress": {k: vars(v) for k, v in spec.regress.items()},
+        "configs": [{"name": c.name, **c.config.to_dict()} for c in spec.configs],
+    }
 
 
 def _delete_cells(con: Any, run_id: str) -> None:
@@ -451,9 +499,17 @@ def _delete_cells(con: Any, run_id: str) -> None:
     con.execute("COMMIT")
 
 
-def _execute(spec: ExperimentSpec, todo: list[CellTask], db_path: str, hold: FileHold, gateway: Any,
-             executor: Executor, run_id: str, state: RunProgress,
-             progress: Callable[[RunProgress], None] | None) -> None:
+def _execute(
+    spec: ExperimentSpec,
+    todo: list[CellTask],
+    db_path: str,
+    hold: FileHold,
+    gateway: Any,
+    executor: Executor,
+    run_id: str,
+    state: RunProgress,
+    progress: Callable[[RunProgress], None] | None,
+) -> None:
     """Compute the cells of `todo` and write them. The local executor reads sessions and writes cells
     through brief opens of the file; another executor (Ray) is given a store it holds while it runs."""
     from workbench.store import Store
@@ -475,8 +531,9 @@ def _execute(spec: ExperimentSpec, todo: list[CellTask], db_path: str, hold: Fil
             writer.close()
 
 
-def _write_outcomes(outcomes: Iterable[CellOutcome], sessions: _SessionCache, gateway: Any,
-                    writer: _CellWriter) -> None:
+def _write_outcomes(
+    outcomes: Iterable[CellOutcome], sessions: _SessionCache, gateway: Any, writer: _CellWriter
+) -> None:
     for outcome in outcomes:
         task = outcome.task
         sessions.done(task.session_id)
@@ -501,8 +558,7 @@ class _CellWriter:
     and re-raises a write error.
     """
 
-    def __init__(self, hold: FileHold, run_id: str, state: RunProgress,
-                 progress: Callable[[RunProgress], None] | None):
+    def __init__(self, hold: FileHold, run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None):
         self._hold = hold
         self._run_id = run_id
         self._state = state
@@ -534,8 +590,11 @@ class _CellWriter:
             outcomes = [o for o in batch if o is not None]
             if self._error is not None:
                 continue
-            finished = [tables.FinishedCell(o.result, o.task.config_name, o.task.repeat, o.task.dataset, o.duration_s)
-                        for o in outcomes if o.result is not None]
+            finished = [
+                tables.FinishedCell(o.result, o.task.config_name, o.task.repeat, o.task.dataset, o.duration_s)
+                for o in outcomes
+                if o.result is not None
+            ]
             try:
                 if finished:
                     with self._hold.open() as con:
@@ -564,8 +623,12 @@ class _CellWriter:
 def _warn_failed(task: CellTask, error: BaseException | None) -> None:
     import warnings
 
-    warnings.warn(f"cell {task.session_id[:12]} × {task.config_name} (repeat {task.repeat}) failed: "
-                  f"{type(error).__name__}: {error}", RuntimeWarning, stacklevel=2)
+    warnings.warn(
+        f"cell {task.session_id[:12]} × {task.config_name} (repeat {task.repeat}) failed: "
+        f"{type(error).__name__}: {error}",
+        RuntimeWarning,
+        stacklevel=2,
+    )
 
 
 def _warn_nothing_recorded(spec: ExperimentSpec, store: Any) -> None:
@@ -580,8 +643,11 @@ def _warn_nothing_recorded(spec: ExperimentSpec, store: Any) -> None:
     for dataset in spec.datasets if replaying else ():
         counts = [row["recorded_compactions"] for row in store.session_rows(dataset, spec.where)]
         for name in replaying if counts and not any(counts) else ():
-            warnings.warn(nothing_recorded_note(name, len(counts), f"of dataset {dataset!r}"),
-                          NothingRecordedWarning, stacklevel=3)
+            warnings.warn(
+                nothing_recorded_note(name, len(counts), f"of dataset {dataset!r}"),
+                NothingRecordedWarning,
+                stacklevel=3,
+            )
 
 
 def _warn_noop_configs(spec: ExperimentSpec, found: Sequence[tables.NoopConfig]) -> None:
@@ -596,8 +662,10 @@ def _warn_noop_configs(spec: ExperimentSpec, found: Sequence[tables.NoopConfig])
     for item in found:
         kind = strategy_kind(configs[item.config]) if item.config in configs else "?"
         datasets = ", ".join(map(repr, item.datasets)) or "?"
-        where = (f"{item.sessions:,} session{'s' * (item.sessions != 1)} of "
-                 f"dataset{'s' * (len(item.datasets) > 1)} {datasets}")
+        where = (
+            f"{item.sessions:,} session{'s' * (item.sessions != 1)} of "
+            f"dataset{'s' * (len(item.datasets) > 1)} {datasets}"
+        )
         warnings.warn(noop_note(item.config, kind, item.firings, where), NoopCompactionsWarning, stacklevel=3)
 
 
@@ -662,14 +730,22 @@ def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | N
     try:
         config = result.config.to_dict()
         code = code_version()
-        digest = hashlib.sha256(json.dumps([result.session_id, config, code, user_code([config])], sort_keys=True,
-                                           default=str).encode())
+        digest = hashlib.sha256(
+            json.dumps([result.session_id, config, code, user_code([config])], sort_keys=True, default=str).encode()
+        )
         run_id = f"replay-{digest.hexdigest()[:10]}"
-        tables.start_run(con, run_id, name=f"replay {result.config.name}", kind="replay",
-                         spec={"session_id": result.session_id, "config": config}, configs=[(result.config.name,
-                                                                                              config)],
-                         code_version=code, dataset_version=None, datasets=[dataset] if dataset else [],
-                         cells_total=1)
+        tables.start_run(
+            con,
+            run_id,
+            name=f"replay {result.config.name}",
+            kind="replay",
+            spec={"session_id": result.session_id, "config": config},
+            configs=[(result.config.name, config)],
+            code_version=code,
+            dataset_version=None,
+            datasets=[dataset] if dataset else [],
+            cells_total=1,
+        )
         tables.save_cell(con, run_id, result, config=result.config.name, repeat=0, dataset=dataset)
         tables.finish_run(con, run_id)
         return run_id
@@ -677,8 +753,7 @@ def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | N
         con.close()
 
 
-def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], db: str | None = None
-            ) -> dict[str, Any]:
+def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], db: str | None = None) -> dict[str, Any]:
     """What a run would do, without doing it: sessions, cells (and how many are already done), models."""
     from workbench import db as database
     from workbench.store import Store
@@ -702,9 +777,23 @@ def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], d
         config = cell.config
         summarizer = config.summarizer if may_summarize(config.built_strategy) else None
         models = sorted({m for m in (summarizer, config.evaluator) if m})
-        per_config.append({"config": cell.name, "trigger": config.to_dict()["trigger"],
-                           "strategy": config.to_dict()["strategy"], "models": models,
-                           "cells": len(pairs) * experiment.repeats})
-    return {"run_id": run_id, "experiment": experiment.name, "sessions": len(pairs), "configs": per_config,
-            "repeats": experiment.repeats, "cells": len(cells), "cells_done": len(done & set(cells)),
-            "cells_to_run": len(set(cells) - done), "notes": list(experiment.notes)}
+        per_config.append(
+            {
+                "config": cell.name,
+                "trigger": config.to_dict()["trigger"],
+                "strategy": config.to_dict()["strategy"],
+                "models": models,
+                "cells": len(pairs) * experiment.repeats,
+            }
+        )
+    return {
+        "run_id": run_id,
+        "experiment": experiment.name,
+        "sessions": len(pairs),
+        "configs": per_config,
+        "repeats": experiment.repeats,
+        "cells": len(cells),
+        "cells_done": len(done & set(cells)),
+        "cells_to_run": len(set(cells) - done),
+        "notes": list(experiment.notes),
+    }

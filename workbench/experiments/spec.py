@@ -45,8 +45,21 @@ from workbench.experiments.reductions import ReportOptions, report_options
 from workbench.presets import fit_to_window
 from workbench.registry import kinds, lookup
 
-SPEC_KEYS = ("name", "description", "dataset", "datasets", "where", "metrics", "concurrency", "repeats",
-             "defaults", "config", "regress", "presets", "report")
+SPEC_KEYS = (
+    "name",
+    "description",
+    "dataset",
+    "datasets",
+    "where",
+    "metrics",
+    "concurrency",
+    "repeats",
+    "defaults",
+    "config",
+    "regress",
+    "presets",
+    "report",
+)
 CONFIG_ONLY_KEYS = ("matrix", "preset")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+=-]*$")
 _TOLERANCE = re.compile(r"^\s*(?P<sign>[+-]|±|\+-)?\s*(?P<number>\d+(?:\.\d+)?(?:[eE][+-]?\d+)?)\s*(?P<percent>%)?\s*$")
@@ -79,8 +92,9 @@ class Tolerance:
         if self.kind == "exact":
             return "must match exactly"
         amount = f"{self.bound * 100:g} %" if self.kind == "relative" else f"{self.bound:g}"
-        verb = {"increase": "may grow by at most", "decrease": "may drop by at most",
-                "both": "may change by at most"}[self.direction]
+        verb = {"increase": "may grow by at most", "decrease": "may drop by at most", "both": "may change by at most"}[
+            self.direction
+        ]
         return f"{verb} {amount}"
 
 
@@ -116,8 +130,9 @@ class ExperimentSpec:
         for cell in self.configs:
             if cell.name == name:
                 return cell
-        raise ConfigError(f"experiment {self.name!r} has no config {name!r}; "
-                          f"configs: {', '.join(c.name for c in self.configs)}")
+        raise ConfigError(
+            f"experiment {self.name!r} has no config {name!r}; configs: {', '.join(c.name for c in self.configs)}"
+        )
 
     @property
     def config_names(self) -> list[str]:
@@ -134,12 +149,17 @@ class ExperimentSpec:
         if not needing or not without:
             return resolved
         shown = ", ".join(without[:4]) + (f" and {len(without) - 4} more" if len(without) > 4 else "")
-        return (*resolved, f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} an evaluator model (config "
-                f"key `evaluator`, e.g. in [defaults]); without one the column stays empty for {shown}")
+        return (
+            *resolved,
+            f"{', '.join(needing)} need{'s' if len(needing) == 1 else ''} an evaluator model (config "
+            f"key `evaluator`, e.g. in [defaults]); without one the column stays empty for {shown}",
+        )
 
     def __repr__(self) -> str:
-        return (f"ExperimentSpec({self.name!r}, datasets={list(self.datasets)}, "
-                f"configs={len(self.configs)}, repeats={self.repeats})")
+        return (
+            f"ExperimentSpec({self.name!r}, datasets={list(self.datasets)}, "
+            f"configs={len(self.configs)}, repeats={self.repeats})"
+        )
 
 
 def _fail(where: str, message: str) -> ConfigError:
@@ -171,8 +191,9 @@ def _label(value: Any) -> str:
     return str(value)
 
 
-def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
-            presets: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _expand(
+    entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any], presets: Mapping[str, Mapping[str, Any]]
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     if not isinstance(entry, Mapping):
         raise _fail(f"config #{index + 1}", f"each [[config]] must be a table, not {entry!r}")
     where = f"config #{index + 1}" + (f" ({entry['name']!r})" if "name" in entry else "")
@@ -182,8 +203,11 @@ def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
         if not isinstance(preset_name, str):
             raise _fail(where, f"'preset' must be a preset name, not {preset_name!r}")
         if preset_name not in presets:
-            raise _fail(where, f"unknown preset {preset_name!r}; valid: {', '.join(sorted(presets)) or '(none)'}"
-                               f"{did_you_mean([str(preset_name)], presets)}")
+            raise _fail(
+                where,
+                f"unknown preset {preset_name!r}; valid: {', '.join(sorted(presets)) or '(none)'}"
+                f"{did_you_mean([str(preset_name)], presets)}",
+            )
         body = merge_config(presets[preset_name], body)
         body.setdefault("name", preset_name)
     name = body.get("name")
@@ -194,15 +218,19 @@ def _expand(entry: Mapping[str, Any], index: int, defaults: Mapping[str, Any],
     if not isinstance(matrix, Mapping):
         raise _fail(where, "'matrix' must be a table of dotted keys to lists of values")
     if preset_name is not None:  # a preset threshold that cannot fire in the window is scaled to it, with a note
-        own = trigger_keys(defaults, entry) | {str(path).split(".")[1] for path in matrix
-                                               if str(path).startswith("trigger.") and str(path).count(".") == 1}
-        return [(cell, fit_to_window(preset_name, spec, chosen=own), values)
-                for cell, spec, values in _expand_matrix(name, base, matrix, where)]
+        own = trigger_keys(defaults, entry) | {
+            str(path).split(".")[1] for path in matrix if str(path).startswith("trigger.") and str(path).count(".") == 1
+        }
+        return [
+            (cell, fit_to_window(preset_name, spec, chosen=own), values)
+            for cell, spec, values in _expand_matrix(name, base, matrix, where)
+        ]
     return _expand_matrix(name, base, matrix, where)
 
 
-def _expand_matrix(name: str, base: dict[str, Any], matrix: Mapping[str, Any],
-                   where: str) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
+def _expand_matrix(
+    name: str, base: dict[str, Any], matrix: Mapping[str, Any], where: str
+) -> list[tuple[str, dict[str, Any], dict[str, Any]]]:
     if not matrix:
         return [(name, base, {})]
     axes: list[tuple[str, list[Any]]] = []
@@ -287,8 +315,9 @@ def load_toml_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: invalid TOML: {exc}") from exc
 
 
-def load_experiment(source: ExperimentSpec | Mapping[str, Any] | str | Path,
-                    *, presets: Mapping[str, Mapping[str, Any]] | None = None) -> ExperimentSpec:
+def load_experiment(
+    source: ExperimentSpec | Mapping[str, Any] | str | Path, *, presets: Mapping[str, Mapping[str, Any]] | None = None
+) -> ExperimentSpec:
     """Validate and expand an experiment spec from a file path, a TOML string or a mapping.
 
     `presets` are named configs a `[[config]]` entry may start from (`preset = "as-recorded"`);
@@ -323,12 +352,15 @@ def _default_presets() -> Mapping[str, Mapping[str, Any]]:
     return presets()
 
 
-def _validate(raw: dict[str, Any], origin: str | None,
-              presets: Mapping[str, Mapping[str, Any]] | None) -> ExperimentSpec:
+def _validate(
+    raw: dict[str, Any], origin: str | None, presets: Mapping[str, Mapping[str, Any]] | None
+) -> ExperimentSpec:
     unknown = sorted(set(raw) - set(SPEC_KEYS))
     if unknown:
-        raise ConfigError(f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                          f"valid: {', '.join(SPEC_KEYS)}{did_you_mean(unknown, SPEC_KEYS)}")
+        raise ConfigError(
+            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(SPEC_KEYS)}{did_you_mean(unknown, SPEC_KEYS)}"
+        )
     name = raw.get("name") or (Path(origin).stem if origin else "")
     if not isinstance(name, str) or not _NAME.match(name):
         raise _fail("key 'name'", f"must be a name of letters, digits and -_.+=, not {name!r}")
@@ -336,7 +368,7 @@ def _validate(raw: dict[str, Any], origin: str | None,
         raise _fail("key 'dataset'", "give either 'dataset' or 'datasets', not both")
     datasets = _string_list(raw, "datasets" if "datasets" in raw else "dataset")
     if not datasets:
-        raise _fail("key 'dataset'", "an experiment needs a dataset (dataset = \"samples\") or datasets = [...]")
+        raise _fail("key 'dataset'", 'an experiment needs a dataset (dataset = "samples") or datasets = [...]')
     where = raw.get("where")
     if where is not None and (not isinstance(where, str) or not where.strip()):
         raise _fail("key 'where'", f"must be an SQL condition over the sessions table, not {where!r}")
@@ -379,17 +411,26 @@ def _validate(raw: dict[str, Any], origin: str | None,
         if tolerance.kind == "exact" and metric != "summaries":
             raise _fail(f"[regress] {metric}", "'exact' applies to summaries only")
         if metric == "summaries" and tolerance.kind != "exact":
-            raise _fail("[regress] summaries", "summaries take \"exact\"")
+            raise _fail("[regress] summaries", 'summaries take "exact"')
         if metric != "summaries":
             _check_limits_regressions(metric, tolerance, regress_raw[metric])
     description = raw.get("description", "")
     if not isinstance(description, str):
         raise _fail("key 'description'", "must be text")
     return ExperimentSpec(
-        name=name, datasets=datasets, configs=tuple(cells), where=where,
-        metrics=metrics, concurrency=_positive_int(raw, "concurrency", 4),
-        repeats=_positive_int(raw, "repeats", 1), regress=regress, description=description,
-        source=origin, raw=raw, report=report_options(raw.get("report"), [cell.name for cell in cells]))
+        name=name,
+        datasets=datasets,
+        configs=tuple(cells),
+        where=where,
+        metrics=metrics,
+        concurrency=_positive_int(raw, "concurrency", 4),
+        repeats=_positive_int(raw, "repeats", 1),
+        regress=regress,
+        description=description,
+        source=origin,
+        raw=raw,
+        report=report_options(raw.get("report"), [cell.name for cell in cells]),
+    )
 
 
 def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -> None:
@@ -397,8 +438,11 @@ def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -
     unknown = [name for name in names if not _is_metric(name)]
     if unknown:
         valid = [*sorted(kinds("metric")), *also]
-        raise _fail(where, f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                           f"valid: {', '.join(valid)}{did_you_mean(unknown, valid)}")
+        raise _fail(
+            where,
+            f"unknown metric{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(valid)}{did_you_mean(unknown, valid)}",
+        )
 
 
 def _check_limits_regressions(metric: str, tolerance: Tolerance, written: Any) -> None:
@@ -411,10 +455,12 @@ def _check_limits_regressions(metric: str, tolerance: Tolerance, written: Any) -
     worse, sign = ("drop", "-") if better == "higher" else ("rise", "+")
     amount = f"{tolerance.bound * 100:g}%" if tolerance.kind == "relative" else f"{tolerance.bound:g}"
     signed = f'"{sign}{amount}"' if tolerance.kind == "relative" or sign == "+" else f"{sign}{amount}"
-    raise _fail(f"[regress] {metric}",
-                f"{written!r} limits only {'increases' if better == 'higher' else 'decreases'}, and {better} is "
-                f"better for {metric}: any {worse} would pass; write {signed} to limit a {worse}, or "
-                f'"{amount}" (a string with no sign) to limit the change both ways')
+    raise _fail(
+        f"[regress] {metric}",
+        f"{written!r} limits only {'increases' if better == 'higher' else 'decreases'}, and {better} is "
+        f"better for {metric}: any {worse} would pass; write {signed} to limit a {worse}, or "
+        f'"{amount}" (a string with no sign) to limit the change both ways',
+    )
 
 
 def _is_metric(name: str) -> bool:
@@ -428,5 +474,9 @@ def _is_metric(name: str) -> bool:
 
 def grid(spec: ExperimentSpec, session_ids: Sequence[str]) -> list[tuple[str, str, int]]:
     """The cells of a run in a stable order: (session id, config name, repeat)."""
-    return [(session_id, cell.name, repeat)
-            for session_id in session_ids for cell in spec.configs for repeat in range(spec.repeats)]
+    return [
+        (session_id, cell.name, repeat)
+        for session_id in session_ids
+        for cell in spec.configs
+        for repeat in range(spec.repeats)
+    ]

@@ -49,30 +49,103 @@ from ..session import Session
 from . import aider, anthropic, claude_code, codex, mini_swe_agent, openai, openhands, swe_agent, workbench_export
 from ._common import IncompleteLastLine, display_path, read_head
 
-__all__ = ["BUILTIN_FORMATS", "FORMATS", "FileResult", "IncompleteLastLine", "UnknownFormatError", "candidate_files",
-           "candidates", "detect", "format_name", "formats", "ignored_files", "iter_load", "iter_sessions", "load"]
+__all__ = [
+    "BUILTIN_FORMATS",
+    "FORMATS",
+    "FileResult",
+    "IncompleteLastLine",
+    "UnknownFormatError",
+    "candidate_files",
+    "candidates",
+    "detect",
+    "format_name",
+    "formats",
+    "ignored_files",
+    "iter_load",
+    "iter_sessions",
+    "load",
+]
 
-BUILTIN_FORMATS: tuple[str, ...] = ("openai", "anthropic", "claude-code", "codex", "swe-agent", "mini-swe-agent",
-                            "openhands", "aider", "workbench")
+BUILTIN_FORMATS: tuple[str, ...] = (
+    "openai",
+    "anthropic",
+    "claude-code",
+    "codex",
+    "swe-agent",
+    "mini-swe-agent",
+    "openhands",
+    "aider",
+    "workbench",
+)
 
 _MODULES: dict[str, ModuleType] = {
-    "openai": openai, "anthropic": anthropic, "claude-code": claude_code, "codex": codex,
-    "swe-agent": swe_agent, "mini-swe-agent": mini_swe_agent, "openhands": openhands, "aider": aider,
+    "openai": openai,
+    "anthropic": anthropic,
+    "claude-code": claude_code,
+    "codex": codex,
+    "swe-agent": swe_agent,
+    "mini-swe-agent": mini_swe_agent,
+    "openhands": openhands,
+    "aider": aider,
     "workbench": workbench_export,
 }
 # Most specific first: openai accepts almost any message list, so it comes last.
-_DETECT_ORDER: tuple[str, ...] = ("aider", "workbench", "claude-code", "codex", "openhands", "mini-swe-agent",
-                                  "swe-agent", "anthropic", "openai")
-_ALIASES = {"openai-chat": "openai", "chat": "openai", "claude": "claude-code", "claude_code": "claude-code",
-            "swe_agent": "swe-agent", "sweagent": "swe-agent", "mini_swe_agent": "mini-swe-agent",
-            "mini-swe": "mini-swe-agent", "open-hands": "openhands", "codex-cli": "codex"}
+_DETECT_ORDER: tuple[str, ...] = (
+    "aider",
+    "workbench",
+    "claude-code",
+    "codex",
+    "openhands",
+    "mini-swe-agent",
+    "swe-agent",
+    "anthropic",
+    "openai",
+)
+_ALIASES = {
+    "openai-chat": "openai",
+    "chat": "openai",
+    "claude": "claude-code",
+    "claude_code": "claude-code",
+    "swe_agent": "swe-agent",
+    "sweagent": "swe-agent",
+    "mini_swe_agent": "mini-swe-agent",
+    "mini-swe": "mini-swe-agent",
+    "open-hands": "openhands",
+    "codex-cli": "codex",
+}
 _SESSION_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".jsonl.gz")
 _AIDER_NAME = ".aider.chat.history.md"
-_SKIP_DIRS = {".git", ".hg", ".svn", ".venv", "venv", "node_modules", "__pycache__", ".tox", ".mypy_cache",
-              ".pytest_cache", ".ruff_cache", ".ipynb_checkpoints"}
-_SKIP_FILES = {"package.json", "package-lock.json", "tsconfig.json", "composer.json", "composer.lock",
-               "manifest.json", "settings.json", "settings.local.json", ".eslintrc.json", "bun.lock",
-               "pyrightconfig.json", "renovate.json", "vercel.json", "app.json", "deno.json"}
+_SKIP_DIRS = {
+    ".git",
+    ".hg",
+    ".svn",
+    ".venv",
+    "venv",
+    "node_modules",
+    "__pycache__",
+    ".tox",
+    ".mypy_cache",
+    ".pytest_cache",
+    ".ruff_cache",
+    ".ipynb_checkpoints",
+}
+_SKIP_FILES = {
+    "package.json",
+    "package-lock.json",
+    "tsconfig.json",
+    "composer.json",
+    "composer.lock",
+    "manifest.json",
+    "settings.json",
+    "settings.local.json",
+    ".eslintrc.json",
+    "bun.lock",
+    "pyrightconfig.json",
+    "renovate.json",
+    "vercel.json",
+    "app.json",
+    "deno.json",
+}
 
 
 class UnknownFormatError(FormatError):
@@ -112,8 +185,11 @@ def _register_builtin(name: str) -> None:
     module = _MODULES[name]
     doc = (module.__doc__ or name).strip().splitlines()[0]
     priority = -1 - _GENERIC.index(name) if name in _GENERIC else len(_DETECT_ORDER) - _DETECT_ORDER.index(name)
-    cls = type(f"{module.__name__.rsplit('.', 1)[-1]}_format", (_FormatModule,),
-               {"module": module, "__doc__": doc, "__module__": __name__})
+    cls = type(
+        f"{module.__name__.rsplit('.', 1)[-1]}_format",
+        (_FormatModule,),
+        {"module": module, "__doc__": doc, "__module__": __name__},
+    )
     register_importer(name, aliases=[a for a, target in _ALIASES.items() if target == name], priority=priority)(cls)
 
 
@@ -142,8 +218,11 @@ def detect(path: str | os.PathLike[str]) -> str:
     """The format name of one file, from its name and first bytes."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise FormatError(path, "no such file" if not os.path.exists(path) else "not a regular file",
-                          expected="a recorded-session file")
+        raise FormatError(
+            path,
+            "no such file" if not os.path.exists(path) else "not a regular file",
+            expected="a recorded-session file",
+        )
     head = read_head(path)
     if not head.strip():
         raise FormatError(path, "the file is empty", expected="a recorded session")
@@ -153,8 +232,9 @@ def detect(path: str | os.PathLike[str]) -> str:
                 return name
         except Exception:  # a sniffer must never decide by crashing
             continue
-    raise UnknownFormatError(path, "the content matches no known session format",
-                             expected="one of: " + ", ".join(formats()))
+    raise UnknownFormatError(
+        path, "the content matches no known session format", expected="one of: " + ", ".join(formats())
+    )
 
 
 def load(path: str | os.PathLike[str], format: str = "auto", dataset: str | None = None) -> list[Session]:
@@ -176,13 +256,17 @@ def load(path: str | os.PathLike[str], format: str = "auto", dataset: str | None
         seen_files = True
         sessions.extend(result.sessions)
     if not seen_files and os.path.isdir(root):
-        raise FormatError(root, "no session file found in the folder",
-                          expected="*.json, *.jsonl, *.traj or .aider.chat.history.md files")
+        raise FormatError(
+            root,
+            "no session file found in the folder",
+            expected="*.json, *.jsonl, *.traj or .aider.chat.history.md files",
+        )
     return sessions
 
 
-def iter_load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], format: str = "auto",
-              dataset: str | None = None) -> Iterator[FileResult]:
+def iter_load(
+    paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], format: str = "auto", dataset: str | None = None
+) -> Iterator[FileResult]:
     """One FileResult per candidate file under `paths` (files or folders), in a stable order.
 
     Each real file is read once; a session whose content id was already yielded in this call
@@ -203,8 +287,9 @@ def iter_load(paths: str | os.PathLike[str] | Iterable[str | os.PathLike[str]], 
             yield _load_file(file_path, root, fmt, dataset, seen_ids)
 
 
-def iter_sessions(path: str | os.PathLike[str], format: str = "auto", dataset: str | None = None,
-                  *, source: str | None = None) -> Iterator[Session]:
+def iter_sessions(
+    path: str | os.PathLike[str], format: str = "auto", dataset: str | None = None, *, source: str | None = None
+) -> Iterator[Session]:
     """The sessions of one file, streamed (JSONL layouts are read line by line).
 
     Only FormatError escapes: an unexpected failure of a reader is reported as a FormatError
@@ -218,8 +303,9 @@ def iter_sessions(path: str | os.PathLike[str], format: str = "auto", dataset: s
     label = source or os.path.basename(path)
     for session in _guarded(path, name, reader):
         own_dataset = session.dataset if name == "workbench" else None  # exports keep their datasets
-        yield replace(session, format=name, dataset=dataset or own_dataset or name,
-                      metadata={**session.metadata, "source": label})
+        yield replace(
+            session, format=name, dataset=dataset or own_dataset or name, metadata={**session.metadata, "source": label}
+        )
 
 
 def _guarded(path: str, name: str, reader: Callable[[str], Iterable[Session]]) -> Iterator[Session]:
@@ -229,13 +315,15 @@ def _guarded(path: str, name: str, reader: Callable[[str], Iterable[Session]]) -
     except FormatError:
         raise
     except RecursionError:
-        raise FormatError(path, f"the {name} data is nested too deeply to read",
-                          expected=f"a well-formed {name} file") from None
+        raise FormatError(
+            path, f"the {name} data is nested too deeply to read", expected=f"a well-formed {name} file"
+        ) from None
     except MemoryError:
         raise
     except Exception as exc:  # the contract: bad input only ever raises FormatError
-        raise FormatError(path, f"cannot read as {name}: {type(exc).__name__}: {exc}",
-                          expected=f"a well-formed {name} file") from exc
+        raise FormatError(
+            path, f"cannot read as {name}: {type(exc).__name__}: {exc}", expected=f"a well-formed {name} file"
+        ) from exc
 
 
 def _load_file(path: str, root: str | None, fmt: str, dataset: str | None, seen_ids: set[str]) -> FileResult:
@@ -257,8 +345,11 @@ def _load_file(path: str, root: str | None, fmt: str, dataset: str | None, seen_
 def format_name(format: str, path: str) -> str:
     """The canonical format name for `format` (aliases such as `openai-chat` accepted)."""
     if not isinstance(format, str):
-        raise FormatError(path or "<format>", f"format must be a name, not {type(format).__name__}",
-                          expected="auto or one of: " + ", ".join(formats()))
+        raise FormatError(
+            path or "<format>",
+            f"format must be a name, not {type(format).__name__}",
+            expected="auto or one of: " + ", ".join(formats()),
+        )
     if format.strip().lower() == "auto":
         return "auto"
     for candidate in (format.strip(), format.strip().lower()):
@@ -266,8 +357,9 @@ def format_name(format: str, path: str) -> str:
             return str(lookup("importer", candidate).kind)  # type: ignore[attr-defined]
         except ConfigError:
             continue
-    raise FormatError(path or "<format>", f"unknown format {format!r}",
-                      expected="auto or one of: " + ", ".join(formats()))
+    raise FormatError(
+        path or "<format>", f"unknown format {format!r}", expected="auto or one of: " + ", ".join(formats())
+    )
 
 
 def candidates(given: str | os.PathLike[str]) -> Iterator[tuple[str, str | None]]:
@@ -291,7 +383,6 @@ def _is_candidate(name: str) -> bool:
     if name in _SKIP_FILES:
         return False
     return name.lower().endswith(_SESSION_SUFFIXES)
-
 
 
 def candidate_files(paths: Iterable[str | os.PathLike[str]]) -> Iterator[tuple[str, str | None]]:

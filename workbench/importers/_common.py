@@ -56,8 +56,9 @@ def _decode(path: str, data: bytes, line: int | None = None) -> str:
     try:
         return data.decode("utf-8-sig" if line in (None, 1) else "utf-8")
     except UnicodeDecodeError as exc:
-        raise FormatError(path, f"the bytes at offset {exc.start} are not valid UTF-8", line=line,
-                          expected="UTF-8 text") from None
+        raise FormatError(
+            path, f"the bytes at offset {exc.start} are not valid UTF-8", line=line, expected="UTF-8 text"
+        ) from None
 
 
 def read_text(path: str) -> str:
@@ -76,8 +77,9 @@ def read_text(path: str) -> str:
 def _json_error(path: str, exc: json.JSONDecodeError, expected: str, line: int | None) -> FormatError:
     """A JSON syntax error located by its line/column (or, for one JSONL line, that line)."""
     if line is None:
-        return FormatError(path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}",
-                           line=exc.lineno, expected=expected)
+        return FormatError(
+            path, f"invalid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}", line=exc.lineno, expected=expected
+        )
     return FormatError(path, f"invalid JSON at column {exc.colno}: {exc.msg}", line=line, expected=expected)
 
 
@@ -102,8 +104,10 @@ class IncompleteLastLine(UserWarning):
 
     def __init__(self, path: str, line: int):
         self.path, self.line = path, line
-        super().__init__(f"{path}:{line}: the last line is incomplete (no newline; still being written?); "
-                         f"imported the {line - 1} line(s) before it")
+        super().__init__(
+            f"{path}:{line}: the last line is incomplete (no newline; still being written?); "
+            f"imported the {line - 1} line(s) before it"
+        )
 
 
 def iter_jsonl(path: str, expected: str) -> Iterator[tuple[int, Any]]:
@@ -164,8 +168,7 @@ def has_key(text: str, *names: str) -> bool:
 
 def has_value(text: str, key: str, *values: str) -> bool:
     """Whether `"key": "<one of values>"` appears (unescaped) in `text`."""
-    pattern = (r'(?<!\\)"' + re.escape(key) + r'"\s*:\s*"(?:' + "|".join(re.escape(v) for v in values)
-               + r')"')
+    pattern = r'(?<!\\)"' + re.escape(key) + r'"\s*:\s*"(?:' + "|".join(re.escape(v) for v in values) + r')"'
     return re.search(pattern, text) is not None
 
 
@@ -189,8 +192,6 @@ def as_str(value: Any) -> str:
     if isinstance(value, str):
         return value
     return json.dumps(value, ensure_ascii=False)
-
-
 
 
 def dumps_args(value: Any) -> str:
@@ -293,10 +294,18 @@ def content_text(value: Any) -> str:
 
 
 _FINISH_REASONS = {
-    "end_turn": "stop", "stop_sequence": "stop", "stop": "stop", "tool_use": "tool_calls",
-    "tool_calls": "tool_calls", "function_call": "tool_calls", "max_tokens": "length",
-    "length": "length", "content_filter": "content_filter", "refusal": "content_filter",
-    "pause_turn": "stop", "model_context_window_exceeded": "length",
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "stop": "stop",
+    "tool_use": "tool_calls",
+    "tool_calls": "tool_calls",
+    "function_call": "tool_calls",
+    "max_tokens": "length",
+    "length": "length",
+    "content_filter": "content_filter",
+    "refusal": "content_filter",
+    "pause_turn": "stop",
+    "model_context_window_exceeded": "length",
 }
 
 
@@ -321,10 +330,12 @@ def clean_usage(value: Any) -> dict[str, int] | None:
             usage[str(key)] = item
         elif isinstance(item, float) and item.is_integer() and key.endswith("tokens"):
             usage[str(key)] = int(item)
-    for nested, inner in (("prompt_tokens_details", "cached_tokens"),
-                          ("completion_tokens_details", "reasoning_tokens"),
-                          ("input_tokens_details", "cached_tokens"),
-                          ("output_tokens_details", "reasoning_tokens")):
+    for nested, inner in (
+        ("prompt_tokens_details", "cached_tokens"),
+        ("completion_tokens_details", "reasoning_tokens"),
+        ("input_tokens_details", "cached_tokens"),
+        ("output_tokens_details", "reasoning_tokens"),
+    ):
         count = as_dict(value.get(nested)).get(inner)
         if isinstance(count, int) and not isinstance(count, bool) and inner not in usage:
             usage[inner] = count
@@ -382,8 +393,12 @@ def call_usage(value: Any) -> dict[str, int] | None:
     uncached = total_input or 0
     if includes_cache:
         uncached = max(0, uncached - read - (write if prompt is not None else 0))
-    return {"input_tokens": uncached, "cache_read_input_tokens": read, "cache_creation_input_tokens": write,
-            "output_tokens": output or 0}
+    return {
+        "input_tokens": uncached,
+        "cache_read_input_tokens": read,
+        "cache_creation_input_tokens": write,
+        "output_tokens": output or 0,
+    }
 
 
 def sum_usage(messages: Iterable[Message]) -> dict[str, int] | None:
@@ -463,8 +478,15 @@ class TurnBuilder:
             self._by_key.clear()
         self._items.append(message)
 
-    def assistant(self, *, key: Any = None, text: str | None = None, parts: Sequence[JsonObj] = (),
-                  calls: Iterable[ToolCall] = (), metadata: Mapping[str, Any] | None = None) -> Turn:
+    def assistant(
+        self,
+        *,
+        key: Any = None,
+        text: str | None = None,
+        parts: Sequence[JsonObj] = (),
+        calls: Iterable[ToolCall] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> Turn:
         """Start (or, for a known `key`, extend) an assistant turn and return it."""
         key = hashable(key)
         turn = self._by_key.get(key) if key is not None else None
@@ -504,8 +526,9 @@ class TurnBuilder:
             self._by_call[call.id] = turn
         return call
 
-    def result(self, call_id: str | None, content: Any, *, name: str | None = None,
-               metadata: Mapping[str, Any] | None = None) -> None:
+    def result(
+        self, call_id: str | None, content: Any, *, name: str | None = None, metadata: Mapping[str, Any] | None = None
+    ) -> None:
         """Record a tool result; it joins the turn that made the call, or becomes a stray."""
         content = openai_content(content)
         meta = dict(metadata or {})
@@ -515,8 +538,13 @@ class TurnBuilder:
             turn = self._last_turn if call_id else None
         if turn is not None and call_id is not None and call_id not in turn.results:
             call_name = next((c.name for c in turn.calls if c.id == call_id), name)
-            turn.results[call_id] = Message(role="tool", content=content if content is not None else "",
-                                            tool_call_id=call_id, name=call_name or None, metadata=meta)
+            turn.results[call_id] = Message(
+                role="tool",
+                content=content if content is not None else "",
+                tool_call_id=call_id,
+                name=call_name or None,
+                metadata=meta,
+            )
             return
         meta.update({"stray_tool_result": True, "tool_call_id": call_id, "tool_name": name})
         self._items.append(Message(role="user", content=content if content is not None else "", metadata=meta))
@@ -537,13 +565,24 @@ class TurnBuilder:
             if isinstance(item, Message):
                 out.append(item)
                 continue
-            out.append(Message(role="assistant", content=frozen(item.content()), tool_calls=tuple(item.calls),
-                               metadata=item.metadata))
+            out.append(
+                Message(
+                    role="assistant",
+                    content=frozen(item.content()),
+                    tool_calls=tuple(item.calls),
+                    metadata=item.metadata,
+                )
+            )
             for call in item.calls:
                 result = item.results.get(call.id)
                 if result is None:
-                    result = Message(role="tool", content=NO_RESULT_TEXT, tool_call_id=call.id,
-                                     name=call.name or None, metadata={"no_result_recorded": True})
+                    result = Message(
+                        role="tool",
+                        content=NO_RESULT_TEXT,
+                        tool_call_id=call.id,
+                        name=call.name or None,
+                        metadata={"no_result_recorded": True},
+                    )
                 out.append(result)
         return out
 
@@ -562,8 +601,7 @@ def repair_pairing(messages: Sequence[Message]) -> list[Message]:
             for call in message.tool_calls:
                 builder.add_call(turn, call)
         elif message.role == "tool":
-            builder.result(message.tool_call_id, message.content, name=message.name,
-                           metadata=message.metadata)
+            builder.result(message.tool_call_id, message.content, name=message.name, metadata=message.metadata)
         else:
             builder.add(message)
     return builder.messages()
@@ -595,8 +633,9 @@ def pairing_ok(messages: Sequence[Message]) -> bool:
 _COMPACTION_MARK = "_recorded_compaction"
 
 
-def compaction_marker(*, trigger: str | None = None, tokens_before: int | None = None, summary: str = "",
-                      **extra: Any) -> Message:
+def compaction_marker(
+    *, trigger: str | None = None, tokens_before: int | None = None, summary: str = "", **extra: Any
+) -> Message:
     """A placeholder put in a message stream where the recorded agent compacted its context.
 
     `build_session` removes every marker and turns it into an entry of
@@ -605,8 +644,11 @@ def compaction_marker(*, trigger: str | None = None, tokens_before: int | None =
     can still be completed after it was added (`marker_fields`), e.g. when the summary arrives
     on a later line.
     """
-    fields: dict[str, Any] = {"trigger": trigger if trigger in ("manual", "auto") else None,
-                              "tokens_before": _count(tokens_before), "summary": summary or ""}
+    fields: dict[str, Any] = {
+        "trigger": trigger if trigger in ("manual", "auto") else None,
+        "tokens_before": _count(tokens_before),
+        "summary": summary or "",
+    }
     fields.update({k: v for k, v in extra.items() if v is not None})
     return Message(role="user", content="", metadata={_COMPACTION_MARK: fields})
 
@@ -638,7 +680,6 @@ def take_compactions(messages: Sequence[Message]) -> tuple[list[Message], list[d
     return kept, entries
 
 
-
 def most_common(values: Iterable[Any]) -> Any:
     """The most frequent non-empty value (first seen wins ties), or None."""
     counts: dict[Any, int] = {}
@@ -648,8 +689,13 @@ def most_common(values: Iterable[Any]) -> Any:
     return max(counts, key=counts.__getitem__) if counts else None
 
 
-def build_session(messages: Sequence[Message], fmt: str, *, tools: Sequence[Mapping[str, Any]] = (),
-                  metadata: Mapping[str, Any] | None = None) -> Session:
+def build_session(
+    messages: Sequence[Message],
+    fmt: str,
+    *,
+    tools: Sequence[Mapping[str, Any]] = (),
+    metadata: Mapping[str, Any] | None = None,
+) -> Session:
     """A Session with the common metadata filled in (model, usage totals) when not given.
 
     Compaction markers (`compaction_marker`) are removed from `messages` and recorded in
@@ -679,8 +725,6 @@ def display_path(path: str, root: str | None = None) -> str:
         except ValueError:
             pass
     return os.path.basename(path)
-
-
 
 
 def new_message(path: str, where: str, line: int | None, **fields: Any) -> Message:

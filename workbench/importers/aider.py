@@ -44,8 +44,12 @@ _CONFIRM = re.compile(r"\(Y\)es/\(N\)o.*\[[^\]]*\]:\s*\S*$")
 _THINKING = re.compile(r"<(thinking-content-[0-9a-f]+)>(.*?)(?:</\1>|\Z)", re.DOTALL)
 _EDIT_ERROR = "The LLM did not conform to the edit format."
 _SENDING_COMMANDS = ("/ask", "/code", "/architect", "/context")
-_USAGE_KEYS = {"sent": "prompt_tokens", "received": "completion_tokens", "cache write": "cache_write_tokens",
-               "cache hit": "cache_read_tokens"}
+_USAGE_KEYS = {
+    "sent": "prompt_tokens",
+    "received": "completion_tokens",
+    "cache write": "cache_write_tokens",
+    "cache hit": "cache_read_tokens",
+}
 
 
 def detect(path: str, head: bytes | str) -> bool:
@@ -71,9 +75,11 @@ def load(path: str) -> list[Session]:
     text = read_text(path)
     lines = text.splitlines()
     if text.lstrip("\ufeff \t\r\n").startswith(("{", "[")) or not any(
-            _START.match(line) or line.startswith("#### ") for line in lines):
-        raise FormatError(path, "no '# aider chat started at' header and no '#### ' user line", line=1,
-                          expected=EXPECTED)
+        _START.match(line) or line.startswith("#### ") for line in lines
+    ):
+        raise FormatError(
+            path, "no '# aider chat started at' header and no '#### ' user line", line=1, expected=EXPECTED
+        )
     reader = _Reader(strict=any(line.endswith("  ") and line.startswith(("#### ", "> ")) for line in lines))
     for line in lines:
         reader.feed(line)
@@ -202,8 +208,9 @@ def _output(chat: _Chat, entries: list[str]) -> None:
         if error_follows and entry.strip() and not entry.startswith(("http://", "https://")):
             _keep_output(chat, "\n".join(kept))
             kept, error_follows = [], False
-            chat.messages.append({"role": "user", "content": entry.strip("\n"),
-                                  "metadata": {"aider_reflection": "edit_format_error"}})
+            chat.messages.append(
+                {"role": "user", "content": entry.strip("\n"), "metadata": {"aider_reflection": "edit_format_error"}}
+            )
             continue
         _status(chat, entry)
         kept.append(entry)
@@ -253,6 +260,11 @@ def _number(value: str, scale: str) -> int:
 
 def _session(chat: _Chat) -> Session:
     messages = [Message(role=m["role"], content=m["content"], metadata=m["metadata"]) for m in chat.messages]
-    meta = {"started_at": chat.started_at, "model": chat.model, "aider_version": chat.version,
-            "aider_preamble": "\n".join(chat.preamble) or None, "aider_commands": chat.commands or None}
+    meta = {
+        "started_at": chat.started_at,
+        "model": chat.model,
+        "aider_version": chat.version,
+        "aider_preamble": "\n".join(chat.preamble) or None,
+        "aider_commands": chat.commands or None,
+    }
     return build_session(messages, FORMAT, metadata=meta)

@@ -43,9 +43,15 @@ from ._common import (
 
 FORMAT = "anthropic"
 EXPECTED = "an Anthropic Messages request: {model, system, messages: [{role, content}], tools}"
-_RESULT_TYPES = ("tool_result", "web_search_tool_result", "web_fetch_tool_result",
-                 "code_execution_tool_result", "bash_code_execution_tool_result",
-                 "text_editor_code_execution_tool_result", "mcp_tool_result")
+_RESULT_TYPES = (
+    "tool_result",
+    "web_search_tool_result",
+    "web_fetch_tool_result",
+    "code_execution_tool_result",
+    "bash_code_execution_tool_result",
+    "text_editor_code_execution_tool_result",
+    "mcp_tool_result",
+)
 _CALL_TYPES = ("tool_use", "server_tool_use", "mcp_tool_use")
 
 
@@ -55,8 +61,9 @@ def detect(path: str, head: bytes | str) -> bool:
     text = head_text(head)
     if not text.startswith(("{", "[")) or not has_key(text, "messages"):
         return False
-    return (has_key(text, "system", "anthropic_version", "input_schema")
-            or has_value(text, "type", "tool_use", "tool_result", "thinking", "redacted_thinking"))
+    return has_key(text, "system", "anthropic_version", "input_schema") or has_value(
+        text, "type", "tool_use", "tool_result", "thinking", "redacted_thinking"
+    )
 
 
 def load(path: str) -> list[Session]:
@@ -99,14 +106,22 @@ def _request_session(path: str, value: Any, line: int | None, where: str) -> Ses
         add_message(path, builder, raw, line, f"{where}, message {index}")
     response = request.get("response")
     if isinstance(response, dict) and isinstance(response.get("content"), (list, str)):
-        add_message(path, builder, {**response, "role": "assistant"}, line, f"{where}, response",
-                    metadata=response_metadata(response))
+        add_message(
+            path,
+            builder,
+            {**response, "role": "assistant"},
+            line,
+            f"{where}, response",
+            metadata=response_metadata(response),
+        )
     messages = builder.messages()
     if not messages:
         raise FormatError(path, f"{where} has no messages", line=line, expected=EXPECTED)
-    meta = {"model": request.get("model") if isinstance(request.get("model"), str) else None,
-            "source_line": line,
-            "record_id": value.get("custom_id") if isinstance(value, dict) else None}
+    meta = {
+        "model": request.get("model") if isinstance(request.get("model"), str) else None,
+        "source_line": line,
+        "record_id": value.get("custom_id") if isinstance(value, dict) else None,
+    }
     return build_session(messages, FORMAT, tools=convert_tools(as_list(request.get("tools"))), metadata=meta)
 
 
@@ -123,8 +138,11 @@ def convert_tools(tools: list[Any]) -> list[dict[str, Any]]:
         if not isinstance(tool, dict):
             continue
         if "input_schema" in tool or ("name" in tool and "function" not in tool):
-            function = {"name": as_str(tool.get("name")), "description": as_str(tool.get("description")),
-                        "parameters": as_dict(tool.get("input_schema")) or {"type": "object", "properties": {}}}
+            function = {
+                "name": as_str(tool.get("name")),
+                "description": as_str(tool.get("description")),
+                "parameters": as_dict(tool.get("input_schema")) or {"type": "object", "properties": {}},
+            }
             out.append({"type": "function", "function": function})
         else:
             out.append(tool)
@@ -152,8 +170,17 @@ def tool_result_content(value: Any) -> str | list[dict[str, Any]]:
     return as_str(value)
 
 
-def add_message(path: str, builder: TurnBuilder, raw: Any, line: int | None, where: str, *,
-                key: Any = None, metadata: Mapping[str, Any] | None = None, between_lines: bool = False) -> None:
+def add_message(
+    path: str,
+    builder: TurnBuilder,
+    raw: Any,
+    line: int | None,
+    where: str,
+    *,
+    key: Any = None,
+    metadata: Mapping[str, Any] | None = None,
+    between_lines: bool = False,
+) -> None:
     """Feed one Anthropic message (`{role, content}`) into `builder`.
 
     User messages: tool_result blocks become tool results (with the message's `timestamp`),
@@ -181,8 +208,11 @@ def add_message(path: str, builder: TurnBuilder, raw: Any, line: int | None, whe
                 result_meta = _timestamp(meta)
                 if block.get("is_error"):
                     result_meta["is_error"] = True
-                builder.result(as_str(block.get("tool_use_id")) or None, tool_result_content(block.get("content")),
-                               metadata=result_meta)
+                builder.result(
+                    as_str(block.get("tool_use_id")) or None,
+                    tool_result_content(block.get("content")),
+                    metadata=result_meta,
+                )
             elif kind == "image":
                 parts.append(anthropic_image(block))
             elif kind == "text":
@@ -204,8 +234,9 @@ def _timestamp(metadata: Mapping[str, Any]) -> dict[str, Any]:
     return {"timestamp": metadata["timestamp"]} if metadata.get("timestamp") else {}
 
 
-def add_assistant(builder: TurnBuilder, content: Any, *, key: Any = None,
-                  metadata: Mapping[str, Any] | None = None) -> None:
+def add_assistant(
+    builder: TurnBuilder, content: Any, *, key: Any = None, metadata: Mapping[str, Any] | None = None
+) -> None:
     """One assistant message's blocks as a turn: text, calls, thinking and server results."""
     meta = dict(metadata or {})
     texts: list[str] = []
@@ -223,8 +254,13 @@ def add_assistant(builder: TurnBuilder, content: Any, *, key: Any = None,
         if kind == "text":
             texts.append(as_str(block.get("text")))
         elif kind in _CALL_TYPES:
-            calls.append(ToolCall(id=as_str(block.get("id")), name=as_str(block.get("name")),
-                                  arguments=dumps_args(block.get("input", {}))))
+            calls.append(
+                ToolCall(
+                    id=as_str(block.get("id")),
+                    name=as_str(block.get("name")),
+                    arguments=dumps_args(block.get("input", {})),
+                )
+            )
         elif kind in _RESULT_TYPES:
             results.append(block)
         elif kind == "thinking":
@@ -242,8 +278,11 @@ def add_assistant(builder: TurnBuilder, content: Any, *, key: Any = None,
     if redacted:
         turn.metadata["redacted_thinking"] = turn.metadata.get("redacted_thinking", 0) + redacted
     for block in results:
-        builder.result(as_str(block.get("tool_use_id")) or None, tool_result_content(block.get("content")),
-                       metadata=_timestamp(meta))
+        builder.result(
+            as_str(block.get("tool_use_id")) or None,
+            tool_result_content(block.get("content")),
+            metadata=_timestamp(meta),
+        )
 
 
 def response_metadata(message: Mapping[str, Any]) -> dict[str, Any]:

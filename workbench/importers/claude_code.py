@@ -45,8 +45,17 @@ from .anthropic import add_assistant, add_message, response_metadata
 
 FORMAT = "claude-code"
 EXPECTED = "Claude Code transcript lines ({type, uuid, parentUuid, sessionId, message})"
-_LINE_TYPES = ("user", "assistant", "system", "summary", "progress", "file-history-snapshot",
-               "queue-operation", "custom-title", "tag")
+_LINE_TYPES = (
+    "user",
+    "assistant",
+    "system",
+    "summary",
+    "progress",
+    "file-history-snapshot",
+    "queue-operation",
+    "custom-title",
+    "tag",
+)
 _MARKER_TYPES = ("summary", "file-history-snapshot", "queue-operation")
 
 
@@ -136,8 +145,7 @@ def _kind(key: Any, in_subagents: bool) -> str:
     return "subagent" if in_subagents else "sidechain"
 
 
-def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: str,
-                    titles: list[str]) -> Session | None:
+def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: str, titles: list[str]) -> Session | None:
     builder = TurnBuilder()
     boundary: dict[str, Any] | None = None
     for number, record in lines:
@@ -146,22 +154,28 @@ def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: st
             if record.get("subtype") == "compact_boundary":
                 compact = record.get("compactMetadata")
                 compact = compact if isinstance(compact, dict) else {}
-                marker = compaction_marker(trigger=compact.get("trigger"), tokens_before=compact.get("preTokens"),
-                                           timestamp=record.get("timestamp"))
+                marker = compaction_marker(
+                    trigger=compact.get("trigger"),
+                    tokens_before=compact.get("preTokens"),
+                    timestamp=record.get("timestamp"),
+                )
                 builder.add(marker)
                 boundary = marker_fields(marker)
             continue
         message = record.get("message")
         if not isinstance(message, dict):
-            raise FormatError(path, f"the {kind_of_line} line has no 'message' object", line=number,
-                              expected="message: {role, content}")
+            raise FormatError(
+                path,
+                f"the {kind_of_line} line has no 'message' object",
+                line=number,
+                expected="message: {role, content}",
+            )
         meta: dict[str, Any] = {"timestamp": record.get("timestamp")} if record.get("timestamp") else {}
         if kind_of_line == "assistant":
             meta.update(response_metadata(message))
             if record.get("isApiErrorMessage"):
                 meta["api_error"] = True
-            add_assistant(builder, message.get("content"), key=message.get("id") or record.get("uuid"),
-                          metadata=meta)
+            add_assistant(builder, message.get("content"), key=message.get("id") or record.get("uuid"), metadata=meta)
             boundary = None
             continue
         if record.get("isCompactSummary"):
@@ -174,8 +188,15 @@ def _thread_session(path: str, lines: list[tuple[int, dict[str, Any]]], kind: st
             continue
         if record.get("isMeta"):
             meta["is_meta"] = True
-        add_message(path, builder, {**message, "role": "user"}, number, f"line {number}", metadata=meta,
-                    between_lines=bool(record.get("isMeta")))
+        add_message(
+            path,
+            builder,
+            {**message, "role": "user"},
+            number,
+            f"line {number}",
+            metadata=meta,
+            between_lines=bool(record.get("isMeta")),
+        )
     messages = builder.messages()
     if not any(m.role in ("user", "assistant") for m in messages):
         return None

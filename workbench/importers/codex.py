@@ -50,8 +50,17 @@ from ._common import (
 FORMAT = "codex"
 EXPECTED = "Codex rollout lines ({timestamp, type, payload})"
 _LINE_TYPES = ("session_meta", "response_item", "event_msg", "turn_context", "compacted")
-_ITEM_TYPES = ("message", "reasoning", "function_call", "function_call_output", "custom_tool_call",
-               "custom_tool_call_output", "local_shell_call", "local_shell_call_output", "web_search_call")
+_ITEM_TYPES = (
+    "message",
+    "reasoning",
+    "function_call",
+    "function_call_output",
+    "custom_tool_call",
+    "custom_tool_call_output",
+    "local_shell_call",
+    "local_shell_call_output",
+    "web_search_call",
+)
 _ASSISTANT_ITEMS = ("reasoning", "function_call", "custom_tool_call", "local_shell_call", "web_search_call")
 
 
@@ -109,9 +118,14 @@ def load(path: str) -> list[Session]:
 
 
 def _session_meta(builder: TurnBuilder, payload: dict[str, Any], meta: dict[str, Any]) -> None:
-    for key, name in (("id", "session_id"), ("cwd", "cwd"), ("cli_version", "version"),
-                      ("originator", "originator"), ("model_provider", "model_provider"),
-                      ("timestamp", "started_at")):
+    for key, name in (
+        ("id", "session_id"),
+        ("cwd", "cwd"),
+        ("cli_version", "version"),
+        ("originator", "originator"),
+        ("model_provider", "model_provider"),
+        ("timestamp", "started_at"),
+    ):
         if payload.get(key) is not None and name not in meta:
             meta[name] = payload[key]
     base = payload.get("base_instructions")
@@ -139,14 +153,20 @@ def _event(builder: TurnBuilder, payload: dict[str, Any], meta: dict[str, Any], 
 
 def _compacted(builder: TurnBuilder, payload: dict[str, Any], state: dict[str, Any], timestamp: Any) -> None:
     trigger = payload.get("trigger")
-    builder.add(compaction_marker(
-        trigger=trigger if isinstance(trigger, str) else None, tokens_before=state.get("context_tokens"),
-        summary=as_str(payload.get("message")), timestamp=timestamp,
-        replacement_history_length=len(as_list(payload.get("replacement_history"))) or None))
+    builder.add(
+        compaction_marker(
+            trigger=trigger if isinstance(trigger, str) else None,
+            tokens_before=state.get("context_tokens"),
+            summary=as_str(payload.get("message")),
+            timestamp=timestamp,
+            replacement_history_length=len(as_list(payload.get("replacement_history"))) or None,
+        )
+    )
 
 
-def _item(path: str, builder: TurnBuilder, item: dict[str, Any], state: dict[str, Any], line: int,
-          timestamp: Any) -> None:
+def _item(
+    path: str, builder: TurnBuilder, item: dict[str, Any], state: dict[str, Any], line: int, timestamp: Any
+) -> None:
     kind = item.get("type")
     role = item.get("role")
     assistant_side = kind in _ASSISTANT_ITEMS or (kind == "message" and role == "assistant")
@@ -169,16 +189,24 @@ def _item(path: str, builder: TurnBuilder, item: dict[str, Any], state: dict[str
     state["in_turn"] = False
     builder.end_turn()
     if kind in ("function_call_output", "custom_tool_call_output", "local_shell_call_output"):
-        builder.result(as_str(item.get("call_id")) or None, _output(item.get("output")),
-                       metadata={"timestamp": timestamp} if timestamp else None)
+        builder.result(
+            as_str(item.get("call_id")) or None,
+            _output(item.get("output")),
+            metadata={"timestamp": timestamp} if timestamp else None,
+        )
     elif kind == "message":
         content = _content(item.get("content"))
         mapped = "user" if role == "user" else "system" if role in ("developer", "system") else None
         if mapped is None:
-            raise FormatError(path, f"a message item has role {role!r}", line=line,
-                              expected="role user, developer, system or assistant")
-        builder.add(Message(role=mapped, content=frozen(content),
-                            metadata={"timestamp": timestamp} if timestamp else {}))
+            raise FormatError(
+                path,
+                f"a message item has role {role!r}",
+                line=line,
+                expected="role user, developer, system or assistant",
+            )
+        builder.add(
+            Message(role=mapped, content=frozen(content), metadata={"timestamp": timestamp} if timestamp else {})
+        )
 
 
 def _call(item: dict[str, Any]) -> ToolCall:
@@ -187,8 +215,11 @@ def _call(item: dict[str, Any]) -> ToolCall:
     if kind == "function_call":
         return ToolCall(id=call_id, name=as_str(item.get("name")), arguments=dumps_args(item.get("arguments")))
     if kind == "custom_tool_call":
-        return ToolCall(id=call_id, name=as_str(item.get("name")),
-                        arguments=json.dumps({"input": item.get("input")}, ensure_ascii=False))
+        return ToolCall(
+            id=call_id,
+            name=as_str(item.get("name")),
+            arguments=json.dumps({"input": item.get("input")}, ensure_ascii=False),
+        )
     if kind == "local_shell_call":
         return ToolCall(id=call_id, name="local_shell", arguments=dumps_args(item.get("action")))
     return ToolCall(id=call_id, name="web_search", arguments=dumps_args(item.get("action")))

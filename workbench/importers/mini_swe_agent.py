@@ -64,15 +64,22 @@ def load(path: str) -> list[Session]:
             extra_keys = sorted(set(raw) - _BARE_KEYS) if isinstance(raw, dict) else []
             if extra_keys or (isinstance(raw, dict) and not isinstance(raw.get("content"), str)):
                 problem = f"has key {extra_keys[0]!r}" if extra_keys else "has no text content"
-                raise FormatError(path, f"message {index} {problem}: not a bare mini-swe-agent trajectory",
-                                  expected="a list of {role, content} messages with text content")
-    elif isinstance(data, dict) and isinstance(data.get("messages"), list) and (
-            "info" in data or any(k in data for k in _MARKERS)):
+                raise FormatError(
+                    path,
+                    f"message {index} {problem}: not a bare mini-swe-agent trajectory",
+                    expected="a list of {role, content} messages with text content",
+                )
+    elif (
+        isinstance(data, dict)
+        and isinstance(data.get("messages"), list)
+        and ("info" in data or any(k in data for k in _MARKERS))
+    ):
         raw_messages, info = data["messages"], as_dict(data.get("info"))
         extra_meta = {"trajectory_format": data.get("trajectory_format"), "instance_id": data.get("instance_id")}
     else:
-        raise FormatError(path, "no 'messages' list with 'info' or 'trajectory_format' in the trajectory",
-                          expected=EXPECTED)
+        raise FormatError(
+            path, "no 'messages' list with 'info' or 'trajectory_format' in the trajectory", expected=EXPECTED
+        )
     builder = TurnBuilder()
     exit_record: dict[str, Any] | None = None
     for index, raw in enumerate(raw_messages):
@@ -81,8 +88,11 @@ def load(path: str) -> list[Session]:
             raise FormatError(path, f"{where} is not an object", expected="{role, content}")
         if raw.get("role") == "exit":
             extra = as_dict(raw.get("extra"))
-            exit_record = {"content": as_str(raw.get("content")), "exit_status": extra.get("exit_status"),
-                           "submission": extra.get("submission")}
+            exit_record = {
+                "content": as_str(raw.get("content")),
+                "exit_status": extra.get("exit_status"),
+                "submission": extra.get("submission"),
+            }
             continue
         _message(path, builder, raw, where)
     messages = builder.messages()
@@ -144,5 +154,8 @@ def _message(path: str, builder: TurnBuilder, raw: dict[str, Any], where: str) -
 
 def _call(raw: dict[str, Any]) -> ToolCall:
     function = as_dict(raw.get("function"))
-    return ToolCall(id=as_str(raw.get("id")), name=as_str(function.get("name") or raw.get("name")),
-                    arguments=dumps_args(function.get("arguments", raw.get("arguments"))))
+    return ToolCall(
+        id=as_str(raw.get("id")),
+        name=as_str(function.get("name") or raw.get("name")),
+        arguments=dumps_args(function.get("arguments", raw.get("arguments"))),
+    )

@@ -41,11 +41,26 @@ from ._common import (
 
 FORMAT = "openai"
 EXPECTED = "OpenAI chat messages: a list of {role, content} or an object with 'messages'"
-_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant",
-          "tool": "tool", "function": "tool"}
+_ROLES = {
+    "system": "system",
+    "developer": "system",
+    "user": "user",
+    "assistant": "assistant",
+    "tool": "tool",
+    "function": "tool",
+}
 _WRAPPERS = ("body", "request", "params")
-_FOREIGN_PARTS = frozenset({"tool_use", "tool_result", "thinking", "redacted_thinking", "server_tool_use",
-                            "web_search_tool_result", "document"})
+_FOREIGN_PARTS = frozenset(
+    {
+        "tool_use",
+        "tool_result",
+        "thinking",
+        "redacted_thinking",
+        "server_tool_use",
+        "web_search_tool_result",
+        "document",
+    }
+)
 
 
 def detect(path: str, head: bytes | str) -> bool:
@@ -78,8 +93,9 @@ def iter_sessions(path: str) -> Iterator[Session]:
         for index, item in enumerate(value):
             record = _unwrap(item)
             if record is None:
-                raise FormatError(path, f"item {index} is neither a message nor an object with 'messages'",
-                                  expected=EXPECTED)
+                raise FormatError(
+                    path, f"item {index} is neither a message nor an object with 'messages'", expected=EXPECTED
+                )
             yield _record_session(path, record, None, f"item {index}")
         return
     record = _unwrap(value)
@@ -88,8 +104,11 @@ def iter_sessions(path: str) -> Iterator[Session]:
             yield _session(path, [value], {}, None, "the object")
             return
         messages = value.get("messages") if isinstance(value, dict) else None
-        problem = ("the JSON document has no 'messages'" if messages is None
-                   else f"the JSON document's 'messages' is a {type(messages).__name__}, not a list")
+        problem = (
+            "the JSON document has no 'messages'"
+            if messages is None
+            else f"the JSON document's 'messages' is a {type(messages).__name__}, not a list"
+        )
         raise FormatError(path, problem, expected=EXPECTED)
     yield _record_session(path, record, None, "the object")
 
@@ -108,8 +127,13 @@ def _iter_jsonl(path: str) -> Iterator[Session]:
             loose_line = loose_line or number
             loose.append((number, value))
         else:
-            expected = ("an object with 'messages' on every line" if mode == "sessions"
-                        else "a message object with 'role' on every line" if mode == "messages" else EXPECTED)
+            expected = (
+                "an object with 'messages' on every line"
+                if mode == "sessions"
+                else "a message object with 'role' on every line"
+                if mode == "messages"
+                else EXPECTED
+            )
             raise FormatError(path, "the line is not a chat session or message", line=number, expected=expected)
     if loose:
         yield _session(path, [v for _, v in loose], {}, None, "the file", lines=[n for n, _ in loose])
@@ -180,8 +204,16 @@ def _response_message(response: Any) -> dict[str, Any] | None:
     return message
 
 
-def _session(path: str, raw_messages: list[Any], meta: dict[str, Any], line: int | None, where: str,
-             *, tools: list[Any] | None = None, lines: list[int] | None = None) -> Session:
+def _session(
+    path: str,
+    raw_messages: list[Any],
+    meta: dict[str, Any],
+    line: int | None,
+    where: str,
+    *,
+    tools: list[Any] | None = None,
+    lines: list[int] | None = None,
+) -> Session:
     if lines:
         messages = [_message(path, raw, lines[i], "the message") for i, raw in enumerate(raw_messages)]
     else:
@@ -230,8 +262,10 @@ def _message(path: str, raw: Any, line: int | None, where: str, index: int | Non
         types = (p.get("type") for p in content if isinstance(p, dict))
         foreign = next((t for t in types if t in _FOREIGN_PARTS), None)
         if foreign is not None:
-            raise fail(f"has a content part of type {foreign!r} (Anthropic's blocks, not OpenAI chat parts)",
-                       "OpenAI content parts (text, image_url, input_audio, file, refusal)")
+            raise fail(
+                f"has a content part of type {foreign!r} (Anthropic's blocks, not OpenAI chat parts)",
+                "OpenAI content parts (text, image_url, input_audio, file, refusal)",
+            )
     tool_call_id = raw.get("tool_call_id") if role == "tool" else None
     name = raw.get("name")
     try:

@@ -77,17 +77,33 @@ from ._common import (
 )
 
 FORMAT = "openhands"
-EXPECTED = ("OpenHands events (a list of action/observation events, V1 kind-tagged events, "
-            "or eval/resolver lines with 'history')")
+EXPECTED = (
+    "OpenHands events (a list of action/observation events, V1 kind-tagged events, "
+    "or eval/resolver lines with 'history')"
+)
 _SKIP_ACTIONS = ("recall", "change_agent_state", "null")
 _FLAT_DROP = ("action", "observation", "action_risk", "is_confirmed", "security_risk", "confirmation_state")
-_RUN_TAGS = {"run": ("execute_bash", "command"), "run_ipython": ("execute_ipython", "code"),
-             "browse": ("execute_browse", "url"), "browse_interactive": ("execute_browse", "browser_actions")}
+_RUN_TAGS = {
+    "run": ("execute_bash", "command"),
+    "run_ipython": ("execute_ipython", "code"),
+    "browse": ("execute_browse", "url"),
+    "browse_interactive": ("execute_browse", "browser_actions"),
+}
 _SKIP_OBSERVATIONS = ("null", "agent_state_changed", "recall", "agent_condensation")
 _V1_RESULTS = ("ObservationEvent", "UserRejectObservation", "AgentErrorEvent")
-_V1_EVENTS = ("ActionEvent", "ObservationEvent", "MessageEvent", "SystemPromptEvent",
-              "ConversationStateUpdateEvent", "AgentErrorEvent", "UserRejectObservation",
-              "Condensation", "CondensationSummaryEvent", "CondensationRequest", "PauseEvent")
+_V1_EVENTS = (
+    "ActionEvent",
+    "ObservationEvent",
+    "MessageEvent",
+    "SystemPromptEvent",
+    "ConversationStateUpdateEvent",
+    "AgentErrorEvent",
+    "UserRejectObservation",
+    "Condensation",
+    "CondensationSummaryEvent",
+    "CondensationRequest",
+    "PauseEvent",
+)
 
 
 def detect(path: str, head: bytes | str) -> bool:
@@ -106,17 +122,20 @@ def detect(path: str, head: bytes | str) -> bool:
             return not history or any(_is_history_item(e) for e in history[:5])
         if text.startswith("[") and "role" in record:
             return False
-    return (has_key(text, "tool_call_metadata", "llm_response_id")
-            or has_value(text, "kind", *_V1_EVENTS)
-            or (has_key(text, "observation") and has_key(text, "cause")))
+    return (
+        has_key(text, "tool_call_metadata", "llm_response_id")
+        or has_value(text, "kind", *_V1_EVENTS)
+        or (has_key(text, "observation") and has_key(text, "cause"))
+    )
 
 
 def _is_event(record: dict[str, Any]) -> bool:
     kind = record.get("kind")
     if isinstance(kind, str) and (kind in _V1_EVENTS or kind.endswith("Event")):
         return True
-    return ("action" in record or "observation" in record) and ("source" in record or "id" in record
-                                                                or "cause" in record or "args" in record)
+    return ("action" in record or "observation" in record) and (
+        "source" in record or "id" in record or "cause" in record or "args" in record
+    )
 
 
 def _whole_object(text: str) -> dict[str, Any] | None:
@@ -155,8 +174,9 @@ def iter_sessions(path: str) -> Iterator[Session]:
             elif isinstance(value, dict) and _is_event(value):
                 events.append(value)
             else:
-                raise FormatError(path, "the line is neither an event nor an eval instance", line=number,
-                                  expected=EXPECTED)
+                raise FormatError(
+                    path, "the line is neither an event nor an eval instance", line=number, expected=EXPECTED
+                )
         if events:
             yield _events_session(path, events, {}, None, "the file")
         return
@@ -204,14 +224,29 @@ def _instance_session(path: str, record: dict[str, Any], line: int | None) -> Se
         "error": record.get("error") if isinstance(record.get("error"), str) else None,
     }
     if issue:
-        meta.update({"openhands_kind": "resolver", "issue_title": issue.get("title"),
-                     "issue_type": record.get("issue_type"),
-                     "success": record.get("success") if isinstance(record.get("success"), bool) else None})
-    usages = {hashable(u.get("response_id")): u for u in as_list(metrics.get("token_usages"))
-              if isinstance(u, dict) and u.get("response_id")}
+        meta.update(
+            {
+                "openhands_kind": "resolver",
+                "issue_title": issue.get("title"),
+                "issue_type": record.get("issue_type"),
+                "success": record.get("success") if isinstance(record.get("success"), bool) else None,
+            }
+        )
+    usages = {
+        hashable(u.get("response_id")): u
+        for u in as_list(metrics.get("token_usages"))
+        if isinstance(u, dict) and u.get("response_id")
+    }
     instruction = record.get("instruction")
-    return _events_session(path, record["history"], meta, line, "history", usages=usages,
-                           instruction=instruction if isinstance(instruction, str) else None)
+    return _events_session(
+        path,
+        record["history"],
+        meta,
+        line,
+        "history",
+        usages=usages,
+        instruction=instruction if isinstance(instruction, str) else None,
+    )
 
 
 def _issue_id(issue: dict[str, Any]) -> str | None:
@@ -222,8 +257,16 @@ def _issue_id(issue: dict[str, Any]) -> str | None:
     return f"{owner}{issue['repo']}#{issue['number']}"
 
 
-def _events_session(path: str, events: list[Any], meta: dict[str, Any], line: int | None, where: str, *,
-                    usages: dict[str, Any] | None = None, instruction: str | None = None) -> Session:
+def _events_session(
+    path: str,
+    events: list[Any],
+    meta: dict[str, Any],
+    line: int | None,
+    where: str,
+    *,
+    usages: dict[str, Any] | None = None,
+    instruction: str | None = None,
+) -> Session:
     builder = TurnBuilder()
     state = _State(usages or {})
     events = _normalised(path, events, line, where)
@@ -257,16 +300,21 @@ def _normalised(path: str, events: list[Any], line: int | None, where: str) -> l
     for index, item in enumerate(events):
         for event in item if isinstance(item, list) and _is_history_item(item) else [item]:
             if not isinstance(event, dict):
-                raise FormatError(path, f"{where}[{index}] is not an object", line=line,
-                                  expected="an OpenHands event object")
+                raise FormatError(
+                    path, f"{where}[{index}] is not an object", line=line, expected="an OpenHands event object"
+                )
             if isinstance(event.get("kind"), str) or _is_event(event) or "extras" in event:
                 out.append(event)
             elif isinstance(event.get("action"), str) or isinstance(event.get("observation"), str):
                 out.append(flat.convert(event))
             else:
                 keys = ", ".join(sorted(map(str, event))[:6]) or "no keys"
-                raise FormatError(path, f"{where}[{index}] is not an OpenHands event (keys: {keys})", line=line,
-                                  expected="an event with 'action', 'observation' or 'kind'")
+                raise FormatError(
+                    path,
+                    f"{where}[{index}] is not an OpenHands event (keys: {keys})",
+                    line=line,
+                    expected="an event with 'action', 'observation' or 'kind'",
+                )
     return out
 
 
@@ -281,8 +329,7 @@ class _FlatSources:
         fields = {k: v for k, v in event.items() if k not in _FLAT_DROP}
         if isinstance(event.get("observation"), str):
             content = fields.pop("content", "")
-            return {"observation": event["observation"], "source": "environment", "content": content,
-                    "extras": fields}
+            return {"observation": event["observation"], "source": "environment", "content": content, "extras": fields}
         action = event["action"]
         source = "agent"
         if action == "message":
@@ -324,15 +371,24 @@ class _State:
         self.marker: dict[str, Any] | None = None
         self.marker_at = -1
 
-    def condensation(self, builder: TurnBuilder, event: dict[str, Any], summary: str, *, forgotten: int | None,
-                     summary_event: bool) -> None:
+    def condensation(
+        self, builder: TurnBuilder, event: dict[str, Any], summary: str, *, forgotten: int | None, summary_event: bool
+    ) -> None:
         """Record a condensation; a summary event right after its condensation completes it."""
-        if summary_event and self.marker is not None and self.marker_at == len(builder) and (
-                not self.marker["summary"] or self.marker["summary"] == summary):
+        if (
+            summary_event
+            and self.marker is not None
+            and self.marker_at == len(builder)
+            and (not self.marker["summary"] or self.marker["summary"] == summary)
+        ):
             self.marker["summary"] = summary
             return
-        marker = compaction_marker(trigger="manual" if self.requested_by == "user" else "auto", summary=summary,
-                                   timestamp=event.get("timestamp"), forgotten_events=forgotten)
+        marker = compaction_marker(
+            trigger="manual" if self.requested_by == "user" else "auto",
+            summary=summary,
+            timestamp=event.get("timestamp"),
+            forgotten_events=forgotten,
+        )
         builder.add(marker)
         self.marker = marker_fields(marker)
         self.marker_at = len(builder)
@@ -365,8 +421,11 @@ def _user_first(events: list[Any]) -> bool:
 
 
 def _is_system(event: dict[str, Any]) -> bool:
-    return event.get("kind") == "SystemPromptEvent" or event.get("action") == "system" or (
-        "kind" in event and event.get("kind") == "ConversationStateUpdateEvent")
+    return (
+        event.get("kind") == "SystemPromptEvent"
+        or event.get("action") == "system"
+        or ("kind" in event and event.get("kind") == "ConversationStateUpdateEvent")
+    )
 
 
 # --------------------------------------------------------------------------- V0
@@ -383,8 +442,7 @@ def _v0_action(builder: TurnBuilder, event: dict[str, Any], state: _State) -> No
         state.tools.extend(t for t in tools if isinstance(t, dict))
         return
     if action == "condensation":
-        state.condensation(builder, event, as_str(args.get("summary")), forgotten=_forgotten(args),
-                           summary_event=False)
+        state.condensation(builder, event, as_str(args.get("summary")), forgotten=_forgotten(args), summary_event=False)
         return
     if action == "condensation_request":
         state.requested_by = as_str(source) or "agent"
@@ -411,14 +469,21 @@ def _v0_action(builder: TurnBuilder, event: dict[str, Any], state: _State) -> No
     state.text_actions.add(hashable(event.get("id")))
 
 
-def _v0_call(builder: TurnBuilder, event: dict[str, Any], tcm: dict[str, Any], args: dict[str, Any],
-             state: _State) -> None:
+def _v0_call(
+    builder: TurnBuilder, event: dict[str, Any], tcm: dict[str, Any], args: dict[str, Any], state: _State
+) -> None:
     call_id = as_str(tcm.get("tool_call_id"))
     response = as_dict(tcm.get("model_response"))
     choice = as_dict(as_list(response.get("choices"))[0]) if as_list(response.get("choices")) else {}
     message = as_dict(choice.get("message"))
-    arguments = next((as_dict(c.get("function")).get("arguments") for c in as_list(message.get("tool_calls"))
-                      if isinstance(c, dict) and c.get("id") == call_id), None)
+    arguments = next(
+        (
+            as_dict(c.get("function")).get("arguments")
+            for c in as_list(message.get("tool_calls"))
+            if isinstance(c, dict) and c.get("id") == call_id
+        ),
+        None,
+    )
     if arguments is None:
         arguments = {k: v for k, v in args.items() if k != "thought"}
     response_id = response.get("id") or f"call:{call_id}"
@@ -437,8 +502,9 @@ def _v0_call(builder: TurnBuilder, event: dict[str, Any], tcm: dict[str, Any], a
         text = content_text(message.get("content")) or as_str(args.get("thought"))
         if text:
             turn.texts.append(text)
-    call = builder.add_call(turn, ToolCall(id=call_id, name=as_str(tcm.get("function_name")),
-                                           arguments=dumps_args(arguments)))
+    call = builder.add_call(
+        turn, ToolCall(id=call_id, name=as_str(tcm.get("function_name")), arguments=dumps_args(arguments))
+    )
     state.calls[hashable(event.get("id"))] = call.id
 
 
@@ -483,8 +549,13 @@ def _v1_event(builder: TurnBuilder, event: dict[str, Any], state: _State) -> Non
         meta = {**stamp, "is_error": True} if is_error else stamp
         builder.result(call_id or None, text, name=as_str(event.get("tool_name")) or None, metadata=meta)
     elif kind in ("Condensation", "CondensationSummaryEvent"):
-        state.condensation(builder, event, as_str(event.get("summary")), forgotten=_forgotten(event),
-                           summary_event=kind == "CondensationSummaryEvent")
+        state.condensation(
+            builder,
+            event,
+            as_str(event.get("summary")),
+            forgotten=_forgotten(event),
+            summary_event=kind == "CondensationSummaryEvent",
+        )
     elif kind == "CondensationRequest":
         state.requested_by = as_str(event.get("source")) or "agent"
     elif kind == "ConversationStateUpdateEvent" and event.get("key") == "stats":

@@ -80,21 +80,26 @@ class OutcomeMatch:
     def to_dict(self) -> dict[str, Any]:
         """Plain counts (for --json), with the unmatched instance ids."""
         resolved = sum(1 for o in self.attached.values() if o.resolved)
-        return {"source": self.source, "attached": len(self.attached), "resolved": resolved,
-                "instances_without_session": len(self.instances_without_session),
-                "sessions_without_outcome": len(self.sessions_without_outcome),
-                "unmatched_instances": list(self.instances_without_session)}
+        return {
+            "source": self.source,
+            "attached": len(self.attached),
+            "resolved": resolved,
+            "instances_without_session": len(self.instances_without_session),
+            "sessions_without_outcome": len(self.sessions_without_outcome),
+            "unmatched_instances": list(self.instances_without_session),
+        }
 
     def text(self) -> str:
         """One line: how many sessions got an outcome, and what matched nothing."""
         resolved = sum(1 for o in self.attached.values() if o.resolved)
-        text = (f"outcomes from {self.source or 'the table'}: attached to {len(self.attached)} session"
-                f"{'s' * (len(self.attached) != 1)} ({resolved} resolved)")
+        text = (
+            f"outcomes from {self.source or 'the table'}: attached to {len(self.attached)} session"
+            f"{'s' * (len(self.attached) != 1)} ({resolved} resolved)"
+        )
         if self.instances_without_session:
             shown = ", ".join(self.instances_without_session[:3])
             more = ", ..." if len(self.instances_without_session) > 3 else ""
-            text += (f"; {len(self.instances_without_session)} instance(s) in the file have no session "
-                     f"({shown}{more})")
+            text += f"; {len(self.instances_without_session)} instance(s) in the file have no session ({shown}{more})"
         if self.sessions_without_outcome:
             text += f"; {len(self.sessions_without_outcome)} session(s) have no row"
         return text
@@ -119,16 +124,23 @@ def read_outcomes(path: str | os.PathLike[str]) -> OutcomeTable:
     try:
         handle = open(name, encoding="utf-8-sig", newline="")
     except OSError as exc:
-        raise FormatError(name, f"cannot read the outcomes file: {exc.strerror or exc}",
-                          expected="a CSV file with a header: instance_id,resolved,patch_applied") from exc
+        raise FormatError(
+            name,
+            f"cannot read the outcomes file: {exc.strerror or exc}",
+            expected="a CSV file with a header: instance_id,resolved,patch_applied",
+        ) from exc
     with handle:
         reader = csv.reader(handle)
         header = next(reader, None)
         columns = [c.strip() for c in header] if header else []
         wanted = [c for c in OUTCOME_COLUMNS if c in columns]
         if INSTANCE_KEY not in columns or not wanted:
-            raise FormatError(name, f"the header is {','.join(columns) or 'empty'}", line=1,
-                              expected=f"a header naming {INSTANCE_KEY} and {' and/or '.join(OUTCOME_COLUMNS)}")
+            raise FormatError(
+                name,
+                f"the header is {','.join(columns) or 'empty'}",
+                line=1,
+                expected=f"a header naming {INSTANCE_KEY} and {' and/or '.join(OUTCOME_COLUMNS)}",
+            )
         at = {c: columns.index(c) for c in (INSTANCE_KEY, *wanted)}
         outcomes: dict[str, Outcome] = {}
         first_line: dict[str, int] = {}
@@ -137,14 +149,22 @@ def read_outcomes(path: str | os.PathLike[str]) -> OutcomeTable:
             if not any(cell.strip() for cell in row):
                 continue
             if len(row) != len(columns):
-                raise FormatError(name, f"the row has {len(row)} cells", line=line,
-                                  expected=f"{len(columns)} cells, as in the header ({','.join(columns)})")
+                raise FormatError(
+                    name,
+                    f"the row has {len(row)} cells",
+                    line=line,
+                    expected=f"{len(columns)} cells, as in the header ({','.join(columns)})",
+                )
             instance = row[at[INSTANCE_KEY]].strip()
             if not instance:
                 raise FormatError(name, "the row has no instance id", line=line, expected=f"a value for {INSTANCE_KEY}")
             if instance in outcomes:
-                raise FormatError(name, f"instance {instance!r} is listed again (first on line {first_line[instance]})",
-                                  line=line, expected="one row per instance")
+                raise FormatError(
+                    name,
+                    f"instance {instance!r} is listed again (first on line {first_line[instance]})",
+                    line=line,
+                    expected="one row per instance",
+                )
             values = {c: _boolean(row[at[c]], name, line, c) for c in wanted}
             outcomes[instance] = Outcome(instance, **values)
             first_line[instance] = line
@@ -166,5 +186,9 @@ def match_outcomes(table: OutcomeTable, instances: Iterable[tuple[str, str | Non
         attached[session_id] = outcome
         seen.add(outcome.instance_id)
     missing = tuple(i for i in table.outcomes if i not in seen)
-    return OutcomeMatch(attached=attached, instances_without_session=missing, sessions_without_outcome=tuple(without),
-                        source=os.path.basename(table.path))
+    return OutcomeMatch(
+        attached=attached,
+        instances_without_session=missing,
+        sessions_without_outcome=tuple(without),
+        source=os.path.basename(table.path),
+    )

@@ -70,10 +70,15 @@ def load(path: str) -> list[Session]:
         raise FormatError(path, "the history is empty", expected=EXPECTED)
     info = as_dict(data.get("info"))
     stats = as_dict(info.get("model_stats"))
-    totals = {name: stats[key] for key, name in (("tokens_sent", "prompt_tokens"),
-                                                  ("tokens_received", "completion_tokens"),
-                                                  ("api_calls", "api_calls"))
-              if isinstance(stats.get(key), int)}
+    totals = {
+        name: stats[key]
+        for key, name in (
+            ("tokens_sent", "prompt_tokens"),
+            ("tokens_received", "completion_tokens"),
+            ("api_calls", "api_calls"),
+        )
+        if isinstance(stats.get(key), int)
+    }
     meta: dict[str, Any] = {
         "model": _model(data.get("replay_config")),
         "instance_id": _instance_id(path, data),
@@ -131,8 +136,9 @@ def _missing_steps(history: list[Any], steps: list[dict[str, Any]]) -> list[tupl
         for index in range(len(steps) - 1, -1, -1):
             step = steps[index]
             if as_str(step.get("action")).strip() == action and (
-                    not exact or as_str(step.get("response")).strip() in texts):
-                return list(enumerate(steps))[index + 1:]
+                not exact or as_str(step.get("response")).strip() in texts
+            ):
+                return list(enumerate(steps))[index + 1 :]
     return []
 
 
@@ -144,19 +150,24 @@ def _step(builder: TurnBuilder, step: dict[str, Any], index: int, with_calls: bo
     observation = as_str(step.get("observation"))
     if not with_calls:
         builder.add(Message(role="assistant", content=response, metadata=meta))
-        builder.add(Message(role="user", content=observation,
-                            metadata={"message_type": "observation", "from_trajectory": True}))
+        builder.add(
+            Message(role="user", content=observation, metadata={"message_type": "observation", "from_trajectory": True})
+        )
         return
     turn = builder.assistant(text=response, metadata=meta)
-    call = builder.add_call(turn, ToolCall(id=f"trajectory_step_{index}", name="bash",
-                                           arguments=dumps_args({"command": action.strip()})))
+    call = builder.add_call(
+        turn, ToolCall(id=f"trajectory_step_{index}", name="bash", arguments=dumps_args({"command": action.strip()}))
+    )
     builder.result(call.id, observation, metadata={"message_type": "observation", "from_trajectory": True})
 
 
 def _call(raw: dict[str, Any]) -> ToolCall:
     function = as_dict(raw.get("function"))
-    return ToolCall(id=as_str(raw.get("id")), name=as_str(function.get("name") or raw.get("name")),
-                    arguments=dumps_args(function.get("arguments", raw.get("arguments"))))
+    return ToolCall(
+        id=as_str(raw.get("id")),
+        name=as_str(function.get("name") or raw.get("name")),
+        arguments=dumps_args(function.get("arguments", raw.get("arguments"))),
+    )
 
 
 def _model(replay_config: Any) -> str | None:

@@ -40,8 +40,11 @@ def detect(path: str, head: bytes | str) -> bool:
 
 
 def _is_record(record: dict[str, Any]) -> bool:
-    return ({"id", "dataset", "messages", "probes"} <= record.keys() and record.keys() <= _RECORD_KEYS
-            and isinstance(record["messages"], list))
+    return (
+        {"id", "dataset", "messages", "probes"} <= record.keys()
+        and record.keys() <= _RECORD_KEYS
+        and isinstance(record["messages"], list)
+    )
 
 
 def _gunzip_head(data: bytes) -> bytes:
@@ -66,8 +69,9 @@ def iter_sessions(path: str) -> Iterator[Session]:
         try:
             text = raw.decode("utf-8-sig" if number == 1 else "utf-8")
         except UnicodeDecodeError as exc:
-            raise FormatError(path, f"the bytes at offset {exc.start} are not valid UTF-8", line=number,
-                              expected="UTF-8 text") from None
+            raise FormatError(
+                path, f"the bytes at offset {exc.start} are not valid UTF-8", line=number, expected="UTF-8 text"
+            ) from None
         record = loads(path, text, EXPECTED, line=number)
         yield _session(path, record, number)
     if not seen:
@@ -100,9 +104,17 @@ def _session(path: str, record: Any, line: int) -> Session:
     tools = record.get("tools") or []
     metadata = record.get("metadata") or {}
     if not isinstance(tools, list) or not all(isinstance(t, dict) for t in tools) or not isinstance(metadata, dict):
-        raise FormatError(path, "'tools' must be a list of objects and 'metadata' an object", line=line,
-                          expected=EXPECTED)
+        raise FormatError(
+            path, "'tools' must be a list of objects and 'metadata' an object", line=line, expected=EXPECTED
+        )
     if not messages:
         raise FormatError(path, "the session record has no messages", line=line, expected=EXPECTED)
-    return Session(messages=messages, id=str(record.get("id") or ""), dataset=str(record.get("dataset") or FORMAT),
-                   format=FORMAT, tools=tuple(tools), probes=probes, metadata=metadata)
+    return Session(
+        messages=messages,
+        id=str(record.get("id") or ""),
+        dataset=str(record.get("dataset") or FORMAT),
+        format=FORMAT,
+        tools=tuple(tools),
+        probes=probes,
+        metadata=metadata,
+    )

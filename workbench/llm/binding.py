@@ -120,14 +120,17 @@ class GatewayAPI(Protocol):
 
     def join_flight(self, key: str) -> tuple[Flight, bool]: ...
 
-    def land(self, key: str, flight: Flight, *, result: Completion | None = None,
-             error: BaseException | None = None) -> None: ...
+    def land(
+        self, key: str, flight: Flight, *, result: Completion | None = None, error: BaseException | None = None
+    ) -> None: ...
 
     def note_unknown_cost(self, model: str) -> None: ...
 
     def http_client(self) -> Any: ...
 
     def warm_up(self) -> None: ...
+
+
 _Plan = Generator[_Step, Any, Completion]
 
 
@@ -146,8 +149,11 @@ def capped_output(params: Mapping[str, Any], max_tokens: int | None) -> dict[str
     if max_tokens is None:
         return out
     derived = int(max_tokens)
-    user_keys = [key for key in OUTPUT_LIMIT_OPTIONS
-                 if isinstance(out.get(key), (int, float)) and not isinstance(out.get(key), bool)]
+    user_keys = [
+        key
+        for key in OUTPUT_LIMIT_OPTIONS
+        if isinstance(out.get(key), (int, float)) and not isinstance(out.get(key), bool)
+    ]
     if not user_keys:
         out["max_tokens"] = derived
     for key in user_keys:
@@ -168,8 +174,10 @@ class BoundModel:
         if reserved:
             from workbench.errors import ConfigError
 
-            raise ConfigError(f"model {model!r}: option(s) {', '.join(reserved)} cannot be set "
-                              f"(the gateway sets the model and messages, and does not stream)")
+            raise ConfigError(
+                f"model {model!r}: option(s) {', '.join(reserved)} cannot be set "
+                f"(the gateway sets the model and messages, and does not stream)"
+            )
         params, transport, own = split_options(self.options)
         if "api_key_env" in own and "api_key" not in transport:
             variable = str(own["api_key_env"])
@@ -211,24 +219,40 @@ class BoundModel:
 
     # -- requests and answers --
 
-    def _request(self, messages: Sequence[Any], max_tokens: int | None, repeat: int | None,
-                 validate: Validator | None = None) -> _Request:
+    def _request(
+        self, messages: Sequence[Any], max_tokens: int | None, repeat: int | None, validate: Validator | None = None
+    ) -> _Request:
         plain = plain_messages(messages)
         params = capped_output(self._params, max_tokens)
         repeat = self.repeat if repeat is None else int(repeat)
         material_json = canonical_json(key_material(self.model, plain, params, repeat, self.api_base))
         key = hashlib.sha256(material_json.encode()).hexdigest()
-        kwargs = {**params, **self._transport, "model": self.model, "messages": plain,
-                  "timeout": self.timeout, "num_retries": 0, "max_retries": 0}
+        kwargs = {
+            **params,
+            **self._transport,
+            "model": self.model,
+            "messages": plain,
+            "timeout": self.timeout,
+            "num_retries": 0,
+            "max_retries": 0,
+        }
         return _Request(key, material_json, kwargs, self.use_cache, validate)
 
     def cache_key(self, messages: Sequence[Any], *, max_tokens: int | None = None, repeat: int | None = None) -> str:
         return self._request(messages, max_tokens, repeat).key
 
     def _hit(self, entry: CacheEntry) -> Completion:
-        return Completion(text=entry.text, model=self.model, input_tokens=entry.input_tokens,
-                          output_tokens=entry.output_tokens, cost_usd=entry.cost_usd, cache_hit=True,
-                          finish_reason=entry.finish_reason, duration_s=entry.duration_s, attempts=0)
+        return Completion(
+            text=entry.text,
+            model=self.model,
+            input_tokens=entry.input_tokens,
+            output_tokens=entry.output_tokens,
+            cost_usd=entry.cost_usd,
+            cache_hit=True,
+            finish_reason=entry.finish_reason,
+            duration_s=entry.duration_s,
+            attempts=0,
+        )
 
     def _parse(self, response: Any, messages: list[dict[str, Any]], duration: float, attempts: int) -> Completion:
         choices = getattr(response, "choices", None)
@@ -240,8 +264,11 @@ class BoundModel:
         finish_reason = getattr(choice, "finish_reason", None)
         if content is None:
             what = "tool calls instead of text" if getattr(message, "tool_calls", None) else "content: null"
-            raise BadResponse(f"{self.model}: the response has {what} (finish_reason={finish_reason!r})",
-                              model=self.model, attempts=attempts)
+            raise BadResponse(
+                f"{self.model}: the response has {what} (finish_reason={finish_reason!r})",
+                model=self.model,
+                attempts=attempts,
+            )
         if not isinstance(content, str):  # a list of content parts
             content = "".join(part.get("text", "") if isinstance(part, Mapping) else str(part) for part in content)
         usage = getattr(response, "usage", None)
@@ -254,15 +281,30 @@ class BoundModel:
             input_tokens = count_tokens(messages, "heuristic")
             output_tokens = count_tokens(content, "heuristic")
         if self.prices.given or self.model not in self.gateway.unknown_cost_models:
-            cost = call_cost(load_litellm(), self.model, response, input_tokens, output_tokens,
-                             estimated=estimated, prices=self.prices)
+            cost = call_cost(
+                load_litellm(),
+                self.model,
+                response,
+                input_tokens,
+                output_tokens,
+                estimated=estimated,
+                prices=self.prices,
+            )
         else:  # the local price map does not change: a model it lacked once, it lacks again
             cost = None
         if cost is None:
             self.gateway.note_unknown_cost(self.model)
-        return Completion(text=content, model=self.model, input_tokens=input_tokens, output_tokens=output_tokens,
-                          cost_usd=cost, cache_hit=False, finish_reason=finish_reason, duration_s=duration,
-                          attempts=attempts)
+        return Completion(
+            text=content,
+            model=self.model,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+            cost_usd=cost,
+            cache_hit=False,
+            finish_reason=finish_reason,
+            duration_s=duration,
+            attempts=attempts,
+        )
 
     def _store(self, request: _Request, completion: Completion) -> None:
         """Count the call, and cache its answer unless no caller can use it (`CacheEntry.usable`):
@@ -270,15 +312,21 @@ class BoundModel:
         self.gateway.count(calls=1, cost_usd=completion.cost_usd or 0.0)
         if not request.use_cache:
             return
-        entry = CacheEntry(text=completion.text, input_tokens=completion.input_tokens,
-                           output_tokens=completion.output_tokens, cost_usd=completion.cost_usd,
-                           finish_reason=completion.finish_reason, duration_s=completion.duration_s)
+        entry = CacheEntry(
+            text=completion.text,
+            input_tokens=completion.input_tokens,
+            output_tokens=completion.output_tokens,
+            cost_usd=completion.cost_usd,
+            finish_reason=completion.finish_reason,
+            duration_s=completion.duration_s,
+        )
         if not request.usable(entry):
             log.info("%s: not caching an unusable answer (finish_reason=%r)", self.model, completion.finish_reason)
             return
         try:
-            self.gateway.cache.put(request.key, self.model, request.material_json, entry,
-                                   replace=request.stored_rejected)
+            self.gateway.cache.put(
+                request.key, self.model, request.material_json, entry, replace=request.stored_rejected
+            )
         except Exception as exc:
             log.warning("could not store a response of %s in the cache: %s", self.model, redact(str(exc)))
 
@@ -388,8 +436,7 @@ class BoundModel:
                 response, duration = yield _Attempt(request)
                 return self._parse(response, request.kwargs["messages"], duration, attempt)
             except Exception as exc:
-                error = classify(exc, model=self.model, attempts=attempt, secrets=self._secrets,
-                                 api_base=self.api_base)
+                error = classify(exc, model=self.model, attempts=attempt, secrets=self._secrets, api_base=self.api_base)
             if self.gateway.retry.gives_up(error, attempt, self.max_attempts):
                 raise self._failed(error, attempt) from None
             self.gateway.count(retries=1)
@@ -451,8 +498,15 @@ class BoundModel:
 
     # -- public calls --
 
-    def complete(self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None,
-                 repeat: int | None = None, validate: Validator | None = None) -> Completion:
+    def complete(
+        self,
+        messages: Sequence[Any],
+        *,
+        purpose: str = "summary",
+        max_tokens: int | None = None,
+        repeat: int | None = None,
+        validate: Validator | None = None,
+    ) -> Completion:
         """Answer `messages` (from the cache when possible); raises an `LLMError` when it fails for good.
 
         `purpose` ("summary", "probe", "judge", ...) is for logs only: it is not sent, nor part of
@@ -460,13 +514,25 @@ class BoundModel:
         """
         return self._run(self._plan(self._request(messages, max_tokens, repeat, validate), looked_up=False))
 
-    async def acomplete(self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None,
-                        repeat: int | None = None, validate: Validator | None = None) -> Completion:
+    async def acomplete(
+        self,
+        messages: Sequence[Any],
+        *,
+        purpose: str = "summary",
+        max_tokens: int | None = None,
+        repeat: int | None = None,
+        validate: Validator | None = None,
+    ) -> Completion:
         """`complete` for asyncio (`litellm.acompletion`); the same cache, limits and retries."""
         return await self._arun(self._plan(self._request(messages, max_tokens, repeat, validate), looked_up=False))
 
-    def _prefetch(self, batch: Sequence[Sequence[Any]], max_tokens: int | None, repeat: int | None,
-                  validate: Validator | None = None) -> tuple[list[_Request], list[Completion | None]]:
+    def _prefetch(
+        self,
+        batch: Sequence[Sequence[Any]],
+        max_tokens: int | None,
+        repeat: int | None,
+        validate: Validator | None = None,
+    ) -> tuple[list[_Request], list[Completion | None]]:
         """Build the requests and answer the cached ones with one cache query."""
         requests = [self._request(messages, max_tokens, repeat, validate) for messages in batch]
         hits: list[Completion | None] = [None] * len(requests)
@@ -482,9 +548,16 @@ class BoundModel:
                 self.gateway.count(cache_hits=count)
         return requests, hits
 
-    async def acomplete_many(self, batch: Sequence[Sequence[Any]], *, purpose: str = "summary",
-                             max_tokens: int | None = None, repeat: int | None = None,
-                             return_exceptions: bool = False, validate: Validator | None = None) -> list[Any]:
+    async def acomplete_many(
+        self,
+        batch: Sequence[Sequence[Any]],
+        *,
+        purpose: str = "summary",
+        max_tokens: int | None = None,
+        repeat: int | None = None,
+        return_exceptions: bool = False,
+        validate: Validator | None = None,
+    ) -> list[Any]:
         """Answer every message list concurrently (bounded by the model's limiter); results in input order.
 
         The cache is asked once for the whole batch; only the misses reach the model.
@@ -499,12 +572,20 @@ class BoundModel:
             request = requests[index]
             return await self._arun(self._plan(request, looked_up=True, repeated=request.key in repeated))
 
-        return list(await asyncio.gather(*(answer(i) for i in range(len(requests))),
-                                         return_exceptions=return_exceptions))
+        return list(
+            await asyncio.gather(*(answer(i) for i in range(len(requests))), return_exceptions=return_exceptions)
+        )
 
-    def complete_many(self, batch: Sequence[Sequence[Any]], *, purpose: str = "summary",
-                      max_tokens: int | None = None, repeat: int | None = None,
-                      max_workers: int | None = None, validate: Validator | None = None) -> list[Completion]:
+    def complete_many(
+        self,
+        batch: Sequence[Sequence[Any]],
+        *,
+        purpose: str = "summary",
+        max_tokens: int | None = None,
+        repeat: int | None = None,
+        max_workers: int | None = None,
+        validate: Validator | None = None,
+    ) -> list[Completion]:
         """The synchronous path from a pool of threads; results in input order (the first error is raised)."""
         requests, hits = self._prefetch(batch, max_tokens, repeat, validate)
         misses = [i for i, hit in enumerate(hits) if hit is None]
@@ -514,9 +595,10 @@ class BoundModel:
             workers = max_workers or max(1, min(len(misses), self.limiter.limit))
             with ThreadPoolExecutor(workers, thread_name_prefix="llm") as pool:
                 repeated = _repeated_keys(requests)
-                answers = pool.map(lambda i: self._run(self._plan(
-                    requests[i], looked_up=True, repeated=requests[i].key in repeated)), misses)
+                answers = pool.map(
+                    lambda i: self._run(self._plan(requests[i], looked_up=True, repeated=requests[i].key in repeated)),
+                    misses,
+                )
                 for index, completion in zip(misses, answers, strict=True):
                     hits[index] = completion
         return [hit for hit in hits if hit is not None]
-

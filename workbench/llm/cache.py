@@ -24,21 +24,38 @@ from typing import Any, Protocol, runtime_checkable
 from workbench.compaction import REFUSED_FINISH_REASONS, unusable_answer
 from workbench.llm.options import GATEWAY_OPTIONS, TRANSPORT_OPTIONS, endpoint, is_secret_option, redact
 
-__all__ = ["KEY_VERSION", "Cache", "CacheEntry", "DuckDBCache", "MemoryCache", "cache_key", "canonical_json",
-           "key_material", "request_json"]
+__all__ = [
+    "KEY_VERSION",
+    "Cache",
+    "CacheEntry",
+    "DuckDBCache",
+    "MemoryCache",
+    "cache_key",
+    "canonical_json",
+    "key_material",
+    "request_json",
+]
 
 log = logging.getLogger("workbench.llm")
 
 KEY_VERSION = 1
 
 
-def key_material(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any],
-                 repeat: int = 0, api_base: str | None = None) -> dict[str, Any]:
+def key_material(
+    model: str,
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    repeat: int = 0,
+    api_base: str | None = None,
+) -> dict[str, Any]:
     """What the cache key hashes (and what `llm_cache.request` stores): no secrets, no transport
     but the endpoint (`options.endpoint(api_base)`, credentials stripped; absent without one, so
     the keys of a provider's default endpoint are those of earlier versions)."""
-    clean = {k: v for k, v in params.items() if v is not None and not is_secret_option(k)
-             and k not in TRANSPORT_OPTIONS and k not in GATEWAY_OPTIONS}
+    clean = {
+        k: v
+        for k, v in params.items()
+        if v is not None and not is_secret_option(k) and k not in TRANSPORT_OPTIONS and k not in GATEWAY_OPTIONS
+    }
     material = {"v": KEY_VERSION, "model": model, "messages": list(messages), "params": clean, "repeat": int(repeat)}
     where = endpoint(api_base)
     if where is not None:
@@ -57,8 +74,13 @@ def request_json(request: Mapping[str, Any] | str) -> str:
     return request if isinstance(request, str) else canonical_json(request)
 
 
-def cache_key(model: str, messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any], repeat: int = 0,
-              api_base: str | None = None) -> str:
+def cache_key(
+    model: str,
+    messages: Sequence[Mapping[str, Any]],
+    params: Mapping[str, Any],
+    repeat: int = 0,
+    api_base: str | None = None,
+) -> str:
     """The sha256 of the canonical JSON of `key_material(...)`."""
     return hashlib.sha256(canonical_json(key_material(model, messages, params, repeat, api_base)).encode()).hexdigest()
 
@@ -84,9 +106,14 @@ class CacheEntry:
     def from_row(cls, row: Sequence[Any]) -> CacheEntry:
         """The entry an `llm_cache` row holds, its `ENTRY_COLUMNS` in order (NULL counts read as 0)."""
         text, input_tokens, output_tokens, cost, finish, duration = row
-        return cls(text=text, input_tokens=int(input_tokens or 0), output_tokens=int(output_tokens or 0),
-                   cost_usd=None if cost is None else float(cost), finish_reason=finish,
-                   duration_s=float(duration or 0.0))
+        return cls(
+            text=text,
+            input_tokens=int(input_tokens or 0),
+            output_tokens=int(output_tokens or 0),
+            cost_usd=None if cost is None else float(cost),
+            finish_reason=finish,
+            duration_s=float(duration or 0.0),
+        )
 
 
 #: The `llm_cache` columns a `CacheEntry` is read from, in `CacheEntry.from_row` order.
@@ -99,8 +126,9 @@ class Cache(Protocol):
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]: ...
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
-            replace: bool = False) -> None:
+    def put(
+        self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *, replace: bool = False
+    ) -> None:
         """Store `entry` under `key` unless the key is there; `request` is what the key hashes, as
         key material or its canonical JSON (`request_json`). `replace=True` stores it whatever the
         key holds: the gateway passes it when its caller refused the stored answer."""
@@ -122,8 +150,9 @@ class MemoryCache:
         with self._lock:
             return {k: self._entries[k] for k in keys if k in self._entries}
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
-            replace: bool = False) -> None:
+    def put(
+        self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *, replace: bool = False
+    ) -> None:
         with self._lock:
             if replace or _replaces(self._entries.get(key), entry):
                 self._entries[key] = entry
@@ -143,8 +172,11 @@ def _replaces(stored: CacheEntry | None, entry: CacheEntry) -> bool:
 
 
 #: The SQL condition true of an `llm_cache` row holding an unusable answer (`CacheEntry.usable`).
-_UNUSABLE_ROW = (r"regexp_matches(coalesce(llm_cache.response_text, ''), '^\s*$') OR llm_cache.finish_reason IN ("
-                 + ", ".join(f"'{reason}'" for reason in sorted(REFUSED_FINISH_REASONS)) + ")")
+_UNUSABLE_ROW = (
+    r"regexp_matches(coalesce(llm_cache.response_text, ''), '^\s*$') OR llm_cache.finish_reason IN ("
+    + ", ".join(f"'{reason}'" for reason in sorted(REFUSED_FINISH_REASONS))
+    + ")"
+)
 
 
 class _ReadBatch:
@@ -180,13 +212,20 @@ class DuckDBCache:
     """
 
     _COLUMNS = ", ".join(ENTRY_COLUMNS)
-    _INSERT_COLUMNS = ("key, model, request, response_text, input_tokens, output_tokens, cost_usd, finish_reason, "
-                       "duration_s")
+    _INSERT_COLUMNS = (
+        "key, model, request, response_text, input_tokens, output_tokens, cost_usd, finish_reason, duration_s"
+    )
     _REPLACED = ", ".join(f"{column} = excluded.{column}" for column in ("model", "request", *ENTRY_COLUMNS))
     _ROWS_PER_STATEMENT = 200
 
-    def __init__(self, connection_or_path: Any = None, *, write_behind: bool = True, flush_interval: float = 0.25,
-                 batch_size: int = 256):
+    def __init__(
+        self,
+        connection_or_path: Any = None,
+        *,
+        write_behind: bool = True,
+        flush_interval: float = 0.25,
+        batch_size: int = 256,
+    ):
         from workbench import db
 
         self._hold: db.FileHold | None = None
@@ -270,12 +309,12 @@ class DuckDBCache:
     def _select(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         with self._database() as cursor:
             if len(keys) == 1:
-                rows = cursor.execute(f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key = ?",
-                                      [keys[0]]).fetchall()
+                rows = cursor.execute(f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key = ?", [keys[0]]).fetchall()
             else:
                 rows = cursor.execute(
                     f"SELECT key, {self._COLUMNS} FROM llm_cache WHERE key IN (SELECT unnest(?::VARCHAR[]))",
-                    [list(dict.fromkeys(keys))]).fetchall()
+                    [list(dict.fromkeys(keys))],
+                ).fetchall()
         return {row[0]: CacheEntry.from_row(row[1:]) for row in rows}
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
@@ -287,14 +326,24 @@ class DuckDBCache:
                     found[key] = self._pending[key][1]
         missing = [key for key in unique if key not in found]
         for start in range(0, len(missing), 1000):
-            found.update(self._select(missing[start:start + 1000]))
+            found.update(self._select(missing[start : start + 1000]))
         return found
 
-    def put(self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *,
-            replace: bool = False) -> None:
+    def put(
+        self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *, replace: bool = False
+    ) -> None:
         """Store `entry` under `key` unless the key holds a usable answer (`replace`: whatever it holds)."""
-        row = [key, model, request_json(request), entry.text, entry.input_tokens, entry.output_tokens, entry.cost_usd,
-               entry.finish_reason, entry.duration_s]
+        row = [
+            key,
+            model,
+            request_json(request),
+            entry.text,
+            entry.input_tokens,
+            entry.output_tokens,
+            entry.cost_usd,
+            entry.finish_reason,
+            entry.duration_s,
+        ]
         if not self.write_behind or self._closed:
             self._insert([(row, replace)])
             return
@@ -330,12 +379,13 @@ class DuckDBCache:
                 chosen = [row for row, replace in rows if replace is replacing]
                 condition = "" if replacing else f" WHERE {_UNUSABLE_ROW}"
                 for start in range(0, len(chosen), self._ROWS_PER_STATEMENT):
-                    chunk = chosen[start:start + self._ROWS_PER_STATEMENT]
+                    chunk = chosen[start : start + self._ROWS_PER_STATEMENT]
                     placeholders = ",".join(["(?, ?, ?, ?, ?, ?, ?, ?, ?)"] * len(chunk))
                     cursor.execute(
                         f"INSERT INTO llm_cache ({self._INSERT_COLUMNS}) VALUES {placeholders} "
                         f"ON CONFLICT (key) DO UPDATE SET {self._REPLACED}{condition}",
-                        [value for row in chunk for value in row])
+                        [value for row in chunk for value in row],
+                    )
 
     def flush(self) -> int:
         """Store the pending rows now; returns how many were written."""
@@ -377,4 +427,3 @@ class DuckDBCache:
                         self._cursor.close()
                     except Exception:
                         pass
-

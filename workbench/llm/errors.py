@@ -29,8 +29,16 @@ from workbench.errors import WorkbenchError
 from workbench.llm.options import redact
 from workbench.llm.retry import retry_after_seconds
 
-__all__ = ["AuthenticationFailed", "BadResponse", "ConnectionFailed", "LLMError", "ProviderError", "RateLimited",
-           "Timeout", "classify"]
+__all__ = [
+    "AuthenticationFailed",
+    "BadResponse",
+    "ConnectionFailed",
+    "LLMError",
+    "ProviderError",
+    "RateLimited",
+    "Timeout",
+    "classify",
+]
 
 
 class LLMError(WorkbenchError):
@@ -44,9 +52,18 @@ class LLMError(WorkbenchError):
     retryable = False
     malformed = False
 
-    def __init__(self, message: str, *, model: str | None = None, attempts: int = 0, status_code: int | None = None,
-                 retry_after: float | None = None, provider_error: str | None = None,
-                 retryable: bool | None = None, api_base: str | None = None):
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        attempts: int = 0,
+        status_code: int | None = None,
+        retry_after: float | None = None,
+        provider_error: str | None = None,
+        retryable: bool | None = None,
+        api_base: str | None = None,
+    ):
         super().__init__(message)
         self.model = model
         self.attempts = attempts
@@ -98,17 +115,42 @@ class ConnectionFailed(LLMError):
     """No connection could be made (refused, unknown host); never retried."""
 
 
-_JSON_ERROR = re.compile(r"Expecting value|Expecting property name|Unterminated string|Extra data|"
-                         r"Invalid control character|JSONDecodeError|Empty or invalid response")
-_MISSING_KEY = re.compile(r"missing credentials|api_key client option must be set|missing [\w ]*api[ _]?key|"
-                          r"no api[ _]?key|api[ _]?key (?:is )?(?:not set|not found|required)", re.IGNORECASE)
-_TIMEOUTS = frozenset({"Timeout", "APITimeoutError", "TimeoutException", "ReadTimeout", "ConnectTimeout",
-                       "TimeoutError", "PoolTimeout", "WriteTimeout"})
+_JSON_ERROR = re.compile(
+    r"Expecting value|Expecting property name|Unterminated string|Extra data|"
+    r"Invalid control character|JSONDecodeError|Empty or invalid response"
+)
+_MISSING_KEY = re.compile(
+    r"missing credentials|api_key client option must be set|missing [\w ]*api[ _]?key|"
+    r"no api[ _]?key|api[ _]?key (?:is )?(?:not set|not found|required)",
+    re.IGNORECASE,
+)
+_TIMEOUTS = frozenset(
+    {
+        "Timeout",
+        "APITimeoutError",
+        "TimeoutException",
+        "ReadTimeout",
+        "ConnectTimeout",
+        "TimeoutError",
+        "PoolTimeout",
+        "WriteTimeout",
+    }
+)
 _AUTH_ERRORS = frozenset({"AuthenticationError", "PermissionDeniedError"})
 _UNKNOWN_HOST = frozenset({"gaierror", "ClientConnectorDNSError", "NameResolutionError"})
 _NOT_CONNECTED = frozenset({"ConnectError", "ClientConnectorError", "ConnectionRefusedError", *_UNKNOWN_HOST})
-_DROPPED = frozenset({"APIConnectionError", "RemoteProtocolError", "ReadError", "ConnectionError",
-                      "ServerDisconnectedError", "ClientConnectionError", "ConnectionResetError", "ClientOSError"})
+_DROPPED = frozenset(
+    {
+        "APIConnectionError",
+        "RemoteProtocolError",
+        "ReadError",
+        "ConnectionError",
+        "ServerDisconnectedError",
+        "ClientConnectionError",
+        "ConnectionResetError",
+        "ClientOSError",
+    }
+)
 _SERVER_ERRORS = frozenset({"InternalServerError", "ServiceUnavailableError", "BadGatewayError", "APIError"})
 
 
@@ -132,9 +174,11 @@ def _status(exc: BaseException) -> int | None:
 def _headers(exc: BaseException) -> dict[str, str]:
     """Response headers of a LiteLLM exception (1.106: `litellm_response_headers`; else `response.headers`)."""
     found: dict[str, str] = {}
-    for source in (getattr(getattr(exc, "response", None), "headers", None),
-                   getattr(exc, "headers", None),
-                   getattr(exc, "litellm_response_headers", None)):
+    for source in (
+        getattr(getattr(exc, "response", None), "headers", None),
+        getattr(exc, "headers", None),
+        getattr(exc, "litellm_response_headers", None),
+    ):
         if source:
             try:
                 found.update({str(k).lower(): str(v) for k, v in dict(source).items()})
@@ -152,23 +196,28 @@ def _named(model: str, api_base: str | None) -> str:
     return f"{model} at {api_base}" if api_base else model
 
 
-def _authentication_failed(what: str, message: str, common: dict[str, Any], *,
-                           status_code: int | None) -> AuthenticationFailed:
+def _authentication_failed(
+    what: str, message: str, common: dict[str, Any], *, status_code: int | None
+) -> AuthenticationFailed:
     return AuthenticationFailed(
         f"{_where(common['model'], common['api_base'])}: authentication failed ({what}): {message}; check the key "
         f"(the `api_key` or `api_key_env` option, or the provider's usual environment variable)",
-        **common, status_code=status_code)
+        **common,
+        status_code=status_code,
+    )
 
 
 def missing_key(model: str, api_base: str | None) -> AuthenticationFailed:
     """The error for a call that would go out without the key its provider requires (nothing is sent)."""
     common: dict[str, Any] = {"model": model, "attempts": 1, "provider_error": None, "api_base": api_base}
-    return _authentication_failed("no usable API key", "no API key was given and OPENAI_API_KEY is not set",
-                                  common, status_code=None)
+    return _authentication_failed(
+        "no usable API key", "no API key was given and OPENAI_API_KEY is not set", common, status_code=None
+    )
 
 
-def classify(exc: BaseException, *, model: str, attempts: int, secrets: Sequence[str] = (),
-             api_base: str | None = None) -> LLMError:
+def classify(
+    exc: BaseException, *, model: str, attempts: int, secrets: Sequence[str] = (), api_base: str | None = None
+) -> LLMError:
     """Map an exception raised by a LiteLLM call to the gateway's error types (retryable or not)."""
     if isinstance(exc, LLMError):
         return exc
@@ -194,16 +243,21 @@ def classify(exc: BaseException, *, model: str, attempts: int, secrets: Sequence
     if names & _NOT_CONNECTED or any(isinstance(e, (ConnectionRefusedError, socket.gaierror)) for e in chain):
         unknown_host = bool(names & _UNKNOWN_HOST) or any(isinstance(e, socket.gaierror) for e in chain)
         reason = "unknown host" if unknown_host else "connection refused"
-        return ConnectionFailed(f"{_where(model, api_base)}: cannot connect ({reason}): {message}; "
-                                f"is the server running and `api_base` right?", **common)
+        return ConnectionFailed(
+            f"{_where(model, api_base)}: cannot connect ({reason}): {message}; "
+            f"is the server running and `api_base` right?",
+            **common,
+        )
     if names & _DROPPED:
         return ProviderError(f"{who}: connection failed: {message}", **common, status_code=status, retryable=True)
     if status is not None and (status >= 500 or status in (409, 425)):
-        return ProviderError(f"{who}: provider error (HTTP {status}): {message}", **common, status_code=status,
-                             retryable=True)
+        return ProviderError(
+            f"{who}: provider error (HTTP {status}): {message}", **common, status_code=status, retryable=True
+        )
     if name in _SERVER_ERRORS:
         return ProviderError(f"{who}: provider error: {message}", **common, status_code=status, retryable=True)
     if status is not None:
-        return ProviderError(f"{who}: request rejected (HTTP {status}): {message}", **common, status_code=status,
-                             retryable=False)
+        return ProviderError(
+            f"{who}: request rejected (HTTP {status}): {message}", **common, status_code=status, retryable=False
+        )
     return ProviderError(f"{who}: call failed ({name}): {message}", **common, retryable=False)

@@ -32,12 +32,12 @@ log = logging.getLogger("workbench.llm")
 class GatewayStats:
     """Counters since the gateway was made (read `Gateway.stats`; updated under a lock)."""
 
-    requests: int = 0          # HTTP attempts (model calls actually made, retries included)
-    calls: int = 0             # logical calls that reached the model (not answered by the cache)
-    cache_hits: int = 0        # answered from the cache (or from an identical call in flight)
+    requests: int = 0  # HTTP attempts (model calls actually made, retries included)
+    calls: int = 0  # logical calls that reached the model (not answered by the cache)
+    cache_hits: int = 0  # answered from the cache (or from an identical call in flight)
     retries: int = 0
-    failures: int = 0          # calls that raised an LLMError
-    cost_usd: float = 0.0      # money spent by this gateway (known prices only)
+    failures: int = 0  # calls that raised an LLMError
+    cost_usd: float = 0.0  # money spent by this gateway (known prices only)
     unknown_cost_calls: int = 0
 
 
@@ -67,22 +67,39 @@ class Gateway:
     the same answer); defaults: dict of options applied to every model.
     """
 
-    def __init__(self, cache: Cache | str | os.PathLike[str] | None = None, *, concurrency: int | None = None,
-                 timeout: float | None = None, num_retries: int | None = None, backoff_base: float = 1.0,
-                 backoff_max: float = 60.0, max_retry_after: float = 120.0, retry_bad_response: bool = False,
-                 defaults: Mapping[str, Any] | None = None, seed: int | None = None):
+    def __init__(
+        self,
+        cache: Cache | str | os.PathLike[str] | None = None,
+        *,
+        concurrency: int | None = None,
+        timeout: float | None = None,
+        num_retries: int | None = None,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        max_retry_after: float = 120.0,
+        retry_bad_response: bool = False,
+        defaults: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+    ):
         if cache is None:
             cache = MemoryCache()
         elif isinstance(cache, (str, os.PathLike)):
             cache = DuckDBCache(cache)
         self.cache: Cache = cache
-        self.concurrency = int(concurrency if concurrency is not None
-                               else _env_number("WORKBENCH_LLM_CONCURRENCY", 8, int))
+        self.concurrency = int(
+            concurrency if concurrency is not None else _env_number("WORKBENCH_LLM_CONCURRENCY", 8, int)
+        )
         self.timeout = float(timeout if timeout is not None else _env_number("WORKBENCH_LLM_TIMEOUT", 120.0))
-        self.num_retries = int(num_retries if num_retries is not None
-                               else _env_number("WORKBENCH_LLM_NUM_RETRIES", 4, int))
-        self.retry = RetryPolicy(backoff_base=backoff_base, backoff_max=backoff_max, max_retry_after=max_retry_after,
-                                 retry_bad_response=retry_bad_response, seed=seed)
+        self.num_retries = int(
+            num_retries if num_retries is not None else _env_number("WORKBENCH_LLM_NUM_RETRIES", 4, int)
+        )
+        self.retry = RetryPolicy(
+            backoff_base=backoff_base,
+            backoff_max=backoff_max,
+            max_retry_after=max_retry_after,
+            retry_bad_response=retry_bad_response,
+            seed=seed,
+        )
         self.defaults = dict(defaults or {})
         self.stats = GatewayStats()
         self.unknown_cost_models: set[str] = set()
@@ -147,8 +164,9 @@ class Gateway:
             flight = self._flights[key] = Flight()
             return flight, True
 
-    def land(self, key: str, flight: Flight, *, result: Completion | None = None,
-             error: BaseException | None = None) -> None:
+    def land(
+        self, key: str, flight: Flight, *, result: Completion | None = None, error: BaseException | None = None
+    ) -> None:
         """End the led `flight` of `key`, handing its result (or error) to the callers waiting for it."""
         with self._lock:
             if self._flights.get(key) is flight:
@@ -162,8 +180,11 @@ class Gateway:
             self.unknown_cost_models.add(model)
             self.stats.unknown_cost_calls += 1
         if first:
-            log.warning("cost unknown for model %r: it is not in LiteLLM's price map; cost_usd is None "
-                        "(set input_cost_per_token/output_cost_per_token in its options to price it)", model)
+            log.warning(
+                "cost unknown for model %r: it is not in LiteLLM's price map; cost_usd is None "
+                "(set input_cost_per_token/output_cost_per_token in its options to price it)",
+                model,
+            )
 
     def http_client(self) -> Any:
         """The calling thread's connection pool lent to LiteLLM for synchronous calls
@@ -212,5 +233,3 @@ def set_default_gateway(gateway: Gateway | None) -> Gateway | None:
     with _default_lock:
         previous, _default = _default, gateway
         return previous
-
-

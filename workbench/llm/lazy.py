@@ -53,12 +53,14 @@ class LazyModel:
                 self._bound = bound
             return self._bound
 
-    def complete(self, messages: Sequence[Any], *, purpose: str = "summary",
-                 max_tokens: int | None = None) -> Completion:
+    def complete(
+        self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None
+    ) -> Completion:
         return self.bind().complete(messages, purpose=purpose, max_tokens=max_tokens)
 
-    async def acomplete(self, messages: Sequence[Any], *, purpose: str = "summary",
-                        max_tokens: int | None = None) -> Completion:
+    async def acomplete(
+        self, messages: Sequence[Any], *, purpose: str = "summary", max_tokens: int | None = None
+    ) -> Completion:
         return await self.bind().acomplete(messages, purpose=purpose, max_tokens=max_tokens)
 
     def __repr__(self) -> str:

@@ -11,32 +11,67 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["GATEWAY_OPTIONS", "RESERVED_OPTIONS", "TRANSPORT_OPTIONS", "endpoint", "is_secret_option",
-           "plain_messages", "redact", "secret_values", "split_options"]
+__all__ = [
+    "GATEWAY_OPTIONS",
+    "RESERVED_OPTIONS",
+    "TRANSPORT_OPTIONS",
+    "endpoint",
+    "is_secret_option",
+    "plain_messages",
+    "redact",
+    "secret_values",
+    "split_options",
+]
 
 #: Options the gateway consumes itself (never sent to LiteLLM).
-GATEWAY_OPTIONS = frozenset({
-    "concurrency", "repeat", "num_retries", "max_retries", "cache", "api_key_env",
-    "input_cost_per_token", "output_cost_per_token",
-})
+GATEWAY_OPTIONS = frozenset(
+    {
+        "concurrency",
+        "repeat",
+        "num_retries",
+        "max_retries",
+        "cache",
+        "api_key_env",
+        "input_cost_per_token",
+        "output_cost_per_token",
+    }
+)
 #: Options sent to LiteLLM that are not parameters of the answer (not among the cache key's params;
 #: the endpoint, `api_base`/`base_url`, enters the key apart: see `endpoint`).
-TRANSPORT_OPTIONS = frozenset({
-    "api_base", "base_url", "api_version", "timeout", "request_timeout", "stream_timeout", "extra_headers",
-    "headers", "organization", "client", "aws_region_name", "vertex_location", "vertex_project",
-    "metadata", "litellm_logging_obj", "drop_params",
-})
+TRANSPORT_OPTIONS = frozenset(
+    {
+        "api_base",
+        "base_url",
+        "api_version",
+        "timeout",
+        "request_timeout",
+        "stream_timeout",
+        "extra_headers",
+        "headers",
+        "organization",
+        "client",
+        "aws_region_name",
+        "vertex_location",
+        "vertex_project",
+        "metadata",
+        "litellm_logging_obj",
+        "drop_params",
+    }
+)
 #: Options a model's configuration may not set.
 RESERVED_OPTIONS = frozenset({"model", "messages", "stream"})
 
 _SECRET_NAME = re.compile(
     r"(?:^|_)(?:api_?key|key|keys|secret|secrets|password|passwd|pwd|token|credentials?|authorization|auth|cookie)(?:$|_)",
-    re.IGNORECASE)
+    re.IGNORECASE,
+)
 _SECRET_PATTERNS = (
     (re.compile(r"\b(sk|pk|rk)-[A-Za-z0-9_\-]{6,}"), r"\1-***"),
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9_\-.=:+/]{6,}"), r"\1 ***"),
-    (re.compile(r"(?i)((?:api[_-]?key|x-api-key|authorization|token|secret)[\"']?\s*[:=]\s*[\"']?)[^\"'\s,}&]{4,}"),
-     r"\1***"),
+    (
+        re.compile(r"(?i)((?:api[_-]?key|x-api-key|authorization|token|secret)[\"']?\s*[:=]\s*[\"']?)[^\"'\s,}&]{4,}"),
+        r"\1***",
+    ),
 )
 
 
@@ -47,14 +82,14 @@ def is_secret_option(name: str) -> bool:
 
 def _env_secrets(environ: Mapping[str, str] | None = None) -> list[str]:
     environ = os.environ if environ is None else environ
-    return [value for name, value in environ.items()
-            if value and len(value) >= 8 and is_secret_option(name.lower())]
+    return [value for name, value in environ.items() if value and len(value) >= 8 and is_secret_option(name.lower())]
 
 
 def redact(text: str, secrets: Iterable[str] = ()) -> str:
     """`text` with the given secret values, the environment's keys and key-like strings masked."""
-    for secret in sorted({s for s in (*secrets, *_env_secrets()) if isinstance(s, str) and len(s) >= 4},
-                         key=len, reverse=True):
+    for secret in sorted(
+        {s for s in (*secrets, *_env_secrets()) if isinstance(s, str) and len(s) >= 4}, key=len, reverse=True
+    ):
         text = text.replace(secret, "***")
     for pattern, replacement in _SECRET_PATTERNS:
         text = pattern.sub(replacement, text)

@@ -30,8 +30,16 @@ class Prices:
         return self.input_cost_per_token is not None or self.output_cost_per_token is not None
 
 
-def call_cost(litellm: Any, model: str, response: Any, input_tokens: int, output_tokens: int, *,
-              estimated: bool = False, prices: Prices = Prices()) -> float | None:
+def call_cost(
+    litellm: Any,
+    model: str,
+    response: Any,
+    input_tokens: int,
+    output_tokens: int,
+    *,
+    estimated: bool = False,
+    prices: Prices = Prices(),
+) -> float | None:
     """The cost of one answered call; None when the price is unknown.
 
     `estimated`: the token counts were estimated (the provider gave no usage), so the cost is
@@ -40,8 +48,9 @@ def call_cost(litellm: Any, model: str, response: Any, input_tokens: int, output
     if model.startswith(OFFLINE_PREFIX):
         return 0.0
     if prices.given:
-        return (input_tokens * float(prices.input_cost_per_token or 0.0)
-                + output_tokens * float(prices.output_cost_per_token or 0.0))
+        return input_tokens * float(prices.input_cost_per_token or 0.0) + output_tokens * float(
+            prices.output_cost_per_token or 0.0
+        )
     if not estimated:
         computed = _litellm_cost(response)
         if computed is not None:
@@ -49,7 +58,8 @@ def call_cost(litellm: Any, model: str, response: Any, input_tokens: int, output
     try:
         if estimated:
             prompt_cost, completion_cost = litellm.cost_per_token(
-                model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens)
+                model=model, prompt_tokens=input_tokens, completion_tokens=output_tokens
+            )
             return float(prompt_cost) + float(completion_cost)
         return float(litellm.completion_cost(completion_response=response, model=model))
     except Exception:  # LiteLLM raises for models missing from its map

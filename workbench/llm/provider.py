@@ -62,15 +62,19 @@ def handler_class(litellm_module: Any = None) -> type:
     class ExtractiveLLM(litellm.CustomLLM):  # type: ignore[name-defined]  # a base class known only at run time
         """`workbench/extractive`: answers every request with `extractive_summary` of its messages."""
 
-        def _respond(self, model: str, messages: list[dict[str, Any]],
-                     optional_params: Mapping[str, Any] | None) -> Any:
+        def _respond(
+            self, model: str, messages: list[dict[str, Any]], optional_params: Mapping[str, Any] | None
+        ) -> Any:
             name = model.split("/", 1)[1] if model.startswith(f"{PROVIDER}/") else model
             if name != extractive.MODEL:
                 from litellm.llms.custom_llm import CustomLLMError
 
-                raise CustomLLMError(status_code=404, message=(
-                    f"unknown model {PROVIDER}/{name}; the workbench provider serves only "
-                    f"{extractive.MODEL_STRING}"))
+                raise CustomLLMError(
+                    status_code=404,
+                    message=(
+                        f"unknown model {PROVIDER}/{name}; the workbench provider serves only {extractive.MODEL_STRING}"
+                    ),
+                )
             text = extractive.extractive_summary(messages, budget_tokens=_budget(optional_params))
             prompt_tokens = extractive.request_tokens(messages)
             completion_tokens = extractive.heuristic_tokens(text)
@@ -79,10 +83,12 @@ def handler_class(litellm_module: Any = None) -> type:
                 created=int(time.time()),
                 model=extractive.MODEL_STRING,
                 object="chat.completion",
-                choices=[{"index": 0, "finish_reason": "stop",
-                          "message": {"role": "assistant", "content": text}}],
-                usage=litellm.Usage(prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                                    total_tokens=prompt_tokens + completion_tokens),
+                choices=[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                usage=litellm.Usage(
+                    prompt_tokens=prompt_tokens,
+                    completion_tokens=completion_tokens,
+                    total_tokens=prompt_tokens + completion_tokens,
+                ),
             )
 
         def completion(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
@@ -94,10 +100,18 @@ def handler_class(litellm_module: Any = None) -> type:
         def _chunk(self, model: str, messages: list[dict[str, Any]], optional_params: Any) -> dict[str, Any]:
             response = self._respond(model, messages, optional_params)
             usage = response.usage
-            return {"text": response.choices[0].message.content, "is_finished": True, "finish_reason": "stop",
-                    "index": 0, "tool_use": None,
-                    "usage": {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
-                              "total_tokens": usage.total_tokens}}
+            return {
+                "text": response.choices[0].message.content,
+                "is_finished": True,
+                "finish_reason": "stop",
+                "index": 0,
+                "tool_use": None,
+                "usage": {
+                    "prompt_tokens": usage.prompt_tokens,
+                    "completion_tokens": usage.completion_tokens,
+                    "total_tokens": usage.total_tokens,
+                },
+            }
 
         def streaming(self, model: str, messages: list[dict[str, Any]], *args: Any, **kwargs: Any) -> Any:
             yield self._chunk(model, messages, kwargs.get("optional_params"))

@@ -22,9 +22,9 @@ __all__ = ["Failure", "RetryPolicy", "retry_after_seconds"]
 class Failure(Protocol):
     """What the policy reads from a failure (an `LLMError`)."""
 
-    retryable: bool             # another attempt may succeed
-    malformed: bool             # an unusable answer: retried only under `retry_bad_response`
-    retry_after: float | None   # the wait the provider asked for
+    retryable: bool  # another attempt may succeed
+    malformed: bool  # an unusable answer: retried only under `retry_bad_response`
+    retry_after: float | None  # the wait the provider asked for
 
 
 def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) -> float | None:
@@ -52,8 +52,15 @@ def retry_after_seconds(headers: Mapping[str, str], now: float | None = None) ->
 class RetryPolicy:
     """The gateway's retry decisions (one per gateway; thread-safe). `seed` makes the jitter reproducible."""
 
-    def __init__(self, *, backoff_base: float = 1.0, backoff_max: float = 60.0, max_retry_after: float = 120.0,
-                 retry_bad_response: bool = False, seed: int | None = None):
+    def __init__(
+        self,
+        *,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+        max_retry_after: float = 120.0,
+        retry_bad_response: bool = False,
+        seed: int | None = None,
+    ):
         self.backoff_base = float(backoff_base)
         self.backoff_max = float(backoff_max)
         self.max_retry_after = float(max_retry_after)

@@ -74,10 +74,15 @@ def pooled_handler(litellm: Any) -> Any:
     verify: Any = ssl(None) if ssl is not None else True
     cert = os.getenv("SSL_CERTIFICATE", getattr(litellm, "ssl_certificate", None))
     headers = getattr(http_handler, "get_default_headers", None)
-    client = httpx.Client(limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
-                          timeout=_FALLBACK_TIMEOUT, verify=verify, cert=cert, follow_redirects=True,
-                          headers=headers() if headers is not None else None,
-                          event_hooks={"request": [_take_slot], "response": [_give_slot_back]})
+    client = httpx.Client(
+        limits=httpx.Limits(max_connections=None, max_keepalive_connections=None),
+        timeout=_FALLBACK_TIMEOUT,
+        verify=verify,
+        cert=cert,
+        follow_redirects=True,
+        headers=headers() if headers is not None else None,
+        event_hooks={"request": [_take_slot], "response": [_give_slot_back]},
+    )
     return http_handler.HTTPHandler(client=client)
 
 

@@ -14,5 +14,18 @@ from workbench.quality import spend as _spend  # noqa: F401  (registers the spen
 from workbench.quality.facts import Fact, extract_facts, message_facts, normalize
 from workbench.quality.retention import CompactionFacts, RunFacts, analyse
 
-__all__ = ["CompactionFacts", "Fact", "RunFacts", "analyse", "continuation", "extract_facts", "judge",
-           "message_facts", "normalize", "probes", "recovery", "retention", "task_state"]
+__all__ = [
+    "CompactionFacts",
+    "Fact",
+    "RunFacts",
+    "analyse",
+    "continuation",
+    "extract_facts",
+    "judge",
+    "message_facts",
+    "normalize",
+    "probes",
+    "recovery",
+    "retention",
+    "task_state",
+]

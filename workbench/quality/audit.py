@@ -47,23 +47,37 @@ from workbench.tokens import count_tokens
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DEFAULT_CONFIG", "DEGRADATIONS", "MetricAudit", "audit_sessions", "audited_metrics",
-           "degrade"]
+__all__ = ["DEFAULT_CONFIG", "DEGRADATIONS", "MetricAudit", "audit_sessions", "audited_metrics", "degrade"]
 
-DEGRADATIONS: tuple[str, ...] = ("drop_task", "drop_constraints", "drop_progress_next", "keyword_list", "random_text",
-                                 "empty")
+DEGRADATIONS: tuple[str, ...] = (
+    "drop_task",
+    "drop_constraints",
+    "drop_progress_next",
+    "keyword_list",
+    "random_text",
+    "empty",
+)
 #: The task-state dimensions each dropping degradation removes.
-DROPPED: dict[str, tuple[str, ...]] = {"drop_task": ("task",), "drop_constraints": ("constraints",),
-                                       "drop_progress_next": ("progress", "next_step")}
+DROPPED: dict[str, tuple[str, ...]] = {
+    "drop_task": ("task",),
+    "drop_constraints": ("constraints",),
+    "drop_progress_next": ("progress", "next_step"),
+}
 #: The config of the sessions that recorded no compaction (a preset; see `workbench.presets`).
 DEFAULT_CONFIG = "goat-split-summary"
-RECORDED_CONFIG: dict[str, Any] = {"name": "as-recorded", "tokenizer": "cl100k_base", "context_limit": 200_000,
-                                   "max_output": 8192, "trigger": {"kind": "recorded"},
-                                   "strategy": {"kind": "recorded"}}
+RECORDED_CONFIG: dict[str, Any] = {
+    "name": "as-recorded",
+    "tokenizer": "cl100k_base",
+    "context_limit": 200_000,
+    "max_output": 8192,
+    "trigger": {"kind": "recorded"},
+    "strategy": {"kind": "recorded"},
+}
 _SENTENCE = re.compile(r"(?<=[.!?])\s+")
 
 
 # -- degradations --------------------------------------------------------------------------------
+
 
 def _written(before: Sequence[Message], after: Sequence[Message]) -> list[Message]:
     """The messages the compaction wrote (in `after`, not in `before`): its summary. A rewritten tool
@@ -123,8 +137,7 @@ def _without_statements(message: Message, items: Sequence[Any]) -> Message | Non
         return message
     lines = []
     for line in message.text.splitlines():
-        kept = [s for s in _SENTENCE.split(line)
-                if not any(covered_items(items, [Message(role="user", content=s)]))]
+        kept = [s for s in _SENTENCE.split(line) if not any(covered_items(items, [Message(role="user", content=s)]))]
         if kept:
             lines.append(" ".join(kept))
     text = "\n".join(lines)
@@ -134,8 +147,16 @@ def _without_statements(message: Message, items: Sequence[Any]) -> Message | Non
     return message.replace(content=text, origin=origin)
 
 
-def degrade(degradation: str, before: Sequence[Message], after: Sequence[Message], *, session: Session,
-            call_index: int, tokenizer: str = "cl100k_base", seed: int = 0) -> list[Message]:
+def degrade(
+    degradation: str,
+    before: Sequence[Message],
+    after: Sequence[Message],
+    *,
+    session: Session,
+    call_index: int,
+    tokenizer: str = "cl100k_base",
+    seed: int = 0,
+) -> list[Message]:
     """`after` (what a strategy returned for `before` at call `call_index`) degraded (see the module
     docstring); a degradation with nothing to act on returns `after` unchanged."""
     if degradation not in DEGRADATIONS:
@@ -148,8 +169,7 @@ def degrade(degradation: str, before: Sequence[Message], after: Sequence[Message
         sources = {id(session.messages[i.source]) for i in items if 0 <= i.source < len(session.messages)}
         out: list[Message] = []
         for message in after:
-            if id(message) in sources and message.role == "user" and not message.pinned \
-                    and not message.is_observation:
+            if id(message) in sources and message.role == "user" and not message.pinned and not message.is_observation:
                 continue
             changed = message if message.pinned else _without_statements(message, items)
             if changed is not None:
@@ -163,8 +183,11 @@ def degrade(degradation: str, before: Sequence[Message], after: Sequence[Message
         return [m for m in after if id(m) not in written_ids]
     removed = removed_from(before, after)
     budget = _tokens(written, tokenizer)
-    text = keyword_list(removed, budget, tokenizer) if degradation == "keyword_list" else \
-        random_text(removed, budget, tokenizer, seed)
+    text = (
+        keyword_list(removed, budget, tokenizer)
+        if degradation == "keyword_list"
+        else random_text(removed, budget, tokenizer, seed)
+    )
     replacement = written[0].replace(content=text)
     out = []
     for message in after:
@@ -205,8 +228,15 @@ class _Degraded:
             return after
         session = self._session[0]
         seed = zlib.crc32(f"{session.id}:{env.call_index}:{self.seed}".encode())
-        degraded = degrade(self.degradation, before, after, session=session, call_index=env.call_index,
-                           tokenizer=self.tokenizer, seed=seed)
+        degraded = degrade(
+            self.degradation,
+            before,
+            after,
+            session=session,
+            call_index=env.call_index,
+            tokenizer=self.tokenizer,
+            seed=seed,
+        )
         if [id(m) for m in degraded] != [id(m) for m in after]:
             self.changed.add(env.call_index)
         return degraded
@@ -230,6 +260,7 @@ class _AtCalls:
 
 # -- the audit -----------------------------------------------------------------------------------
 
+
 def audited_metrics(*, evaluator: bool = False) -> tuple[list[str], dict[str, str]]:
     """(the compaction-level quality metrics audited, {metric: why skipped}); model metrics only with an
     evaluator. Cost metrics (`workbench.metrics`) are not quality metrics and are left out, as are those
@@ -237,8 +268,12 @@ def audited_metrics(*, evaluator: bool = False) -> tuple[list[str], dict[str, st
     audited: list[str] = []
     skipped: dict[str, str] = {}
     for name, cls in kinds("metric").items():
-        if getattr(cls, "level", None) != "compaction" or getattr(cls, "direction", "none") == "none" \
-                or cls.__module__ == "workbench.metrics" or not getattr(cls, "reads_context", True):
+        if (
+            getattr(cls, "level", None) != "compaction"
+            or getattr(cls, "direction", "none") == "none"
+            or cls.__module__ == "workbench.metrics"
+            or not getattr(cls, "reads_context", True)
+        ):
             continue
         if getattr(cls, "requires_model", False) and not evaluator:
             skipped[name] = "needs a model: no evaluator configured"
@@ -273,8 +308,11 @@ class MetricAudit:
 
         rows = []
         for metric, shares in self.sensitivity.items():
-            row: dict[str, Any] = {"metric": metric, **{d: shares.get(d) for d in self.degradations},
-                                   "compactions": self.compared.get(metric, 0)}
+            row: dict[str, Any] = {
+                "metric": metric,
+                **{d: shares.get(d) for d in self.degradations},
+                "compactions": self.compared.get(metric, 0),
+            }
             if self.labelled:
                 row["label_agreement"] = self.agreement.get(metric)
             rows.append(row)
@@ -282,11 +320,18 @@ class MetricAudit:
         return pd.DataFrame(rows, columns=columns)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"sessions": self.sessions, "compactions": self.compactions, "degraded": dict(self.degraded),
-                "degradations": list(self.degradations),
-                "sensitivity": {m: dict(s) for m, s in self.sensitivity.items()}, "compared": dict(self.compared),
-                "agreement": dict(self.agreement), "labelled": self.labelled, "skipped": dict(self.skipped),
-                "notes": list(self.notes)}
+        return {
+            "sessions": self.sessions,
+            "compactions": self.compactions,
+            "degraded": dict(self.degraded),
+            "degradations": list(self.degradations),
+            "sensitivity": {m: dict(s) for m, s in self.sensitivity.items()},
+            "compared": dict(self.compared),
+            "agreement": dict(self.agreement),
+            "labelled": self.labelled,
+            "skipped": dict(self.skipped),
+            "notes": list(self.notes),
+        }
 
 
 def _config_for(session: Session, default: dict[str, Any]) -> dict[str, Any]:
@@ -304,8 +349,14 @@ def _above(intact: Any, degraded: Any, direction: str) -> bool:
     return intact > degraded if direction == "higher" else intact < degraded
 
 
-def audit_sessions(sessions: Sequence[Session], *, config: Mapping[str, Any] | str | None = None,
-                   evaluator: str | None = None, labels: pd.DataFrame | None = None, seed: int = 0) -> MetricAudit:
+def audit_sessions(
+    sessions: Sequence[Session],
+    *,
+    config: Mapping[str, Any] | str | None = None,
+    evaluator: str | None = None,
+    labels: pd.DataFrame | None = None,
+    seed: int = 0,
+) -> MetricAudit:
     """The audit of these sessions (see the module docstring). `config`: the config (dict or preset
     name) of the sessions without recorded compactions (default `DEFAULT_CONFIG`); `evaluator`: the
     model of the model metrics (they are skipped without one)."""
@@ -322,11 +373,14 @@ def audit_sessions(sessions: Sequence[Session], *, config: Mapping[str, Any] | s
     notes: list[str] = []
     recorded = [s for s in sessions if getattr(s, "recorded_compactions", ())]
     if recorded:
-        notes.append(f"{len(recorded)} sessions replayed at their recorded compactions with the recorded summaries "
-                     "(as-recorded)")
+        notes.append(
+            f"{len(recorded)} sessions replayed at their recorded compactions with the recorded summaries (as-recorded)"
+        )
     if len(recorded) < len(sessions):
-        notes.append(f"{len(sessions) - len(recorded)} sessions recorded no compaction: replayed under "
-                     f"{default.get('name', 'the given config')} (a summarizing config of the workbench)")
+        notes.append(
+            f"{len(sessions) - len(recorded)} sessions recorded no compaction: replayed under "
+            f"{default.get('name', 'the given config')} (a summarizing config of the workbench)"
+        )
     compactions = 0
     degraded: Counter[str] = Counter()
     for session in sessions:
@@ -364,8 +418,9 @@ def audit_sessions(sessions: Sequence[Session], *, config: Mapping[str, Any] | s
                 intact = rows["intact"].get(call, {}).get(metric)
                 if intact is None:
                     continue
-                values[metric].append((intact, {d: rows[d][call].get(metric) if call in rows[d] else _UNTESTED
-                                                for d in DEGRADATIONS}))
+                values[metric].append(
+                    (intact, {d: rows[d][call].get(metric) if call in rows[d] else _UNTESTED for d in DEGRADATIONS})
+                )
                 label = next((label_of[key] for h in hashed if (key := (session.id, h, event)) in label_of), None)
                 if label is not None:
                     labelled_values[metric].append((intact, label))
@@ -373,10 +428,17 @@ def audit_sessions(sessions: Sequence[Session], *, config: Mapping[str, Any] | s
 
     agreement = {m: _agreement(found, _direction(m)) for m, found in labelled_values.items()}
     labelled = max((len(v) for v in labelled_values.values()), default=0)
-    return MetricAudit(sensitivity=sensitivity, compared={m: len(v) for m, v in values.items()},
-                       compactions=compactions, sessions=len(sessions), degraded={d: degraded[d] for d in DEGRADATIONS},
-                       agreement=agreement if labelled else {},
-                       labelled=labelled, skipped=skipped, notes=tuple(notes))
+    return MetricAudit(
+        sensitivity=sensitivity,
+        compared={m: len(v) for m, v in values.items()},
+        compactions=compactions,
+        sessions=len(sessions),
+        degraded={d: degraded[d] for d in DEGRADATIONS},
+        agreement=agreement if labelled else {},
+        labelled=labelled,
+        skipped=skipped,
+        notes=tuple(notes),
+    )
 
 
 _UNTESTED = object()
@@ -394,9 +456,12 @@ def _labels(labels: pd.DataFrame | None) -> dict[tuple[str, str, int], str]:
     if labels is None or len(labels) == 0:
         return {}
     column = "compaction" if "compaction" in labels.columns else "compaction_index"
-    return {(str(s), str(h), int(c)): str(label).lower()
-            for s, h, c, label in zip(labels["session_id"], labels["config_hash"], labels[column], labels["label"],
-                                      strict=True)}
+    return {
+        (str(s), str(h), int(c)): str(label).lower()
+        for s, h, c, label in zip(
+            labels["session_id"], labels["config_hash"], labels[column], labels["label"], strict=True
+        )
+    }
 
 
 def _agreement(found: Sequence[tuple[Any, str]], direction: str) -> float | None:
@@ -404,8 +469,13 @@ def _agreement(found: Sequence[tuple[Any, str]], direction: str) -> float | None
     if not found:
         return None
     numbers = sorted(float(v) for v, _ in found)
-    median = numbers[len(numbers) // 2] if len(numbers) % 2 else (numbers[len(numbers) // 2 - 1]
-                                                                 + numbers[len(numbers) // 2]) / 2
-    agree = sum(((float(v) >= median) if direction == "higher" else (float(v) <= median)) == (label == "good")
-                for v, label in found)
+    median = (
+        numbers[len(numbers) // 2]
+        if len(numbers) % 2
+        else (numbers[len(numbers) // 2 - 1] + numbers[len(numbers) // 2]) / 2
+    )
+    agree = sum(
+        ((float(v) >= median) if direction == "higher" else (float(v) <= median)) == (label == "good")
+        for v, label in found
+    )
     return agree / len(found)

@@ -101,13 +101,16 @@ def _tools(session: Any) -> list[str]:
 
 def _hidden(sent: Transcript, recorded: ToolCall) -> bool:
     """Whether an argument value of the recorded call is in the context but not in what is sent."""
-    return any(sent.hides(value if isinstance(value, str) else json.dumps(value))
-               for value in _arguments(recorded.arguments).values())
+    return any(
+        sent.hides(value if isinstance(value, str) else json.dumps(value))
+        for value in _arguments(recorded.arguments).values()
+    )
 
 
 def continuations(result: Any) -> dict[int, float | None] | None:
     """Match by event index (compactions followed by a recorded tool call; None for one left
     unscored); None without an evaluator."""
+
     def compute() -> dict[int, float | None] | None:
         model = evaluator_model(result)
         if model is None:
@@ -130,24 +133,29 @@ def continuations(result: Any) -> dict[int, float | None] | None:
             if _hidden(sent, reply.tool_calls[0]):
                 hidden.append(index)
                 continue
-            messages = [{"role": "system", "content": SYSTEM},
-                        {"role": "user", "content": f"Available tools: {tools}\n\n<transcript>\n"
-                                                    f"{sent.text}\n</transcript>"}]
+            messages = [
+                {"role": "system", "content": SYSTEM},
+                {"role": "user", "content": f"Available tools: {tools}\n\n<transcript>\n{sent.text}\n</transcript>"},
+            ]
             asked[index] = (reply.tool_calls[0], messages)
         labels = [f"compaction {i} (call {result.compactions[i].call_index})" for i in asked]
-        completions = ask(result, model, [m for _, m in asked.values()], "continuation", check=_unreadable,
-                          labels=labels)
+        completions = ask(
+            result, model, [m for _, m in asked.values()], "continuation", check=_unreadable, labels=labels
+        )
         matches: dict[int, float | None] = {}
         for (index, (recorded, _)), completion in zip(asked.items(), completions, strict=True):
             proposed = parse_action(completion.text)
             matches[index] = None if proposed is None else action_match(recorded, proposed)
         matches.update(dict.fromkeys(hidden))
         if hidden:
-            warnings.warn(f"continuation_match: {len(hidden)} compaction(s) left unscored "
-                          f"({', '.join(map(str, hidden))}): the recorded next call uses what is in the context "
-                          f"but in the part of the transcript cut to fit the evaluator "
-                          f"{getattr(result.config, 'evaluator', None)!r} ({budget:,} characters)",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"continuation_match: {len(hidden)} compaction(s) left unscored "
+                f"({', '.join(map(str, hidden))}): the recorded next call uses what is in the context "
+                f"but in the part of the transcript cut to fit the evaluator "
+                f"{getattr(result.config, 'evaluator', None)!r} ({budget:,} characters)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return matches
 
     return memo(result, "quality_continuation", compute)

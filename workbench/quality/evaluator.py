@@ -75,9 +75,11 @@ def missing_evaluator(result: Any) -> str | None:
     is one warning naming them (`registry.evaluate_metrics`), not a silent None."""
     if getattr(result.config, "evaluator", None):
         return None
-    return ("the config names no evaluator model: set `evaluator` to a LiteLLM model string (e.g. "
-            "'openai/gpt-4o-mini') and its `evaluator_options` (api_base, api_key_env, ...) in the config, "
-            "or under [defaults] in an experiment")
+    return (
+        "the config names no evaluator model: set `evaluator` to a LiteLLM model string (e.g. "
+        "'openai/gpt-4o-mini') and its `evaluator_options` (api_base, api_key_env, ...) in the config, "
+        "or under [defaults] in an experiment"
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -137,8 +139,15 @@ def check_evaluator(result: Any) -> None:
 Check = Callable[[str], "str | None"]
 
 
-def ask(result: Any, model: Any, batch: Sequence[Sequence[Mapping[str, Any]]], purpose: str, *,
-        check: Check | None = None, labels: Sequence[str] = ()) -> list[Any]:
+def ask(
+    result: Any,
+    model: Any,
+    batch: Sequence[Sequence[Mapping[str, Any]]],
+    purpose: str,
+    *,
+    check: Check | None = None,
+    labels: Sequence[str] = (),
+) -> list[Any]:
     """The evaluator's answers to `batch` (one call per message list, results in order).
 
     Every answer that came back is recorded in `spend(result)`, also when the batch then fails.
@@ -197,8 +206,9 @@ def _unusable_answer(completion: Any, check: Check | None, purpose: str, label: 
         problem = None if check is None else check(completion.text)
     if problem is None:
         return None
-    return EvaluatorFailed(f"{purpose}: unusable answer for {label}: {problem}; "
-                           f"the reply began {_start(completion.text)}")
+    return EvaluatorFailed(
+        f"{purpose}: unusable answer for {label}: {problem}; the reply began {_start(completion.text)}"
+    )
 
 
 def _start(text: str | None) -> str:
@@ -223,8 +233,7 @@ def render(message: Message, limit: int | None = None) -> str:
     parts = [head]
     if message.text:
         parts.append(message.text if limit is None else _clip(message.text, limit))
-    parts += [f"-> {c.name}({c.arguments if limit is None else _clip(c.arguments, limit)})"
-              for c in message.tool_calls]
+    parts += [f"-> {c.name}({c.arguments if limit is None else _clip(c.arguments, limit)})" for c in message.tool_calls]
     return "\n".join(parts)
 
 

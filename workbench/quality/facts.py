@@ -34,18 +34,61 @@ from workbench.session import Message
 KINDS = ("path", "identifier", "number", "url", "error", "commit", "command", "constraint")
 MAX_FACT_CHARS = 200
 COMMAND_ARGUMENTS = ("command", "cmd", "script")
-COMMAND_PROGRAMS = frozenset((
-    "git", "pytest", "python", "python3", "pip", "uv", "npm", "npx", "pnpm", "yarn", "node", "make", "cargo",
-    "go", "docker", "kubectl", "ls", "cd", "cat", "grep", "rg", "sed", "awk", "find", "curl", "wget", "bash",
-    "sh", "ruff", "mypy", "tox", "poetry", "bun", "deno", "gh", "mvn", "gradle", "psql", "sqlite3", "duckdb",
-))
-_EXTENSIONS = ("py|pyi|ts|tsx|js|jsx|mjs|cjs|json|jsonl|toml|yaml|yml|md|rst|txt|rs|go|java|kt|c|h|cc|cpp|hpp|"
-               "rb|sh|bash|zsh|sql|html|css|scss|lock|cfg|ini|env|xml|csv|ipynb|vue|svelte|swift|php|proto|"
-               "gradle|mk|log|conf|dockerfile|tf|lua|ex|exs|scala|cs|dart")
-_UNITS = ("ms|us|µs|ns|s|sec|secs|seconds?|minutes?|mins?|hours?|hrs?|h|days?|weeks?|"
-          "kb|mb|gb|tb|kib|mib|gib|bytes?|tokens?|px|rows?|lines?|items?|requests?|req/s|rps|qps|"
-          "usd|eur|calls?|files?|tests?|passed|failed|errors?|warnings?|workers?|retries|attempts?|"
-          "chars?|characters?|records?|users?|steps?|times|k|m")
+COMMAND_PROGRAMS = frozenset(
+    (
+        "git",
+        "pytest",
+        "python",
+        "python3",
+        "pip",
+        "uv",
+        "npm",
+        "npx",
+        "pnpm",
+        "yarn",
+        "node",
+        "make",
+        "cargo",
+        "go",
+        "docker",
+        "kubectl",
+        "ls",
+        "cd",
+        "cat",
+        "grep",
+        "rg",
+        "sed",
+        "awk",
+        "find",
+        "curl",
+        "wget",
+        "bash",
+        "sh",
+        "ruff",
+        "mypy",
+        "tox",
+        "poetry",
+        "bun",
+        "deno",
+        "gh",
+        "mvn",
+        "gradle",
+        "psql",
+        "sqlite3",
+        "duckdb",
+    )
+)
+_EXTENSIONS = (
+    "py|pyi|ts|tsx|js|jsx|mjs|cjs|json|jsonl|toml|yaml|yml|md|rst|txt|rs|go|java|kt|c|h|cc|cpp|hpp|"
+    "rb|sh|bash|zsh|sql|html|css|scss|lock|cfg|ini|env|xml|csv|ipynb|vue|svelte|swift|php|proto|"
+    "gradle|mk|log|conf|dockerfile|tf|lua|ex|exs|scala|cs|dart"
+)
+_UNITS = (
+    "ms|us|µs|ns|s|sec|secs|seconds?|minutes?|mins?|hours?|hrs?|h|days?|weeks?|"
+    "kb|mb|gb|tb|kib|mib|gib|bytes?|tokens?|px|rows?|lines?|items?|requests?|req/s|rps|qps|"
+    "usd|eur|calls?|files?|tests?|passed|failed|errors?|warnings?|workers?|retries|attempts?|"
+    "chars?|characters?|records?|users?|steps?|times|k|m"
+)
 
 _TOKEN = re.compile(r"[\w./:@~+$%#-]+")
 #: UTF-8 bytes -> themselves when they may belong to a `_TOKEN` (its ASCII characters, every non-ASCII
@@ -54,27 +97,34 @@ _TOKEN_BYTES = bytes(b if b >= 0x80 or re.fullmatch(_TOKEN, chr(b)) else 0x20 fo
 _URL = re.compile(r"https?://[^\s<>\"'`)\]}]+")
 _ERROR_ENDINGS = ("Error", "Exception", "Interrupt", "Failure", "Exit")  # what an error type's name ends with
 _ERROR_WITH_MESSAGE = re.compile(r"(?:" + "|".join(_ERROR_ENDINGS) + r"):[ \t]*([^\n]{1,160})")
-_GENERIC_ERROR = re.compile(r"(?<![\w-])(?:[Ee]rror|ERROR|[Ff]atal|FATAL|panic)(?:\[[A-Za-z0-9]+\])?:"
-                            r"[ \t]*([^\n]{3,160})")
+_GENERIC_ERROR = re.compile(
+    r"(?<![\w-])(?:[Ee]rror|ERROR|[Ff]atal|FATAL|panic)(?:\[[A-Za-z0-9]+\])?:"
+    r"[ \t]*([^\n]{3,160})"
+)
 #: ASCII digits: `\d` tests every character's Unicode category, and this pattern is tried at every digit of a text
 _SPACED_NUMBER = re.compile(r"([0-9][0-9,]*+(?:\.[0-9]+)?+)[ \t](" + _UNITS + r")\b")
 _ASSIGNMENT = re.compile(r"([A-Z][A-Z0-9_]{2,}+)[ \t]*+[:=][ \t]*(\"[^\"\n]{0,60}\"|'[^'\n]{0,60}'|[\w.+-]{1,40})")
 _BACKTICKED = re.compile(r"`([^`\n]{2,120})`")
 _PATH_WITH_EXTENSION = re.compile(r"(?:[\w.@+-]+/)*[\w-][\w.@+-]*\.(?:" + _EXTENSIONS + r")", re.IGNORECASE)
-_HOST = re.compile(r"(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|com|net|org|"
-                   r"io|dev|app|cloud|svc|cluster|example))(?::\d{2,5})?")
+_HOST = re.compile(
+    r"(?:\d{1,3}(?:\.\d{1,3}){3}|[a-z0-9-]+(?:\.[a-z0-9-]+)*\.(?:internal|local|lan|com|net|org|"
+    r"io|dev|app|cloud|svc|cluster|example))(?::\d{2,5})?"
+)
 _TICKET = re.compile(r"[A-Z][A-Z0-9]{1,9}-\d{1,6}")
 _COMMIT = re.compile(r"[0-9a-f]{7,40}")
-_NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?(?:%|(?:" + _UNITS + r"))|v?\d+\.\d+\.\d+(?:[-.][\w.]+)?",
-                     re.IGNORECASE)
-_IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]|_[A-Za-z][A-Za-z0-9_]{2,}"
-                         r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+")
+_NUMBER = re.compile(r"\$?\d[\d,]*(?:\.\d+)?(?:%|(?:" + _UNITS + r"))|v?\d+\.\d+\.\d+(?:[-.][\w.]+)?", re.IGNORECASE)
+_IDENTIFIER = re.compile(
+    r"[A-Za-z][A-Za-z0-9]*_[A-Za-z0-9_]*[A-Za-z0-9]|_[A-Za-z][A-Za-z0-9_]{2,}"
+    r"|[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+|[a-z][a-z0-9]+(?:[A-Z][a-z0-9]*)+"
+)
 _ERROR_NAME = re.compile(r"[A-Z][A-Za-z0-9_]*(?:" + "|".join(_ERROR_ENDINGS) + ")")
 _TOKEN_EDGES = ".:-~#+$@"
 _SENTENCES = re.compile(r"(?:[^.!?\n]|[.!?](?=[^\s.!?]))+(?:[.!?]+|$)", re.MULTILINE)
-_CUES = (r"\b(?:must|mustn't|don't|do not|never|always|should|shouldn't|avoid|instead of|prefer|only use|"
-         r"make sure|required?|requires|we decided|decided to|from now on|stay compatible|keep (?:it|the|them|\w+) "
-         r"[\w ]*compatible|no new|not allowed|forbidden|please use|stick to|rather than)\b")
+_CUES = (
+    r"\b(?:must|mustn't|don't|do not|never|always|should|shouldn't|avoid|instead of|prefer|only use|"
+    r"make sure|required?|requires|we decided|decided to|from now on|stay compatible|keep (?:it|the|them|\w+) "
+    r"[\w ]*compatible|no new|not allowed|forbidden|please use|stick to|rather than)\b"
+)
 _CONSTRAINT_CUES = re.compile(_CUES, re.IGNORECASE)
 #: The same cues for lower-cased text, where ignoring case changes nothing else (and costs twice as much).
 _LOWER_CONSTRAINT_CUES = re.compile(_CUES)
@@ -89,15 +139,18 @@ CASE_ODD = ("\u0130", "\u0131", "\u017f", "\u212a")
 QUOTE_CHARS = ("`", '"', "'", "“", "”", "‘", "’")
 _ASCII_QUOTE_CHARS = ("`", '"', "'")
 _TRAILING = ".,;:!?)]}>"
-_ROOTS = re.compile(r"^(?:/(?:workspace|workspaces|projects?)/[^/]+/"
-                    r"|/(?:testbed|repo|app|code)/|/(?:home|Users)/[^/]+/(?:[^/]+/){0,2}?(?=src/|tests?/|lib/|"
-                    r"packages?/|apps?/|docs/)|/(?:home|Users)/[^/]+/|/root/|~/)")
+_ROOTS = re.compile(
+    r"^(?:/(?:workspace|workspaces|projects?)/[^/]+/"
+    r"|/(?:testbed|repo|app|code)/|/(?:home|Users)/[^/]+/(?:[^/]+/){0,2}?(?=src/|tests?/|lib/|"
+    r"packages?/|apps?/|docs/)|/(?:home|Users)/[^/]+/|/root/|~/)"
+)
 _WORD = re.compile(r"[a-z0-9][a-z0-9_.+-]*")
 STOPWORDS = frozenset(
     "a an the and or but if then so to of in on at for from by with without into onto over under as is are be "
     "been being was were it its this that these those we you i me my our your us please also just any all "
     "each every some no not do does did don't dont must should would could can will shall may might use "
-    "using used keep make sure only new from now on than rather instead".split())
+    "using used keep make sure only new from now on than rather instead".split()
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +186,7 @@ def normalize_path(text: str) -> str:
     while path.startswith("./"):
         path = path[2:]
     root = _ROOTS.match(path)
-    return (path[root.end():] if root else path).lower()
+    return (path[root.end() :] if root else path).lower()
 
 
 def normalize(text: str, kind: str = "identifier") -> str:
@@ -187,8 +240,7 @@ def _classify(token: str) -> tuple[Fact, ...]:
     if "/" in token:
         key = normalize_path(token)
         slashes = token.count("/")
-        if _has_letter(key) and (slashes >= 2 or token[0] in "/~." or
-                                               _PATH_WITH_EXTENSION.fullmatch(token)):
+        if _has_letter(key) and (slashes >= 2 or token[0] in "/~." or _PATH_WITH_EXTENSION.fullmatch(token)):
             return (Fact("path", key, token),)
         return ()
     dotted = "." in token  # plain substring tests first: each pattern below needs its character
@@ -363,7 +415,7 @@ def _phrase_facts(text: str) -> Iterator[tuple[int, Fact]]:
         floor = max(0, start - 80)
         while start > floor and (text[start - 1].isalnum() or text[start - 1] in "_."):
             start -= 1
-        name = text[start:match.start()] + match.group()[:match.group().index(":")]
+        name = text[start : match.start()] + match.group()[: match.group().index(":")]
         if _ERROR_NAME.fullmatch(name.rsplit(".", 1)[-1]):
             full = f"{name}: {match.group(1).strip()}"
             yield match.start(), Fact("error", normalize(full, "error"), full)
@@ -431,8 +483,6 @@ def extract_constraints(text: str) -> Iterator[Fact]:
         sentence = match.group().strip()
         if len(sentence) >= 8:
             yield Fact("constraint", normalize(sentence, "constraint"), sentence)
-
-
 
 
 def _cue_starts(text: str) -> list[int]:

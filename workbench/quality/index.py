@@ -119,8 +119,15 @@ class FactIndex:
                     if fact.kind == "constraint":
                         constraint |= bit
         low = min(order, default=0)
-        return Masks(every, constraint, fuzzy, tuple(facts.values()), tuple(p - low for p in order), low,
-                     (every >> low).bit_length())
+        return Masks(
+            every,
+            constraint,
+            fuzzy,
+            tuple(facts.values()),
+            tuple(p - low for p in order),
+            low,
+            (every >> low).bit_length(),
+        )
 
     def own(self, messages: Iterable[Message]) -> None:
         """Index messages for the index's whole life (a session's own): held, cached by identity."""
@@ -153,8 +160,9 @@ class FactIndex:
         found = list(map(self._own.get, map(id, messages)))
         if not all(found):  # (`None in found` would call the dataclass's __eq__ on each)
             prime([message for message, masks in zip(messages, found, strict=True) if masks is None])
-            found = [self.masks(message) if masks is None else masks
-                     for message, masks in zip(messages, found, strict=True)]
+            found = [
+                self.masks(message) if masks is None else masks for message, masks in zip(messages, found, strict=True)
+            ]
         return cast("list[Masks]", found)
 
     def seen(self) -> dict[int, int]:
@@ -349,7 +357,7 @@ def _session_index(session: Session) -> FactIndex:
     positions = assistant_positions(session)
     every = index._every
     index.replies = [every[id(messages[p])] & ~index._own[id(messages[p])].constraint for p in positions]
-    ends = [*positions[1:], len(messages)][:len(positions)]  # a recording may hold no call
+    ends = [*positions[1:], len(messages)][: len(positions)]  # a recording may hold no call
     index.spans = [index.union(messages[start:end]) for start, end in zip(positions, ends, strict=True)]
     used_from = [0] * (len(positions) + 1)
     for call in range(len(positions) - 1, -1, -1):

@@ -46,21 +46,22 @@ NEXT_CHARS = 4_000
 #: What each dimension (Factory's six) asks of a compaction; the judge's prompt states them as written here.
 RUBRIC = {
     "accuracy": "every statement in REPLACEMENT is true to ORIGINAL: no file, value, result or outcome invented or "
-                "altered (when REPLACEMENT states nothing, nothing in it is wrong)",
+    "altered (when REPLACEMENT states nothing, nothing in it is wrong)",
     "context_awareness": "the agent still knows where it stands: the task and the subtask in hand, what it tried "
-                         "and with what result, what is still pending",
+    "and with what result, what is still pending",
     "artifact_trail": "the agent still knows which files it read, created, changed or deleted, how it changed each, "
-                      "and which commands it ran with what outcome",
+    "and which commands it ran with what outcome",
     "completeness": "the specific facts of ORIGINAL the agent will need again (paths, names, values, error messages, "
-                    "test names) are still there",
+    "test names) are still there",
     "continuity": "the agent can take the step shown in NEXT, and go on after it, without reading again or running "
-                  "again what ORIGINAL already covered",
+    "again what ORIGINAL already covered",
     "instruction_following": "the user's instructions, constraints and preferences, and the decisions taken with the "
-                             "user, survive so that the agent keeps to them",
+    "user, survive so that the agent keeps to them",
 }
 DIMENSIONS = tuple(RUBRIC)
 
-SYSTEM = """You grade a compaction of an AI coding agent's working memory: how much of what the agent needs \
+SYSTEM = (
+    """You grade a compaction of an AI coding agent's working memory: how much of what the agent needs \
 it kept. To free space, part of the agent's history (ORIGINAL) was removed or rewritten; REPLACEMENT is what the \
 compaction put in its place, and may be nothing. The messages it kept unchanged are still in the agent's memory \
 but are not shown to you. NEXT is the step the agent took right after the compaction. An ORIGINAL message marked \
@@ -78,10 +79,13 @@ REPLACEMENT);
 One dimension does not decide another: a short REPLACEMENT can be wholly accurate and yet incomplete.
 
 Dimensions:
-""" + "\n".join(f"- {name}: {question};" for name, question in RUBRIC.items()) + """
+"""
+    + "\n".join(f"- {name}: {question};" for name, question in RUBRIC.items())
+    + """
 
 Reply with one JSON object holding the six integer scores and nothing else, e.g. {"accuracy": 4, \
 "context_awareness": 3, "artifact_trail": 5, "completeness": 2, "continuity": 3, "instruction_following": 5}."""
+)
 
 _KEY = re.compile(r"[\s\-]+")
 _SCORE = re.compile(r"\s*(-?\d+(?:\.\d+)?)\s*(?:/\s*5(?:\.0+)?)?\s*")
@@ -133,18 +137,26 @@ def _prompt(result: Any, index: int, budget: int, replies: Mapping[int, Any]) ->
     written = [m for m in after if id(m) not in known]
     replacement = "\n\n".join(map(render, written)) if written else "(nothing: the content was dropped)"
     record = replies.get(result.compactions[index].call_index)
-    following = ("(not recorded: the replay ended here)" if record is None else
-                 Transcript.of([session_of(result).messages[record.message_index]], NEXT_CHARS, NEXT_CHARS).text)
+    following = (
+        "(not recorded: the replay ended here)"
+        if record is None
+        else Transcript.of([session_of(result).messages[record.message_index]], NEXT_CHARS, NEXT_CHARS).text
+    )
     room = budget - len(replacement) - len(following)
     if room < budget // 2:
         raise _TooLong
     original = Transcript.of(removed, room, MAX_MESSAGE_CHARS).text
-    return [{"role": "system", "content": SYSTEM},
-            {"role": "user", "content": f"<ORIGINAL>\n{original}\n</ORIGINAL>\n\n"
-                                        f"<REPLACEMENT>\n{replacement}\n</REPLACEMENT>\n\n"
-                                        f"({len(after) - len(written)} other messages were kept unchanged; "
-                                        f"they are not shown.)\n\n"
-                                        f"<NEXT>\n{following}\n</NEXT>"}]
+    return [
+        {"role": "system", "content": SYSTEM},
+        {
+            "role": "user",
+            "content": f"<ORIGINAL>\n{original}\n</ORIGINAL>\n\n"
+            f"<REPLACEMENT>\n{replacement}\n</REPLACEMENT>\n\n"
+            f"({len(after) - len(written)} other messages were kept unchanged; "
+            f"they are not shown.)\n\n"
+            f"<NEXT>\n{following}\n</NEXT>",
+        },
+    ]
 
 
 class _TooLong(Exception):
@@ -154,6 +166,7 @@ class _TooLong(Exception):
 def judgements(result: Any) -> dict[int, dict[str, float] | None] | None:
     """Scores by event index for the compactions the judge saw (None for one too long to grade);
     None without an evaluator."""
+
     def compute() -> dict[int, dict[str, float] | None] | None:
         model = evaluator_model(result)
         if model is None:
@@ -172,14 +185,18 @@ def judgements(result: Any) -> dict[int, dict[str, float] | None] | None:
                 prompts[i] = prompt
         labels = [f"compaction {i} (call {result.compactions[i].call_index})" for i in prompts]
         completions = ask(result, model, list(prompts.values()), "judge", check=_unreadable, labels=labels)
-        judged: dict[int, dict[str, float] | None] = {i: parse_scores(c.text)
-                                                      for i, c in zip(prompts, completions, strict=True)}
+        judged: dict[int, dict[str, float] | None] = {
+            i: parse_scores(c.text) for i, c in zip(prompts, completions, strict=True)
+        }
         judged.update(dict.fromkeys(too_long))
         if too_long:
-            warnings.warn(f"judge_score: {len(too_long)} compaction(s) not graded ({', '.join(map(str, too_long))}): "
-                          f"what they wrote and the next step take more than half of what the evaluator "
-                          f"{getattr(result.config, 'evaluator', None)!r} can be sent ({budget:,} characters)",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"judge_score: {len(too_long)} compaction(s) not graded ({', '.join(map(str, too_long))}): "
+                f"what they wrote and the next step take more than half of what the evaluator "
+                f"{getattr(result.config, 'evaluator', None)!r} can be sent ({budget:,} characters)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return judged
 
     return memo(result, "quality_judge", compute)
@@ -234,16 +251,23 @@ class JudgeDimension:
 
     def per_compaction(self, result: Any) -> list[dict[str, Any]]:
         judged = judgements(result) or {}
-        return [{f"judge_{self.dimension}": (judged.get(index) or {}).get(self.dimension)}
-                for index in range(len(result.compactions))]
+        return [
+            {f"judge_{self.dimension}": (judged.get(index) or {}).get(self.dimension)}
+            for index in range(len(result.compactions))
+        ]
 
 
 def _dimension_metric(dimension: str) -> type[JudgeDimension]:
     name = f"judge_{dimension}"
-    metric = type("Judge" + dimension.title().replace("_", ""), (JudgeDimension,), {
-        "dimension": dimension,
-        "__doc__": f"The LLM judge's 0-5 score of what each compaction lost on {dimension.replace('_', ' ')}: "
-                   f"{RUBRIC[dimension]} (per run: the mean over the compactions graded)."})
+    metric = type(
+        "Judge" + dimension.title().replace("_", ""),
+        (JudgeDimension,),
+        {
+            "dimension": dimension,
+            "__doc__": f"The LLM judge's 0-5 score of what each compaction lost on {dimension.replace('_', ' ')}: "
+            f"{RUBRIC[dimension]} (per run: the mean over the compactions graded).",
+        },
+    )
     return register_metric(name, direction="higher", unit="score 0-5", level="compaction")(metric)
 
 

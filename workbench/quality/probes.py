@@ -40,8 +40,16 @@ from workbench.session import Message
 GENERATED_PER_COMPACTION = 3
 MAX_GENERATED = 60
 PASSAGE_CHARS = 90
-KIND_LABELS = {"path": "file path", "identifier": "identifier", "number": "number", "url": "URL or host",
-               "error": "error", "commit": "commit hash", "command": "command", "constraint": "instruction"}
+KIND_LABELS = {
+    "path": "file path",
+    "identifier": "identifier",
+    "number": "number",
+    "url": "URL or host",
+    "error": "error",
+    "commit": "commit hash",
+    "command": "command",
+    "constraint": "instruction",
+}
 _NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 #: A number standing alone in a reply: not part of a word, an identifier, a path or a version.
 _STANDALONE_NUMBER = re.compile(r"(?<![\w./\\-])-?\d+(?:\.\d+)?(?![\w/\\]|\.\w)")
@@ -84,19 +92,24 @@ def _cloze(fact: Fact, source: Message) -> str:
         if first is None:
             return unknown
     after = _blanked(pattern, text, first.end(), PASSAGE_CHARS, len("".join(fact.text.split())))
-    passage = " ".join(f"{text[max(0, first.start() - PASSAGE_CHARS):first.start()]}{_BLANK}{after}".split())
+    passage = " ".join(f"{text[max(0, first.start() - PASSAGE_CHARS) : first.start()]}{_BLANK}{after}".split())
     blanks = passage.count(_BLANK)
     notes = [f"each _____ stands for the same {label}"] if blanks > 1 else []
     if re.search(rf"\w{_BLANK}|{_BLANK}\w", passage):
         notes.append(f"the {label} may be part of a longer name")
     detail = "; ".join(notes)
-    shown = (f"with one {label} blanked out" + (" wherever it appears" if blanks > 1 else "")
-             + (f" ({detail})" if detail else ""))
+    shown = (
+        f"with one {label} blanked out"
+        + (" wherever it appears" if blanks > 1 else "")
+        + (f" ({detail})" if detail else "")
+    )
     passage = passage.replace(_BLANK, "_____")
     if pattern.search(passage):  # the blanks' underscores completed the answer with the text beside them
         return unknown
-    return (f"Earlier in this session a {source.role} message contained this passage, {shown}: \"...{passage}...\". "
-            f"What is the missing {label}? Answer with the {label} only.")
+    return (
+        f'Earlier in this session a {source.role} message contained this passage, {shown}: "...{passage}...". '
+        f"What is the missing {label}? Answer with the {label} only."
+    )
 
 
 def _blanked(pattern: re.Pattern[str], text: str, start: int, limit: int, letters: int) -> str:
@@ -114,7 +127,7 @@ def _blanked(pattern: re.Pattern[str], text: str, start: int, limit: int, letter
         for match in pattern.finditer(text, start, end):
             if produced + match.start() - at >= limit:
                 break
-            pieces += (text[at:match.start()], _BLANK)
+            pieces += (text[at : match.start()], _BLANK)
             produced += match.start() - at + 1
             at = match.end()
             if produced >= limit:
@@ -128,13 +141,17 @@ def _blanked(pattern: re.Pattern[str], text: str, start: int, limit: int, letter
 
 def asked_probes(result: Any) -> list[AskedProbe]:
     """Every probe of a replay result with the call it is asked at (memoised per result)."""
+
     def compute() -> list[AskedProbe]:
         session = session_of(result)
         probes: list[AskedProbe] = []
         if result.calls:
             last = result.calls[-1].index
-            probes += [AskedProbe(p.question, p.expected, p.kind, last, "session")
-                       for p in session.probes if p.from_call <= last]
+            probes += [
+                AskedProbe(p.question, p.expected, p.kind, last, "session")
+                for p in session.probes
+                if p.from_call <= last
+            ]
         index = session_index(session)
         replayed = len(result.calls)
         generated = 0
@@ -144,8 +161,11 @@ def asked_probes(result: Any) -> list[AskedProbe]:
                 if call is None or call >= replayed or generated >= MAX_GENERATED:
                     continue
                 fact, source = analysis.first_mention(key)
-                probes.append(AskedProbe(_question(index, fact, source), fact.text, "recall", call, "generated",
-                                         analysis.event_index))
+                probes.append(
+                    AskedProbe(
+                        _question(index, fact, source), fact.text, "recall", call, "generated", analysis.event_index
+                    )
+                )
                 generated += 1
         return probes
 
@@ -193,7 +213,8 @@ def _next_use(index: FactIndex, key: str, from_call: int) -> int | None:
     if (position, from_call) not in found:
         replies = index.replies
         found[(position, from_call)] = next(
-            (call for call in range(max(0, from_call), len(replies)) if (replies[call] >> position) & 1), None)
+            (call for call in range(max(0, from_call), len(replies)) if (replies[call] >> position) & 1), None
+        )
     return found[(position, from_call)]
 
 
@@ -208,6 +229,7 @@ def answerable(result: Any) -> list[bool]:
     The recorded messages that hold an answer are found once per session (`FactIndex.holders`), so
     a context holds the answer when it shares a message with them; only the messages compactions
     wrote are searched, each distinct text once."""
+
     def compute() -> list[bool]:
         probes = asked_probes(result)
         flags = [False] * len(probes)
@@ -264,10 +286,12 @@ class ProbeAnswerable:
 
 # -- asked to a model ---------------------------------------------------------------------------
 
-SYSTEM = ("You are being tested on what you remember of a coding-agent session. Everything you know about "
-          "the session is in the transcript you are given. Answer the question from that transcript only, "
-          "as briefly as possible: the answer itself, with no explanation. If the transcript does not hold "
-          "the answer, reply exactly: UNKNOWN")
+SYSTEM = (
+    "You are being tested on what you remember of a coding-agent session. Everything you know about "
+    "the session is in the transcript you are given. Answer the question from that transcript only, "
+    "as briefly as possible: the answer itself, with no explanation. If the transcript does not hold "
+    "the answer, reply exactly: UNKNOWN"
+)
 
 
 def scoring_mode(expected: str) -> str:
@@ -293,6 +317,7 @@ def model_answers(result: Any) -> list[float | None] | None:
     The model is sent the context at the probe's call whole, cut only beyond what it can take
     (`evaluator.transcript_budget`). A probe whose answer is in that context but fell in the cut
     is not asked: it is left unscored (a warning says how many), not scored as a wrong answer."""
+
     def compute() -> list[float | None] | None:
         model = evaluator_model(result)
         if model is None:
@@ -301,9 +326,17 @@ def model_answers(result: Any) -> list[float | None] | None:
         budget = transcript_budget(result)
         sent = {call: Transcript.of(messages, budget) for call, messages in _contexts_by_call(result, probes).items()}
         asked = [i for i, p in enumerate(probes) if not sent[p.call_index].hides(p.expected)]
-        batch = [[{"role": "system", "content": SYSTEM},
-                  {"role": "user", "content": f"<transcript>\n{sent[probes[i].call_index].text}\n</transcript>\n\n"
-                                              f"Question: {probes[i].question}"}] for i in asked]
+        batch = [
+            [
+                {"role": "system", "content": SYSTEM},
+                {
+                    "role": "user",
+                    "content": f"<transcript>\n{sent[probes[i].call_index].text}\n</transcript>\n\n"
+                    f"Question: {probes[i].question}",
+                },
+            ]
+            for i in asked
+        ]
         labels = [f"probe {i + 1} of {len(probes)} (call {probes[i].call_index})" for i in asked]
         completions = ask(result, model, batch, "probe", labels=labels)
         scores: list[float | None] = [None] * len(probes)
@@ -311,10 +344,13 @@ def model_answers(result: Any) -> list[float | None] | None:
             scores[i] = score_answer(probes[i].expected, completion.text)
         unscored = len(probes) - len(asked)
         if unscored:
-            warnings.warn(f"probe_accuracy: {unscored} of {len(probes)} probes left unscored: their answer is in the "
-                          f"context at their call, but in the part of the transcript cut to fit the evaluator "
-                          f"{getattr(result.config, 'evaluator', None)!r} ({budget:,} characters)",
-                          RuntimeWarning, stacklevel=2)
+            warnings.warn(
+                f"probe_accuracy: {unscored} of {len(probes)} probes left unscored: their answer is in the "
+                f"context at their call, but in the part of the transcript cut to fit the evaluator "
+                f"{getattr(result.config, 'evaluator', None)!r} ({budget:,} characters)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
         return scores
 
     found: list[float | None] | None = memo(result, "quality_probe_answers", compute)

@@ -31,15 +31,25 @@ CONFIGS: dict[str, dict[str, Any]] = {
     "summarize_split 0.4, extractive (offline baseline)": {"strategy": {"kind": "summarize_split", "preserve": 0.4}},
     "summarize_progressive, extractive (offline baseline)": {"strategy": {"kind": "summarize_progressive"}},
     "summarize_full, extractive capped at the recorded summary's tokens (offline baseline)": {
-        "strategy": {"kind": "summarize_full"}, "cap": True},
+        "strategy": {"kind": "summarize_full"},
+        "cap": True,
+    },
     "summarize_split 0.4, extractive capped at the recorded summary's tokens (offline baseline)": {
-        "strategy": {"kind": "summarize_split", "preserve": 0.4}, "cap": True},
+        "strategy": {"kind": "summarize_split", "preserve": 0.4},
+        "cap": True,
+    },
     "observation_masking 10": {"strategy": {"kind": "observation_masking", "keep_recent": 10}},
     "sliding_window 20": {"strategy": {"kind": "sliding_window", "window": 20}},
     "hard_clear 10": {"strategy": {"kind": "hard_clear", "keep_recent": 10}},
 }
-COLUMNS = ("task_state_coverage", "fact_retention", "needed_fact_retention", "dangling_references", "summary_tokens",
-           "tokens_after")
+COLUMNS = (
+    "task_state_coverage",
+    "fact_retention",
+    "needed_fact_retention",
+    "dangling_references",
+    "summary_tokens",
+    "tokens_after",
+)
 
 
 def recorded_sessions(paths: Sequence[str | Path]) -> list[Any]:
@@ -90,8 +100,14 @@ def score(session: Any, spec: dict[str, Any]) -> dict[str, Any]:
 
     spec = dict(spec)
     capped = spec.pop("cap", False)
-    config = {"name": "recorded-points", "tokenizer": TOKENIZER, "context_limit": 200_000, "max_output": 8192,
-              "trigger": {"kind": "recorded"}, **spec}
+    config = {
+        "name": "recorded-points",
+        "tokenizer": TOKENIZER,
+        "context_limit": 200_000,
+        "max_output": 8192,
+        "trigger": {"kind": "recorded"},
+        **spec,
+    }
     cap = budget = recorded_summary_tokens(session)
     for _ in range(CappedSummarizer.TRIES):
         # a strategy may add to the summary (summarize_full appends the last user request): the summary as
@@ -126,8 +142,10 @@ def _cell(value: Any) -> str:
 
 
 def table(rows: dict[str, list[dict[str, Any]]]) -> str:
-    lines = ["| configuration (at the recorded points) | " + " | ".join(COLUMNS) + " |",
-             "|---|" + "---|" * len(COLUMNS)]
+    lines = [
+        "| configuration (at the recorded points) | " + " | ".join(COLUMNS) + " |",
+        "|---|" + "---|" * len(COLUMNS),
+    ]
     for name, scored in rows.items():
         cells = []
         for column in COLUMNS:
@@ -138,8 +156,9 @@ def table(rows: dict[str, list[dict[str, Any]]]) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m workbench.quality.recorded_table",
-                                     description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m workbench.quality.recorded_table", description=__doc__.split("\n\n")[0]
+    )
     parser.add_argument("paths", nargs="*", default=[str(DEFAULT_FOLDER)])
     parser.add_argument("--per-session", action="store_true")
     args = parser.parse_args(argv)
@@ -147,8 +166,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not sessions:
         print("no session with recorded compactions found", file=sys.stderr)
         return 1
-    print(f"{len(sessions)} sessions with {sum(len(s.recorded_compactions) for s in sessions)} recorded compactions "
-          f"({', '.join(f'{s.id}: {s.calls} calls' for s in sessions)}); tokenizer {TOKENIZER}\n")
+    print(
+        f"{len(sessions)} sessions with {sum(len(s.recorded_compactions) for s in sessions)} recorded compactions "
+        f"({', '.join(f'{s.id}: {s.calls} calls' for s in sessions)}); tokenizer {TOKENIZER}\n"
+    )
     rows: dict[str, list[dict[str, Any]]] = {name: [score(s, spec) for s in sessions] for name, spec in CONFIGS.items()}
     print(table(rows))
     if args.per_session:

@@ -58,8 +58,9 @@ WHOLE_WRITE_TOOLS = frozenset(("write", "write_file", "create_file", "writefile"
 EDITOR_READS = frozenset(("view",))
 EDITOR_WHOLE_WRITES = frozenset(("create",))
 SHELL_READERS = frozenset(("cat", "head", "tail", "nl", "less", "more", "bat"))
-IGNORED_ARGUMENTS = frozenset(("description", "timeout", "run_in_background", "thought", "security_risk",
-                               "is_input", "explanation"))
+IGNORED_ARGUMENTS = frozenset(
+    ("description", "timeout", "run_in_background", "thought", "security_risk", "is_input", "explanation")
+)
 PATH_ARGUMENTS = ("file_path", "path", "filename", "file", "notebook_path")
 _WRITE_WORDS = ("edit", "write", "patch", "create", "replace", "insert", "delete")
 _FENCE = re.compile(r"```(?:bash|sh|shell|console)?[ \t]*\n(.*?)```", re.DOTALL)
@@ -125,6 +126,7 @@ class Recovery:
 
 # -- actions ------------------------------------------------------------------------------------
 
+
 def _arguments(call: ToolCall) -> dict[str, Any]:
     try:
         data = json.loads(call.arguments or "{}")
@@ -146,7 +148,7 @@ def normalize_command(command: str) -> str:
     """A shell command's identity: whitespace collapsed, leading `cd DIR &&` and a trailing `2>&1` dropped."""
     text = " ".join(command.split())
     while (match := _CD_PREFIX.match(text)) is not None:
-        text = text[match.end():]
+        text = text[match.end() :]
     return text.removesuffix("2>&1").strip()
 
 
@@ -188,9 +190,15 @@ def _path_of(arguments: Mapping[str, Any]) -> str | None:
 def _command_action(position: int, command: str, tokens: int) -> Action:
     shown = normalize_command(command)
     reads = tuple(normalize_path(p) for p in _shell_reads(shown))
-    return Action(position=position, kind="read" if reads else "run", key=f"shell:{shown}", reads=reads,
-                  item=shown, fact_keys=(normalize(command.strip()[:MAX_FACT_CHARS], "command"), *reads),
-                  observation_tokens=tokens)
+    return Action(
+        position=position,
+        kind="read" if reads else "run",
+        key=f"shell:{shown}",
+        reads=reads,
+        item=shown,
+        fact_keys=(normalize(command.strip()[:MAX_FACT_CHARS], "command"), *reads),
+        observation_tokens=tokens,
+    )
 
 
 def _call_action(position: int, call: ToolCall, tokens: int) -> Action:
@@ -200,9 +208,15 @@ def _call_action(position: int, call: ToolCall, tokens: int) -> Action:
     editor_command = arguments.get("command") if isinstance(arguments.get("command"), str) else None
     is_editor = path is not None and editor_command is not None and " " not in editor_command
     if path is not None and (name in READ_TOOLS or (is_editor and editor_command in EDITOR_READS)):
-        return Action(position=position, kind="read", key=f"read:{normalize_path(path)}",
-                      reads=(normalize_path(path),), item=path, fact_keys=(normalize_path(path),),
-                      observation_tokens=tokens)
+        return Action(
+            position=position,
+            kind="read",
+            key=f"read:{normalize_path(path)}",
+            reads=(normalize_path(path),),
+            item=path,
+            fact_keys=(normalize_path(path),),
+            observation_tokens=tokens,
+        )
     command = None if is_editor else _command_of(arguments)
     if command is not None and not any(word in name for word in _WRITE_WORDS):
         return _command_action(position, command, tokens)
@@ -211,10 +225,24 @@ def _call_action(position: int, call: ToolCall, tokens: int) -> Action:
     paths = (normalize_path(path),) if path else ()
     if is_editor or any(word in name for word in _WRITE_WORDS):
         whole = name in WHOLE_WRITE_TOOLS or (is_editor and editor_command in EDITOR_WHOLE_WRITES)
-        return Action(position=position, kind="write", key=f"{name}:{shown}", reads=paths if whole else (),
-                      item=f"{call.name} {path or ''}".strip(), fact_keys=paths, observation_tokens=tokens)
-    return Action(position=position, kind="run", key=f"{name}:{shown}", reads=(), item=f"{call.name} {shown}",
-                  fact_keys=paths, observation_tokens=tokens)
+        return Action(
+            position=position,
+            kind="write",
+            key=f"{name}:{shown}",
+            reads=paths if whole else (),
+            item=f"{call.name} {path or ''}".strip(),
+            fact_keys=paths,
+            observation_tokens=tokens,
+        )
+    return Action(
+        position=position,
+        kind="run",
+        key=f"{name}:{shown}",
+        reads=(),
+        item=f"{call.name} {shown}",
+        fact_keys=paths,
+        observation_tokens=tokens,
+    )
 
 
 def _results(messages: Sequence[Message], position: int, tokenizer: str) -> tuple[dict[str, int], int]:
@@ -222,7 +250,7 @@ def _results(messages: Sequence[Message], position: int, tokenizer: str) -> tupl
     and all of them together."""
     by_id: dict[str, int] = {}
     total = 0
-    for message in messages[position + 1:]:
+    for message in messages[position + 1 :]:
         if not message.is_observation:
             break
         tokens = message_tokens(message, tokenizer)
@@ -234,6 +262,7 @@ def _results(messages: Sequence[Message], position: int, tokenizer: str) -> tupl
 
 def actions(session: Session, tokenizer: str = "heuristic") -> tuple[Action, ...]:
     """Every action of the recording, in order (cached per session and tokenizer)."""
+
     def compute() -> tuple[Action, ...]:
         out: list[Action] = []
         messages = session.messages
@@ -255,6 +284,7 @@ def actions(session: Session, tokenizer: str = "heuristic") -> tuple[Action, ...
 
 # -- recovery -----------------------------------------------------------------------------------
 
+
 def _seen_path(path: str, seen: set[str]) -> bool:
     """Whether `path` is among `seen`, also when one is a relative tail of the other."""
     return path in seen or any(s.endswith("/" + path) or path.endswith("/" + s) for s in seen)
@@ -275,6 +305,7 @@ def _repeats(action: Action, earlier: Action) -> bool:
 
 def recoveries(session: Session, *, window: int = WINDOW, tokenizer: str = "heuristic") -> tuple[Recovery, ...]:
     """What the agent did after each of the session's recorded compactions (see the module docstring)."""
+
     def compute() -> tuple[Recovery, ...]:
         every = actions(session, tokenizer)
         records = session.recorded_compactions
@@ -289,8 +320,17 @@ def recoveries(session: Session, *, window: int = WINDOW, tokenizer: str = "heur
             reacquired = tuple(a for a in shown if _reacquires(a, keys, paths))
             new = next((i for i, a in enumerate(after) if not _reacquires(a, keys, paths) and a.key not in keys), None)
             earlier = tuple(frozenset(k for b in before if _repeats(a, b) for k in b.fact_keys) for a in reacquired)
-            out.append(Recovery(compaction=number, call_index=record.call_index, message_index=record.message_index,
-                                actions=shown, reacquired=reacquired, calls_to_new_action=new, earlier_keys=earlier))
+            out.append(
+                Recovery(
+                    compaction=number,
+                    call_index=record.call_index,
+                    message_index=record.message_index,
+                    actions=shown,
+                    reacquired=reacquired,
+                    calls_to_new_action=new,
+                    earlier_keys=earlier,
+                )
+            )
         return tuple(out)
 
     found: tuple[Recovery, ...] = memo(session, f"recovery:{window}:{tokenizer}", compute)
@@ -330,8 +370,10 @@ class _RecoveryMetric:
 
     def unavailable(self, result: Any) -> str | None:
         if not _replays_recorded(result):
-            return ("recovery metrics describe what the recorded agent did after its own compactions: they are "
-                    "measured for a replay of them (strategy kind 'recorded', the as-recorded preset) only")
+            return (
+                "recovery metrics describe what the recorded agent did after its own compactions: they are "
+                "measured for a replay of them (strategy kind 'recorded', the as-recorded preset) only"
+            )
         return None
 
     def compute(self, result: Any) -> float | None:

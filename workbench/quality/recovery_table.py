@@ -55,8 +55,14 @@ def relate(recovery: Recovery, lost_keys: Mapping[str, str]) -> LostRelation:
 def _as_recorded(session: Session) -> Any:
     from workbench.replay import replay
 
-    config = {"name": "as-recorded", "tokenizer": TOKENIZER, "context_limit": 200_000, "max_output": 8192,
-              "trigger": {"kind": "recorded"}, "strategy": {"kind": "recorded"}}
+    config = {
+        "name": "as-recorded",
+        "tokenizer": TOKENIZER,
+        "context_limit": 200_000,
+        "max_output": 8192,
+        "trigger": {"kind": "recorded"},
+        "strategy": {"kind": "recorded"},
+    }
     return replay(session, config, measure=False)
 
 
@@ -89,20 +95,25 @@ def _number(value: float | int | None) -> str:
 
 def render(rows: Sequence[Mapping[str, Any]], window: int) -> str:
     """The Markdown tables: one row per compaction, then the summary over them."""
-    lines = [f"Recovery after each recorded compaction (the first {window} actions after it):", "",
-             "| session | call | actions | re-acquired | recovery_reacquired_calls | recovery_reacquired_tokens | "
-             "recovery_calls_to_new_action | fact_retention | re-acquired items among lost facts | "
-             "lost paths/commands re-acquired | re-acquired items among lost needed facts |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        f"Recovery after each recorded compaction (the first {window} actions after it):",
+        "",
+        "| session | call | actions | re-acquired | recovery_reacquired_calls | recovery_reacquired_tokens | "
+        "recovery_calls_to_new_action | fact_retention | re-acquired items among lost facts | "
+        "lost paths/commands re-acquired | re-acquired items among lost needed facts |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         r: Recovery = row["recovery"]
         lost, needed = row.get("lost"), row.get("needed_lost")
-        lines.append(f"| {row['session']} | {row['call']} | {len(r.actions)} | {len(r.reacquired)} | "
-                     f"{_number(r.reacquired_calls_share)} | {_number(r.reacquired_tokens_share)} | "
-                     f"{_number(r.calls_to_new_action)} | {_number(row.get('fact_retention'))} | "
-                     f"{_share(lost.items_lost, lost.items) if lost else '—'} | "
-                     f"{_share(lost.lost_reacquired, lost.lost) if lost else '—'} | "
-                     f"{_share(needed.items_lost, needed.items) if needed else '—'} |")
+        lines.append(
+            f"| {row['session']} | {row['call']} | {len(r.actions)} | {len(r.reacquired)} | "
+            f"{_number(r.reacquired_calls_share)} | {_number(r.reacquired_tokens_share)} | "
+            f"{_number(r.calls_to_new_action)} | {_number(row.get('fact_retention'))} | "
+            f"{_share(lost.items_lost, lost.items) if lost else '—'} | "
+            f"{_share(lost.lost_reacquired, lost.lost) if lost else '—'} | "
+            f"{_share(needed.items_lost, needed.items) if needed else '—'} |"
+        )
     found: list[Recovery] = [row["recovery"] for row in rows]
     related = [row for row in rows if "lost" in row]
 
@@ -112,27 +123,35 @@ def render(rows: Sequence[Mapping[str, Any]], window: int) -> str:
     def mean(attribute: str) -> str:
         return _number(mean_of([getattr(r, attribute) for r in found]))
 
-    lines += ["", f"Summary over {len(rows)} recorded compactions:", "", "| measure | value |", "|---|---|",
-              f"| recovery_reacquired_calls (mean) | {mean('reacquired_calls_share')} |",
-              f"| recovery_reacquired_tokens (mean) | {mean('reacquired_tokens_share')} |",
-              f"| recovery_calls_to_new_action (mean) | {mean('calls_to_new_action')} |",
-              f"| fact_retention (mean) | {_number(mean_of([r.get('fact_retention') for r in related]))} |",
-              f"| re-acquired items among fact_retention's lost facts | {pooled('lost', 'items_lost', 'items')} |",
-              f"| fact_retention's lost paths/commands re-acquired | {pooled('lost', 'lost_reacquired', 'lost')} |",
-              f"| re-acquired items among needed_fact_retention's lost facts | "
-              f"{pooled('needed_lost', 'items_lost', 'items')} |",
-              f"| needed_fact_retention's lost paths/commands re-acquired | "
-              f"{pooled('needed_lost', 'lost_reacquired', 'lost')} |"]
+    lines += [
+        "",
+        f"Summary over {len(rows)} recorded compactions:",
+        "",
+        "| measure | value |",
+        "|---|---|",
+        f"| recovery_reacquired_calls (mean) | {mean('reacquired_calls_share')} |",
+        f"| recovery_reacquired_tokens (mean) | {mean('reacquired_tokens_share')} |",
+        f"| recovery_calls_to_new_action (mean) | {mean('calls_to_new_action')} |",
+        f"| fact_retention (mean) | {_number(mean_of([r.get('fact_retention') for r in related]))} |",
+        f"| re-acquired items among fact_retention's lost facts | {pooled('lost', 'items_lost', 'items')} |",
+        f"| fact_retention's lost paths/commands re-acquired | {pooled('lost', 'lost_reacquired', 'lost')} |",
+        f"| re-acquired items among needed_fact_retention's lost facts | "
+        f"{pooled('needed_lost', 'items_lost', 'items')} |",
+        f"| needed_fact_retention's lost paths/commands re-acquired | "
+        f"{pooled('needed_lost', 'lost_reacquired', 'lost')} |",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     from workbench.quality.recorded_table import recorded_sessions
 
-    parser = argparse.ArgumentParser(prog="python -m workbench.quality.recovery_table",
-                                     description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("paths", nargs="*", help="sessions to import (default: the shared Claude Code, Codex and "
-                                                 "OpenHands recordings)")
+    parser = argparse.ArgumentParser(
+        prog="python -m workbench.quality.recovery_table", description=(__doc__ or "").split("\n\n")[0]
+    )
+    parser.add_argument(
+        "paths", nargs="*", help="sessions to import (default: the shared Claude Code, Codex and OpenHands recordings)"
+    )
     parser.add_argument("--window", type=int, default=WINDOW, help="actions after each compaction measured")
     args = parser.parse_args(argv)
     paths = args.paths or [str(p) for p in DEFAULT_FOLDERS if p.exists()]

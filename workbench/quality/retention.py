@@ -174,8 +174,10 @@ class RunFacts:
 
 # -- later use ----------------------------------------------------------------------------------
 
+
 def last_use(session: Session) -> dict[str, int]:
     """For each fact key an assistant message states, the last call index that states it."""
+
     def compute() -> dict[str, int]:
         out: dict[str, int] = {}
         for call, position in enumerate(assistant_positions(session)):
@@ -221,21 +223,33 @@ def removed_from(before: Sequence[Message], after: Sequence[Message]) -> tuple[M
     shared = shared_prefix_length(before, after)
     shortest = min(len(before), len(after)) - shared
     tail = min(next(compress(count(), map(is_not, reversed(before), reversed(after))), shortest), shortest)
-    kept = set(map(id, after[shared:len(after) - tail]))
-    middle = before[shared:len(before) - tail]
+    kept = set(map(id, after[shared : len(after) - tail]))
+    middle = before[shared : len(before) - tail]
     removed = tuple(compress(middle, map(not_, map(kept.__contains__, map(id, middle)))))
     if removed:
         removed_ids = set(map(id, removed))
-        if not (removed_ids.isdisjoint(map(id, before[:shared]))
-                and removed_ids.isdisjoint(map(id, before[len(before) - tail:]))):
+        if not (
+            removed_ids.isdisjoint(map(id, before[:shared]))
+            and removed_ids.isdisjoint(map(id, before[len(before) - tail :]))
+        ):
             kept = set(map(id, after))
             return tuple(compress(before, map(not_, map(kept.__contains__, map(id, before)))))
     return removed
 
 
-def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Message], *, event_index: int,
-             call_index: int, used_later: int, calls: int, tokenizer: Any,
-             seen: dict[int, int] | None = None, unions: _PrefixUnions | None = None) -> CompactionFacts:
+def _account(
+    index: FactIndex,
+    before: Sequence[Message],
+    after: Sequence[Message],
+    *,
+    event_index: int,
+    call_index: int,
+    used_later: int,
+    calls: int,
+    tokenizer: Any,
+    seen: dict[int, int] | None = None,
+    unions: _PrefixUnions | None = None,
+) -> CompactionFacts:
     """The accounting of one compaction given the mask of the facts used at or after its call (`seen`:
     see `FactIndex.union`; `unions`: the union of the previous compaction's result, kept to go on from)."""
     removed_messages = removed_from(before, after)
@@ -248,10 +262,19 @@ def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Messag
     missing = removed & ~retained & fuzzy
     stated_constraints = removed & constraint
     if missing or stated_constraints:  # both need the removed facts in order of mention
-        accounting = CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=0,
-                                     removed_mask=removed, retained_mask=retained, needed_mask=0, after_mask=present,
-                                     constraint_mask=0, index=index, removed_messages=removed_messages,
-                                     removed_masks=removed_masks)
+        accounting = CompactionFacts(
+            event_index=event_index,
+            call_index=call_index,
+            removed_tokens=0,
+            removed_mask=removed,
+            retained_mask=retained,
+            needed_mask=0,
+            after_mask=present,
+            constraint_mask=0,
+            index=index,
+            removed_messages=removed_messages,
+            removed_masks=removed_masks,
+        )
     if missing:
         before_ids = set(map(id, before))
         written = list(compress(after, map(not_, map(before_ids.__contains__, map(id, after)))))
@@ -264,10 +287,19 @@ def _account(index: FactIndex, before: Sequence[Message], after: Sequence[Messag
                 constraints |= index.bit(fact.key)
     needed = (removed & ~constraints & used_later) | (constraints if call_index < calls else 0)
     removed_tokens = messages_tokens(removed_messages, tokenizer)
-    return CompactionFacts(event_index=event_index, call_index=call_index, removed_tokens=removed_tokens,
-                           removed_mask=removed, retained_mask=retained, needed_mask=needed, after_mask=present,
-                           constraint_mask=constraints, index=index, removed_messages=removed_messages,
-                           removed_masks=removed_masks)
+    return CompactionFacts(
+        event_index=event_index,
+        call_index=call_index,
+        removed_tokens=removed_tokens,
+        removed_mask=removed,
+        retained_mask=retained,
+        needed_mask=needed,
+        after_mask=present,
+        constraint_mask=constraints,
+        index=index,
+        removed_messages=removed_messages,
+        removed_masks=removed_masks,
+    )
 
 
 def _rephrased(accounting: CompactionFacts, missing: int, written: Sequence[Message]) -> int:
@@ -296,17 +328,34 @@ def _rephrased(accounting: CompactionFacts, missing: int, written: Sequence[Mess
     return found
 
 
-def analyse_compaction(before: Sequence[Message], after: Sequence[Message], *, event_index: int, call_index: int,
-                       uses: Mapping[str, int], calls: int, tokenizer: Any = "heuristic") -> CompactionFacts:
+def analyse_compaction(
+    before: Sequence[Message],
+    after: Sequence[Message],
+    *,
+    event_index: int,
+    call_index: int,
+    uses: Mapping[str, int],
+    calls: int,
+    tokenizer: Any = "heuristic",
+) -> CompactionFacts:
     """The fact accounting of one compaction (see the module docstring); `uses` maps a fact key to
     the last call that uses it (`last_use`)."""
     index = messages_index([*before, *after])
     used_later = index.mask_of(k for k, call in uses.items() if call >= call_index)
-    return _account(index, before, after, event_index=event_index, call_index=call_index, used_later=used_later,
-                    calls=calls, tokenizer=tokenizer)
+    return _account(
+        index,
+        before,
+        after,
+        event_index=event_index,
+        call_index=call_index,
+        used_later=used_later,
+        calls=calls,
+        tokenizer=tokenizer,
+    )
 
 
 # -- one run ------------------------------------------------------------------------------------
+
 
 def _dangling(result: Any, session: Session, index: FactIndex, analyses: Sequence[CompactionFacts]) -> int:
     """Walk the calls from the first compaction on, tracking the removed facts missing from the context."""
@@ -344,6 +393,7 @@ def _dangling(result: Any, session: Session, index: FactIndex, analyses: Sequenc
 
 def analyse(result: Any) -> RunFacts:
     """The fact accounting of every applied compaction of a replay result, and its dangling references."""
+
     def compute() -> RunFacts:
         session = session_of(result)
         index = session_index(session)
@@ -357,9 +407,20 @@ def analyse(result: Any) -> RunFacts:
             before, after = compaction_contexts(result, event_index)
             call = result.compactions[event_index].call_index
             used_later = used_from[call] if 0 <= call < len(used_from) else 0
-            analyses.append(_account(index, before, after, event_index=event_index, call_index=call,
-                                     used_later=used_later, calls=calls, tokenizer=tokenizer, seen=seen,
-                                     unions=unions))
+            analyses.append(
+                _account(
+                    index,
+                    before,
+                    after,
+                    event_index=event_index,
+                    call_index=call,
+                    used_later=used_later,
+                    calls=calls,
+                    tokenizer=tokenizer,
+                    seen=seen,
+                    unions=unions,
+                )
+            )
         return RunFacts(compactions=tuple(analyses), dangling_references=_dangling(result, session, index, analyses))
 
     found: RunFacts = memo(result, "quality_facts", compute)
@@ -384,12 +445,15 @@ class FactRetention:
         return analyse(result).weighted("fact_retention")
 
     def per_compaction(self, result: Any) -> list[dict[str, Any]]:
-        return _rows(result, lambda c: {
-            "fact_retention": c.fact_retention if c else None,
-            "removed_facts": c.removed_count if c else None,
-            "lost_count": c.lost_count if c else None,
-            "lost_facts": c.listed_lost() if c else [],
-        })
+        return _rows(
+            result,
+            lambda c: {
+                "fact_retention": c.fact_retention if c else None,
+                "removed_facts": c.removed_count if c else None,
+                "lost_count": c.lost_count if c else None,
+                "lost_facts": c.listed_lost() if c else [],
+            },
+        )
 
 
 @register_metric("needed_fact_retention", direction="higher", unit="share", level="compaction")
@@ -404,12 +468,15 @@ class NeededFactRetention:
         return analyse(result).weighted("needed_fact_retention")
 
     def per_compaction(self, result: Any) -> list[dict[str, Any]]:
-        return _rows(result, lambda c: {
-            "needed_fact_retention": c.needed_fact_retention if c else None,
-            "needed_facts": c.needed_count if c else None,
-            "lost_needed_count": c.needed_lost_count if c else None,
-            "lost_needed_facts": c.listed_lost(needed=True) if c else [],
-        })
+        return _rows(
+            result,
+            lambda c: {
+                "needed_fact_retention": c.needed_fact_retention if c else None,
+                "needed_facts": c.needed_count if c else None,
+                "lost_needed_count": c.needed_lost_count if c else None,
+                "lost_needed_facts": c.listed_lost(needed=True) if c else [],
+            },
+        )
 
 
 @register_metric("dangling_references", direction="lower", unit="calls", level="run")

@@ -44,11 +44,20 @@ from workbench.quality.trace import applied_events, assistant_positions, compact
 from workbench.registry import register_metric
 from workbench.session import Message, Session
 
-__all__ = ["DIMENSIONS", "METRICS", "CompactionCoverage", "StateItem", "TaskState", "analyse", "covered_items",
-           "extract_task_state", "stating_units", "task_state_at"]
+__all__ = [
+    "DIMENSIONS",
+    "METRICS",
+    "CompactionCoverage",
+    "StateItem",
+    "TaskState",
+    "analyse",
+    "covered_items",
+    "extract_task_state",
+    "stating_units",
+    "task_state_at",
+]
 
-DIMENSIONS: tuple[str, ...] = ("task", "constraints", "artifacts", "decisions", "progress", "next_step",
-                               "open_errors")
+DIMENSIONS: tuple[str, ...] = ("task", "constraints", "artifacts", "decisions", "progress", "next_step", "open_errors")
 #: The metric of each dimension, and the overall one.
 METRICS: dict[str, str] = {"task_state_coverage": "", **{f"task_state_{d}": d for d in DIMENSIONS}}
 MAX_TERMS = 6
@@ -65,32 +74,70 @@ _BULLET = re.compile(r"^[\s>*#+-]*(?:\d+[.)]\s+)?")
 _FENCE = re.compile(r"```.*?(?:```|$)", re.DOTALL)
 _SHELL_FENCE = re.compile(r"```(?:bash|sh|shell|console)?[ \t]*\n(.*?)```", re.DOTALL)
 _MARKUP = re.compile(r"^\s*<[\w-]+[ >]|^\s*\[Request interrupted")
-_GENERIC = frozenset("let ll ve re now here there what which who how why when where one thing things sure ok okay yes "
-                     "continue proceed thanks thank good great well go get got want like need see look "
-                     "then next also still ill im ive lets id".split())
-_DECISION = re.compile(r"\b(?:i'll|i will|let's|let us|we'll|we will|decided|decide to|decision|instead|going with|"
-                       r"go with|rather than|chose|choose|opt(?:ed)? for|switch(?:ed)? to|the (?:fix|approach|plan) "
-                       r"(?:is|will be))\b", re.IGNORECASE)
-_PROGRESS = re.compile(r"\b(?:done|fixed|pass(?:es|ed)?|passing|created|updated|added|implemented|completed|"
-                       r"finished|found|works|succeeded|committed|closed|resolved|all \d+|now (?:has|have|is|are))\b",
-                       re.IGNORECASE)
-_NEXT = re.compile(r"\b(?:next|now i'll|now let me|let me|i'll|i will|i need to|need to|then|remaining|still need|"
-                   r"todo|to do)\b", re.IGNORECASE)
-_ERROR_SIGNAL = re.compile(r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b(?::|$)|"
-                           r"^(?:error|fatal|ERROR|FATAL)\b[:\[]|\berror\[|\*\* \(\w+|\bFAILED\b|"
-                           r"\b[1-9]\d* (?:failed|failures?|errors?)\b|exit (?:code|status):? [1-9]|"
-                           r"command not found|No such file or directory|<tool_use_error>", re.MULTILINE)
-_ERROR_LINE = re.compile(r"^.*(?:Error|Exception|error|FAILED|failed|failures?|fatal|not found|No such file)"
-                         r".*$", re.MULTILINE)
+_GENERIC = frozenset(
+    "let ll ve re now here there what which who how why when where one thing things sure ok okay yes "
+    "continue proceed thanks thank good great well go get got want like need see look "
+    "then next also still ill im ive lets id".split()
+)
+_DECISION = re.compile(
+    r"\b(?:i'll|i will|let's|let us|we'll|we will|decided|decide to|decision|instead|going with|"
+    r"go with|rather than|chose|choose|opt(?:ed)? for|switch(?:ed)? to|the (?:fix|approach|plan) "
+    r"(?:is|will be))\b",
+    re.IGNORECASE,
+)
+_PROGRESS = re.compile(
+    r"\b(?:done|fixed|pass(?:es|ed)?|passing|created|updated|added|implemented|completed|"
+    r"finished|found|works|succeeded|committed|closed|resolved|all \d+|now (?:has|have|is|are))\b",
+    re.IGNORECASE,
+)
+_NEXT = re.compile(
+    r"\b(?:next|now i'll|now let me|let me|i'll|i will|i need to|need to|then|remaining|still need|"
+    r"todo|to do)\b",
+    re.IGNORECASE,
+)
+_ERROR_SIGNAL = re.compile(
+    r"Traceback \(most recent call last\)|\b[A-Z]\w*(?:Error|Exception)\b(?::|$)|"
+    r"^(?:error|fatal|ERROR|FATAL)\b[:\[]|\berror\[|\*\* \(\w+|\bFAILED\b|"
+    r"\b[1-9]\d* (?:failed|failures?|errors?)\b|exit (?:code|status):? [1-9]|"
+    r"command not found|No such file or directory|<tool_use_error>",
+    re.MULTILINE,
+)
+_ERROR_LINE = re.compile(
+    r"^.*(?:Error|Exception|error|FAILED|failed|failures?|fatal|not found|No such file)"
+    r".*$",
+    re.MULTILINE,
+)
 _SUCCESS = re.compile(r"\b0 (?:failed|failures|errors)\b|\b\d+ passed\b|\bsuccessfully\b|\bOK\b", re.IGNORECASE)
 
 #: The verbs that say how a file was touched (their stems are matched): an artifact is stated by its
 #: name and one of these.
 ACTIONS: dict[str, tuple[str, ...]] = {
     "created": ("created", "create", "creates", "new", "wrote", "written", "write", "added", "add", "adds"),
-    "edited": ("edited", "edit", "edits", "modified", "modify", "updated", "update", "updates", "changed", "change",
-               "changes", "fixed", "fix", "rewrote", "rewritten", "refactored", "replaced", "extended", "extracted",
-               "added", "removed", "patched", "implemented"),
+    "edited": (
+        "edited",
+        "edit",
+        "edits",
+        "modified",
+        "modify",
+        "updated",
+        "update",
+        "updates",
+        "changed",
+        "change",
+        "changes",
+        "fixed",
+        "fix",
+        "rewrote",
+        "rewritten",
+        "refactored",
+        "replaced",
+        "extended",
+        "extracted",
+        "added",
+        "removed",
+        "patched",
+        "implemented",
+    ),
     "deleted": ("deleted", "delete", "removed", "remove"),
     "moved": ("moved", "move", "renamed", "rename"),
     "committed": ("committed", "commit", "commits"),
@@ -112,8 +159,16 @@ def stem(word: str) -> str:
     word = word.rstrip(".-+")
     if not word.isalpha() or len(word) <= 3:
         return word
-    for suffix, replacement in (("ied", "i"), ("ies", "i"), ("ing", ""), ("ed", ""), ("es", ""), ("e", ""),
-                                ("y", "i"), ("s", "")):
+    for suffix, replacement in (
+        ("ied", "i"),
+        ("ies", "i"),
+        ("ing", ""),
+        ("ed", ""),
+        ("es", ""),
+        ("e", ""),
+        ("y", "i"),
+        ("s", ""),
+    ):
         if word.endswith(suffix) and len(word) - len(suffix) >= 3 and not word.endswith("ss"):
             return word[: len(word) - len(suffix)] + replacement
     return word
@@ -127,6 +182,7 @@ _ACTION_STEMS = {name: frozenset(map(stem, verbs)) for name, verbs in ACTIONS.it
 
 
 # -- items ---------------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StateItem:
@@ -201,6 +257,7 @@ def is_request(message: Message) -> bool:
 
 
 # -- what each message contributes (once per session) ---------------------------------------------
+
 
 @dataclass(frozen=True)
 class _Touch:
@@ -289,8 +346,10 @@ def tool_touches(name: str, arguments: str) -> list[_Touch]:
     if not patch and "*** Begin Patch" in arguments:
         patch = arguments
     if patch:
-        touches = [_Touch(p.strip(), {"Add": "created", "Update": "edited", "Delete": "deleted"}[a])
-                   for a, p in _PATCH_FILE.findall(patch)]
+        touches = [
+            _Touch(p.strip(), {"Add": "created", "Update": "edited", "Delete": "deleted"}[a])
+            for a, p in _PATCH_FILE.findall(patch)
+        ]
         return touches + [_Touch(p.strip(), "moved") for p in _MOVE_TO.findall(patch)]
     shell = next((_command_text(data[k]) for k in _COMMAND_KEYS if k in data), "")
     return shell_touches(shell) if shell else []
@@ -310,8 +369,7 @@ def _command_key(observation: Message, previous: Message | None) -> str:
         commands = fenced_commands(previous.text) if previous is not None else []
         return " ".join(commands[0].split())[:200] if commands else ""
     data = _arguments(call.arguments)
-    shell = next((_command_text(data[k]) for k in _COMMAND_KEYS if k in data and isinstance(data[k], (str, list))),
-                 "")
+    shell = next((_command_text(data[k]) for k in _COMMAND_KEYS if k in data and isinstance(data[k], (str, list))), "")
     if shell:
         return " ".join(shell.split())[:200]
     path = next((str(data[k]) for k in ("file_path", "path") if data.get(k)), "")
@@ -339,12 +397,18 @@ def _outcome(index: int, message: Message, previous: Message | None) -> _Outcome
 
 def _contribution(index: int, message: Message, previous: Message | None) -> _Contribution:
     if is_request(message):
-        constraints = tuple(StateItem("constraints", _short(f.text), terms, index)
-                            for f in extract_constraints(message.text)
-                            if len(terms := key_terms(f.text)) >= 2)
+        constraints = tuple(
+            StateItem("constraints", _short(f.text), terms, index)
+            for f in extract_constraints(message.text)
+            if len(terms := key_terms(f.text)) >= 2
+        )
         constrained = {c.text for c in constraints}
-        requests = tuple(item for s in _sentences(message.text) if _short(s) not in constrained
-                         if (item := _statement("task", s, index)) is not None)[:MAX_REQUEST_SENTENCES]
+        requests = tuple(
+            item
+            for s in _sentences(message.text)
+            if _short(s) not in constrained
+            if (item := _statement("task", s, index)) is not None
+        )[:MAX_REQUEST_SENTENCES]
         return _Contribution(requests=requests, constraints=constraints)
     if message.role == "assistant":
         touches = tuple(t for call in message.tool_calls for t in tool_touches(call.name, call.arguments))
@@ -354,12 +418,16 @@ def _contribution(index: int, message: Message, previous: Message | None) -> _Co
         progress: list[StateItem] = []
         next_steps: list[StateItem] = []
         for sentence in _sentences(message.text):
-            for cue, found, dimension in ((_DECISION, decisions, "decisions"), (_PROGRESS, progress, "progress"),
-                                          (_NEXT, next_steps, "next_step")):
+            for cue, found, dimension in (
+                (_DECISION, decisions, "decisions"),
+                (_PROGRESS, progress, "progress"),
+                (_NEXT, next_steps, "next_step"),
+            ):
                 if cue.search(sentence) and (item := _statement(dimension, sentence, index)) is not None:
                     found.append(item)
-        return _Contribution(touches=touches, decisions=tuple(decisions), progress=tuple(progress),
-                             next_steps=tuple(next_steps))
+        return _Contribution(
+            touches=touches, decisions=tuple(decisions), progress=tuple(progress), next_steps=tuple(next_steps)
+        )
     if message.is_observation:
         return _Contribution(outcome=_outcome(index, message, previous))
     return _Contribution()
@@ -389,8 +457,9 @@ def _artifact(path: str, actions: list[str], source: int) -> StateItem:
 
 def extract_task_state(messages: Sequence[Message], call_index: int = 0) -> TaskState:
     """The task state of a recorded history (the messages before a call), see the module docstring."""
-    return _state(Session.from_messages(messages) if not isinstance(messages, Session) else messages,
-                  len(messages), call_index)
+    return _state(
+        Session.from_messages(messages) if not isinstance(messages, Session) else messages, len(messages), call_index
+    )
 
 
 def task_state_at(session: Session, call_index: int) -> TaskState:
@@ -440,6 +509,7 @@ def _state(session: Session, end: int, call_index: int) -> TaskState:
 
 # -- coverage ------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class _Units:
     """A message's sentences and lines as stems, with where each stem occurs: (unit, position)."""
@@ -462,6 +532,7 @@ def _forget(key: int) -> Any:
             entry = _UNITS.get(key)
             if entry is not None and entry[0]() is None:
                 del _UNITS[key]
+
     return forget
 
 
@@ -491,7 +562,7 @@ def _states(item: StateItem, hits: Mapping[tuple[int, int], list[tuple[int, int]
         for end in range(len(found)):
             while found[end][0] - found[start][0] >= item.window:
                 start += 1
-            if len({t for _, t in found[start:end + 1]}) >= item.needed:
+            if len({t for _, t in found[start : end + 1]}) >= item.needed:
                 return True
     return False
 
@@ -508,8 +579,11 @@ def covered_items(items: Sequence[StateItem], context: Sequence[Message], sessio
             postings.setdefault(word, []).extend((number, u, p) for u, p in found.postings[word])
     out: list[bool] = []
     for item in items:
-        if session is not None and 0 <= item.source < len(session.messages) \
-                and id(session.messages[item.source]) in present:
+        if (
+            session is not None
+            and 0 <= item.source < len(session.messages)
+            and id(session.messages[item.source]) in present
+        ):
             out.append(True)
             continue
         hits: dict[tuple[int, int], list[tuple[int, int]]] = {}
@@ -541,12 +615,16 @@ class CompactionCoverage:
 
     def missing(self, dimension: str | None = None, limit: int = MAX_LISTED) -> list[str]:
         """The statements the context no longer states (of one dimension), the first `limit`."""
-        return [f"{i.dimension}: {i.text}" for i, c in zip(self.state.items, self.covered, strict=True)
-                if not c and (dimension is None or i.dimension == dimension)][:limit]
+        return [
+            f"{i.dimension}: {i.text}"
+            for i, c in zip(self.state.items, self.covered, strict=True)
+            if not c and (dimension is None or i.dimension == dimension)
+        ][:limit]
 
 
-def coverage_of(session: Session, call_index: int, context: Sequence[Message], event_index: int = 0) \
-        -> CompactionCoverage:
+def coverage_of(
+    session: Session, call_index: int, context: Sequence[Message], event_index: int = 0
+) -> CompactionCoverage:
     """The task state at `call_index` and which of it `context` (a compacted context) states."""
     state = task_state_at(session, call_index)
     return CompactionCoverage(event_index, call_index, state, tuple(covered_items(state.items, context, session)))
@@ -554,6 +632,7 @@ def coverage_of(session: Session, call_index: int, context: Sequence[Message], e
 
 def analyse(result: Any) -> tuple[CompactionCoverage, ...]:
     """The coverage of every applied compaction of a replay result (memoised per result)."""
+
     def compute() -> tuple[CompactionCoverage, ...]:
         session = session_of(result)
         out = []
@@ -605,22 +684,23 @@ class TaskStateCoverage(_TaskStateMetric):
 
 
 def _dimension_metric(dimension: str, doc: str) -> type[_TaskStateMetric]:
-    cls = type(f"TaskState_{dimension}", (_TaskStateMetric,), {"dimension": dimension, "__doc__": doc,
-                                                               "__module__": __name__})
+    cls = type(
+        f"TaskState_{dimension}", (_TaskStateMetric,), {"dimension": dimension, "__doc__": doc, "__module__": __name__}
+    )
     return register_metric(f"task_state_{dimension}", direction="higher", unit="share", level="compaction")(cls)
 
 
 _DIMENSION_DOCS = {
     "task": "Share of the user's task and later instructions the compacted context still states.",
     "constraints": "Share of the user's constraints (must, never, don't, always...) the compacted context still "
-                   "states.",
+    "states.",
     "artifacts": "Share of the artifact trail (files created, edited, moved, deleted; commits) the context still "
-                 "states with how they were touched.",
+    "states with how they were touched.",
     "decisions": "Share of the agent's latest decisions (I'll, let's, decided, instead...) the context still states.",
     "progress": "Share of the agent's latest statements of what was done or found the context still states.",
     "next_step": "Share of the next step (the last user request, the agent's stated next action) the context "
-                 "still states.",
+    "still states.",
     "open_errors": "Share of the errors still open at the compaction (not followed by a success of the same "
-                   "command or file) the context still states.",
+    "command or file) the context still states.",
 }
 DIMENSION_METRICS = {d: _dimension_metric(d, _DIMENSION_DOCS[d]) for d in DIMENSIONS}

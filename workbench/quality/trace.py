@@ -22,8 +22,10 @@ Contexts = tuple[list[Message], list[Message]]
 def session_of(result: Any) -> Session:
     session = getattr(result, "session", None)
     if not isinstance(session, Session):
-        raise ValueError(f"replay result of session {getattr(result, 'session_id', '?')!r} does not carry its "
-                         "session (result.session); quality metrics need the recording")
+        raise ValueError(
+            f"replay result of session {getattr(result, 'session_id', '?')!r} does not carry its "
+            "session (result.session); quality metrics need the recording"
+        )
     return session
 
 
@@ -39,8 +41,9 @@ def compaction_contexts(result: Any, event_index: int) -> Contexts:
 
 def assistant_positions(session: Session) -> list[int]:
     """Index in `session.messages` of each recorded call's assistant message (cached per session)."""
-    return _memo(session, "assistant_positions",
-                 lambda: [i for i, m in enumerate(session.messages) if m.role == "assistant"])
+    return _memo(
+        session, "assistant_positions", lambda: [i for i, m in enumerate(session.messages) if m.role == "assistant"]
+    )
 
 
 def context_at(result: Any, call_index: int) -> list[Message]:
@@ -58,14 +61,15 @@ def context_at(result: Any, call_index: int) -> list[Message]:
     if latest is None:
         return list(session.messages[:at])
     call, after = latest
-    return [*after, *session.messages[positions[call]:at]]
+    return [*after, *session.messages[positions[call] : at]]
 
 
 def applied_events(result: Any) -> list[int]:
     """Indices of the compaction events that changed the context: failed ones and no-ops (the
     strategy returned its input unchanged: nothing removed, nothing to grade) excluded."""
-    return [i for i, e in enumerate(result.compactions)
-            if not getattr(e, "failed", False) and not getattr(e, "noop", False)]
+    return [
+        i for i, e in enumerate(result.compactions) if not getattr(e, "failed", False) and not getattr(e, "noop", False)
+    ]
 
 
 # -- a small per-object memo (results and sessions are not hashable) -----------------------------
@@ -81,6 +85,7 @@ def _memo(owner: Any, name: str, compute: Callable[[], _T]) -> _T:
     key = id(owner)
     entry = _MEMO.get(key)
     if entry is None or entry[0]() is not owner:
+
         def forget(_: Any, key: int = key) -> None:
             with _MEMO_LOCK:
                 current = _MEMO.get(key)
@@ -100,6 +105,7 @@ memo = _memo
 
 
 # -- a fallback for engines without the trace ---------------------------------------------------
+
 
 def attach(result: Any, session: Session, contexts: Sequence[Contexts]) -> Any:
     """Give `result` the `session` and `compaction_contexts` quality metrics read (returns it)."""

@@ -148,8 +148,8 @@ def glued_flags(steps: Sequence[Step], flags: Sequence[bool]) -> list[bool]:
     while changed:
         changed = False
         for stray, owner in owners.items():
-            if (out[stray] or out[owner]) and not all(out[owner:stray + 1]):
-                out[owner:stray + 1] = [True] * (stray + 1 - owner)
+            if (out[stray] or out[owner]) and not all(out[owner : stray + 1]):
+                out[owner : stray + 1] = [True] * (stray + 1 - owner)
                 changed = True
     return out
 
@@ -189,8 +189,9 @@ class Grouping:
     messages from here instead of grouping them again at every compaction and in every replay.
     """
 
-    def __init__(self, messages: Sequence[Message], counted: str | None = None,
-                 token_prefix: Sequence[int] | None = None):
+    def __init__(
+        self, messages: Sequence[Message], counted: str | None = None, token_prefix: Sequence[int] | None = None
+    ):
         """`token_prefix`: the messages' token prefix sums under the tokenizer named `counted`, when known."""
         self.messages = tuple(messages)
         #: per rewrite name (`rewrite_run`), the rewrite of each step (None: not asked yet)
@@ -242,8 +243,9 @@ class Grouping:
         if prefix is None:
             return None
         starts = self.starts
-        return list(map(sub, map(prefix.__getitem__, [*starts[1:], len(self.messages)]),
-                        map(prefix.__getitem__, starts)))
+        return list(
+            map(sub, map(prefix.__getitem__, [*starts[1:], len(self.messages)]), map(prefix.__getitem__, starts))
+        )
 
     @cached_property
     def pinned(self) -> list[int]:
@@ -274,8 +276,10 @@ class Grouping:
             if tokens is not None and self.token_prefix is not None:
                 start = self.starts[stop - 1]
                 tokens[-1] = self.token_prefix[start + lengths[-1]] - self.token_prefix[start]
-        pinned = [position - index for position in self.pinned[bisect_left(self.pinned, index):
-                                                               bisect_left(self.pinned, stop)]]
+        pinned = [
+            position - index
+            for position in self.pinned[bisect_left(self.pinned, index) : bisect_left(self.pinned, stop)]
+        ]
         if pinned and pinned[-1] == len(steps) - 1 and not steps[-1].pinned:  # the last step was cut
             pinned.pop()
         strays = bisect_left(self.strays, index) != bisect_left(self.strays, stop)
@@ -291,13 +295,17 @@ def rewrite_run(steps: list[Step], start: int, stop: int, key: str, rewrite: Cal
     lent = _GROUPED.lent
     count = stop - start
     index = lent.step_at.get(id(steps[start].messages[0])) if lent is not None and count > 0 else None
-    if lent is None or index is None or index + count > len(lent.steps) \
-            or not all(map(is_, steps[start:stop], lent.steps[index:index + count])):
+    if (
+        lent is None
+        or index is None
+        or index + count > len(lent.steps)
+        or not all(map(is_, steps[start:stop], lent.steps[index : index + count]))
+    ):
         return [rewrite(step) for step in steps[start:stop]]
     remembered = lent.rewrites.get(key)
     if remembered is None:
         remembered = lent.rewrites[key] = [None] * len(lent.steps)
-    outputs = remembered[index:index + count]
+    outputs = remembered[index : index + count]
     if True in map(is_, outputs, repeat(None)):
         for offset, output in enumerate(outputs):
             if output is None:
@@ -365,8 +373,13 @@ class BodySteps:
 
     @classmethod
     def of(cls, steps: list[Step]) -> BodySteps:
-        return cls(steps, step_lengths(steps), has_stray_tool_step(steps), pinned_positions(steps),
-                   paired=False not in map(_paired_step, steps))
+        return cls(
+            steps,
+            step_lengths(steps),
+            has_stray_tool_step(steps),
+            pinned_positions(steps),
+            paired=False not in map(_paired_step, steps),
+        )
 
     def offset(self, index: int) -> int:
         """Where step `index` starts among the body's messages (the body's length for `len(steps)`)."""
@@ -387,8 +400,10 @@ class BodySteps:
             if tokens is not None and self.tokens is not None:
                 tokens += self.tokens[start:stop]
         pinned = [at + index - start for index in self.pinned for start, stop, at in places if start <= index < stop]
-        settled = {name: sum(max(0, min(stop, count) - start) for start, stop, _ in places)
-                   for name, count in self.settled.items()}
+        settled = {
+            name: sum(max(0, min(stop, count) - start) for start, stop, _ in places)
+            for name, count in self.settled.items()
+        }
         return BodySteps(steps, lengths, False, pinned, settled, self.paired, tokens, self.counted)
 
 
@@ -433,8 +448,20 @@ def _forgetting(name: str) -> Callable[..., Any]:
     return changed
 
 
-for _name in ("__setitem__", "__delitem__", "__iadd__", "__imul__", "append", "extend", "insert", "pop",
-              "remove", "clear", "sort", "reverse"):
+for _name in (
+    "__setitem__",
+    "__delitem__",
+    "__iadd__",
+    "__imul__",
+    "append",
+    "extend",
+    "insert",
+    "pop",
+    "remove",
+    "clear",
+    "sort",
+    "reverse",
+):
     setattr(StepList, _name, _forgetting(_name))
 
 
@@ -484,15 +511,24 @@ def continue_steps(context: Context, prefix: BodySteps, prefix_length: int) -> N
     if messages[leading + prefix_length].is_observation:  # it may join the prefix's last step: group that one again
         kept -= 1
         start -= prefix.lengths[kept]
-    new = _group_known(messages[leading + start:])
+    new = _group_known(messages[leading + start :])
     pinned = [index for index in prefix.pinned if index < kept] + [index + kept for index in new.pinned]
     tokens = None
     if prefix.tokens is not None and new.tokens is not None and prefix.counted == new.counted:
         tokens = prefix.tokens[:kept] + new.tokens
-    _give(context, BodySteps([*prefix.steps[:kept], *new.steps], prefix.lengths[:kept] + new.lengths,
-                             prefix.strays or new.strays, pinned,
-                             {key: min(settled, kept) for key, settled in prefix.settled.items()},
-                             prefix.paired and new.paired, tokens, None if tokens is None else prefix.counted))
+    _give(
+        context,
+        BodySteps(
+            [*prefix.steps[:kept], *new.steps],
+            prefix.lengths[:kept] + new.lengths,
+            prefix.strays or new.strays,
+            pinned,
+            {key: min(settled, kept) for key, settled in prefix.settled.items()},
+            prefix.paired and new.paired,
+            tokens,
+            None if tokens is None else prefix.counted,
+        ),
+    )
 
 
 def steps_of(context: Context) -> list[Step]:
@@ -514,8 +550,9 @@ def body_steps(context: Context) -> BodySteps:
     return known
 
 
-def keep_last_fraction(context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION, *,
-                       also: Collection[int | None] = ()) -> list[Message]:
+def keep_last_fraction(
+    context: Context, fraction: float = DEFAULT_FALLBACK_FRACTION, *, also: Collection[int | None] = ()
+) -> list[Message]:
     """Leading system messages plus whole trailing steps holding about `fraction` of the body's messages.
 
     Pinned steps before the cut are kept too, and the steps whose indices are in `also`, and a stray
@@ -602,8 +639,12 @@ def is_recorded_summary(message: Message) -> bool:
 def is_user_request(message: Message) -> bool:
     """A user message the user wrote: not a summary (written by a strategy or the recorded agent)
     and not an observation (the environment's answer a text-action agent is shown as a user turn)."""
-    return message.role == "user" and not message.observation and not is_summary(message) \
+    return (
+        message.role == "user"
+        and not message.observation
+        and not is_summary(message)
         and not is_recorded_summary(message)
+    )
 
 
 def may_summarize(strategy: Any) -> bool:
@@ -638,8 +679,14 @@ def usable_window(env: CompactionEnv) -> int:
     return max(1, env.context_limit - env.max_output)
 
 
-def summary_max_tokens(env: CompactionEnv, source_tokens: int, *, window_share: float,
-                       ratio: float = SUMMARY_RATIO, floor: int = MIN_SUMMARY_TOKENS) -> int:
+def summary_max_tokens(
+    env: CompactionEnv,
+    source_tokens: int,
+    *,
+    window_share: float,
+    ratio: float = SUMMARY_RATIO,
+    floor: int = MIN_SUMMARY_TOKENS,
+) -> int:
     """max(floor, min(ratio x source_tokens, window_share x usable window))."""
     return max(floor, min(int(source_tokens * ratio), int(window_share * usable_window(env))))
 
@@ -668,16 +715,54 @@ def returned_messages(returned: Any, strategy: Any, method: str = "compact") -> 
     if not all(map(isinstance, after, repeat(Message))):
         index, item = next((i, m) for i, m in enumerate(after) if not isinstance(m, Message))
         hint = " (`wb.Message.from_openai(d)` makes one of an OpenAI message dict)" if isinstance(item, Mapping) else ""
-        raise ConfigError(f"strategy {kind_name(strategy)!r} returned a list holding a {type(item).__name__} "
-                          f"at {index}; {expected}{hint}")
+        raise ConfigError(
+            f"strategy {kind_name(strategy)!r} returned a list holding a {type(item).__name__} "
+            f"at {index}; {expected}{hint}"
+        )
     return after
 
 
-__all__ = ["MIN_SUMMARY_TOKENS", "SUMMARY_RATIO", "CompactionEnv", "Context", "DEFAULT_FALLBACK_FRACTION", "Grouping",
-           "derived", "flag_runs", "glued_cut", "glued_flags", "glued_pins", "glued_runs", "has_stray_tool_step",
-           "is_recorded_summary", "is_summary", "keep_last_fraction", "keep_summaries_in", "last_steps_for_messages",
-           "may_summarize", "lend_grouping", "next_index", "pinned_flags", "BodySteps", "StepList", "body_steps",
-           "context_of", "continue_steps", "known_steps", "pinned_positions", "render_transcript",
-           "returned_messages", "rewrite_run",
-           "settle", "settled_steps", "shared_prefix_length", "step_lengths", "step_offsets", "steps_of",
-           "stray_owners", "summary_max_tokens", "task_index", "usable_window"]
+__all__ = [
+    "MIN_SUMMARY_TOKENS",
+    "SUMMARY_RATIO",
+    "CompactionEnv",
+    "Context",
+    "DEFAULT_FALLBACK_FRACTION",
+    "Grouping",
+    "derived",
+    "flag_runs",
+    "glued_cut",
+    "glued_flags",
+    "glued_pins",
+    "glued_runs",
+    "has_stray_tool_step",
+    "is_recorded_summary",
+    "is_summary",
+    "keep_last_fraction",
+    "keep_summaries_in",
+    "last_steps_for_messages",
+    "may_summarize",
+    "lend_grouping",
+    "next_index",
+    "pinned_flags",
+    "BodySteps",
+    "StepList",
+    "body_steps",
+    "context_of",
+    "continue_steps",
+    "known_steps",
+    "pinned_positions",
+    "render_transcript",
+    "returned_messages",
+    "rewrite_run",
+    "settle",
+    "settled_steps",
+    "shared_prefix_length",
+    "step_lengths",
+    "step_offsets",
+    "steps_of",
+    "stray_owners",
+    "summary_max_tokens",
+    "task_index",
+    "usable_window",
+]

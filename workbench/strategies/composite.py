@@ -57,11 +57,12 @@ class GuardSelect:
     `env.context_limit` with the guard's defaults (warn at 80 %, critical at 100 %).
     """
 
-    critical: StrategySpec = param({"kind": "hard_clear", "keep_recent": 10},
-                                   doc="strategy at critical severity")
+    critical: StrategySpec = param({"kind": "hard_clear", "keep_recent": 10}, doc="strategy at critical severity")
     warn: StrategySpec = param({"kind": "summarize_split", "preserve": 0.4}, doc="strategy at warn severity")
-    oversized: StrategySpec = param({"kind": "tool_result_truncation", "max_chars": 1000},
-                                    doc="strategy when a tool result is longer than oversized_chars")
+    oversized: StrategySpec = param(
+        {"kind": "tool_result_truncation", "max_chars": 1000},
+        doc="strategy when a tool result is longer than oversized_chars",
+    )
     gentle: StrategySpec = param({"kind": "adaptive_chunking"}, doc="strategy otherwise")
     oversized_chars: int = param(4000, doc="characters from which a tool result counts as oversized", min=0)
 
@@ -136,8 +137,11 @@ class Pipeline:
                 messages = returned_messages(step.compact(current, env), step)
             except CompactionError:
                 own = getattr(step, "fallback", None)
-                messages = (returned_messages(own(current, env), step, "fallback") if callable(own)
-                            else keep_last_fraction(current))
+                messages = (
+                    returned_messages(own(current, env), step, "fallback")
+                    if callable(own)
+                    else keep_last_fraction(current)
+                )
         keep_summaries_in(env, messages)
         return messages
 
@@ -153,8 +157,10 @@ class StepGate:
     Steps are counted as the `context_steps` gauge counts them: the leading system messages included.
     """
 
-    strategy: StrategySpec = param({"kind": "summarize_progressive", "keep_recent": 10},
-                                   doc="the strategy run once the context is long enough, as a strategy spec")
+    strategy: StrategySpec = param(
+        {"kind": "summarize_progressive", "keep_recent": 10},
+        doc="the strategy run once the context is long enough, as a strategy spec",
+    )
     min_steps: int = param(2, doc="context steps (system messages included) from which the strategy runs", min=1)
 
     @property

@@ -97,8 +97,10 @@ order. Together they are too long: merge them into one summary of the whole span
 chronological order. Keep every request, decision, file path, identifier, number and unresolved \
 error; drop repetition and whatever later stretches made obsolete. Output only the merged summary."""
 
-HANDOFF_HEADER = ("[HANDOFF NOTE]\nAn earlier agent worked on this task and was stopped; its notes "
-                  "for you follow. The user's messages above are the original requests.\n\n")
+HANDOFF_HEADER = (
+    "[HANDOFF NOTE]\nAn earlier agent worked on this task and was stopped; its notes "
+    "for you follow. The user's messages above are the original requests.\n\n"
+)
 COMPACT_SUMMARY_HEADER = "[COMPACT SUMMARY]\n"
 SPLIT_ACKNOWLEDGEMENT = "Noted: I have the summary of the earlier work and will continue from it."
 LAST_REQUEST_LEAD = "The user's latest request, quoted verbatim:"
@@ -136,5 +138,16 @@ def quote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines() or [""])
 
 
-__all__ = ["CHUNK_PROMPT", "COMPACT_SUMMARY_HEADER", "HANDOFF_PROMPT", "MERGE_PROMPT", "PROGRESSIVE_PROMPT",
-           "SPLIT_PROMPT", "STRUCTURED_PROMPT", "build_merge_request", "build_request", "quote", "wrap"]
+__all__ = [
+    "CHUNK_PROMPT",
+    "COMPACT_SUMMARY_HEADER",
+    "HANDOFF_PROMPT",
+    "MERGE_PROMPT",
+    "PROGRESSIVE_PROMPT",
+    "SPLIT_PROMPT",
+    "STRUCTURED_PROMPT",
+    "build_merge_request",
+    "build_request",
+    "quote",
+    "wrap",
+]

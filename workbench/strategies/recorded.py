@@ -46,7 +46,8 @@ class RecordedSummary:
     # A config's strategy is shared by the replays of an experiment's threads: the session bound is
     # kept per thread (a replay binds and compacts in one thread), so replays never read another's.
     _by_thread: dict[int, dict[int, tuple[RecordedCompaction, Message | None]]] = field(
-        default_factory=dict, init=False, repr=False, compare=False)
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def bind_session(self, session: Session) -> None:
         messages = session.messages
@@ -74,8 +75,14 @@ class RecordedSummary:
         summary: list[Message] = []
         if record.summary.strip():
             env.record_summary(record.summary)
-            summary.append(Message(role="user", content=record.summary, origin="compacted_synthetic",
-                                   metadata=_summary_metadata(record)))
+            summary.append(
+                Message(
+                    role="user",
+                    content=record.summary,
+                    origin="compacted_synthetic",
+                    metadata=_summary_metadata(record),
+                )
+            )
         return [*context.system, *summary, *pinned, *body[cut:]]
 
 
@@ -94,8 +101,10 @@ def nothing_recorded_note(config: str, sessions: int, where: str) -> str:
     e.g. "of dataset 'samples'" for `sessions` sessions, or "session 1a2b3c" for one): there it never
     compacts, and its rows repeat no-compaction."""
     what = f"none of the {sessions} sessions {where} has" if sessions > 1 else f"{where} has no"
-    return (f"{config}: {what} recorded compactions (the agent did not compact, or its format does not record "
-            f"it): it replays the whole history, the same rows as no-compaction")
+    return (
+        f"{config}: {what} recorded compactions (the agent did not compact, or its format does not record "
+        f"it): it replays the whole history, the same rows as no-compaction"
+    )
 
 
 def _summary_metadata(record: RecordedCompaction) -> dict[str, Any]:

@@ -85,7 +85,8 @@ def is_acknowledgement(message: Message) -> bool:
 def is_filler(message: Message) -> bool:
     """A message `clean_history` inserted (a missing tool result, an assistant note after tools)."""
     return message.origin == "compacted_synthetic" and (
-        message.metadata.get("compaction") == FILLER or message.text in (TOOL_NO_RESPONSE, AFTER_TOOLS_TEXT))
+        message.metadata.get("compaction") == FILLER or message.text in (TOOL_NO_RESPONSE, AFTER_TOOLS_TEXT)
+    )
 
 
 def is_prior_summary(message: Message) -> bool:
@@ -93,18 +94,25 @@ def is_prior_summary(message: Message) -> bool:
 
     Acknowledgements and cleaning fillers are synthetic too, but they are not summaries.
     """
-    return is_summary(message) and message.metadata.get("compaction") not in NOT_SUMMARIES \
-        and not is_filler(message)
+    return is_summary(message) and message.metadata.get("compaction") not in NOT_SUMMARIES and not is_filler(message)
 
 
 def summary_message(text: str, strategy: str, **metadata: Any) -> Message:
-    return Message(role="user", content=text, origin="compacted_synthetic",
-                   metadata={"compaction": "summary", "strategy": strategy, **metadata})
+    return Message(
+        role="user",
+        content=text,
+        origin="compacted_synthetic",
+        metadata={"compaction": "summary", "strategy": strategy, **metadata},
+    )
 
 
 def acknowledgement_message(strategy: str) -> Message:
-    return Message(role="assistant", content=prompts.SPLIT_ACKNOWLEDGEMENT, origin="compacted_synthetic",
-                   metadata={"compaction": ACKNOWLEDGEMENT, "strategy": strategy})
+    return Message(
+        role="assistant",
+        content=prompts.SPLIT_ACKNOWLEDGEMENT,
+        origin="compacted_synthetic",
+        metadata={"compaction": ACKNOWLEDGEMENT, "strategy": strategy},
+    )
 
 
 def split_material(messages: Sequence[Message]) -> tuple[str | None, list[Message]]:
@@ -161,8 +169,16 @@ def clean_history(messages: Sequence[Message]) -> list[Message]:
 
     def flush() -> None:
         for call_id, name in pending.items():
-            out.append(Message(role="tool", content=TOOL_NO_RESPONSE, tool_call_id=call_id, name=name,
-                               origin="compacted_synthetic", metadata={"compaction": FILLER}))
+            out.append(
+                Message(
+                    role="tool",
+                    content=TOOL_NO_RESPONSE,
+                    tool_call_id=call_id,
+                    name=name,
+                    origin="compacted_synthetic",
+                    metadata={"compaction": FILLER},
+                )
+            )
         pending.clear()
 
     for message in messages:
@@ -175,8 +191,14 @@ def clean_history(messages: Sequence[Message]) -> list[Message]:
             pending.update((call.id, call.name) for call in message.tool_calls)
     flush()
     if out and out[-1].role == "tool":
-        out.append(Message(role="assistant", content=AFTER_TOOLS_TEXT, origin="compacted_synthetic",
-                           metadata={"compaction": FILLER}))
+        out.append(
+            Message(
+                role="assistant",
+                content=AFTER_TOOLS_TEXT,
+                origin="compacted_synthetic",
+                metadata={"compaction": FILLER},
+            )
+        )
     return out
 
 
@@ -185,8 +207,10 @@ def unchanged(context: Context) -> list[Message]:
 
 
 #: The `prompt` parameter every summarizing kind has.
-PROMPT_DOC = ("instructions replacing the kind's built-in summarizer prompt (\"\": the built-in one); "
-              "{transcript} and {existing_summary} in it are filled in")
+PROMPT_DOC = (
+    'instructions replacing the kind\'s built-in summarizer prompt ("": the built-in one); '
+    "{transcript} and {existing_summary} in it are filled in"
+)
 
 
 def prompt_param() -> Any:
@@ -206,8 +230,15 @@ class _Summarizing:
         """The `prompt` parameter, or the kind's built-in prompt when it is empty."""
         return self.prompt if self.prompt.strip() else self.default_prompt
 
-    def _summarize(self, env: CompactionEnv, messages: Sequence[Message], *, purpose: str,
-                   max_tokens: int, always_existing: bool = False) -> str:
+    def _summarize(
+        self,
+        env: CompactionEnv,
+        messages: Sequence[Message],
+        *,
+        purpose: str,
+        max_tokens: int,
+        always_existing: bool = False,
+    ) -> str:
         """Summarize `messages` in at most `max_tokens`; earlier summaries among them are sent as the
         existing summary.
 
@@ -272,8 +303,7 @@ class SummarizeProgressive(_Summarizing):
         text = self._summarize(env, material, purpose="summary", max_tokens=budget, always_existing=True)
         content = prompts.PROGRESSIVE_HEADER + text
         head = list(steps[task].messages) if task is not None else []
-        result = [*context.system, *head, summary_message(content, self.kind), *flatten(pinned),
-                  *flatten(recent)]
+        result = [*context.system, *head, summary_message(content, self.kind), *flatten(pinned), *flatten(recent)]
         env.record_summary(content)
         return result
 
@@ -326,8 +356,11 @@ class SummarizeFull(_Summarizing):
         content = text
         if request:
             content = f"{text}\n\n{prompts.LAST_REQUEST_LEAD}\n{prompts.quote(request)}"
-        message = summary_message(content, self.kind, last_user_request=request) if request else \
-            summary_message(content, self.kind)
+        message = (
+            summary_message(content, self.kind, last_user_request=request)
+            if request
+            else summary_message(content, self.kind)
+        )
         result = [*context.system, message, *flatten(pinned)]
         env.record_summary(content)
         return result
@@ -411,8 +444,8 @@ class SummarizeSplit(_Summarizing):
                 break
             older.append(step)
             count += len(step.messages)
-        older = older[:glued_cut(steps, len(older))]
-        preserved = flatten(steps[len(older):])
+        older = older[: glued_cut(steps, len(older))]
+        preserved = flatten(steps[len(older) :])
         held = glued_pins(older)
         pinned = [s for s, h in zip(older, held, strict=True) if h]
         dropped = [s for s, h in zip(older, held, strict=True) if not h]
@@ -429,8 +462,13 @@ class SummarizeSplit(_Summarizing):
         budget = summary_max_tokens(env, env.tokens(material), window_share=SPLIT_WINDOW_SHARE)
         text = self._summarize(env, material, purpose="summary", max_tokens=budget)
         content = prompts.COMPACT_SUMMARY_HEADER + text
-        result = [*context.system, summary_message(content, self.kind), acknowledgement_message(self.kind),
-                  *flatten(pinned), *preserved]
+        result = [
+            *context.system,
+            summary_message(content, self.kind),
+            acknowledgement_message(self.kind),
+            *flatten(pinned),
+            *preserved,
+        ]
         env.record_summary(content)
         return result
 
@@ -441,28 +479,34 @@ class SummarizeSplit(_Summarizing):
             return unchanged(context)
         pinned, dropped, preserved = parts
         dropped_messages = flatten(dropped)
-        topics = [m.text.strip().splitlines()[0][:80] for m in dropped_messages
-                  if is_user_request(m) and m.text.strip()]
-        text = (f"{prompts.COMPACT_SUMMARY_HEADER}[Context truncated: {len(dropped_messages)} earlier "
-                f"message{'s were' if len(dropped_messages) != 1 else ' was'} dropped without a summary "
-                f"because the summarizer was unavailable.")
+        topics = [
+            m.text.strip().splitlines()[0][:80] for m in dropped_messages if is_user_request(m) and m.text.strip()
+        ]
+        text = (
+            f"{prompts.COMPACT_SUMMARY_HEADER}[Context truncated: {len(dropped_messages)} earlier "
+            f"message{'s were' if len(dropped_messages) != 1 else ' was'} dropped without a summary "
+            f"because the summarizer was unavailable."
+        )
         if topics:
             shown = topics[:3] + ([f"... and {len(topics) - 3} more"] if len(topics) > 3 else [])
             text += " The user's requests in that part: " + "; ".join(f'"{t}"' for t in shown) + "."
         text += "]"
-        placeholder = Message(role="user", content=text, origin="compacted_synthetic",
-                              metadata={"compaction": "truncation", "strategy": self.kind,
-                                        "dropped_messages": len(dropped_messages)})
-        return [*context.system, placeholder, acknowledgement_message(self.kind), *flatten(pinned),
-                *preserved]
+        placeholder = Message(
+            role="user",
+            content=text,
+            origin="compacted_synthetic",
+            metadata={"compaction": "truncation", "strategy": self.kind, "dropped_messages": len(dropped_messages)},
+        )
+        return [*context.system, placeholder, acknowledgement_message(self.kind), *flatten(pinned), *preserved]
 
 
 # ---------------------------------------------------------------------------------------------
 # adaptive_chunking (003)
 
 BOUNDARIES = ("topic", "count")
-_CHUNK_HEADER_RE = re.compile(r"\A" + re.escape(prompts.CHUNK_HEADER).replace(r"\{index\}", r"\d+")
-                              .replace(r"\{total\}", r"\d+"))
+_CHUNK_HEADER_RE = re.compile(
+    r"\A" + re.escape(prompts.CHUNK_HEADER).replace(r"\{index\}", r"\d+").replace(r"\{total\}", r"\d+")
+)
 
 
 @dataclass(frozen=True)
@@ -522,8 +566,7 @@ class AdaptiveChunking(_Summarizing):
     """
 
     chunk_messages: int = param(20, doc="most messages in one chunk", min=1)
-    boundary: str = param("topic", doc="topic: a new user request opens a chunk; count: size only",
-                          choices=BOUNDARIES)
+    boundary: str = param("topic", doc="topic: a new user request opens a chunk; count: size only", choices=BOUNDARIES)
     keep_recent: int = param(4, doc="most recent steps kept verbatim", min=0)
     prompt: str = prompt_param()
     default_prompt = prompts.CHUNK_PROMPT
@@ -563,16 +606,20 @@ class AdaptiveChunking(_Summarizing):
         if not any(isinstance(item, list) for item in plan):
             return unchanged(context)
         recent = flatten(steps[cut:])
-        verbatim = [m for item in plan if isinstance(item, Step) and not is_prior_summary(item.head)
-                    for m in item.messages]
+        verbatim = [
+            m for item in plan if isinstance(item, Step) and not is_prior_summary(item.head) for m in item.messages
+        ]
         budget = self.summaries_budget(env, env.tokens([*context.system, *verbatim, *recent]))
         n_summaries = sum(1 for item in plan if isinstance(item, list) or is_prior_summary(item.head))
         share = budget // max(1, n_summaries)
         items: list[Step | _ChunkSummary] = []
         for item in plan:
             if isinstance(item, Step):
-                items.append(_ChunkSummary(item.head.text, _covered(item.head), item.head)
-                             if is_prior_summary(item.head) else item)
+                items.append(
+                    _ChunkSummary(item.head.text, _covered(item.head), item.head)
+                    if is_prior_summary(item.head)
+                    else item
+                )
                 continue
             material = flatten(item)
             max_tokens = max(MIN_CHUNK_SUMMARY_TOKENS, min(share, int(env.tokens(material) * SUMMARY_RATIO)))
@@ -606,8 +653,9 @@ class AdaptiveChunking(_Summarizing):
         room = int(CHUNKS_CONTEXT_TARGET * usable) - fixed_tokens
         return max(MIN_SUMMARY_TOKENS, min(int(CHUNKS_WINDOW_SHARE * usable), room))
 
-    def _recondense(self, env: CompactionEnv, items: list[Step | _ChunkSummary],
-                    budget: int) -> list[Step | _ChunkSummary]:
+    def _recondense(
+        self, env: CompactionEnv, items: list[Step | _ChunkSummary], budget: int
+    ) -> list[Step | _ChunkSummary]:
         """Merge consecutive summaries until they fit `budget` or no two summaries are adjacent."""
         while True:
             summaries = [item for item in items if isinstance(item, _ChunkSummary)]
@@ -624,7 +672,7 @@ class AdaptiveChunking(_Summarizing):
                     rebuilt.append(run)
                     continue
                 for start in range(0, len(run), group):
-                    batch = run[start:start + group]
+                    batch = run[start : start + group]
                     rebuilt.append(batch[0] if len(batch) == 1 else self._merge(env, batch, share))
             items = rebuilt
 
@@ -664,8 +712,7 @@ class Handoff(_Summarizing):
         material = flatten(s for s, h in zip(steps, held, strict=True) if not h)
         if not has_new_material(material):
             return unchanged(context)
-        candidates = [m for s, h in zip(steps, held, strict=True) if not h for m in s.messages
-                      if is_user_request(m)]
+        candidates = [m for s, h in zip(steps, held, strict=True) if not h for m in s.messages if is_user_request(m)]
         kept: set[int] = set()
         budget = self.user_tokens
         for message in reversed(candidates):
@@ -683,6 +730,16 @@ class Handoff(_Summarizing):
         return result
 
 
-__all__ = ["AdaptiveChunking", "Handoff", "SummarizeFull", "SummarizeProgressive", "SummarizeSplit",
-           "clean_history", "is_acknowledgement", "is_prior_summary", "last_user_request", "split_index",
-           "summary_message"]
+__all__ = [
+    "AdaptiveChunking",
+    "Handoff",
+    "SummarizeFull",
+    "SummarizeProgressive",
+    "SummarizeSplit",
+    "clean_history",
+    "is_acknowledgement",
+    "is_prior_summary",
+    "last_user_request",
+    "split_index",
+    "summary_message",
+]

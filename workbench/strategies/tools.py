@@ -62,8 +62,10 @@ def _placeholder_param(name: str, value: str) -> str:
         value.format(chars=0, tool="tool")
     except (KeyError, IndexError, ValueError) as exc:
         fields = ", ".join("{" + f + "}" for f in PLACEHOLDER_FIELDS)
-        raise ConfigError(f"{name} {value!r} is not a valid template ({exc}); it may use {fields}; "
-                          "write {{ and }} for literal braces") from exc
+        raise ConfigError(
+            f"{name} {value!r} is not a valid template ({exc}); it may use {fields}; "
+            "write {{ and }} for literal braces"
+        ) from exc
     return value
 
 
@@ -177,13 +179,32 @@ class _Rewriter:
         settled = {name: min(count, changed) for name, count in known.settled.items()}
         settled[self.key] = max(settled.get(self.key, 0), self.settled_through)
         if changed == len(self.steps):
-            return StepList(self.context.messages, leading, BodySteps(
-                self.steps, known.lengths, known.strays, known.pinned, settled, known.paired, known.tokens,
-                known.counted))
+            return StepList(
+                self.context.messages,
+                leading,
+                BodySteps(
+                    self.steps,
+                    known.lengths,
+                    known.strays,
+                    known.pinned,
+                    settled,
+                    known.paired,
+                    known.tokens,
+                    known.counted,
+                ),
+            )
         if rest is not None:
             self.out.extend(islice(self.context.messages, leading + known.offset(rest), None))
-        self.out.known = BodySteps(self.new, known.lengths, known.strays, known.pinned, settled, known.paired,
-                                   self.tokens, None if self.tokens is None else self.counted)
+        self.out.known = BodySteps(
+            self.new,
+            known.lengths,
+            known.strays,
+            known.pinned,
+            settled,
+            known.paired,
+            self.tokens,
+            None if self.tokens is None else self.counted,
+        )
         return self.out
 
 
@@ -195,8 +216,9 @@ def _rewritten(step: Step, rewrite: Callable[[Message], Message | None]) -> Step
     return Step(tuple(m if r is None else r for m, r in zip(step.messages, replacements, strict=True)))
 
 
-def _step_rewrite(step: Step, *, key: str, detail: Hashable, rewrite: Callable[[Message], Message | None],
-                  settled: bool = True) -> Step:
+def _step_rewrite(
+    step: Step, *, key: str, detail: Hashable, rewrite: Callable[[Message], Message | None], settled: bool = True
+) -> Step:
     """`step` with each message rewritten (`rewrite` gives None to keep one), built once per step and
     (`key`, `detail`), and marked settled under `key` (unless `settled` is False); a pinned step is
     kept as it is."""
@@ -245,7 +267,7 @@ class ToolResultTruncation:
         """`message` cut to `max_chars`, or None when this strategy (at this size) cut it before or
         another tool kind replaced it."""
         text = message.text
-        if text[self.max_chars:] == TRUNCATION_SEPARATOR + TRUNCATION_MARKER or _already_replaced(message):
+        if text[self.max_chars :] == TRUNCATION_SEPARATOR + TRUNCATION_MARKER or _already_replaced(message):
             return None
         return _with_text(message, self.truncated(text), "truncated", original_chars=len(text))
 
@@ -262,8 +284,10 @@ class ObservationMasking:
     summarizes: ClassVar[bool] = False
 
     keep_recent: int = param(10, doc="most recent steps whose tool results stay", min=0)
-    placeholder: str = param("[earlier {tool} output hidden to save context ({chars} chars)]",
-                             doc="text replacing a hidden result; may use {tool} and {chars}")
+    placeholder: str = param(
+        "[earlier {tool} output hidden to save context ({chars} chars)]",
+        doc="text replacing a hidden result; may use {tool} and {chars}",
+    )
 
     def __post_init__(self) -> None:
         _placeholder_param("placeholder", self.placeholder)
@@ -282,8 +306,9 @@ class ObservationMasking:
         return _step_rewrite(step, key=key, detail=None, rewrite=mask)
 
 
-def _mask_result(message: Message, *, step: Step, placeholder: str, how: str,
-                 only: frozenset[str] | None = None) -> Message | None:
+def _mask_result(
+    message: Message, *, step: Step, placeholder: str, how: str, only: frozenset[str] | None = None
+) -> Message | None:
     """The placeholder version of `message` when it is an observation (answering one of the uses
     `only` names, when given), else None."""
     if not message.is_observation or (only is not None and _use_id(message) not in only):
@@ -325,8 +350,11 @@ class ClearToolUses:
         if whole < stop:  # the step holding the oldest uses kept: only its older uses are cleared
             step = steps[whole]
             calls = step.head.tool_calls
-            cleared = frozenset(c.id for i, c in enumerate(calls, start=uses_before[whole])
-                                if i < clear_before and c.name not in self.exclude_tools)
+            cleared = frozenset(
+                c.id
+                for i, c in enumerate(calls, start=uses_before[whole])
+                if i < clear_before and c.name not in self.exclude_tools
+            )
             rewriter.rewrite_one(whole, self._clear_step(step, key=key, cleared=cleared, settled=False))
         return rewriter.result(rest=stop)
 
@@ -365,5 +393,11 @@ class ClearToolUses:
         return message.replace(tool_calls=tuple(calls), origin="compacted_modified", metadata=metadata)
 
 
-__all__ = ["CLEARED_ARGUMENTS", "ClearToolUses", "ObservationMasking", "PLACEHOLDER_FIELDS",
-           "TRUNCATION_MARKER", "ToolResultTruncation"]
+__all__ = [
+    "CLEARED_ARGUMENTS",
+    "ClearToolUses",
+    "ObservationMasking",
+    "PLACEHOLDER_FIELDS",
+    "TRUNCATION_MARKER",
+    "ToolResultTruncation",
+]

@@ -196,9 +196,13 @@ class Trim:
         if self.keep_initial_user:
             initial_user = next((i for i, s in enumerate(steps) if s.kind == "user"), -1)
         pinned = pinned_flags(context)
-        return rebuild(context, (
-            numbers[i] >= first_kept_turn or pinned[i] or s.kind == "system" or i == initial_user
-            for i, s in enumerate(steps)))
+        return rebuild(
+            context,
+            (
+                numbers[i] >= first_kept_turn or pinned[i] or s.kind == "system" or i == initial_user
+                for i, s in enumerate(steps)
+            ),
+        )
 
 
 __all__ = ["HardClear", "SlidingWindow", "Trim", "bonus_runs", "rebuild", "rebuild_runs", "turn_numbers"]

@@ -14,12 +14,14 @@ def main() -> None:
     from workbench.ui import compare, experiments, regression, sessions, sql
 
     st.set_page_config(page_title="Compaction Workbench", page_icon="🗜️", layout="wide")
-    navigation = st.navigation([
-        st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="", default=True),
-        st.Page(compare.page, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
-        st.Page(experiments.page, title="Experiments", icon=":material/science:", url_path="experiments"),
-        st.Page(regression.page, title="Regression", icon=":material/rule:", url_path="regression"),
-        st.Page(sql.page, title="SQL", icon=":material/database:", url_path="sql"),
-        st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="sessions", visibility="hidden"),
-    ])
+    navigation = st.navigation(
+        [
+            st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="", default=True),
+            st.Page(compare.page, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
+            st.Page(experiments.page, title="Experiments", icon=":material/science:", url_path="experiments"),
+            st.Page(regression.page, title="Regression", icon=":material/rule:", url_path="regression"),
+            st.Page(sql.page, title="SQL", icon=":material/database:", url_path="sql"),
+            st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="sessions", visibility="hidden"),
+        ]
+    )
     navigation.run()

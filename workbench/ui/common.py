@@ -46,8 +46,10 @@ def show_read_error(exc: BaseException, prefix: str = "") -> None:
 def open_overview(path: str) -> tuple[dict[str, list[dict[str, Any]]], float] | None:
     """The overview and the database stamp, or None after explaining what is missing."""
     if not os.path.exists(path):
-        st.info(f"No database at `{path}` yet. Create it with the sample sessions: "
-                f"`workbench init --db {path}`, or import recordings: `workbench import PATH --db {path}`.")
+        st.info(
+            f"No database at `{path}` yet. Create it with the sample sessions: "
+            f"`workbench init --db {path}`, or import recordings: `workbench import PATH --db {path}`."
+        )
         return None
     stamp = data.stamp(path)
     try:

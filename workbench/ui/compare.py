@@ -56,18 +56,41 @@ def window_settings() -> dict[str, Any]:
     from workbench.config import DEFAULT_CONTEXT_LIMIT, DEFAULT_MAX_OUTPUT, DEFAULT_SUMMARIZER
 
     cols = st.columns(3)
-    limit = cols[0].number_input("Context window (tokens)", min_value=1_000, max_value=2_000_000,
-                                 value=DEFAULT_CONTEXT_LIMIT, step=1_000, key="compare_limit")
-    max_output = cols[1].number_input("Reserved for output (tokens)", min_value=0, max_value=200_000,
-                                      value=DEFAULT_MAX_OUTPUT, step=256, key="compare_max_output")
-    summarizer = cols[2].text_input("Summarizer model", value=DEFAULT_SUMMARIZER, key="compare_summarizer",
-                                    help="workbench/extractive is the offline extractive baseline (no model).")
-    calibrated = st.checkbox("Calibrate token counts to the input the provider billed", key="compare_calibrate",
-                             help="calibration = \"recorded\": per session, a constant overhead (the system prompt "
-                                  "and tools the transcript lacks) and a tokenizer scale, fitted on the recorded "
-                                  "calls before the agent's first compaction. Needs a recording with usage.")
-    return {"context_limit": int(limit), "max_output": int(max_output), "summarizer": summarizer.strip(),
-            "calibration": "recorded" if calibrated else "none"}
+    limit = cols[0].number_input(
+        "Context window (tokens)",
+        min_value=1_000,
+        max_value=2_000_000,
+        value=DEFAULT_CONTEXT_LIMIT,
+        step=1_000,
+        key="compare_limit",
+    )
+    max_output = cols[1].number_input(
+        "Reserved for output (tokens)",
+        min_value=0,
+        max_value=200_000,
+        value=DEFAULT_MAX_OUTPUT,
+        step=256,
+        key="compare_max_output",
+    )
+    summarizer = cols[2].text_input(
+        "Summarizer model",
+        value=DEFAULT_SUMMARIZER,
+        key="compare_summarizer",
+        help="workbench/extractive is the offline extractive baseline (no model).",
+    )
+    calibrated = st.checkbox(
+        "Calibrate token counts to the input the provider billed",
+        key="compare_calibrate",
+        help='calibration = "recorded": per session, a constant overhead (the system prompt '
+        "and tools the transcript lacks) and a tokenizer scale, fitted on the recorded "
+        "calls before the agent's first compaction. Needs a recording with usage.",
+    )
+    return {
+        "context_limit": int(limit),
+        "max_output": int(max_output),
+        "summarizer": summarizer.strip(),
+        "calibration": "recorded" if calibrated else "none",
+    }
 
 
 @st.cache_data(show_spinner=False, max_entries=1)
@@ -80,9 +103,17 @@ def kinds_table() -> list[dict[str, Any]]:
     for family in ("trigger", "strategy"):
         for kind in described.get(family, []):
             for param in kind.get("params", []) or [{}]:
-                rows.append({"family": family, "kind": kind["name"], "parameter": param.get("name", ""),
-                             "type": param.get("type", ""), "default": str(param.get("default", "")),
-                             "range / choices": _bounds(param), "doc": param.get("doc", "")})
+                rows.append(
+                    {
+                        "family": family,
+                        "kind": kind["name"],
+                        "parameter": param.get("name", ""),
+                        "type": param.get("type", ""),
+                        "default": str(param.get("default", "")),
+                        "range / choices": _bounds(param),
+                        "doc": param.get("doc", ""),
+                    }
+                )
     return rows
 
 
@@ -109,10 +140,18 @@ def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     from workbench.presets import presets
 
     catalogue = presets()
-    chosen = st.multiselect("Presets", list(catalogue), default=[p for p in DEFAULT_PRESETS if p in catalogue],
-                            max_selections=MAX_CONFIGS, key="compare_presets")
-    custom = int(st.number_input("Configurations written as TOML", min_value=0, max_value=MAX_CUSTOM, value=0,
-                                 key="compare_custom"))
+    chosen = st.multiselect(
+        "Presets",
+        list(catalogue),
+        default=[p for p in DEFAULT_PRESETS if p in catalogue],
+        max_selections=MAX_CONFIGS,
+        key="compare_presets",
+    )
+    custom = int(
+        st.number_input(
+            "Configurations written as TOML", min_value=0, max_value=MAX_CUSTOM, value=0, key="compare_custom"
+        )
+    )
     configs: list[dict[str, Any]] = []
     valid = True
     for name in chosen:
@@ -130,8 +169,9 @@ def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
         columns = st.columns(custom)
         for n, column in enumerate(columns, start=1):
             with column:
-                text = st.text_area(f"TOML config {n}", value=CUSTOM_TEMPLATE.format(n=n), height=220,
-                                    key=f"compare_toml_{n}")
+                text = st.text_area(
+                    f"TOML config {n}", value=CUSTOM_TEMPLATE.format(n=n), height=220, key=f"compare_toml_{n}"
+                )
                 try:
                     spec = {**window, **load_toml(text)}
                     spec["name"] = str(spec.get("name") or f"custom-{n}")
@@ -177,10 +217,20 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
 
     from workbench.replay import call_column
 
-    calls: dict[str, list[Any]] = {"config": [], "call_index": [], "context_tokens": [], "recorded_compaction": [],
-                                    "recorded_input_tokens": []}
-    events: dict[str, list[Any]] = {"config": [], "call_index": [], "tokens_before": [], "tokens_after": [],
-                                    "summary": []}
+    calls: dict[str, list[Any]] = {
+        "config": [],
+        "call_index": [],
+        "context_tokens": [],
+        "recorded_compaction": [],
+        "recorded_input_tokens": [],
+    }
+    events: dict[str, list[Any]] = {
+        "config": [],
+        "call_index": [],
+        "tokens_before": [],
+        "tokens_after": [],
+        "summary": [],
+    }
     for result in results:
         name = result.config.name
         recorded_input, recorded = result.recorded_columns()
@@ -200,8 +250,11 @@ def chart_frames(results: Sequence[Any]) -> tuple[Any, Any]:
 
 def window_caption(results: Sequence[Any]) -> str:
     """The window and tokenizer the replays used, said once when they share them."""
-    described = {r.config.name: f"{r.config.context_limit:,}-token window ({r.config.max_output:,} kept for the "
-                                f"reply), tokenizer {r.config.tokenizer}" for r in results}
+    described = {
+        r.config.name: f"{r.config.context_limit:,}-token window ({r.config.max_output:,} kept for the "
+        f"reply), tokenizer {r.config.tokenizer}"
+        for r in results
+    }
     if len(set(described.values())) == 1:
         return f"Replayed in a {next(iter(described.values()))}."
     return "Replayed in: " + "; ".join(f"{name}: a {text}" for name, text in described.items()) + "."
@@ -218,20 +271,28 @@ def charts_panel(results: Sequence[Any]) -> None:
     from workbench.experiments import charts
 
     calls, compactions = chart_frames(results)
-    stopped = {r.config.name: charts.stop_reason(r.termination, r.error) for r in results
-               if r.termination != "completed"}
+    stopped = {
+        r.config.name: charts.stop_reason(r.termination, r.error) for r in results if r.termination != "completed"
+    }
     limit = shared_limit(results)
-    st.plotly_chart(charts.token_curves(calls, compactions, context_limit=limit, stopped=stopped),
-                    key="compare_tokens", width="stretch")
+    st.plotly_chart(
+        charts.token_curves(calls, compactions, context_limit=limit, stopped=stopped),
+        key="compare_tokens",
+        width="stretch",
+    )
     if limit is None:
-        st.caption("The configurations replay in different windows: "
-                   + ", ".join(f"{r.config.name} {r.config.context_limit:,} tokens" for r in results) + ".")
+        st.caption(
+            "The configurations replay in different windows: "
+            + ", ".join(f"{r.config.name} {r.config.context_limit:,} tokens" for r in results)
+            + "."
+        )
     st.plotly_chart(charts.cumulative_billed(calls), key="compare_billed", width="stretch")
     for result in results:
         if result.termination != "completed":
             total = f" of {result.session.calls}" if result.session is not None else ""
-            st.warning(f"{result.config.name} stopped after {len(result.calls)}{total} calls: "
-                       f"{stopped[result.config.name]}")
+            st.warning(
+                f"{result.config.name} stopped after {len(result.calls)}{total} calls: {stopped[result.config.name]}"
+            )
 
 
 BEST_STYLE = "background-color: rgba(44, 160, 44, 0.25)"
@@ -265,25 +326,35 @@ def metrics_panel(results: Sequence[Any]) -> None:
     from workbench.experiments import charts
     from workbench.experiments.compare import metric_direction
 
-    frame = pd.DataFrame([{"config": r.config.name, "termination": r.termination, **dict(r.metrics)}
-                          for r in results])
+    frame = pd.DataFrame([{"config": r.config.name, "termination": r.termination, **dict(r.metrics)} for r in results])
     numeric = frame.set_index("config").T.astype("object")
     shown = numeric.apply(lambda row: row.map(lambda value: charts.format_metric(str(row.name), value)), axis=1)
     shown.insert(0, "better", [metric_direction(str(name)) for name in shown.index])
     st.subheader("Metrics")
     completed = [r.termination == "completed" for r in results]
-    st.caption("Green: the best configuration on that metric, red: the worst, in the direction the metric "
-               "declares (better column)."
-               + ("" if all(completed) else " Replays that stopped early (termination) are left out: their "
-                                            "totals cover only the calls they made."))
-    st.dataframe(shown.astype("string").style.apply(_shade_by_direction, numeric=numeric, ranked=completed, axis=1),
-                 width="stretch", key="compare_metrics")
+    st.caption(
+        "Green: the best configuration on that metric, red: the worst, in the direction the metric "
+        "declares (better column)."
+        + (
+            ""
+            if all(completed)
+            else " Replays that stopped early (termination) are left out: their totals cover only the calls they made."
+        )
+    )
+    st.dataframe(
+        shown.astype("string").style.apply(_shade_by_direction, numeric=numeric, ranked=completed, axis=1),
+        width="stretch",
+        key="compare_metrics",
+    )
 
 
 def _show_messages(messages: Sequence[Any], key: str) -> None:
     for position, message in enumerate(messages):
-        label = f"#{position} {message.role}" + (f" · {message.name}" if message.name else "") \
+        label = (
+            f"#{position} {message.role}"
+            + (f" · {message.name}" if message.name else "")
             + f" · {len(message.text):,} characters"
+        )
         with st.expander(label, expanded=False):
             st.text(message.text or "(no text)")
             for call in message.tool_calls:
@@ -301,12 +372,21 @@ def context_panel(results: Sequence[Any]) -> None:
     if not result.calls:
         st.info(f"This replay made no call: {result.error or result.termination}")
         return
-    call = int(cols[1].number_input(f"Call (0 to {len(result.calls) - 1})", min_value=0,
-                                    max_value=len(result.calls) - 1, value=0, key=f"compare_call:{name}"))
+    call = int(
+        cols[1].number_input(
+            f"Call (0 to {len(result.calls) - 1})",
+            min_value=0,
+            max_value=len(result.calls) - 1,
+            value=0,
+            key=f"compare_call:{name}",
+        )
+    )
     messages = result.context_at(call)
     record = result.calls[call]
-    st.caption(f"{len(messages)} message{'s' * (len(messages) != 1)} · {record.context_tokens:,} tokens"
-               + (" · compacted just before" if record.compacted_before else ""))
+    st.caption(
+        f"{len(messages)} message{'s' * (len(messages) != 1)} · {record.context_tokens:,} tokens"
+        + (" · compacted just before" if record.compacted_before else "")
+    )
     _show_messages(messages, key=f"context:{name}:{call}")
 
 
@@ -328,13 +408,22 @@ def summaries_panel(results: Sequence[Any]) -> None:
             noops = len(result.compactions) - len(listed)
             if noops:
                 st.caption(f"{noops} firing{'s' * (noops != 1)} left the context unchanged (no-ops, not listed)")
-            labels = {i: f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
-                      for i, e in enumerate(result.compactions) if not e.noop}
+            labels = {
+                i: f"#{i} before call {e.call_index}: {e.tokens_before:,} → {e.tokens_after:,}"
+                for i, e in enumerate(result.compactions)
+                if not e.noop
+            }
             # the key follows the labels: a rerun whose events differ (another window, calibration) must not
             # keep showing the previous run's label for the same position
             fingerprint = zlib.crc32("\n".join(labels.values()).encode())
-            index = int(st.selectbox("Compaction", listed, format_func=labels.__getitem__,
-                                     key=f"compare_event:{result.config.name}:{fingerprint}"))
+            index = int(
+                st.selectbox(
+                    "Compaction",
+                    listed,
+                    format_func=labels.__getitem__,
+                    key=f"compare_event:{result.config.name}:{fingerprint}",
+                )
+            )
             event = result.compactions[index]
             if event.error:
                 st.error(f"failed: {event.error}" + (" (fell back)" if event.fell_back else ""))
@@ -380,10 +469,19 @@ def label_panel(result: Any, index: int) -> None:
     except Exception as exc:  # a busy or older database: said, the rest of the panel stays
         common.show_read_error(exc, "The label of this summary cannot be read: ")
         return
-    verdict = st.radio("Rate this summary", SUMMARY_LABELS, horizontal=True, key=f"{key}:verdict",
-                       index=SUMMARY_LABELS.index(current.label) if current is not None else None)
-    note = st.text_input("Note (optional)", value=(current.note or "") if current is not None else "",
-                         key=f"{key}:note", placeholder="what it kept or lost")
+    verdict = st.radio(
+        "Rate this summary",
+        SUMMARY_LABELS,
+        horizontal=True,
+        key=f"{key}:verdict",
+        index=SUMMARY_LABELS.index(current.label) if current is not None else None,
+    )
+    note = st.text_input(
+        "Note (optional)",
+        value=(current.note or "") if current is not None else "",
+        key=f"{key}:note",
+        placeholder="what it kept or lost",
+    )
     stamps: dict[float, float] = st.session_state.setdefault(LABEL_STAMPS, {})
     before = data.stamp(path)
     try:
@@ -398,8 +496,10 @@ def label_panel(result: Any, index: int) -> None:
         common.show_read_error(exc, "The label could not be stored: ")
         return
     if current is not None:
-        st.caption(f"Labelled {current.label} ({current.labelled_at:%Y-%m-%d %H:%M} UTC)"
-                   + (f": {current.note}" if current.note else ""))
+        st.caption(
+            f"Labelled {current.label} ({current.labelled_at:%Y-%m-%d %H:%M} UTC)"
+            + (f": {current.note}" if current.note else "")
+        )
     else:
         st.caption("Not labelled yet.")
 
@@ -411,11 +511,20 @@ def comparison_report(session_id: str, results: Sequence[Any]) -> str:
 
     frame, calls, compactions = charts.frames_from_results(results)
     limit = shared_limit(results)
-    window = f"{limit:,} tokens" if limit is not None else ", ".join(
-        f"{r.config.name} {r.config.context_limit:,}" for r in results)
-    return report_html(f"Comparison on session {session_id}", frame, calls, compactions,
-                       summarizers=[str(r.config.summarizer) for r in results if r.summarized], context_limit=limit,
-                       meta=[("session", session_id), ("window", window)])
+    window = (
+        f"{limit:,} tokens"
+        if limit is not None
+        else ", ".join(f"{r.config.name} {r.config.context_limit:,}" for r in results)
+    )
+    return report_html(
+        f"Comparison on session {session_id}",
+        frame,
+        calls,
+        compactions,
+        summarizers=[str(r.config.summarizer) for r in results if r.summarized],
+        context_limit=limit,
+        meta=[("session", session_id), ("window", window)],
+    )
 
 
 def report_or_error(session_id: str, results: Sequence[Any]) -> str:
@@ -425,15 +534,22 @@ def report_or_error(session_id: str, results: Sequence[Any]) -> str:
     try:
         return comparison_report(session_id, results)
     except Exception as exc:  # the download carries the readable message instead of a broken file
-        return (f"<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\"><title>Report failed</title>"
-                f"</head><body><p>The report could not be built: {html.escape(common.readable_error(exc))}</p>"
-                f"</body></html>")
+        return (
+            f'<!DOCTYPE html><html lang="en"><head><meta charset="utf-8"><title>Report failed</title>'
+            f"</head><body><p>The report could not be built: {html.escape(common.readable_error(exc))}</p>"
+            f"</body></html>"
+        )
 
 
 def export_button(session_id: str, results: Sequence[Any]) -> None:
     """One click downloads the report; it is built then, not on every run of the page."""
-    st.download_button("Export the comparison (HTML)", lambda: report_or_error(session_id, results).encode(),
-                       file_name=f"compare-{session_id}.html", mime="text/html", key="compare_export")
+    st.download_button(
+        "Export the comparison (HTML)",
+        lambda: report_or_error(session_id, results).encode(),
+        file_name=f"compare-{session_id}.html",
+        mime="text/html",
+        key="compare_export",
+    )
 
 
 def page() -> None:
@@ -467,8 +583,11 @@ def page() -> None:
     from workbench.strategies.recorded import nothing_recorded_note, uses_recorded
 
     for result in results:  # the agent's own compactions asked for where the session recorded none
-        if result.session is not None and not result.session.recorded_compactions \
-                and uses_recorded(result.config.to_dict()):
+        if (
+            result.session is not None
+            and not result.session.recorded_compactions
+            and uses_recorded(result.config.to_dict())
+        ):
             st.warning(nothing_recorded_note(result.config.name, 1, f"session {result.session.id}"))
     fitted = next((r.calibration for r in results if r.calibration is not None), None)
     if fitted is not None:  # one fit per session, the same under every config

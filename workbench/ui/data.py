@@ -28,9 +28,11 @@ if TYPE_CHECKING:
 SQL_ROW_LIMIT = 10_000
 
 #: What a page says when a run launched from this app holds the database for writing.
-BUSY_MESSAGE = ("An experiment or regression check launched from this app is writing to the database, and DuckDB "
-                "lets the app read it again only when that run has finished: wait for it to finish (its progress "
-                "shows on the Experiments or Regression page), then reload this page.")
+BUSY_MESSAGE = (
+    "An experiment or regression check launched from this app is writing to the database, and DuckDB "
+    "lets the app read it again only when that run has finished: wait for it to finish (its progress "
+    "shows on the Experiments or Regression page), then reload this page."
+)
 
 
 class DatabaseBusyError(StoreError):
@@ -112,8 +114,7 @@ def run_sql(path: str, sql: str, limit: int = SQL_ROW_LIMIT) -> tuple[pd.DataFra
     import duckdb
 
     try:
-        con = duckdb.connect(path, read_only=True,
-                             config={"enable_external_access": False, "lock_configuration": True})
+        con = duckdb.connect(path, read_only=True, config={"enable_external_access": False, "lock_configuration": True})
     except duckdb.Error as exc:
         if is_busy(exc):
             raise DatabaseBusyError(BUSY_MESSAGE) from exc
@@ -135,6 +136,7 @@ def run_sql(path: str, sql: str, limit: int = SQL_ROW_LIMIT) -> tuple[pd.DataFra
 
 def table_names(path: str) -> list[str]:
     """The tables and views a console query can read."""
-    frame, _ = run_sql(path, "SELECT table_name FROM information_schema.tables "
-                             "WHERE table_schema = 'main' ORDER BY table_name")
+    frame, _ = run_sql(
+        path, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY table_name"
+    )
     return [str(v) for v in frame["table_name"]] if len(frame) else []

@@ -58,8 +58,9 @@ def load_summaries_note(path: str, stamp: float, run_id: str) -> str | None:
 
 
 @st.cache_data(show_spinner=False, max_entries=32)
-def load_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None,
-                    b: str | None, complete_only: bool = True) -> tuple[pd.DataFrame, str | None, int, str | None, str]:
+def load_comparison(
+    path: str, stamp: float, run_a: str, run_b: str | None, a: str | None, b: str | None, complete_only: bool = True
+) -> tuple[pd.DataFrame, str | None, int, str | None, str]:
     """The comparison's table, its note (set when a side's summaries are the offline baseline's), how
     many pairs of cells it found, its note on replays that stopped early, and what it paired (in words)."""
     from workbench.experiments import compare
@@ -92,8 +93,10 @@ def comparison_table(table: pd.DataFrame) -> pd.DataFrame:
     for column in (c for c in DELTA_COLUMNS if c in table.columns):
         shown[column] = [signed(m, v) for m, v in zip(metrics, table[column], strict=True)]
     if "p_value" in table.columns:
-        shown["p_value"] = ["" if not isinstance(p, numbers.Real) or math.isnan(p) else "<0.001" if float(p) < 0.0005
-                            else f"{p:.3f}" for p in table["p_value"]]
+        shown["p_value"] = [
+            "" if not isinstance(p, numbers.Real) or math.isnan(p) else "<0.001" if float(p) < 0.0005 else f"{p:.3f}"
+            for p in table["p_value"]
+        ]
     return shown
 
 
@@ -104,11 +107,15 @@ def no_pairs_message(run_a: str, run_b: str | None, configs_a: list[str], config
         return "These two configurations share no session and repeat: there is no pair of cells to compare."
     listed = f"This run has {', '.join(configs_a) or 'no cell'}; run {run_b} has {', '.join(configs_b) or 'no cell'}."
     if not shared:
-        return ("These runs share no configuration, and cells pair on session + config + repeat (the same session "
-                f"replayed under the same config name in both runs). {listed} The configurations of one run compare "
-                "under \"two configurations of this run\".")
-    return (f"These runs share the configuration(s) {', '.join(shared)} but no session + repeat under them: "
-            f"cells pair on session + config + repeat. {listed}")
+        return (
+            "These runs share no configuration, and cells pair on session + config + repeat (the same session "
+            f"replayed under the same config name in both runs). {listed} The configurations of one run compare "
+            'under "two configurations of this run".'
+        )
+    return (
+        f"These runs share the configuration(s) {', '.join(shared)} but no session + repeat under them: "
+        f"cells pair on session + config + repeat. {listed}"
+    )
 
 
 @st.cache_data(show_spinner=False, max_entries=4)
@@ -125,8 +132,16 @@ def build_report(path: str, stamp: float, run_id: str) -> bytes:
             return handle.read()
 
 
-def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: str | None, b: str | None,
-                     key: str, complete_only: bool = True) -> None:
+def _show_comparison(
+    path: str,
+    stamp: float,
+    run_a: str,
+    run_b: str | None,
+    a: str | None,
+    b: str | None,
+    key: str,
+    complete_only: bool = True,
+) -> None:
     try:
         table, summaries, cells, stopped, pairing = load_comparison(path, stamp, run_a, run_b, a, b, complete_only)
         if not cells:
@@ -148,19 +163,32 @@ def _show_comparison(path: str, stamp: float, run_a: str, run_b: str | None, a: 
 
 
 @st.fragment
-def comparison_panel(path: str, stamp: float, run_id: str, configs: list[str], other_runs: dict[str, str],
-                     complete_only: bool = True, results: Any = None) -> None:
+def comparison_panel(
+    path: str,
+    stamp: float,
+    run_id: str,
+    configs: list[str],
+    other_runs: dict[str, str],
+    complete_only: bool = True,
+    results: Any = None,
+) -> None:
     st.subheader("Paired comparison")
-    mode = st.radio("Compare", ["two configurations of this run", "this run with another run"], horizontal=True,
-                    key=f"exp_mode:{run_id}")
+    mode = st.radio(
+        "Compare",
+        ["two configurations of this run", "this run with another run"],
+        horizontal=True,
+        key=f"exp_mode:{run_id}",
+    )
     if mode == "this run with another run":
         if not other_runs:
             st.info("There is no other run to compare with.")
             return
-        other = st.selectbox("Run B", list(other_runs), format_func=lambda key: other_runs[key],
-                             key=f"exp_other:{run_id}")
-        _show_comparison(path, stamp, run_id, other, None, None, key=f"exp_runs_comparison:{run_id}",
-                         complete_only=complete_only)
+        other = st.selectbox(
+            "Run B", list(other_runs), format_func=lambda key: other_runs[key], key=f"exp_other:{run_id}"
+        )
+        _show_comparison(
+            path, stamp, run_id, other, None, None, key=f"exp_runs_comparison:{run_id}", complete_only=complete_only
+        )
         return
     if len(configs) < 2:
         st.info("This run has a single configuration: nothing to pair.")
@@ -194,8 +222,13 @@ def report_panel(path: str, stamp: float, run_id: str) -> None:
     except Exception as exc:  # shown as a message
         st.error(f"The report could not be built: {common.readable_error(exc)}")
         return
-    st.download_button("Download the report", report, file_name=f"run-{run_id}.html", mime="text/html",
-                       key=f"exp_report_download:{run_id}")
+    st.download_button(
+        "Download the report",
+        report,
+        file_name=f"run-{run_id}.html",
+        mime="text/html",
+        key=f"exp_report_download:{run_id}",
+    )
 
 
 @st.fragment
@@ -226,10 +259,15 @@ def delete_panel(path: str, run_id: str) -> None:
     from workbench.experiments import delete_runs
 
     busy = running()
-    with st.popover("Delete this run", disabled=busy,
-                    help="Not while a launched experiment is writing to the database." if busy else None):
-        st.caption(f"Removes run `{run_id}`: its cells, calls, compactions and summaries. The model cache "
-                   "is kept, so running the spec again asks no model.")
+    with st.popover(
+        "Delete this run",
+        disabled=busy,
+        help="Not while a launched experiment is writing to the database." if busy else None,
+    ):
+        st.caption(
+            f"Removes run `{run_id}`: its cells, calls, compactions and summaries. The model cache "
+            "is kept, so running the spec again asks no model."
+        )
         if st.button("Delete", type="primary", key=f"exp_delete:{run_id}"):
             try:
                 deleted = delete_runs(run_id, path)
@@ -253,7 +291,7 @@ def start_experiment(spec: Any, path: str) -> Job:
     jobs = launched_jobs()
     jobs.append(job)
     finished = [j for j in jobs if j.done]
-    for old in finished[:max(0, len(finished) - KEPT_JOBS)]:
+    for old in finished[: max(0, len(finished) - KEPT_JOBS)]:
         jobs.remove(old)
     return job
 
@@ -270,11 +308,18 @@ def launch_panel(path: str) -> None:
             if not files:
                 st.info(f"No spec in `{SHIPPED_SPECS}`: paste one instead.")
                 return
-            spec_source = str(st.selectbox("Shipped spec", [str(f) for f in files],
-                                           format_func=lambda f: Path(f).name, key="exp_spec_file"))
+            spec_source = str(
+                st.selectbox(
+                    "Shipped spec", [str(f) for f in files], format_func=lambda f: Path(f).name, key="exp_spec_file"
+                )
+            )
         else:
-            spec_source = st.text_area("Experiment TOML", key="exp_spec_text", height=220,
-                                       placeholder='name = "my-grid"\ndataset = "samples"\n\n[[config]]\n...')
+            spec_source = st.text_area(
+                "Experiment TOML",
+                key="exp_spec_text",
+                height=220,
+                placeholder='name = "my-grid"\ndataset = "samples"\n\n[[config]]\n...',
+            )
         if not st.button("Run", key="exp_launch", type="primary"):
             return
         if not spec_source or not spec_source.strip():
@@ -348,12 +393,15 @@ def page() -> None:
             st.error(common.readable_error(exc))
         return
     if not len(runs):
-        st.info("No experiment run yet: launch one above, or run `workbench run experiments/SPEC.toml` "
-                "against this database.")
+        st.info(
+            "No experiment run yet: launch one above, or run `workbench run experiments/SPEC.toml` "
+            "against this database."
+        )
         return
     st.dataframe(runs, hide_index=True, width="stretch", key="exp_runs")
-    labels = {str(r.id): f"{r.name} · {r.status} · {r.cells_done}/{r.cells_total} cells · {r.id}"
-              for r in runs.itertuples()}
+    labels = {
+        str(r.id): f"{r.name} · {r.status} · {r.cells_done}/{r.cells_total} cells · {r.id}" for r in runs.itertuples()
+    }
     if st.session_state.get(RUN_KEY) not in labels:
         # none chosen yet, or the chosen run is gone (deleted here or elsewhere): set the newest through the
         # session state, so the value is sent to the browser's selectbox too (it would keep showing the old label)
@@ -373,13 +421,22 @@ def page() -> None:
         return
     configs = [str(c) for c in dict.fromkeys(results["config"])]
     st.subheader("Leaderboard")
-    every = st.checkbox("Every session, replays that stopped early included", key=f"exp_all_sessions:{run_id}",
-                        help="By default configs are compared on the sessions where every config completed: a replay "
-                             "that stops early totals only the calls it made.")
+    every = st.checkbox(
+        "Every session, replays that stopped early included",
+        key=f"exp_all_sessions:{run_id}",
+        help="By default configs are compared on the sessions where every config completed: a replay "
+        "that stops early totals only the calls it made.",
+    )
     pairs = complete_pairs(results, complete_only=not every)
     board = charts.displayed(charts.leaderboard(results, pairs=pairs))
-    st.dataframe(board, width="stretch", key=f"exp_leaderboard:{run_id}", column_config={
-        str(c): st.column_config.NumberColumn(format=charts.display_format(str(c))) for c in board.columns})
+    st.dataframe(
+        board,
+        width="stretch",
+        key=f"exp_leaderboard:{run_id}",
+        column_config={
+            str(c): st.column_config.NumberColumn(format=charts.display_format(str(c))) for c in board.columns
+        },
+    )
     if pairs.note:
         st.warning(pairs.note)
     summaries = load_summaries_note(path, stamp, run_id)
@@ -392,5 +449,12 @@ def page() -> None:
         st.plotly_chart(scatter, key=f"exp_scatter:{run_id}", width="stretch")
     report_panel(path, stamp, run_id)
     drill_down_panel(results, run_id, configs)
-    comparison_panel(path, stamp, run_id, configs, {k: v for k, v in labels.items() if k != run_id},
-                     complete_only=not every, results=results)
+    comparison_panel(
+        path,
+        stamp,
+        run_id,
+        configs,
+        {k: v for k, v in labels.items() if k != run_id},
+        complete_only=not every,
+        results=results,
+    )

@@ -16,19 +16,27 @@ from workbench.ui import common
 
 
 def _outcome_row(outcome: Any) -> dict[str, Any]:
-    return {"file": os.path.basename(outcome.path) if outcome.path else "", "sessions": outcome.sessions,
-            "messages": outcome.messages, "duplicates": outcome.duplicates,
-            "error": outcome.error or "", "skipped": outcome.skipped or ""}
+    return {
+        "file": os.path.basename(outcome.path) if outcome.path else "",
+        "sessions": outcome.sessions,
+        "messages": outcome.messages,
+        "duplicates": outcome.duplicates,
+        "error": outcome.error or "",
+        "skipped": outcome.skipped or "",
+    }
 
 
 def run_import(path: str, sources: list[str], dataset: str | None) -> None:
     from workbench.store import Store
 
     with st.status("Importing…", expanded=True) as status:
+
         def progress(outcome: Any) -> None:
             mark = "✗" if outcome.error else "✓"
-            st.text(f"{mark} {os.path.basename(outcome.path)}: {outcome.sessions} sessions"
-                    + (f" · {outcome.error}" if outcome.error else ""))
+            st.text(
+                f"{mark} {os.path.basename(outcome.path)}: {outcome.sessions} sessions"
+                + (f" · {outcome.error}" if outcome.error else "")
+            )
 
         try:
             with Store(path) as store:
@@ -38,9 +46,11 @@ def run_import(path: str, sources: list[str], dataset: str | None) -> None:
             st.error(common.readable_error(exc))
             return
         failed = [f for f in report.files if f.error]
-        status.update(label=f"Imported {report.sessions} sessions, skipped {report.duplicates} duplicates"
-                      + (f", {len(failed)} files failed" if failed else ""),
-                      state="error" if failed else "complete")
+        status.update(
+            label=f"Imported {report.sessions} sessions, skipped {report.duplicates} duplicates"
+            + (f", {len(failed)} files failed" if failed else ""),
+            state="error" if failed else "complete",
+        )
     if report.duplicates:
         text = report.duplicates_text()
         st.info(text[:1].upper() + text[1:], icon=":material/content_copy:")

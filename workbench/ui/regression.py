@@ -47,13 +47,22 @@ def checks_frame(report: Any) -> pd.DataFrame:
 
     from workbench.experiments.charts import format_metric
 
-    rows = [{"ok": d.ok, "config": d.config, "dataset": d.dataset, "metric": d.metric,
-             "baseline": "not in the baseline" if d.baseline is None else format_metric(d.metric, d.baseline),
-             "current": "missing from the run" if d.current is None else format_metric(d.metric, d.current),
-             "change": change_text(d), "tolerance": d.tolerance.describe()}
-            for d in report.diffs]
-    frame = pd.DataFrame(rows, columns=["ok", "config", "dataset", "metric", "baseline", "current", "change",
-                                        "tolerance"])
+    rows = [
+        {
+            "ok": d.ok,
+            "config": d.config,
+            "dataset": d.dataset,
+            "metric": d.metric,
+            "baseline": "not in the baseline" if d.baseline is None else format_metric(d.metric, d.baseline),
+            "current": "missing from the run" if d.current is None else format_metric(d.metric, d.current),
+            "change": change_text(d),
+            "tolerance": d.tolerance.describe(),
+        }
+        for d in report.diffs
+    ]
+    frame = pd.DataFrame(
+        rows, columns=["ok", "config", "dataset", "metric", "baseline", "current", "change", "tolerance"]
+    )
     return frame.sort_values("ok", kind="stable").reset_index(drop=True)
 
 
@@ -77,11 +86,14 @@ def baseline_choices(folder: Path, spec_file: Path) -> tuple[list[str], int]:
 def show_report(report: Any) -> None:
     failures = report.failures
     if report.ok:
-        st.success(f"PASS: {report.experiment}, all {len(report.diffs)} metric checks within tolerance "
-                   f"(run {report.run_id})")
+        st.success(
+            f"PASS: {report.experiment}, all {len(report.diffs)} metric checks within tolerance (run {report.run_id})"
+        )
     elif failures or report.summary_diffs:
-        st.error(f"REGRESSION: {report.experiment}, {len(failures)} of {len(report.diffs)} metric checks failed"
-                 f", {len(report.summary_diffs)} summary snapshot(s) changed (run {report.run_id})")
+        st.error(
+            f"REGRESSION: {report.experiment}, {len(failures)} of {len(report.diffs)} metric checks failed"
+            f", {len(report.summary_diffs)} summary snapshot(s) changed (run {report.run_id})"
+        )
     else:
         st.error(f"FAIL: {report.experiment} (run {report.run_id})")
     for problem in report.problems:
@@ -126,8 +138,10 @@ def elsewhere_panel(job: Job, target: tuple[str, str]) -> None:
     """The running check of another spec or baseline: a note, and a rerun when it ends (to enable the button)."""
     if job.done:
         st.rerun()
-    st.info(f"Checking {Path(target[0]).name} against {Path(target[1]).name}: pick them again to follow the "
-            "check; another can start when it has finished.")
+    st.info(
+        f"Checking {Path(target[0]).name} against {Path(target[1]).name}: pick them again to follow the "
+        "check; another can start when it has finished."
+    )
 
 
 def page() -> None:
@@ -143,8 +157,7 @@ def page() -> None:
     if not files:
         st.info(f"No experiment spec (`*.toml`) in `{folder}`.")
         return
-    spec_file = Path(st.selectbox("Spec", [str(f) for f in files], format_func=lambda f: Path(f).name,
-                                  key="reg_spec"))
+    spec_file = Path(st.selectbox("Spec", [str(f) for f in files], format_func=lambda f: Path(f).name, key="reg_spec"))
     try:
         choices, own = baseline_choices(folder, spec_file)
     except Exception as exc:  # the spec's own validation message
@@ -157,8 +170,9 @@ def page() -> None:
         st.warning(f"No baseline at `{baseline}` yet: `workbench regress {spec_file} --update` writes it.")
     else:
         st.caption(planned_work(str(spec_file), path))
-    if Path(baseline).is_file() and st.button("Check against the baseline", key="reg_run", type="primary",
-                                              disabled=busy):
+    if Path(baseline).is_file() and st.button(
+        "Check against the baseline", key="reg_run", type="primary", disabled=busy
+    ):
         job = Job(spec_file.stem, lambda report: regress(str(spec_file), baseline, db=path, progress=report))
         st.session_state[JOB_KEY] = job
         st.session_state[JOB_TARGET_KEY] = (str(spec_file), baseline)
@@ -185,8 +199,10 @@ def planned_work(spec_file: str, path: str) -> str:
     except Exception as exc:  # a spec naming a dataset the database lacks, say
         return f"The check cannot run here: {common.readable_error(exc)}"
     to_run = plan["cells_to_run"]
-    what = (f"a check runs the spec's {plan['cells']:,} cells ({plan['sessions']:,} sessions × "
-            f"{len(plan['configs'])} configs × {plan['repeats']} repeat{'s' * (plan['repeats'] != 1)})")
+    what = (
+        f"a check runs the spec's {plan['cells']:,} cells ({plan['sessions']:,} sessions × "
+        f"{len(plan['configs'])} configs × {plan['repeats']} repeat{'s' * (plan['repeats'] != 1)})"
+    )
     if to_run == 0:
         return f"Every cell is stored already: {what}, all reused."
     reused = f", {plan['cells_done']:,} reused from a stored run" if plan["cells_done"] else ""
@@ -196,8 +212,7 @@ def planned_work(spec_file: str, path: str) -> str:
 def baseline_picker(spec_file: str, choices: list[str], own: int) -> str:
     """The "Baseline" choice: the spec's own baseline whenever another spec is picked (a choice kept
     from the previous spec would check this spec against that spec's baseline), else the user's."""
-    if (st.session_state.get(BASELINE_SPEC_KEY) != spec_file
-            or st.session_state.get("reg_baseline") not in choices):
+    if st.session_state.get(BASELINE_SPEC_KEY) != spec_file or st.session_state.get("reg_baseline") not in choices:
         st.session_state["reg_baseline"] = choices[own]
     st.session_state[BASELINE_SPEC_KEY] = spec_file
     return str(st.selectbox("Baseline", choices, format_func=lambda f: Path(f).name, key="reg_baseline"))

@@ -17,6 +17,7 @@ PAGE_SIZE = 40
 PREVIEW_CHARS = 1500
 AVATARS = {"system": "⚙️", "user": "user", "assistant": "assistant", "tool": "🛠️"}
 
+
 @st.cache_data(show_spinner=False, max_entries=16)
 def load_detail(path: str, stamp: float, session_id: str) -> dict[str, Any]:
     return session_detail(common.load_session(path, stamp, session_id))
@@ -24,6 +25,7 @@ def load_detail(path: str, stamp: float, session_id: str) -> dict[str, Any]:
 
 def render_text(text: str, *, role: str, key: str, preview_chars: int = PREVIEW_CHARS) -> None:
     """Session text, literally; a long one collapsed behind an expander."""
+
     def show(value: str) -> None:
         if role == "tool":
             st.code(value, language=None, wrap_lines=True)
@@ -50,8 +52,11 @@ def render_recorded_compaction(event: dict[str, Any]) -> None:
 def render_message(message: dict[str, Any], session_id: str) -> None:
     role = message["role"]
     with st.chat_message(role, avatar=AVATARS.get(role)):
-        tags = [f"{role} · #{message['index']}", f"{message['tokens']:,} tokens",
-                f"{message['cumulative_tokens']:,} so far"]
+        tags = [
+            f"{role} · #{message['index']}",
+            f"{message['tokens']:,} tokens",
+            f"{message['cumulative_tokens']:,} so far",
+        ]
         if message["name"]:
             tags.append(str(message["name"]))
         if message["importance"]:
@@ -99,12 +104,14 @@ def render_detail(path: str, stamp: float, session_id: str) -> None:
     cols[2].metric("Tokens", f"{detail['tokens']:,}")
     cols[3].metric("Recorded compactions", len(recorded))
     cols[4].metric("Probes", len(detail["probes"]))
-    st.caption(f"dataset {detail['dataset']} · format {detail['format']} · tokens counted with the heuristic "
-               "tokenizer")
+    st.caption(f"dataset {detail['dataset']} · format {detail['format']} · tokens counted with the heuristic tokenizer")
     if recorded:
         with st.expander(f"Recorded compactions ({len(recorded)})"):
-            st.dataframe([{k: e[k] for k in ("call_index", "message_index", "trigger", "tokens_before")}
-                          for e in recorded], hide_index=True, width="stretch")
+            st.dataframe(
+                [{k: e[k] for k in ("call_index", "message_index", "trigger", "tokens_before")} for e in recorded],
+                hide_index=True,
+                width="stretch",
+            )
     if detail["probes"]:
         with st.expander(f"Probes ({len(detail['probes'])})"):
             st.dataframe(detail["probes"], hide_index=True, width="stretch")
@@ -116,13 +123,23 @@ def render_detail(path: str, stamp: float, session_id: str) -> None:
     shown_roles = remembered_multiselect("Roles", roles, key=f"roles:{session_id}")
     selected = [m for m in messages if m["role"] in shown_roles]
     pages = max(1, -(-len(selected) // PAGE_SIZE))
-    page = st.number_input(f"Page (of {pages}, {PAGE_SIZE} messages each)", min_value=1, max_value=pages,
-                           value=1, step=1, key=f"page:{session_id}") if pages > 1 else 1
+    page = (
+        st.number_input(
+            f"Page (of {pages}, {PAGE_SIZE} messages each)",
+            min_value=1,
+            max_value=pages,
+            value=1,
+            step=1,
+            key=f"page:{session_id}",
+        )
+        if pages > 1
+        else 1
+    )
     start = (int(page) - 1) * PAGE_SIZE
     boundaries: dict[int, list[dict[str, Any]]] = {}
     for event in recorded:
         boundaries.setdefault(int(event["message_index"]), []).append(event)
-    shown = selected[start:start + PAGE_SIZE]
+    shown = selected[start : start + PAGE_SIZE]
     for position, message in enumerate(shown):
         previous = shown[position - 1]["index"] if position else (selected[start - 1]["index"] if start else -1)
         for boundary in sorted(i for i in boundaries if previous < i <= message["index"]):
@@ -136,9 +153,10 @@ def render_detail(path: str, stamp: float, session_id: str) -> None:
 
 
 #: Counts with thousands separators, like the totals above the tables.
-_COUNTS = {name: st.column_config.NumberColumn(format="localized")
-           for name in ("sessions", "messages", "calls", "observations", "characters", "recorded_compactions",
-                        "probes")}
+_COUNTS = {
+    name: st.column_config.NumberColumn(format="localized")
+    for name in ("sessions", "messages", "calls", "observations", "characters", "recorded_compactions", "probes")
+}
 
 
 def page() -> None:
@@ -157,8 +175,12 @@ def page() -> None:
     totals[0].metric("Sessions", f"{sum(d['sessions'] for d in datasets):,}")
     totals[1].metric("Messages", f"{sum(d['messages'] for d in datasets):,}")
     totals[2].metric("Calls", f"{sum(d['calls'] for d in datasets):,}")
-    st.dataframe([{k: d[k] for k in ("name", "sessions", "messages", "calls", "description")} for d in datasets],
-                 hide_index=True, width="stretch", column_config=_COUNTS)
+    st.dataframe(
+        [{k: d[k] for k in ("name", "sessions", "messages", "calls", "description")} for d in datasets],
+        hide_index=True,
+        width="stretch",
+        column_config=_COUNTS,
+    )
 
     st.header("Sessions")
     filters = st.columns(4)
@@ -168,12 +190,37 @@ def page() -> None:
     chosen_formats = filters[1].multiselect("Formats", formats, default=formats, key="formats")
     only_recorded = filters[2].checkbox("Only with recorded compactions", key="only_recorded")
     search = filters[3].text_input("Id or source contains", key="search")
-    rows = [s for s in sessions if (dataset == "(all)" or s["dataset"] == dataset)
-            and s["format"] in chosen_formats and (not only_recorded or s["recorded_compactions"])
-            and (not search or search in s["id"] or search in str(s["source"] or ""))]
-    st.dataframe([{k: s[k] for k in ("id", "dataset", "format", "messages", "calls", "observations", "characters",
-                                     "recorded_compactions", "probes", "source")} for s in rows],
-                 hide_index=True, width="stretch", column_config=_COUNTS)
+    rows = [
+        s
+        for s in sessions
+        if (dataset == "(all)" or s["dataset"] == dataset)
+        and s["format"] in chosen_formats
+        and (not only_recorded or s["recorded_compactions"])
+        and (not search or search in s["id"] or search in str(s["source"] or ""))
+    ]
+    st.dataframe(
+        [
+            {
+                k: s[k]
+                for k in (
+                    "id",
+                    "dataset",
+                    "format",
+                    "messages",
+                    "calls",
+                    "observations",
+                    "characters",
+                    "recorded_compactions",
+                    "probes",
+                    "source",
+                )
+            }
+            for s in rows
+        ],
+        hide_index=True,
+        width="stretch",
+        column_config=_COUNTS,
+    )
     if not rows:
         st.info("No session matches these filters.")
         return

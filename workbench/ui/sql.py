@@ -16,8 +16,10 @@ from workbench.ui import common, data
 if TYPE_CHECKING:
     import pandas as pd
 
-EXAMPLE = ("SELECT dataset, format, count(*) AS sessions, sum(call_count) AS calls\n"
-           "FROM sessions\nGROUP BY ALL\nORDER BY sessions DESC")
+EXAMPLE = (
+    "SELECT dataset, format, count(*) AS sessions, sum(call_count) AS calls\n"
+    "FROM sessions\nGROUP BY ALL\nORDER BY sessions DESC"
+)
 
 
 def distinct_columns(names: list[str]) -> list[str]:
@@ -81,9 +83,9 @@ def page() -> None:
     table = frame
     if shown != names:  # Streamlit refuses a table whose columns share a name
         renamed = ", ".join(f"{old} → {new}" for old, new in zip(names, shown, strict=True) if old != new)
-        st.caption(f"Columns sharing a name are numbered in the table ({renamed}); the CSV keeps the query's "
-                   "names.")
+        st.caption(f"Columns sharing a name are numbered in the table ({renamed}); the CSV keeps the query's names.")
         table = frame.set_axis(shown, axis=1)
     st.dataframe(table, hide_index=True, width="stretch")
-    st.download_button("Download CSV", frame.to_csv(index=False).encode(), file_name="query.csv",
-                       mime="text/csv", key="sql_csv")
+    st.download_button(
+        "Download CSV", frame.to_csv(index=False).encode(), file_name="query.csv", mime="text/csv", key="sql_csv"
+    )
