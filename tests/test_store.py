@@ -481,7 +481,8 @@ def test_import_paths_good_files_survive_bad_ones(tmp_path, db_path):
         assert (again.sessions, again.duplicates, again.files[0].duplicates) == (0, 3, 3)
 
 
-def test_a_second_process_gets_a_clear_store_error(db_path):
+def test_a_second_process_gets_a_clear_store_error(db_path, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_LOCK_WAIT", "0.5")  # how long an open waits for the holder (default 10 s)
     with Store(db_path):
         pass
     holder = subprocess.Popen(
