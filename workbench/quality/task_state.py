@@ -30,6 +30,7 @@ dimension (`task_state_task`, ...), None where a dimension has no item at that p
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -153,6 +154,7 @@ _NOT_FILES = ("/dev/", "&")
 _COMMAND_KEYS = ("command", "cmd", "script")
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def stem(word: str) -> str:
     """A crude stem that makes `created`, `creates` and `create` (or `modified` and `modify`) one word;
     identifiers, paths and numbers are left as they are."""
