@@ -147,7 +147,7 @@ def unchanged(before: Sequence[Message], after: Sequence[Message]) -> bool:
 
 def changed_compactions(events: Iterable[CompactionEvent]) -> list[CompactionEvent]:
     """The events that changed the context: neither failed nor no-ops (what `compactions` counts)."""
-    return [e for e in events if not e.failed and not getattr(e, "noop", False)]
+    return [e for e in events if not e.failed and not e.noop]
 
 
 def strategy_kind(config: ReplayConfig) -> str:

@@ -53,10 +53,6 @@ def _records(items: Sequence[Any]) -> list[dict[str, Any]]:
     return [asdict(item) for item in items]
 
 
-def _failed(event: Any) -> bool:
-    return bool(getattr(event, "failed", event.error is not None and event.messages_after == event.messages_before))
-
-
 @click.command("replay")
 @click.argument("session_id", metavar="SESSION_ID")
 @click.option(
@@ -92,7 +88,7 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
     from workbench.config import parse_config
     from workbench.llm import DuckDBCache, Gateway
     from workbench.quality.evaluator import EvaluatorFailed, check_evaluator
-    from workbench.replay import replay
+    from workbench.replay import changed_compactions, replay
 
     with open_store(must_exist=True) as store:
         config = parse_config(config_spec)
@@ -105,8 +101,8 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
         from workbench.experiments import save_replay
 
         run_id = save_replay(result, options().db_path, dataset=session.dataset)
-    noops = sum(1 for e in result.compactions if getattr(e, "noop", False))
-    done = [e for e in result.compactions if not _failed(e) and not getattr(e, "noop", False)]
+    noops = sum(1 for e in result.compactions if e.noop)
+    done = changed_compactions(result.compactions)
     failed = len(result.compactions) - len(done) - noops
     nothing_changed = result.noop_note()
     nothing_recorded = _nothing_recorded(result, session)
