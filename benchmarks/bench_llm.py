@@ -24,7 +24,8 @@ from pathlib import Path
 if __package__ in (None, ""):  # standalone: make the repo importable
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from workbench.llm import DuckDBCache, Gateway, load_litellm
+from workbench.llm import Gateway, load_litellm
+from workbench.store import DuckDBCache
 from workbench.testing import FakeOpenAIProcess
 
 CALLS = 400

@@ -612,7 +612,7 @@ def test_a_live_session_imports_its_complete_lines_with_a_warning(runner, tmp_pa
 
 SLOW_IMPORT = textwrap.dedent("""
     import sys, time, pathlib
-    from workbench import store
+    from workbench.store import sessions as store
     marker = pathlib.Path(sys.argv[1])
     original = store._Writer.add
     added = [0]

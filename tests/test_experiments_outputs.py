@@ -604,7 +604,7 @@ def test_deleting_a_run_removes_it_at_every_level_and_nothing_else(grid_run, gri
     from workbench.cli import main
     from workbench.errors import StoreError
     from workbench.experiments import delete_runs, runs
-    from workbench.experiments.results import RUN_TABLES
+    from workbench.store.results import RUN_TABLES
 
     db, _, _, run = grid_run
     other = run_experiment(

@@ -482,11 +482,11 @@ def test_a_run_killed_while_running_is_listed_as_interrupted(grid_db, tmp_path):
     script = tmp_path / "dies.py"
     script.write_text(
         textwrap.dedent("""
-        import importlib, os, sys
+        import os, sys
         import duckdb
-        results = importlib.import_module("workbench.experiments.results")
+        from workbench.store import RunResults
         con = duckdb.connect(sys.argv[1])
-        results.start_run(con, "dead-run", name="dead", kind="experiment", spec={}, configs=[], code_version=None,
+        RunResults(con).start_run("dead-run", name="dead", kind="experiment", spec={}, configs=[], code_version=None,
                           dataset_version=None, datasets=[], cells_total=3)
         con.close()
         os._exit(9)  # as kill -9 would: nothing records the end of the run

@@ -14,7 +14,6 @@ from workbench.errors import SummarizerError
 from workbench.llm import (
     BadResponse,
     CacheEntry,
-    DuckDBCache,
     Gateway,
     LazyModel,
     LLMError,
@@ -25,6 +24,7 @@ from workbench.llm import (
 )
 from workbench.llm.lazy import startup_seconds, timer_excluding_startup
 from workbench.replay import replay
+from workbench.store import DuckDBCache
 from workbench.testing import FakeOpenAI, Fault
 from workbench.tokens import count_tokens
 

@@ -1,4 +1,5 @@
-"""Cache keys, `MemoryCache` and `DuckDBCache` (`workbench.llm.cache`), and the gateway's use of them."""
+"""Cache keys and `MemoryCache` (`workbench.llm.cache`), `DuckDBCache` (`workbench.store.model_cache`), and
+the gateway's use of them."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from llm_support import ENV_SECRET, MODEL, OPTION_SECRET, ask, bind
 
 from workbench.llm import (
     CacheEntry,
-    DuckDBCache,
     Gateway,
     MemoryCache,
     ProviderError,
@@ -18,6 +18,7 @@ from workbench.llm import (
     key_material,
     split_options,
 )
+from workbench.store import DuckDBCache
 from workbench.testing import Fault
 
 pytest_plugins = ["llm_fixtures"]  # the gateway fixtures: litellm, server, gateway
@@ -154,7 +155,7 @@ def test_a_request_given_as_its_canonical_json_is_stored_like_the_mapping(tmp_pa
             cache = DuckDBCache(tmp_path / f"{name}.duckdb", write_behind=False)
             cache.put(name, "m", request, entry)
             cache.close()
-            from workbench import db
+            from workbench.store import db
 
             connection = db.connect(tmp_path / f"{name}.duckdb")
             stored.append(connection.execute("SELECT request FROM llm_cache").fetchall()[0][0])
@@ -170,7 +171,7 @@ def test_the_stored_request_is_the_text_its_key_hashes(tmp_path, server, monkeyp
     path = tmp_path / "hashes.duckdb"
     with Gateway(DuckDBCache(path), num_retries=0) as gw:
         gw.model(MODEL, {"api_base": server.api_base}).complete(ask("what does the key hash?"))
-    from workbench import db
+    from workbench.store import db
 
     connection = db.connect(path)
     [(key, request)] = connection.execute("SELECT key, request FROM llm_cache").fetchall()
@@ -198,7 +199,7 @@ def test_api_keys_never_reach_the_database_file(tmp_path, server, monkeypatch):
     data = b"".join(f.read_bytes() for f in files)
     assert b"MARKER-from-env" in data and b"MARKER-from-option" in data  # the grep can see stored text
     assert b"SECRET" not in data
-    from workbench import db
+    from workbench.store import db
 
     connection = db.connect(path)
     requests = [json.loads(row[0]) for row in connection.execute("SELECT request FROM llm_cache").fetchall()]

@@ -113,7 +113,7 @@ def test_model_metrics_through_litellm_and_cached_on_rerun(session, server, gate
 def test_the_evaluator_goes_through_the_gateway_the_replay_was_given(session, server, gateway, tmp_path):
     """Its calls are cached where the replay's summaries are (a database), share that gateway's
     limiter per model and endpoint and show in its counters; the process default is not used."""
-    from workbench.llm import DuckDBCache
+    from workbench.store import DuckDBCache
 
     path = tmp_path / "evaluator.duckdb"
     with Gateway(DuckDBCache(path), num_retries=0) as given:

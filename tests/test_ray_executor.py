@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import duckdb
 import pytest
 
 ray = pytest.importorskip("ray")
@@ -26,12 +27,7 @@ from workbench.errors import ConfigError  # noqa: E402
 from workbench.experiments import run as runner  # noqa: E402
 from workbench.experiments.cells import CellTask  # noqa: E402
 from workbench.experiments.ray_executor import RayExecutor, _batches, _units  # noqa: E402
-from workbench.experiments.results import (  # noqa: E402
-    calls_frame,
-    compactions_frame,
-    connect_existing,
-    results_frame,
-)
+from workbench.store import open_results  # noqa: E402
 from workbench.testing import FakeOpenAI  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a local Ray cluster: `make test-fast` leaves it out
@@ -72,15 +68,12 @@ def _twin(db: Path) -> Path:
 
 def _levels(db: Path, run_id: str) -> dict[str, list[dict]]:
     """Every stored level of a run (cells with metrics, calls, compactions), minus run ids and timings."""
-    con = connect_existing(str(db))
-    try:
+    with open_results(db) as stored:
         frames = {
-            "cells": results_frame(con, run_id),
-            "calls": calls_frame(con, run_id),
-            "compactions": compactions_frame(con, run_id),
+            "cells": stored.results_frame(run_id),
+            "calls": stored.calls_frame(run_id),
+            "compactions": stored.compactions_frame(run_id),
         }
-    finally:
-        con.close()
     return {
         level: [
             {k: v for k, v in row.items() if k not in TIMING_COLUMNS}
@@ -114,7 +107,7 @@ def _llm_spec(server: FakeOpenAI) -> dict:
 
 
 def _cache_rows(db: Path) -> int:
-    con = connect_existing(str(db))
+    con = duckdb.connect(str(db))
     try:
         return int(con.execute("SELECT count(*) FROM llm_cache WHERE model = 'openai/fake-model'").fetchall()[0][0])
     finally:
@@ -202,7 +195,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_no_cell(ray_cluster, grid_
         local = runner.run_experiment(spec, db=str(twin))
     assert killed, "no worker was caught computing a cell"
     assert on_ray.progress.failed_cells == 0 and on_ray.progress.cells_done == len(session_ids) * 2
-    con = connect_existing(str(db))
+    con = duckdb.connect(str(db))
     try:
         keys = con.execute(
             "SELECT session_id, config, repeat, count(*) FROM cells WHERE run_id = ? GROUP BY ALL", [on_ray.id]

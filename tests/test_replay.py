@@ -390,7 +390,8 @@ def http_config(server, **extra):
 
 @pytest.fixture
 def gateway(tmp_path):
-    from workbench.llm import DuckDBCache, Gateway
+    from workbench.llm import Gateway
+    from workbench.store import DuckDBCache
 
     with Gateway(DuckDBCache(str(tmp_path / "cache.duckdb")), backoff_base=0.01, timeout=2) as gw:
         yield gw

@@ -11,12 +11,12 @@ from collections.abc import Callable, Iterable, Iterator
 import pytest
 
 import workbench.experiments.run as run_module
-from workbench import access, db, synthetic
+from workbench import access, synthetic
 from workbench.errors import StoreError
 from workbench.experiments import run_experiment
 from workbench.experiments.run import CellOutcome, CellTask, LocalExecutor
 from workbench.session import Session
-from workbench.store import Store
+from workbench.store import Store, db
 
 pytestmark = pytest.mark.slow  # thousands of generated sessions: `make test-fast` leaves it out
 

@@ -11,11 +11,10 @@ from dataclasses import replace
 import duckdb
 import pytest
 
-from workbench import db
-from workbench import store as store_module
 from workbench.errors import ConfigError, SessionFilterError, StoreError
 from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall
-from workbench.store import Store
+from workbench.store import Store, db
+from workbench.store import sessions as store_module
 from workbench.tokens import message_tokens
 
 

@@ -14,10 +14,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from workbench import db
 from workbench.errors import StoreError
 from workbench.experiments import results, runs
-from workbench.store import Store
+from workbench.store import Store, db
 
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -94,7 +93,8 @@ def test_a_lock_wait_that_is_not_a_number_is_said(monkeypatch):
 
 
 def test_the_model_cache_holds_the_file_only_while_it_reads_or_writes(tmp_path):
-    from workbench.llm import CacheEntry, DuckDBCache
+    from workbench.llm import CacheEntry
+    from workbench.store import DuckDBCache
 
     path = tmp_path / "wb.duckdb"
     cache = DuckDBCache(path)

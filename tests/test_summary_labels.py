@@ -12,13 +12,12 @@ import pytest
 from builders import conversation
 
 import workbench as wb
-from workbench import db
 from workbench.config import config_hash, parse_config
 from workbench.errors import ConfigError
 from workbench.experiments import export, load_experiment, run_experiment
 from workbench.labels import with_labels
 from workbench.session import Session
-from workbench.store import SUMMARY_LABEL_COLUMNS, Store
+from workbench.store import SUMMARY_LABEL_COLUMNS, Store, db
 
 SPLIT = {
     "name": "split",

@@ -75,11 +75,7 @@ def overview(db: str | os.PathLike[str] | None = None) -> dict[str, list[dict[st
 
     with Store(db, read_only=True) as store:
         sessions = store.session_rows()
-        characters = dict(
-            store.connection.execute(
-                "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
-            ).fetchall()
-        )
+        characters = store.message_characters()
         for row in sessions:
             row["characters"] = int(characters.get(row["id"], 0))
         return {"datasets": store.dataset_rows(), "sessions": sessions}

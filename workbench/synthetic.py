@@ -389,26 +389,21 @@ def check_dataset(
     Sessions it would make (same id, same message count, so the same content) are fine: they are
     what an interrupted run of the same generation left, and re-running skips them."""
     counts = message_counts(sessions, messages, seed)
-    cursor = store.connection.execute(
-        "SELECT id, message_count, TRY_CAST(metadata->>'index' AS BIGINT), TRY_CAST(metadata->>'seed' AS BIGINT) "
-        "FROM sessions WHERE dataset = ? AND format = 'synthetic'",
-        [dataset],
-    )
     stored = stored_messages = foreign = 0
     seeds: set[int] = set()
-    while rows := cursor.fetchmany(10_000):
-        for sid, count, index, their_seed in rows:
-            stored += 1
-            stored_messages += int(count)
-            if their_seed is not None:
-                seeds.add(int(their_seed))
-            if (
-                index is None
-                or not 0 <= index < sessions
-                or count != counts[index]
-                or sid != session_id(index, seed, dataset)
-            ):
-                foreign += 1
+    for sid, count, metadata in store.session_metadata(dataset, ("index", "seed"), format="synthetic"):
+        index, their_seed = _whole_number(metadata["index"]), _whole_number(metadata["seed"])
+        stored += 1
+        stored_messages += count
+        if their_seed is not None:
+            seeds.add(their_seed)
+        if (
+            index is None
+            or not 0 <= index < sessions
+            or count != counts[index]
+            or sid != session_id(index, seed, dataset)
+        ):
+            foreign += 1
     if foreign:
         seed_text = ", ".join(str(s) for s in sorted(seeds)) or "unknown"
         raise DatasetConflict(
@@ -417,6 +412,13 @@ def check_dataset(
             f"messages, seed {seed}); a dataset holds one generation: generate into another dataset name, "
             "or repeat the sizes and seed of the first generation to complete it"
         )
+
+
+def _whole_number(text: str | None) -> int | None:
+    try:
+        return None if text is None else int(text)
+    except ValueError:
+        return None
 
 
 def generate_dataset(

@@ -30,8 +30,8 @@ def audit_metrics_cmd(dataset: str | None, evaluator: str | None) -> None:
     """Per quality metric, the share of compactions where it ranks the intact compacted context above
     each controlled degradation (drop the task / the constraints / the progress and next step;
     replace the summary by a keyword list or random removed text of equal tokens, or by nothing)."""
-    from workbench.db import check_database_path
     from workbench.experiments.audit import audit_metrics
+    from workbench.store.db import check_database_path
 
     path = options().db_path
     check_database_path(path, create=False)

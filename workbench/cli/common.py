@@ -54,7 +54,7 @@ class Options:
         """`--db`, else `$WORKBENCH_DB`, else `data/workbench.duckdb`."""
         if self.db:
             return self.db
-        from workbench.db import default_path
+        from workbench.store.db import default_path
 
         return default_path()
 
@@ -177,7 +177,7 @@ def open_store(*, must_exist: bool) -> Any:
 
 def exit_status(exc: BaseException) -> int:
     """The exit status of an error a command let escape."""
-    from workbench.db import MissingDatabaseError, NotADatabaseError
+    from workbench.store.db import MissingDatabaseError, NotADatabaseError
 
     if isinstance(exc, (ConfigError, NotADatabaseError, MissingDatabaseError, click.UsageError)):
         return EXIT_USAGE

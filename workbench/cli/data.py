@@ -388,9 +388,7 @@ def generate_cmd(
         else:
             with open_store(must_exist=False) as store:
                 if memory_limit:
-                    from workbench.db import set_memory_limit
-
-                    set_memory_limit(store.connection, memory_limit)
+                    store.set_memory_limit(memory_limit)
                 try:
                     report = synthetic.generate_dataset(
                         store, n_sessions, n_messages, seed=seed, dataset=dataset, progress=advance

@@ -20,7 +20,7 @@ from workbench.cli.common import CommandFailed, note, options, print_json, print
 
 
 def _db_must_exist() -> str:
-    from workbench.db import check_database_path
+    from workbench.store.db import check_database_path
 
     path = options().db_path
     check_database_path(path, create=False)

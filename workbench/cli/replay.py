@@ -86,7 +86,7 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
     for with --metric could not be computed (the result is printed first).
     """
     from workbench.config import parse_config
-    from workbench.llm import DuckDBCache, Gateway
+    from workbench.llm import Gateway
     from workbench.quality.evaluator import EvaluatorFailed, check_evaluator
     from workbench.replay import changed_compactions, replay
 
@@ -94,7 +94,7 @@ def replay_cmd(session_id: str, config_spec: str, show_calls: bool, save: bool, 
         config = parse_config(config_spec)
         model_metrics = _model_metrics(metrics, config)
         session = store.load_session(find_session_id(store, session_id))
-        with Gateway(DuckDBCache(store.connection)) as gateway:  # summaries and answers cached in the database
+        with Gateway(store.model_cache()) as gateway:  # summaries and answers cached in the database
             result = replay(session, config, gateway=gateway, metrics=model_metrics)
     run_id = None
     if save:

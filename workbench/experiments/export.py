@@ -31,12 +31,13 @@ from typing import TYPE_CHECKING, Any
 
 from workbench.errors import ConfigError, unwritable
 from workbench.experiments import charts
-from workbench.experiments import results as tables
 from workbench.experiments.compare import CompletePairs, complete_pairs, metric_direction
 from workbench.extractive import baseline_note
 
 if TYPE_CHECKING:
     import pandas as pd
+
+    from workbench.store import RunResults
 
 FORMATS = ("csv", "parquet", "json", "html")
 #: The format each file name ending implies (`format_of`).
@@ -46,19 +47,18 @@ MAX_REPORT_SESSIONS = 4
 MAX_REPORT_SUMMARIES = 200
 
 
-def _frames(con: Any, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
-    return (tables.results_frame(con, run_id), tables.calls_frame(con, run_id), labelled_compactions(con, run_id))
+def _frames(stored: RunResults, run_id: str) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    return (stored.results_frame(run_id), stored.calls_frame(run_id), labelled_compactions(stored, run_id))
 
 
-def labelled_compactions(con: Any, run_id: str) -> pd.DataFrame:
+def labelled_compactions(stored: RunResults, run_id: str) -> pd.DataFrame:
     """The run's compactions with the human labels of their summaries: `label` ('good' | 'bad') and
     `label_note` after `summary`, empty where the compaction has no label (`workbench.labels`)."""
     from workbench.config import config_hash
     from workbench.labels import with_labels
-    from workbench.store import summary_labels_frame
 
-    hashes = {name: config_hash(spec) for name, spec in tables.run_configs(con, run_id).items()}
-    return with_labels(tables.compactions_frame(con, run_id), summary_labels_frame(con), hashes)
+    hashes = {name: config_hash(spec) for name, spec in stored.run_configs(run_id).items()}
+    return with_labels(stored.compactions_frame(run_id), stored.summary_labels(), hashes)
 
 
 def writable_target(path: Path, format: str) -> None:
@@ -73,9 +73,7 @@ def writable_target(path: Path, format: str) -> None:
 
 def _write_atomically(path: Path, write: Any) -> None:
     """Write through a hidden partial file that replaces `path` only once complete. An OSError, or
-    DuckDB's IOException from a COPY, becomes a ConfigError naming `path` (not the partial file)."""
-    import duckdb
-
+    from a COPY too, becomes a ConfigError naming `path` (not the partial file)."""
     partial = path.with_name(f".{path.name}.partial")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -83,17 +81,9 @@ def _write_atomically(path: Path, write: Any) -> None:
         os.replace(partial, path)
     except OSError as exc:
         raise ConfigError(f"cannot write {path}: {exc.strerror or exc}") from exc
-    except duckdb.IOException as exc:
-        raise ConfigError(f"cannot write {path}: {_io_reason(exc)}") from exc
     finally:
         if partial.is_file() or partial.is_symlink():
             partial.unlink()
-
-
-def _io_reason(exc: BaseException) -> str:
-    """The system's reason in a DuckDB IO error (`IO Error: Cannot open file "x": Permission denied`)."""
-    text = str(exc).removeprefix("IO Error: ")
-    return text.rsplit(": ", 1)[-1] if ": " in text else text
 
 
 def _json_ready(value: Any) -> Any:
@@ -169,24 +159,26 @@ def export(
             f"{target} names a {implied} file, but the format is {format}; name the file "
             f"{target.with_suffix('.' + format)} or give the format {implied}"
         )
-    con = tables.connect_existing(db)
-    try:
-        run_id = tables.resolve_run_id(con, run_id)
+    from workbench.store import open_results
+    from workbench.store.files import write_frame
+
+    with open_results(db) as stored:
+        run_id = stored.resolve_run_id(run_id)
         if format in ("csv", "parquet"):
-            frame = {"cells": tables.results_frame, "calls": tables.calls_frame, "compactions": labelled_compactions}[
-                level
-            ](con, run_id)
-            _copy(con, marked(frame, complete_pairs(tables.results_frame(con, run_id))), target, format)
+            if level == "compactions":
+                frame = labelled_compactions(stored, run_id)
+            else:
+                frame = stored.calls_frame(run_id) if level == "calls" else stored.results_frame(run_id)
+            shown = marked(frame, complete_pairs(stored.results_frame(run_id)))
+            _write_atomically(target, lambda p: write_frame(shown, p, format))
         elif format == "json":
-            document = _document(con, run_id)
+            document = _document(stored, run_id)
             _write_atomically(
                 target, lambda p: p.write_text(json.dumps(document, indent=1, ensure_ascii=False), encoding="utf-8")
             )
         else:
-            report = render_report(con, run_id, complete_only=complete_only)
+            report = render_report(stored, run_id, complete_only=complete_only)
             _write_atomically(target, lambda p: p.write_text(report, encoding="utf-8"))
-    finally:
-        con.close()
     return target
 
 
@@ -204,24 +196,6 @@ def marked(frame: pd.DataFrame, pairs: CompletePairs) -> pd.DataFrame:
     return shown
 
 
-def _copy(con: Any, frame: pd.DataFrame, target: Path, format: str) -> None:
-    frame = frame.copy()
-    for column in frame.columns:
-        if frame[column].dtype == object and frame[column].map(lambda v: isinstance(v, (list, dict))).any():
-            frame[column] = frame[column].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
-
-    def write(partial: Path) -> None:
-        con.register("_wb_export", frame)
-        try:
-            quoted = str(partial).replace("'", "''")
-            options = "FORMAT csv, HEADER true" if format == "csv" else "FORMAT parquet"
-            con.execute(f"COPY _wb_export TO '{quoted}' ({options})")
-        finally:
-            con.unregister("_wb_export")
-
-    _write_atomically(target, write)
-
-
 def _parsed_details(row: dict[str, Any]) -> dict[str, Any]:
     """A compaction's row with its `details` (stored as JSON text) as the object it holds, not a string in a string."""
     details = row.get("details")
@@ -233,20 +207,17 @@ def _parsed_details(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _document(con: Any, run_id: str) -> dict[str, Any]:
-    info = tables.run_info(con, run_id)
-    cells, _, compactions = _frames(con, run_id)
+def _document(stored: RunResults, run_id: str) -> dict[str, Any]:
+    info = stored.run_info(run_id)
+    cells, _, compactions = _frames(stored, run_id)
     pairs = complete_pairs(cells)
-    configs = con.execute(
-        "SELECT config, spec FROM run_configs WHERE run_id = ? ORDER BY position", [run_id]
-    ).fetchall()
     return {
         "run": _json_ready(vars(info)),
-        "spec": tables.run_spec(con, run_id),
-        "configs": [{"name": name, **(json.loads(spec) if isinstance(spec, str) else spec)} for name, spec in configs],
+        "spec": stored.run_spec(run_id),
+        "configs": [{"name": name, **spec} for name, spec in stored.run_configs(run_id).items()],
         "results": _records(marked(cells, pairs)),
         "compactions": [_parsed_details(row) for row in _records(marked(compactions, pairs))],
-        "note": baseline_note(tables.summarizers_used(con, run_id)),
+        "note": baseline_note(stored.summarizers_used(run_id)),
         "complete_pairs": _json_ready(pairs.to_dict()),
         "exported_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
@@ -405,12 +376,11 @@ def _label_text(row: Mapping[Any, Any]) -> str:
     return html.escape(f" · labelled {label}" + (f": {note}" if isinstance(note, str) and note else ""))
 
 
-def render_report(con: Any, run_id: str, *, complete_only: bool = True) -> str:
+def render_report(stored: RunResults, run_id: str, *, complete_only: bool = True) -> str:
     """The HTML report of a stored run."""
-    info = tables.run_info(con, run_id)
-    results, calls, compactions = _frames(con, run_id)
-    configs = con.execute("SELECT spec FROM run_configs WHERE run_id = ?", [run_id]).fetchall()
-    specs = [json.loads(s) if isinstance(s, str) else s for (s,) in configs]
+    info = stored.run_info(run_id)
+    results, calls, compactions = _frames(stored, run_id)
+    specs = list(stored.run_configs(run_id).values())
     limits = {spec.get("context_limit") for spec in specs if isinstance(spec, Mapping)}
     meta = [
         ("run", info.id),
@@ -426,7 +396,7 @@ def render_report(con: Any, run_id: str, *, complete_only: bool = True) -> str:
         calls,
         compactions,
         meta=meta,
-        summarizers=tables.summarizers_used(con, run_id),
+        summarizers=stored.summarizers_used(run_id),
         context_limit=limits.pop() if len(limits) == 1 else None,
         complete_only=complete_only,
     )

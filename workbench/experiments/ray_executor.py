@@ -70,15 +70,8 @@ if TYPE_CHECKING:
 
 __all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "run_cell", "run_cells"]
 
+
 # The tables a session is made of, with the column naming the session, in insertion order.
-SESSION_TABLES = (
-    ("sessions", "id"),
-    ("messages", "session_id"),
-    ("probes", "session_id"),
-    ("token_counts", "session_id"),
-)
-
-
 def _import_ray() -> Any:
     try:
         import ray
@@ -232,41 +225,22 @@ class _Worker:
         return session
 
     def _load_batch(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]]) -> Store:
-        from workbench.db import insert_rows
         from workbench.store import Store
 
         if self._store is None:
             self._store = Store(":memory:")
-        con = self._store.connection
         if batch_id in self._batches:
             self._batches.move_to_end(batch_id)
             return self._store
-        batch = fetch()
-        ids = batch["sessions"].column("id").to_pylist()
+        ids = self._store.load_session_tables(fetch())
         incoming = set(ids)
         for kept in self._batches.values():  # a session sent again (another run) now belongs to this batch
             kept[:] = [i for i in kept if i not in incoming]
-        con.execute("BEGIN TRANSACTION")
-        try:
-            self._delete(ids)
-            for table, _ in SESSION_TABLES:
-                insert_rows(con, table, batch[table])
-            con.execute("COMMIT")
-        except BaseException:
-            con.execute("ROLLBACK")
-            raise
         self._batches[batch_id] = ids
         while len(self._batches) > self.BATCHES_KEPT:
             _, evicted = self._batches.popitem(last=False)
-            self._delete(evicted)
+            self._store.delete_sessions(evicted)
         return self._store
-
-    def _delete(self, ids: list[str]) -> None:
-        if ids and self._store is not None:
-            for table, column in reversed(SESSION_TABLES):
-                self._store.connection.execute(
-                    f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids]
-                )
 
     def gateway(self, run: str, snapshot: Sequence[Any], settings: GatewaySettings) -> tuple[Gateway, SnapshotCache]:
         if self._run != run or self._gateway is None or self._cache is None:
@@ -393,29 +367,20 @@ class _RayRun:
         self.work = work
         if work.store is None:
             raise TypeError("RayExecutor exports sessions from the run's store: `work.store` must be open")
-        self.cursor = work.store.connection.cursor()
+        self.store = work.store
         self.batches = _batches(tasks, max(1, executor.sessions_per_batch))
         slots = float(ray.cluster_resources().get("CPU", 1)) / max(executor.cpus_per_cell, 0.01)
         self.slots = max(1, int(slots))
         self.limit = executor.max_in_flight or max(2, int(2 * slots))
 
     def _export(self, session_ids: Sequence[str]) -> Any:
-        tables = {
-            table: self.cursor.sql(
-                f"SELECT * FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", params=[list(session_ids)]
-            ).to_arrow_table()
-            for table, column in SESSION_TABLES
-        }
-        return self.ray.put(tables)
+        return self.ray.put(self.store.session_tables(session_ids))
 
     def _snapshot(self) -> Any:
         flush = getattr(getattr(self.work.gateway, "cache", None), "flush", None)
         if flush is not None:
             flush()
-        from workbench.llm.cache import ENTRY_COLUMNS
-
-        columns = ", ".join(("key", *ENTRY_COLUMNS))
-        return self.ray.put(self.cursor.sql(f"SELECT {columns} FROM llm_cache").to_arrow_table())
+        return self.ray.put(self.store.model_cache_rows())
 
     def outcomes(self) -> Iterator[CellOutcome]:
         import uuid
@@ -456,7 +421,6 @@ class _RayRun:
         finally:
             for ref in pending:
                 ray.cancel(ref)
-            self.cursor.close()
 
 
 def _units(batches: Sequence[Sequence[CellTask]], slots: int) -> list[tuple[int, list[CellTask]]]:

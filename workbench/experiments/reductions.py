@@ -246,17 +246,12 @@ def run_reductions(
 ) -> list[Reduction]:
     """`reductions` of a stored run: its results, the agent's output tokens from the replayed calls
     of the baseline, and the split's groups read from the sessions (a value of None is `null`)."""
-    import importlib
+    from workbench.store import open_results
 
-    tables = importlib.import_module("workbench.experiments.results")  # the package's `results` is a function
-
-    con = tables.connect_existing(db)
-    try:
-        run = tables.resolve_run_id(con, run_id)
-        frame = tables.results_frame(con, run) if results is None else results
-        calls = tables.calls_frame(con, run)
-    finally:
-        con.close()
+    with open_results(db) as stored:
+        run = stored.resolve_run_id(run_id)
+        frame = stored.results_frame(run) if results is None else results
+        calls = stored.calls_frame(run)
     output: dict[str, float] = {}
     if not calls.empty:
         base = calls[calls["config"] == options.baseline]

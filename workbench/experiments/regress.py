@@ -28,12 +28,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from workbench.errors import ConfigError, WorkbenchError, unwritable
-from workbench.experiments import results as tables
 from workbench.experiments.compare import complete_pairs
 from workbench.experiments.spec import ExperimentSpec, Tolerance, load_experiment, parse_tolerance
+
+if TYPE_CHECKING:
+    from workbench.store import RunResults
 
 BASELINE_VERSION = 1
 OFFLINE_MODEL_PREFIX = "workbench/"
@@ -213,14 +215,14 @@ def _clean(value: Any) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def snapshot(con: Any, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
+def snapshot(stored: RunResults, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
     """The baseline document of a run: metric means per config and dataset over the sessions of the
     dataset where every config completed (`complete_pairs`; how many, and what was left out, under
     `complete_pairs`), and (when the spec asks `summaries = "exact"`) the summaries of its
     deterministic configs."""
     import pandas as pd
 
-    frame = tables.results_frame(con, run_id)
+    frame = stored.results_frame(run_id)
     skip = {"run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s"}
     numeric = [c for c in frame.columns if c not in skip and pd.api.types.is_numeric_dtype(frame[c])]
     metrics: dict[str, dict[str, dict[str, float | None]]] = {}
@@ -238,14 +240,14 @@ def snapshot(con: Any, run_id: str, spec: ExperimentSpec) -> dict[str, Any]:
             metrics.setdefault(str(compared), {})[str(dataset)] = dict(sorted(means.items()))
     deterministic = {c.name for c in spec.configs if is_deterministic(c.config.to_dict())}
     summaries: dict[str, dict[str, list[str | None]]] = {}
-    compactions = tables.compactions_frame(con, run_id) if "summaries" in spec.regress else None
+    compactions = stored.compactions_frame(run_id) if "summaries" in spec.regress else None
     if compactions is not None and len(compactions):
         first = compactions[(compactions["repeat"] == 0) & compactions["config"].isin(deterministic)]
         for (config, session_id), rows in first.groupby(["config", "session_id"], sort=True):
             texts = [s if isinstance(s, str) else None for s in rows.sort_values("event_index")["summary"]]
             if any(texts):
                 summaries.setdefault(str(config), {})[str(session_id)] = texts
-    info = tables.run_info(con, run_id)
+    info = stored.run_info(run_id)
     return {
         "version": BASELINE_VERSION,
         "experiment": spec.name,
@@ -374,8 +376,8 @@ def regress(
     The baseline is read and validated (or, with `update`, its place checked for writing) before the run
     starts. The report fails when cells of the run failed; `update` refuses such a run (`BaselineRefused`).
     """
-    from workbench import db as database
     from workbench.experiments.run import run_experiment
+    from workbench.store import open_results
 
     spec = load_experiment(path if not isinstance(path, os.PathLike) else Path(path))
     target = baseline_path(spec, baseline)
@@ -383,12 +385,9 @@ def regress(
     if stored is None:
         writable_baseline(target, spec)
     run = run_experiment(spec, db=db, concurrency=concurrency, progress=progress)
-    con = database.connect(run.db)
-    try:
-        current = snapshot(con, run.id, spec)
-        info = tables.run_info(con, run.id)
-    finally:
-        con.close()
+    with open_results(run.db) as results:
+        current = snapshot(results, run.id, spec)
+        info = results.run_info(run.id)
     total = info.cells_total or 0
     failed = max(total - info.cells_done, run.progress.failed_cells)
     hint = _failed_hint(spec)

@@ -11,7 +11,7 @@ finishing, a quarter of a second later (`COMMIT_INTERVAL`), so an interrupted ru
 holds only whole cells and loses at most the last quarter second's.
 
 A run holds the database file only while it reads or writes (a batch of cells, a batch of
-sessions, a model-cache lookup: `workbench.db.FileHold`), never between: DuckDB lets no other
+sessions, a model-cache lookup: `workbench.store.db.FileHold`), never between: DuckDB lets no other
 process open a file one process has open for writing, and the CLI, the app and notebooks read the
 sessions and the run's finished cells while it goes on (they wait for a batch to be written).
 
@@ -39,18 +39,18 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from workbench.errors import ConfigError, SessionFilterError, StoreError, did_you_mean
-from workbench.experiments import results as tables
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellSpend, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
+from workbench.store.results import FinishedCell, NoopConfig, held_results, open_results
 from workbench.strategies.common import may_summarize
 
 if TYPE_CHECKING:
     import pandas as pd
 
-    from workbench.db import FileHold
     from workbench.replay import ReplayResult
     from workbench.session import Session
     from workbench.store import Store
+    from workbench.store.db import FileHold
 
 #: Seconds between the writer's commits while cells keep finishing (`_CellWriter`).
 COMMIT_INTERVAL = 0.25
@@ -393,8 +393,8 @@ def run_experiment(
     in any cell (e.g. masking on sessions without observations) is named once in a
     `NoopCompactionsWarning` at the end.
     """
-    from workbench import db as database
     from workbench.store import Store
+    from workbench.store import db as database
 
     experiment = load_experiment(spec if not isinstance(spec, os.PathLike) else Path(spec))
     db_path = os.fspath(db) if db is not None else database.default_path()
@@ -405,10 +405,8 @@ def run_experiment(
         version = dataset_version(pairs)
         code = code_version()
         run_id = run_key(experiment, version, code)
-        con = store.connection
         all_cells = grid(experiment, [session_id for session_id, _ in pairs])
-        tables.start_run(
-            con,
+        store.results.start_run(
             run_id,
             name=experiment.name,
             kind="experiment",
@@ -420,8 +418,8 @@ def run_experiment(
             cells_total=len(all_cells),
         )
         if fresh:
-            _delete_cells(con, run_id)
-        done = tables.finished_cells(con, run_id)
+            store.results.delete_cells(run_id)
+        done = store.results.finished_cells(run_id)
     todo = [CellTask(s, dataset_of.get(s), c, r) for s, c, r in all_cells if (s, c, r) not in done]
     state = RunProgress(cells_total=len(all_cells), cells_reused=len(done), cells_done=len(done))
     if progress:
@@ -431,7 +429,8 @@ def run_experiment(
     calls_in_flight = concurrency or experiment.concurrency
     hold = database.FileHold(db_path)
     if gateway is None:
-        from workbench.llm import DuckDBCache, Gateway
+        from workbench.llm import Gateway
+        from workbench.store import DuckDBCache
 
         gateway = owned_gateway = Gateway(DuckDBCache(hold), concurrency=max(8, calls_in_flight))
     local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
@@ -445,10 +444,10 @@ def run_experiment(
             owned_gateway.close()
         if status == "finished" and state.failed_cells:
             status = "finished_with_errors"
-        with hold.open() as con:
-            tables.finish_run(con, run_id, status)
+        with held_results(hold) as stored:
+            stored.finish_run(run_id, status)
     with Store(db_path) as store:
-        _warn_noop_configs(experiment, tables.noop_configs(store.connection, run_id))
+        _warn_noop_configs(experiment, store.results.noop_configs(run_id))
         _warn_nothing_recorded(experiment, store)
     return Run(id=run_id, spec=experiment, db=db_path, progress=state, status=status)
 
@@ -490,13 +489,6 @@ def _stored_spec(spec: ExperimentSpec) -> dict[str, Any]:
         "regress": {k: vars(v) for k, v in spec.regress.items()},
         "configs": [{"name": c.name, **c.config.to_dict()} for c in spec.configs],
     }
-
-
-def _delete_cells(con: Any, run_id: str) -> None:
-    con.execute("BEGIN TRANSACTION")
-    for table in ("cell_compactions", "cell_calls", "cell_metrics", "cells"):
-        con.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id])
-    con.execute("COMMIT")
 
 
 def _execute(
@@ -591,14 +583,14 @@ class _CellWriter:
             if self._error is not None:
                 continue
             finished = [
-                tables.FinishedCell(o.result, o.task.config_name, o.task.repeat, o.task.dataset, o.duration_s)
+                FinishedCell(o.result, o.task.config_name, o.task.repeat, o.task.dataset, o.duration_s)
                 for o in outcomes
                 if o.result is not None
             ]
             try:
                 if finished:
-                    with self._hold.open() as con:
-                        tables.save_cells(con, self._run_id, finished)
+                    with held_results(self._hold) as stored:
+                        stored.save_cells(self._run_id, finished)
             except BaseException as exc:  # reported by put() or close() in the caller's thread
                 self._error = exc
                 continue
@@ -650,7 +642,7 @@ def _warn_nothing_recorded(spec: ExperimentSpec, store: Any) -> None:
             )
 
 
-def _warn_noop_configs(spec: ExperimentSpec, found: Sequence[tables.NoopConfig]) -> None:
+def _warn_noop_configs(spec: ExperimentSpec, found: Sequence[NoopConfig]) -> None:
     """One `NoopCompactionsWarning` per config whose trigger fired in the run and whose strategy never
     changed a context: its rows equal no compaction, which a reader of the results must be told."""
     import warnings
@@ -678,20 +670,14 @@ def _count_calls(state: RunProgress, spent: CellSpend) -> None:
 
 def results(run_id: str, db: str | None = None) -> pd.DataFrame:
     """The results of a run: one row per cell (session × config × repeat), every metric a column."""
-    con = tables.connect_existing(db)
-    try:
-        return tables.results_frame(con, tables.resolve_run_id(con, run_id))
-    finally:
-        con.close()
+    with open_results(db) as stored:
+        return stored.results_frame(stored.resolve_run_id(run_id))
 
 
 def summarizers_used(run_id: str, *, db: str | None = None, configs: Sequence[str] | None = None) -> list[str]:
     """The summarizer models that wrote a run's summaries (of its configs in `configs`, when given)."""
-    con = tables.connect_existing(db)
-    try:
-        return tables.summarizers_used(con, tables.resolve_run_id(con, run_id), configs)
-    finally:
-        con.close()
+    with open_results(db) as stored:
+        return stored.summarizers_used(stored.resolve_run_id(run_id), configs)
 
 
 def summaries_note(run_id: str, *, db: str | None = None, configs: Sequence[str] | None = None) -> str | None:
@@ -705,37 +691,29 @@ def summaries_note(run_id: str, *, db: str | None = None, configs: Sequence[str]
 
 def runs(db: str | None = None) -> pd.DataFrame:
     """Every stored run, newest first, with its status and how many cells are done."""
-    con = tables.connect_existing(db)
-    try:
-        return tables.runs_frame(con)
-    finally:
-        con.close()
+    with open_results(db) as stored:
+        return stored.runs_frame()
 
 
 def delete_runs(run_ids: str | Sequence[str], db: str | None = None) -> dict[str, int]:
     """Delete stored runs, each named by its id or a unique prefix of it; returns the cells deleted
     per run. All or nothing: an unknown or ambiguous id raises `StoreError` and deletes nothing. The
     model cache is kept (a re-run asks no model again)."""
-    con = tables.connect_existing(db)
-    try:
-        return tables.delete_runs(con, [run_ids] if isinstance(run_ids, str) else list(run_ids))
-    finally:
-        con.close()
+    with open_results(db) as stored:
+        return stored.delete_runs([run_ids] if isinstance(run_ids, str) else list(run_ids))
 
 
 def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | None = None) -> str:
     """Store a single replay as a one-cell run (`workbench replay --save`); returns the run id (a hash
     of the session, the config and the code, so that a replay by other code is another run)."""
-    con = tables.connect_existing(db)
-    try:
+    with open_results(db) as stored:
         config = result.config.to_dict()
         code = code_version()
         digest = hashlib.sha256(
             json.dumps([result.session_id, config, code, user_code([config])], sort_keys=True, default=str).encode()
         )
         run_id = f"replay-{digest.hexdigest()[:10]}"
-        tables.start_run(
-            con,
+        stored.start_run(
             run_id,
             name=f"replay {result.config.name}",
             kind="replay",
@@ -746,17 +724,15 @@ def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | N
             datasets=[dataset] if dataset else [],
             cells_total=1,
         )
-        tables.save_cell(con, run_id, result, config=result.config.name, repeat=0, dataset=dataset)
-        tables.finish_run(con, run_id)
+        stored.save_cell(run_id, result, config=result.config.name, repeat=0, dataset=dataset)
+        stored.finish_run(run_id)
         return run_id
-    finally:
-        con.close()
 
 
 def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], db: str | None = None) -> dict[str, Any]:
     """What a run would do, without doing it: sessions, cells (and how many are already done), models."""
-    from workbench import db as database
     from workbench.store import Store
+    from workbench.store import db as database
 
     experiment = load_experiment(spec if not isinstance(spec, os.PathLike) else Path(spec))
     path = os.fspath(db) if db is not None else database.default_path()
@@ -766,9 +742,8 @@ def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], d
         pairs = select_sessions(store, experiment)
         version = dataset_version(pairs)
         run_id = run_key(experiment, version, code_version())
-        con = store.connection
         try:
-            done = tables.finished_cells(con, run_id)
+            done = store.results.finished_cells(run_id)
         except Exception:  # a database from before the results tables
             done = set()
     cells = grid(experiment, [s for s, _ in pairs])

@@ -1,8 +1,9 @@
 """The one gateway every model call of the workbench goes through (summaries, probe answers, judges).
 
-    from workbench.llm import Gateway, DuckDBCache
+    from workbench.llm import Gateway
+    from workbench.store import DuckDBCache
 
-    gateway = Gateway(DuckDBCache("data/workbench.duckdb"))
+    gateway = Gateway(DuckDBCache("data/workbench.duckdb"))   # or Gateway() for a MemoryCache
     summarizer = gateway.model("openai/gpt-4o-mini", {"temperature": 0, "concurrency": 16})
     completion = summarizer.complete([{"role": "user", "content": "Summarize: ..."}])
     completion = await summarizer.acomplete(messages)          # the same, from asyncio
@@ -16,7 +17,7 @@ The package, one concern per module:
 - `options`: which options are sent, hashed, kept by the gateway, or secret; `redact`;
 - `errors`: `LLMError` and its kinds, `classify` (a LiteLLM exception -> one of them);
 - `retry`: `RetryPolicy` (what is retried, backoff, `Retry-After`);
-- `cache`: cache keys, `MemoryCache`, `DuckDBCache`;
+- `cache`: cache keys, the `Cache` protocol, `MemoryCache` (the database's, `DuckDBCache`, is the store's);
 - `pricing`: the cost of a call;
 - `provider`: loading LiteLLM and registering the offline `workbench/extractive` provider;
 - `concurrency`: `Limiter` (calls in flight per model and endpoint), `Flight` (identical calls joined);
@@ -68,7 +69,7 @@ Behaviour:
 """
 
 from workbench.llm.binding import BoundModel, GatewayAPI
-from workbench.llm.cache import Cache, CacheEntry, DuckDBCache, MemoryCache, cache_key, key_material
+from workbench.llm.cache import Cache, CacheEntry, MemoryCache, cache_key, key_material
 from workbench.llm.concurrency import Flight, Limiter
 from workbench.llm.errors import (
     AuthenticationFailed,
@@ -93,7 +94,6 @@ __all__ = [
     "Cache",
     "CacheEntry",
     "ConnectionFailed",
-    "DuckDBCache",
     "Flight",
     "Gateway",
     "GatewayAPI",

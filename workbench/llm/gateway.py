@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from workbench.compaction import Completion
+from workbench.errors import ConfigError
 from workbench.llm.binding import BoundModel
-from workbench.llm.cache import Cache, DuckDBCache, MemoryCache
+from workbench.llm.cache import Cache, MemoryCache
 from workbench.llm.concurrency import Flight, Limiter
 from workbench.llm.retry import RetryPolicy
 
@@ -58,7 +59,7 @@ def _env_number(name: str, default: float, kind: type = float) -> Any:
 class Gateway:
     """Every model call goes through here: cache, per-model concurrency, retries, usage and cost.
 
-    cache: a `Cache` (`DuckDBCache`, `MemoryCache`), a database path, or None (a `MemoryCache`).
+    cache: a `Cache` (`workbench.store.DuckDBCache` for the database's, `MemoryCache`), or None (a `MemoryCache`).
     concurrency: default in-flight calls per model; timeout: default seconds per attempt;
     num_retries: default retries after the first attempt; backoff_base/backoff_max: the
     exponential backoff (base * 2**n, with full jitter in [base*2**n/2, base*2**n]);
@@ -69,7 +70,7 @@ class Gateway:
 
     def __init__(
         self,
-        cache: Cache | str | os.PathLike[str] | None = None,
+        cache: Cache | None = None,
         *,
         concurrency: int | None = None,
         timeout: float | None = None,
@@ -81,11 +82,12 @@ class Gateway:
         defaults: Mapping[str, Any] | None = None,
         seed: int | None = None,
     ):
-        if cache is None:
-            cache = MemoryCache()
-        elif isinstance(cache, (str, os.PathLike)):
-            cache = DuckDBCache(cache)
-        self.cache: Cache = cache
+        if isinstance(cache, (str, os.PathLike)):
+            raise ConfigError(
+                f"Gateway(cache=...) takes a Cache, not a path: for the database's model cache pass "
+                f"workbench.store.DuckDBCache({os.fspath(cache)!r})"
+            )
+        self.cache: Cache = MemoryCache() if cache is None else cache
         self.concurrency = int(
             concurrency if concurrency is not None else _env_number("WORKBENCH_LLM_CONCURRENCY", 8, int)
         )
@@ -109,11 +111,6 @@ class Gateway:
         self._http_clients: dict[int, Any] = {}
         self._http_local = threading.local()  # the index of the calling thread's pool
         self._threads_seen = 0
-
-    @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> Gateway:
-        """A gateway caching into the workbench database at `path` (default: `workbench.db.default_path()`)."""
-        return cls(DuckDBCache(path), **kwargs)
 
     def model(self, model: str, options: Mapping[str, Any] | None = None, **more: Any) -> BoundModel:
         """`model` bound to its options (defaults < `options` < keyword options): a `Summarizer`."""

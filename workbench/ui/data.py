@@ -15,8 +15,10 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from workbench.db import default_path
 from workbench.errors import StoreError
+from workbench.store import console
+from workbench.store.console import is_busy
+from workbench.store.db import default_path
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -38,14 +40,6 @@ BUSY_MESSAGE = (
 class DatabaseBusyError(StoreError):
     """The database is held for writing by a run in this process (an experiment or a regression check
     launched from the app): DuckDB refuses a read-only connection to it until the run closes its own."""
-
-
-def is_busy(exc: BaseException) -> bool:
-    """True for DuckDB's refusal to open a file this process already holds with another configuration
-    (the writer's), e.g. "Can't open a connection to same database file with a different configuration"."""
-    import duckdb
-
-    return isinstance(exc, duckdb.ConnectionException) and "different configuration" in str(exc)
 
 
 @contextmanager
@@ -106,37 +100,13 @@ def pretty_arguments(arguments: str) -> str:
 
 
 def run_sql(path: str, sql: str, limit: int = SQL_ROW_LIMIT) -> tuple[pd.DataFrame, bool]:
-    """Run `sql` on a read-only connection with file access disabled and locked; (rows, truncated).
-
-    The connection cannot read or write files outside the database (`read_csv`, `COPY`, `ATTACH`,
-    extensions), cannot change that setting back, and cannot write to the database.
-    """
-    import duckdb
-
-    try:
-        con = duckdb.connect(path, read_only=True, config={"enable_external_access": False, "lock_configuration": True})
-    except duckdb.Error as exc:
-        if is_busy(exc):
-            raise DatabaseBusyError(BUSY_MESSAGE) from exc
-        raise StoreError(f"cannot open {path} read-only: {exc}") from exc
-    try:
-        cursor = con.execute(sql)
-        if cursor.description is None:
-            import pandas as pd
-
-            return pd.DataFrame(), False
-        columns = [d[0] for d in cursor.description]
-        rows = cursor.fetchmany(limit + 1)
-        import pandas as pd
-
-        return pd.DataFrame(rows[:limit], columns=columns), len(rows) > limit
-    finally:
-        con.close()
+    """`workbench.store.console.run_sql` (read-only, no file access), with `DatabaseBusyError` while a
+    run of this app writes."""
+    with busy_as_message():
+        return console.run_sql(path, sql, limit)
 
 
 def table_names(path: str) -> list[str]:
     """The tables and views a console query can read."""
-    frame, _ = run_sql(
-        path, "SELECT table_name FROM information_schema.tables WHERE table_schema = 'main' ORDER BY table_name"
-    )
-    return [str(v) for v in frame["table_name"]] if len(frame) else []
+    with busy_as_message():
+        return console.table_names(path)

@@ -11,15 +11,13 @@ from typing import TYPE_CHECKING
 
 import streamlit as st
 
+from workbench.store import console
 from workbench.ui import common, data
 
 if TYPE_CHECKING:
     import pandas as pd
 
-EXAMPLE = (
-    "SELECT dataset, format, count(*) AS sessions, sum(call_count) AS calls\n"
-    "FROM sessions\nGROUP BY ALL\nORDER BY sessions DESC"
-)
+EXAMPLE = console.EXAMPLE_QUERY
 
 
 def distinct_columns(names: list[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Reads and writes of sessions in the DuckDB database (schema: `workbench.db`).
+"""Reads and writes of sessions in the DuckDB database (schema: `workbench.store.db`).
 
     with Store("data/workbench.duckdb") as store:
         report = store.import_paths(["recordings/"])        # streamed, batched, per-file errors
@@ -35,19 +35,30 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from workbench import db
 from workbench.errors import ConfigError, FormatError, SessionFilterError, StoreError
 from workbench.importers.observations import TEXT_ACTION_FORMATS, mark_observations
 from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall, content_hash
+from workbench.store import db
 
 if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
     import pandas as pd
+    import pyarrow as pa
 
     from workbench.importers.outcomes import OutcomeMatch, OutcomeTable
+    from workbench.store.model_cache import DuckDBCache
+    from workbench.store.results import RunResults
 
 DEFAULT_BATCH_MESSAGES = 10_000
 DEFAULT_BATCH_BYTES = 24_000_000
 COUNTABLE = ("sessions", "messages", "calls", "probes")
+
+#: The tables holding a session, the session's own row first, each with the column naming the session.
+SESSION_TABLES = (
+    ("sessions", "id"),
+    ("messages", "session_id"),
+    ("probes", "session_id"),
+    ("token_counts", "session_id"),
+)
 #: The columns of `Store.session_rows` and `Store.sessions()`.
 SESSION_COLUMNS = (
     "id",
@@ -446,6 +457,23 @@ class Store:
             raise StoreError(f"the store of {self.path} is closed")
         return self._con
 
+    @property
+    def results(self) -> RunResults:
+        """The experiment tables (runs, cells, calls, compactions) through this store's connection."""
+        from workbench.store.results import RunResults
+
+        return RunResults(self.connection)
+
+    def model_cache(self) -> DuckDBCache:
+        """The model cache (`llm_cache`) through this store's connection, usable while the store is open."""
+        from workbench.store.model_cache import DuckDBCache
+
+        return DuckDBCache(self.connection)
+
+    def set_memory_limit(self, limit: str) -> None:
+        """Cap DuckDB's buffer cache for this connection (e.g. "512MB")."""
+        db.set_memory_limit(self.connection, limit)
+
     def close(self) -> None:
         if self._con is not None:
             self._con.close()
@@ -627,18 +655,55 @@ class Store:
             existing = con.execute(
                 "SELECT count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [ids]
             ).fetchall()[0][0]
-            for table, column in (
-                ("messages", "session_id"),
-                ("probes", "session_id"),
-                ("token_counts", "session_id"),
-                ("sessions", "id"),
-            ):
+            for table, column in reversed(SESSION_TABLES):
                 con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
             con.execute("COMMIT")
         except duckdb.Error as exc:
             _rollback(con)
             raise StoreError(f"cannot delete sessions from {self.path}: {exc}") from exc
         return int(existing)
+
+    def session_tables(self, ids: Sequence[str]) -> dict[str, pa.Table]:
+        """Every row of the sessions `ids` in each of `SESSION_TABLES`, as Arrow tables: what
+        `load_session_tables` stores elsewhere (Ray workers get sessions this way). Read through a
+        cursor of its own, so other threads may use the store meanwhile."""
+        cursor = self.connection.cursor()
+        try:
+            return {
+                table: cursor.sql(
+                    f"SELECT * FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", params=[list(ids)]
+                ).to_arrow_table()
+                for table, column in SESSION_TABLES
+            }
+        finally:
+            cursor.close()
+
+    def load_session_tables(self, tables: Mapping[str, pa.Table]) -> list[str]:
+        """Store sessions exported by `session_tables`, replacing stored ones with the same ids, in
+        one transaction; returns their ids."""
+        ids = [str(i) for i in tables["sessions"].column("id").to_pylist()]
+        con = self.connection
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table, column in reversed(SESSION_TABLES):
+                con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
+            for table, _ in SESSION_TABLES:
+                db.insert_rows(con, table, tables[table])
+            con.execute("COMMIT")
+        except BaseException:
+            _rollback(con)
+            raise
+        return ids
+
+    def model_cache_rows(self) -> pa.Table:
+        """The model cache's answers (`key` and the `CacheEntry` columns) as one Arrow table."""
+        from workbench.llm.cache import ENTRY_COLUMNS
+
+        cursor = self.connection.cursor()
+        try:
+            return cursor.sql(f"SELECT {', '.join(('key', *ENTRY_COLUMNS))} FROM llm_cache").to_arrow_table()
+        finally:
+            cursor.close()
 
     def describe_dataset(self, name: str, description: str) -> None:
         """Create the dataset `name` if needed and set its description."""
@@ -715,6 +780,28 @@ class Store:
             params,
         )
         return [dict(zip(SESSION_COLUMNS, row, strict=False)) for row in rows]
+
+    def session_metadata(
+        self, dataset: str, keys: Sequence[str], *, format: str | None = None
+    ) -> Iterator[tuple[str, int, dict[str, str | None]]]:
+        """(id, message count, {key: the metadata value as text, None when absent}) of each session of
+        `dataset` (of `format`, when given), streamed in chunks: cheap over millions of sessions."""
+        fields = ", json_extract_string(metadata, ?)" * len(keys)
+        cursor = self.connection.execute(
+            f"SELECT id, message_count{fields} FROM sessions WHERE dataset = ?"
+            + (" AND format = ?" if format is not None else ""),
+            [*keys, dataset] + ([] if format is None else [format]),
+        )
+        while rows := cursor.fetchmany(10_000):
+            for sid, count, *values in rows:
+                yield str(sid), int(count), dict(zip(keys, values, strict=True))
+
+    def message_characters(self) -> dict[str, int]:
+        """Each session's size: the characters of its messages' text (`Message.text`), by session id."""
+        rows = self._query(
+            "SELECT session_id, sum(length(coalesce(text, '')))::BIGINT FROM message_texts GROUP BY session_id"
+        )
+        return {str(session_id): int(characters) for session_id, characters in rows}
 
     def sessions(self, dataset: str | None = None, where: str | None = None) -> pd.DataFrame:
         """A DataFrame with one row per session: id, dataset, format, messages, calls, observations,
