@@ -612,9 +612,9 @@ def test_a_live_session_imports_its_complete_lines_with_a_warning(runner, tmp_pa
 
 SLOW_IMPORT = textwrap.dedent("""
     import sys, time, pathlib
-    from workbench.store import sessions as store
+    from workbench.store import writer as store
     marker = pathlib.Path(sys.argv[1])
-    original = store._Writer.add
+    original = store.Writer.add
     added = [0]
 
     def add(self, session, source=None):  # small batches, then slow: Ctrl-C lands mid-import
@@ -627,7 +627,7 @@ SLOW_IMPORT = textwrap.dedent("""
         if added[0] >= 30:
             time.sleep(0.2)
 
-    store._Writer.add = add
+    store.Writer.add = add
     from workbench.cli import main
     main(sys.argv[2:])
 """)

@@ -14,7 +14,7 @@ import pytest
 from workbench.errors import ConfigError, SessionFilterError, StoreError
 from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall
 from workbench.store import Store, db
-from workbench.store import sessions as store_module
+from workbench.store import writer as store_module
 from workbench.tokens import message_tokens
 
 

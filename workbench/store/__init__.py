@@ -1,7 +1,8 @@
 """The only owner of the DuckDB file: every connection and every SQL statement of the workbench.
 
 - `db`: opening the file (locks, waits, read-only), migrations, `FileHold` (brief opens per batch);
-- `sessions`: `Store`, sessions, messages, probes, token counts, datasets, summary labels, imports;
+- `sessions`: `Store`, sessions, messages, probes, token counts, datasets; `writer`: the batch writer of
+  imports (the walk of files and folders is `workbench.importers.pipeline`); `labels`: summary labels;
 - `results`: `RunResults`, the experiment tables (runs, cells, calls, compactions) and their frames;
 - `model_cache`: `DuckDBCache`, the `llm_cache` table behind the gateway's `Cache` protocol;
 - `console`: the app's read-only SQL console;
@@ -11,7 +12,9 @@ Everything else asks these modules: no other package imports duckdb or writes SQ
 import-linter contract hold that).
 """
 
+from workbench.importers.report import FileOutcome, ImportReport
 from workbench.store.db import FileHold, MissingDatabaseError, NotADatabaseError, default_path
+from workbench.store.labels import SUMMARY_LABEL_COLUMNS, SUMMARY_LABELS, SummaryLabel, summary_labels_frame
 from workbench.store.model_cache import DuckDBCache
 from workbench.store.results import (
     FinishedCell,
@@ -22,18 +25,8 @@ from workbench.store.results import (
     open_results,
     shown_status,
 )
-from workbench.store.sessions import (
-    COUNTABLE,
-    SUMMARY_LABEL_COLUMNS,
-    SUMMARY_LABELS,
-    FileOutcome,
-    ImportReport,
-    Store,
-    SummaryLabel,
-    check_dataset_name,
-    continues,
-    summary_labels_frame,
-)
+from workbench.store.sessions import COUNTABLE, Store
+from workbench.store.writer import check_dataset_name, continues
 
 __all__ = [
     "COUNTABLE",

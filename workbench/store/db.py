@@ -523,3 +523,19 @@ def schema_version(connection: duckdb.DuckDBPyConnection) -> str | None:
     """The name of the newest applied migration."""
     names = applied_migrations(connection)
     return names[-1] if names else None
+
+
+def rollback_quietly(connection: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if any: a failure's own error is the one to report."""
+    try:
+        connection.execute("ROLLBACK")
+    except duckdb.Error:
+        pass
+
+
+def unregister_quietly(connection: duckdb.DuckDBPyConnection, name: str) -> None:
+    """Drop a registered view, if it is still there."""
+    try:
+        connection.unregister(name)
+    except duckdb.Error:
+        pass

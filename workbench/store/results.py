@@ -593,7 +593,7 @@ class RunResults:
 
     def summary_labels(self) -> pd.DataFrame:
         """Every summary label (`workbench.labels`): what exports join to a run's compactions."""
-        from workbench.store.sessions import summary_labels_frame
+        from workbench.store.labels import summary_labels_frame
 
         return summary_labels_frame(self._con)
 
