@@ -194,6 +194,73 @@ def test_while_a_run_writes_another_process_lists_sessions_and_reads_its_finishe
     assert runs(str(path))["status"][0] == "finished"
 
 
+STEPPED_IMPORT = textwrap.dedent("""
+    import sys
+    from workbench.store import Store, writer
+
+    released = writer.Writer._let_others_in
+    batches = 0
+
+    def step(self):
+        global batches
+        released(self)
+        batches += 1
+        print(f"batch {batches}", flush=True)
+        sys.stdin.readline()  # the test reads the database meanwhile
+
+    writer.Writer._let_others_in = step
+    Store.HOLD_SECONDS = 0.0  # every batch lets others in (a long import does so once a second)
+    with Store(sys.argv[1], batch_messages=int(sys.argv[3])) as store:
+        report = store.import_paths([sys.argv[2]])
+    print(f"imported {report.sessions}", flush=True)
+""")
+
+
+def test_while_an_import_writes_another_process_reads_the_sessions_stored_so_far(tmp_path):
+    """An import in another process, stopped after each batch: here the database opens (read-only, and
+    through the CLI) and lists the sessions stored so far, more after every batch."""
+    from workbench import synthetic
+
+    path = tmp_path / "wb.duckdb"
+    source = synthetic.write_jsonl(tmp_path / "sessions.jsonl", sessions=8, messages=400, seed=3, dataset="big")
+    script = tmp_path / "stepped_import.py"
+    script.write_text(STEPPED_IMPORT)
+    child = subprocess.Popen(
+        [sys.executable, str(script), str(path), str(source), "60"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=ENV,
+    )
+    assert child.stdin is not None and child.stdout is not None
+    counts: list[int] = []
+    try:
+        for line in child.stdout:
+            if not line.startswith("batch "):
+                break
+            with Store(path, read_only=True) as store:
+                counts.append(store.count("sessions"))
+            if len(counts) == 2:
+                cli = subprocess.run(
+                    [sys.executable, "-m", "workbench", "sessions", "--json", "--db", str(path)],
+                    capture_output=True,
+                    text=True,
+                    timeout=120,
+                    env=ENV,
+                )
+                assert cli.returncode == 0, cli.stderr
+                assert len(json.loads(cli.stdout)) == counts[-1]
+            child.stdin.write("\n")
+            child.stdin.flush()
+        assert line.strip() == "imported 8"
+    finally:
+        child.stdin.close()
+        child.wait(timeout=120)
+    assert child.returncode == 0
+    assert len(counts) >= 3, counts  # several batches, each read from here while the import went on
+    assert counts == sorted(counts) and counts[0] < 8 and counts[-1] == 8, counts
+
+
 def test_a_second_open_in_the_holding_process_keeps_other_processes_out(tmp_path):
     """Closing any descriptor of a file drops every POSIX lock the process has on it: the header check
     of a second open must not let another process in while this one holds the file for writing."""

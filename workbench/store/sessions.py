@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
@@ -101,7 +102,14 @@ class Store:
     `memory_limit` (e.g. "512MB"; default `$WORKBENCH_MEMORY_LIMIT`) caps DuckDB's buffer cache,
     which otherwise keeps written blocks up to DuckDB's default (80 % of RAM). Use it as a context
     manager, or call `close()`.
+
+    An import lets go of the file between its batches once it has held it for `HOLD_SECONDS`
+    (`release`): the next use opens it again, so other processes (the CLI, the app, a notebook)
+    read the database while a long import goes on.
     """
+
+    #: How long an import holds the file before it lets other processes in between two batches.
+    HOLD_SECONDS = 1.0
 
     def __init__(
         self,
@@ -117,9 +125,13 @@ class Store:
         self.read_only = read_only
         self.batch_messages = max(1, int(batch_messages))
         self.batch_bytes = max(1, int(batch_bytes))
+        self._memory_limit = memory_limit
+        self._closed = False
+        self._connection_lock = threading.Lock()
         self._con: duckdb.DuckDBPyConnection | None = db.connect(
             self.path, read_only=read_only, create=create, memory_limit=memory_limit
         )
+        self.opened_at = time.monotonic()
         if read_only and self.path != ":memory:":
             pending = db.pending_migrations(self._con)
             if pending:
@@ -134,9 +146,29 @@ class Store:
     # -- lifecycle ------------------------------------------------------------------------------
     @property
     def connection(self) -> duckdb.DuckDBPyConnection:
-        if self._con is None:
-            raise StoreError(f"the store of {self.path} is closed")
-        return self._con
+        """The open connection (opened again after a `release`)."""
+        with self._connection_lock:
+            if self._con is None:
+                if self._closed:
+                    raise StoreError(f"the store of {self.path} is closed")
+                self._con = db.connect(self.path, read_only=self.read_only, memory_limit=self._memory_limit)
+                self.opened_at = time.monotonic()
+            return self._con
+
+    @property
+    def releasable(self) -> bool:
+        """Whether `release` lets go of a file (an in-memory database would be lost instead)."""
+        return self.path != ":memory:"
+
+    def release(self) -> None:
+        """Close the file until the next use, so another process may open it meanwhile (no transaction
+        may be open, and objects holding the old connection, such as `results`, are done with)."""
+        if not self.releasable:
+            return
+        with self._connection_lock:
+            if self._con is not None:
+                self._con.close()
+                self._con = None
 
     @property
     def results(self) -> RunResults:
@@ -152,13 +184,16 @@ class Store:
         return DuckDBCache(self.connection)
 
     def set_memory_limit(self, limit: str) -> None:
-        """Cap DuckDB's buffer cache for this connection (e.g. "512MB")."""
+        """Cap DuckDB's buffer cache for this store (e.g. "512MB")."""
         db.set_memory_limit(self.connection, limit)
+        self._memory_limit = limit
 
     def close(self) -> None:
-        if self._con is not None:
-            self._con.close()
-            self._con = None
+        with self._connection_lock:
+            self._closed = True
+            if self._con is not None:
+                self._con.close()
+                self._con = None
 
     def __enter__(self) -> Store:
         return self

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -232,6 +233,8 @@ class Writer:
         self.error: BaseException | None = None
         self.queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=1)
         self.thread: threading.Thread | None = None
+        self.threads: Any = None  # DuckDB's thread count before the import set it to one
+        self.threads_set_on: duckdb.DuckDBPyConnection | None = None
 
     def __enter__(self) -> Writer:
         return self
@@ -243,23 +246,38 @@ class Writer:
 
     # -- the writer thread ------------------------------------------------------------------------
     def _run(self) -> None:
-        # One DuckDB thread while importing: the other core parses the next batch (measured faster
-        # on 2 cores than letting DuckDB compete with the importer for both).
+        try:
+            self._work()
+        finally:
+            self._restore_threads()
+
+    def _one_thread(self) -> None:
+        """One DuckDB thread while importing: the other core parses the next batch (measured faster on
+        2 cores than letting DuckDB compete with the importer for both). Set again after a release."""
         con = self.store.connection
-        threads = None
+        if self.threads is not None and self.threads_set_on is con:
+            return
         try:
             threads = con.execute("SELECT current_setting('threads')").fetchall()[0][0]
             con.execute("SET threads = 1")
         except duckdb.Error:
-            pass
-        try:
-            self._work()
-        finally:
-            if threads is not None:
-                try:
-                    con.execute(f"SET threads = {int(threads)}")
-                except duckdb.Error:
-                    pass
+            return
+        self.threads = self.threads if self.threads is not None else threads
+        self.threads_set_on = con
+
+    def _restore_threads(self) -> None:
+        if self.threads is not None and self.threads_set_on is self.store.connection:
+            try:
+                self.threads_set_on.execute(f"SET threads = {int(self.threads)}")
+            except duckdb.Error:
+                pass
+
+    def _let_others_in(self) -> None:
+        """Between batches, once the file has been held for `Store.HOLD_SECONDS`: close it, so another
+        process reads (or writes) before the next batch opens it again."""
+        if self.store.releasable and time.monotonic() - self.store.opened_at >= self.store.HOLD_SECONDS:
+            self._restore_threads()
+            self.store.release()
 
     def _work(self) -> None:
         while True:
@@ -269,6 +287,7 @@ class Writer:
             if self.error is not None:
                 continue
             kind, payload = job
+            self._one_thread()
             try:
                 if kind == "batch":
                     ids, later = _write_batch(self.store, payload, self.earlier)
@@ -291,6 +310,8 @@ class Writer:
                         del self.written[sid]
             except BaseException as exc:  # re-raised in the importing thread
                 self.error = exc
+            else:
+                self._let_others_in()
 
     def _submit(self, job: tuple[str, Any]) -> None:
         if self.error is not None:
