@@ -132,7 +132,7 @@ def calibration_points(session: Session, tokenizer: str | Tokenizer) -> list[tup
     tok = resolve(tokenizer)
     messages = session.messages
     prime(messages, tok)
-    recorded = getattr(session, "recorded_compactions", ())
+    recorded = session.recorded_compactions
     first = min((r.call_index for r in recorded), default=None)
     text = tok.count(schema_text(session.tools))
     framing = 0

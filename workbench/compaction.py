@@ -17,6 +17,7 @@ from itertools import islice
 from typing import Any, Protocol, runtime_checkable
 
 from workbench.errors import ConfigError, SummarizerError
+from workbench.registry import Family
 from workbench.session import Message, Step, group_steps, leading_system
 from workbench.tokens import Tokenizer, message_tokens, messages_tokens, resolve
 
@@ -318,6 +319,12 @@ class Strategy(Protocol):
     """
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]: ...
+
+
+#: The trigger kinds, typed: `TRIGGERS.build(spec)` is a `Trigger` (the registry's `trigger` family).
+TRIGGERS: Family[Trigger] = Family("trigger")
+#: The strategy kinds, typed: `STRATEGIES.lookup(name)` is a `type[Strategy]`.
+STRATEGIES: Family[Strategy] = Family("strategy")
 
 
 def kind_name(kind: Any) -> str:

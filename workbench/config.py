@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.calibration import CALIBRATIONS
-from workbench.compaction import DEFAULT_CONTEXT_LIMIT, DEFAULT_MAX_OUTPUT
+from workbench.compaction import DEFAULT_CONTEXT_LIMIT, DEFAULT_MAX_OUTPUT, Trigger
 from workbench.errors import ConfigError, did_you_mean, folder_given, missing_file
 from workbench.presets import fit_to_window, preset, presets
 from workbench.registry import StrategySpec, TriggerSpec, fresh, param, spec_of, validate
@@ -77,7 +77,8 @@ class ReplayConfig:
         doc="what resolving the config changed in it, and why (a preset threshold "
         "scaled to the window: workbench.presets.fit_to_window)",
     )
-    built_trigger: Any = field(init=False, repr=False, compare=False)
+    built_trigger: Trigger = field(init=False, repr=False, compare=False)
+    #: A `Strategy` that is also a registered kind (the replay reads its `kind`, which `Strategy` does not declare).
     built_strategy: Any = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -104,7 +105,7 @@ class ReplayConfig:
         for key, value in values.items():
             object.__setattr__(self, key, value)
 
-    def build_trigger(self) -> Any:
+    def build_trigger(self) -> Trigger:
         """A fresh trigger (triggers keep per-replay state), made from the built one, not re-parsed."""
         return fresh(self.built_trigger)
 

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from workbench.registry import kinds, register_metric
+from workbench.registry import METRICS, register_metric
 from workbench.replay import call_column, changed_compactions
 
 if TYPE_CHECKING:
@@ -213,8 +213,8 @@ class Termination(_CostMetric):
 
 def direction(name: str) -> str:
     """Which way is better for a registered metric (`higher`, `lower`; `none` for counts and unknown names)."""
-    cls = kinds("metric").get(name)
-    return str(getattr(cls, "direction", "none")) if cls is not None else "none"
+    cls = METRICS.kinds().get(name)
+    return cls.direction if cls is not None else "none"
 
 
 __all__ = [

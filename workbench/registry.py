@@ -27,6 +27,10 @@ construction, from a spec or in Python, is validated here and only here: unknown
 parameters, types (int, float, bool, str, lists, tables, optional values, nested trigger or
 strategy specs), bounds and choices, with errors naming the kind, the parameter, the value and
 what is valid. Checks that relate several parameters stay in the kind's `__post_init__`.
+
+The functions taking a family's name answer untyped classes and objects. The library's own callers
+go through a `Family` instead, typed by the family's contract and declared next to it:
+`compaction.TRIGGERS` and `compaction.STRATEGIES`, `importers.IMPORTERS`, and `METRICS` here.
 """
 
 from __future__ import annotations
@@ -44,11 +48,24 @@ import types
 import typing
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import (
+    Annotated,
+    Any,
+    ClassVar,
+    Generic,
+    Literal,
+    Protocol,
+    TypeVar,
+    Union,
+    cast,
+    get_args,
+    get_origin,
+)
 
 from workbench.errors import ConfigError, did_you_mean
 
 T = TypeVar("T")
+K = TypeVar("K")
 
 FAMILIES: tuple[str, ...] = ("trigger", "strategy", "importer", "metric")
 #: Modules holding the built-in kinds, imported by name on first use.
@@ -538,7 +555,11 @@ def _check_contract(family: str, name: str, cls: type) -> None:
             raise ConfigError(f"{family} kind {name!r}: {problem}; {rule} {expected}")
 
 
-def _register(family: str, name: str, **attributes: Any) -> Callable[[type[T]], type[T]]:
+def _register(
+    family: str, name: str, *, defaults: Mapping[str, Any] | None = None, **attributes: Any
+) -> Callable[[type[T]], type[T]]:
+    """The decorator registering a class in `family`: it sets `kind`, `family` and `attributes` on the
+    class, and each of `defaults` the class does not define itself, so a family's `Family` type holds."""
     if not isinstance(name, str) or not name.strip():
         raise ConfigError(f"a {family} kind needs a non-empty name, not {name!r}")
 
@@ -560,6 +581,9 @@ def _register(family: str, name: str, **attributes: Any) -> Callable[[type[T]], 
         type.__setattr__(cls, "family", family)
         for key, value in attributes.items():
             type.__setattr__(cls, key, value)
+        for key, value in (defaults or {}).items():
+            if not hasattr(cls, key):
+                type.__setattr__(cls, key, value)
         if not hasattr(cls.__dict__.get("__init__", cls.__init__), "__wrapped_init__"):
             _install_validation(cls)
         _PARAMS.pop(cls, None)
@@ -608,15 +632,24 @@ def register_metric(name: str, *, direction: str, unit: str = "", level: str = "
     `level`: what one value describes (`call`, `compaction`, `run`). The class (built without
     parameters) answers `compute(result) -> int | float | str | None` and optionally
     `per_compaction(result) -> list[Mapping]` (one row of columns per compaction event). A class
-    attribute `requires_model = True` makes it run only when asked for by name. An optional
-    `unavailable(result) -> str | None` says why the metric cannot be measured for a result (e.g.
-    its config names no model, so `compute` gives None): asked for by name, that is a warning.
+    attribute `requires_model = True` makes it run only when asked for by name; `reads_context =
+    False` says its value does not depend on the compacted context (the metric audit leaves it out).
+    An optional `unavailable(result) -> str | None` says why the metric cannot be measured for a
+    result (e.g. its config names no model, so `compute` gives None): asked for by name, that is a
+    warning. `METRICS` is the family typed by this contract (`Metric`).
     """
     if direction not in DIRECTIONS:
         raise ConfigError(f"metric {name!r}: direction must be one of {', '.join(DIRECTIONS)}, not {direction!r}")
     if level not in LEVELS:
         raise ConfigError(f"metric {name!r}: level must be one of {', '.join(LEVELS)}, not {level!r}")
-    return _register("metric", name, direction=direction, unit=unit, level=level)
+    return _register(
+        "metric",
+        name,
+        defaults={"requires_model": False, "reads_context": True},
+        direction=direction,
+        unit=unit,
+        level=level,
+    )
 
 
 def unregister(family: str, name: str) -> None:
@@ -759,13 +792,14 @@ def describe(family: str | None = None) -> dict[str, list[dict[str, Any]]]:
                 "doc": _doc_line(cls),
                 "params": [p.describe() for p in params_of(cls).values()],
             }
-            declared: Any = cls  # a metric's or importer's class attributes, set by its decorator
+            declared: Any = cls  # an importer's class attributes, set by its decorator
             if name == "metric":
+                metric = cast("type[Metric]", cls)
                 entry.update(
-                    direction=declared.direction,
-                    unit=declared.unit,
-                    level=declared.level,
-                    requires_model=bool(getattr(cls, "requires_model", False)),
+                    direction=metric.direction,
+                    unit=metric.unit,
+                    level=metric.level,
+                    requires_model=bool(metric.requires_model),
                 )
             if name == "importer":
                 entry.update(aliases=list(declared.aliases), priority=declared.priority)
@@ -813,6 +847,64 @@ def build_trigger(spec: Any) -> Any:
 
 def build_strategy(spec: Any) -> Any:
     return build("strategy", spec)
+
+
+# --------------------------------------------------------------------------------------------
+# typed families
+
+
+@dataclasses.dataclass(frozen=True)
+class Family(Generic[K]):
+    """One family of kinds, typed by the contract its kinds meet: what `lookup` and `build` answer.
+
+    The string functions (`lookup("strategy", name)`) answer a bare `type`: the registry sits below
+    the contracts and cannot name them. Each contract's module declares its family instead
+    (`compaction.TRIGGERS: Family[Trigger]`, `compaction.STRATEGIES`, `importers.IMPORTERS`, and
+    `METRICS` here, whose contract the registry itself defines), and callers going through it read
+    a kind's methods and declared attributes as typed. The cast is sound because a class enters a
+    family only through its decorator, which checks the methods `_CONTRACTS` names and sets the
+    class attributes its family declares.
+    """
+
+    name: str
+
+    def __post_init__(self) -> None:
+        if self.name not in FAMILIES:
+            raise ConfigError(f"unknown kind family {self.name!r}; valid: {', '.join(FAMILIES)}")
+
+    def kinds(self) -> dict[str, type[K]]:
+        """The family's kinds by name, built-in ones first (`registry.kinds`)."""
+        return cast("dict[str, type[K]]", kinds(self.name))
+
+    def lookup(self, name: str) -> type[K]:
+        """The class registered as `name` or an alias of it; ConfigError listing the valid ones."""
+        return cast("type[K]", lookup(self.name, name))
+
+    def build(self, spec: Any) -> K:
+        """A kind built from a spec or a kind name; a built one is returned as it is (`registry.build`)."""
+        return cast(K, build(self.name, spec))
+
+
+class Metric(Protocol):
+    """A metric kind as a replay computes it: `register_metric` sets the class attributes (the
+    optional `requires_model` and `reads_context` to their defaults when the class leaves them out).
+
+    `compute` may give None (not measurable for this result); `per_compaction(result)` and
+    `unavailable(result)` are optional and read through `getattr`.
+    """
+
+    kind: ClassVar[str]
+    direction: ClassVar[str]
+    unit: ClassVar[str]
+    level: ClassVar[str]
+    requires_model: ClassVar[bool]
+    reads_context: ClassVar[bool]
+
+    def compute(self, result: Any) -> Any: ...
+
+
+#: The metric family, typed: `METRICS.lookup(name).direction` is a `str`.
+METRICS: Family[Metric] = Family("metric")
 
 
 def _plain(value: Any) -> Any:
@@ -877,15 +969,15 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
     The metrics asked for by name that are `unavailable` for this result are one warning per
     reason, naming them: asking for what cannot be measured is not silently an empty column.
     """
-    registry = _family("metric")
+    registry = METRICS.kinds()
     wanted = list(dict.fromkeys(names or ()))
     for name in wanted:
-        lookup("metric", name)
+        METRICS.lookup(name)
     values: dict[str, Any] = {}
     columns: dict[str, list[Mapping[str, Any]]] = {}
     unavailable: dict[str, list[str]] = {}
     for name, cls in registry.items():
-        if getattr(cls, "requires_model", False) and name not in wanted:
+        if cls.requires_model and name not in wanted:
             continue
         try:
             metric = cls()
@@ -918,7 +1010,10 @@ __all__ = [
     "DIRECTIONS",
     "FAMILIES",
     "LEVELS",
+    "METRICS",
     "PLUGIN_GROUP",
+    "Family",
+    "Metric",
     "Nested",
     "Param",
     "PluginWarning",

@@ -41,10 +41,10 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 from ..errors import ConfigError, FormatError
-from ..registry import kinds, lookup, register_importer
+from ..registry import Family, register_importer
 from ..session import Session
 from . import aider, anthropic, claude_code, codex, mini_swe_agent, openai, openhands, swe_agent, workbench_export
 from ._common import IncompleteLastLine, display_path, read_head
@@ -53,6 +53,8 @@ __all__ = [
     "BUILTIN_FORMATS",
     "FORMATS",
     "FileResult",
+    "IMPORTERS",
+    "Importer",
     "IncompleteLastLine",
     "UnknownFormatError",
     "candidate_files",
@@ -164,6 +166,22 @@ class FileResult:
     error: FormatError | None
 
 
+class Importer(Protocol):
+    """A recorded-session format as `register_importer` declares it (it sets the class attributes)."""
+
+    kind: ClassVar[str]
+    aliases: ClassVar[tuple[str, ...]]
+    priority: ClassVar[int]
+
+    def detect(self, path: str, head: bytes) -> bool: ...
+
+    def iter_sessions(self, path: str) -> Iterable[Session]: ...
+
+
+#: The importer kinds, typed: `IMPORTERS.lookup(name)` is a `type[Importer]`.
+IMPORTERS: Family[Importer] = Family("importer")
+
+
 class _FormatModule:
     """An importer kind backed by one of this package's format modules (`detect`, `iter_sessions` or `load`)."""
 
@@ -199,7 +217,7 @@ for _name in BUILTIN_FORMATS:
 
 def formats() -> tuple[str, ...]:
     """Every importer's format name: the built-in ones, then the plugins'."""
-    return tuple(kinds("importer"))
+    return tuple(IMPORTERS.kinds())
 
 
 def __getattr__(name: str) -> Any:
@@ -208,9 +226,9 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-def _sniff_order() -> list[tuple[str, Any]]:
-    found = kinds("importer")
-    ranked = sorted(enumerate(found.items()), key=lambda item: (-getattr(item[1][1], "priority", 0), item[0]))
+def _sniff_order() -> list[tuple[str, type[Importer]]]:
+    found = IMPORTERS.kinds()
+    ranked = sorted(enumerate(found.items()), key=lambda item: (-item[1][1].priority, item[0]))
     return [pair for _index, pair in ranked]
 
 
@@ -299,7 +317,7 @@ def iter_sessions(
     name = format_name(format, path)
     if name == "auto":
         name = detect(path)
-    reader: Callable[[str], Iterable[Session]] = lookup("importer", name)().iter_sessions
+    reader: Callable[[str], Iterable[Session]] = IMPORTERS.lookup(name)().iter_sessions
     label = source or os.path.basename(path)
     for session in _guarded(path, name, reader):
         own_dataset = session.dataset if name == "workbench" else None  # exports keep their datasets
@@ -354,7 +372,7 @@ def format_name(format: str, path: str) -> str:
         return "auto"
     for candidate in (format.strip(), format.strip().lower()):
         try:
-            return str(lookup("importer", candidate).kind)  # type: ignore[attr-defined]
+            return IMPORTERS.lookup(candidate).kind
         except ConfigError:
             continue
     raise FormatError(

@@ -36,11 +36,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from workbench.compaction import STRATEGIES, TRIGGERS, CompactionEnv, Context, Strategy, TriggerView
 from workbench.quality.facts import content_words, message_facts
 from workbench.quality.retention import removed_from
 from workbench.quality.task_state import covered_items, task_state_at
 from workbench.quality.trace import applied_events
-from workbench.registry import build_strategy, build_trigger, kinds
+from workbench.registry import METRICS
 from workbench.session import Message, Session
 from workbench.tokens import count_tokens
 
@@ -202,7 +203,7 @@ def degrade(
 class _Degraded:
     """A private strategy: `inner`'s result, degraded by `degradation` (never registered: the audit's own)."""
 
-    inner: Any
+    inner: Strategy
     degradation: str
     tokenizer: str
     seed: int = 0
@@ -221,7 +222,7 @@ class _Degraded:
             bind(session)
         self._session[:] = [session]
 
-    def compact(self, context: Any, env: Any) -> list[Message]:
+    def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
         after = list(self.inner.compact(context, env))
         before = list(context.messages)
         if not self._session or [id(m) for m in after] == [id(m) for m in before]:
@@ -251,10 +252,10 @@ class _AtCalls:
     kind: ClassVar[str] = "audit_at_calls"
     _done: set[int] = field(default_factory=set, compare=False, repr=False)
 
-    def should_compact(self, view: Any) -> bool:
+    def should_compact(self, view: TriggerView) -> bool:
         return view.call_index in self.calls and view.call_index not in self._done
 
-    def notify_compacted(self, view: Any) -> None:
+    def notify_compacted(self, view: TriggerView) -> None:
         self._done.add(view.call_index)
 
 
@@ -267,15 +268,15 @@ def audited_metrics(*, evaluator: bool = False) -> tuple[list[str], dict[str, st
     that do not read the compacted context (`reads_context = False`: the recovery metrics)."""
     audited: list[str] = []
     skipped: dict[str, str] = {}
-    for name, cls in kinds("metric").items():
+    for name, cls in METRICS.kinds().items():
         if (
-            getattr(cls, "level", None) != "compaction"
-            or getattr(cls, "direction", "none") == "none"
+            cls.level != "compaction"
+            or cls.direction == "none"
             or cls.__module__ == "workbench.metrics"
-            or not getattr(cls, "reads_context", True)
+            or not cls.reads_context
         ):
             continue
-        if getattr(cls, "requires_model", False) and not evaluator:
+        if cls.requires_model and not evaluator:
             skipped[name] = "needs a model: no evaluator configured"
             continue
         audited.append(name)
@@ -336,11 +337,12 @@ class MetricAudit:
 
 def _config_for(session: Session, default: dict[str, Any]) -> dict[str, Any]:
     """The intact config of a session: its recorded compactions, else `default` (itself, not a copy)."""
-    return dict(RECORDED_CONFIG) if getattr(session, "recorded_compactions", ()) else default
+    return dict(RECORDED_CONFIG) if session.recorded_compactions else default
 
 
 def _direction(name: str) -> str:
-    return str(getattr(kinds("metric").get(name), "direction", "higher"))
+    cls = METRICS.kinds().get(name)
+    return cls.direction if cls is not None else "higher"
 
 
 def _above(intact: Any, degraded: Any, direction: str) -> bool:
@@ -366,12 +368,12 @@ def audit_sessions(
 
     default = preset(config) if isinstance(config, str) else with_preset(config) if config else preset(DEFAULT_CONFIG)
     metrics, skipped = audited_metrics(evaluator=evaluator is not None)
-    model_metrics = [m for m in metrics if getattr(kinds("metric")[m], "requires_model", False)]
+    model_metrics = [m for m in metrics if METRICS.lookup(m).requires_model]
     values: dict[str, list[tuple[Any, dict[str, Any]]]] = {m: [] for m in metrics}
     labelled_values: dict[str, list[tuple[Any, str]]] = {m: [] for m in metrics}
     label_of = _labels(labels)
     notes: list[str] = []
-    recorded = [s for s in sessions if getattr(s, "recorded_compactions", ())]
+    recorded = [s for s in sessions if s.recorded_compactions]
     if recorded:
         notes.append(
             f"{len(recorded)} sessions replayed at their recorded compactions with the recorded summaries (as-recorded)"
@@ -394,9 +396,9 @@ def audit_sessions(
         intact_events: list[tuple[int, int]] = []
         for variant in ("intact", *DEGRADATIONS):
             rest = dict(spec)
-            inner = build_strategy(rest.pop("strategy"))
-            trigger = build_trigger(rest.pop("trigger"))
-            strategy: Any = inner
+            inner = STRATEGIES.build(rest.pop("strategy"))
+            trigger = TRIGGERS.build(rest.pop("trigger"))
+            strategy: Strategy = inner
             if variant != "intact":
                 strategy = _Degraded(inner, variant, tokenizer, seed)
                 trigger = _AtCalls(frozenset(call for _, call in intact_events))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from workbench.registry import evaluate_metrics
+from workbench.session import Session
 from workbench.tokens import count_tokens
 
 DEFAULT_FOLDER = Path(__file__).resolve().parents[3] / "shared" / "sessions" / "claude-code"
@@ -52,13 +53,13 @@ COLUMNS = (
 )
 
 
-def recorded_sessions(paths: Sequence[str | Path]) -> list[Any]:
+def recorded_sessions(paths: Sequence[str | Path]) -> list[Session]:
     from workbench.importers import load
 
     sessions = []
     for path in paths:
         for session in load(path):
-            if getattr(session, "recorded_compactions", ()):
+            if session.recorded_compactions:
                 sessions.append(session)
     return sessions
 
