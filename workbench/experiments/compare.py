@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, cast
 import numpy as np
 
 from workbench.errors import ConfigError
+from workbench.registry import METRICS, Metric
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,35 +38,23 @@ Direction = Literal["higher", "lower", "none"]
 KEY_COLUMNS = ("run_id", "session_id", "dataset", "config", "repeat", "termination", "error", "duration_s")
 
 
-def _metric_kind(name: str) -> Any:
-    """The registered metric class named `name`, or None (unknown names, or no metric family)."""
-    try:
-        from workbench import registry
-
-        return registry.kinds("metric").get(name)
-    except Exception:  # the registry without a metric family: nothing known
-        return None
+def _metric_kind(name: str) -> type[Metric] | None:
+    """The registered metric class named `name`, or None for a name the registry does not know."""
+    return METRICS.kinds().get(name)
 
 
 def declared_unit(name: str) -> str | None:
     """The unit a registered metric declares (`register_metric(unit=...)`: tokens, usd, calls,
     share...); None for a name the registry does not know."""
     kind = _metric_kind(name)
-    return None if kind is None else str(getattr(kind, "unit", "") or "")
+    return None if kind is None else kind.unit
 
 
 def metric_direction(name: str) -> Direction:
     """The direction a registered metric declares ("none" for unknown names and counts)."""
     kind = _metric_kind(name)
-    if kind is None:
-        return "none"
-    for attribute in ("direction", "better"):
-        value = getattr(kind, attribute, None)
-        if value in ("higher", "lower", "none"):
-            return cast("Direction", value)
-    info = getattr(kind, "metric_info", None) or getattr(kind, "__metric__", None)
-    value = getattr(info, "direction", None) if info is not None else None
-    return value if value in ("higher", "lower") else "none"
+    direction = "none" if kind is None else kind.direction
+    return cast("Direction", direction) if direction in ("higher", "lower") else "none"
 
 
 #: Why results of replays that stopped early mislead, said wherever they are shown beside others
