@@ -19,7 +19,7 @@ class NaiveReplay(_Replay):
     """Counts every message of the context from its text at every change, with no cache, and asks
     the trigger at every call (never skipping ahead with `firing_mask`)."""
 
-    jump = False
+    fast = False
 
     def _count(self, messages: Sequence[Message]) -> int:
         return sum(

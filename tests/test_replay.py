@@ -851,7 +851,7 @@ def test_the_steps_a_replay_carries_are_the_steps_of_what_it_carries_them_for(me
     from workbench.session import group_steps
     from workbench.strategies.common import BodySteps, body_steps
 
-    engine = sys.modules["workbench.replay"]
+    engine = sys.modules["workbench.replay_rules"]  # where the walk reads them
     checked = {"outputs": 0, "contexts": 0, "tokens": 0}
 
     def holds(known: BodySteps, body) -> None:
