@@ -28,7 +28,7 @@ from workbench.config import (
 )
 from workbench.errors import CompactionError, ConfigError
 from workbench.llm.lazy import LazyModel
-from workbench.registry import lookup
+from workbench.registry import METRICS
 from workbench.replay_fast import SKIP_SPAN, parsed_config
 from workbench.replay_result import (
     CALL_COLUMNS,
@@ -96,7 +96,7 @@ def replay(
     a strategy breaks an invariant, and `ConfigError` naming the kind if a strategy returns
     anything but a list of `Message` or a trigger answers anything but True or False.
     """
-    names = tuple(lookup("metric", name).kind for name in metrics or ())  # type: ignore[attr-defined]
+    names = tuple(METRICS.lookup(name).kind for name in metrics or ())
     runner = ReplayWalk(as_session(session), parsed_config(config), summarizer, gateway)
     runner.metric_names = names
     runner.measure = measure
@@ -116,7 +116,7 @@ def reference_replay(
     every call, the context recounted message by message at every compaction, the trigger views
     built by their constructor, nothing kept from one replay to the next. Slower, and equal to
     `replay` in every record, event and metric: the reference the fast walk is held to."""
-    names = tuple(lookup("metric", name).kind for name in metrics or ())  # type: ignore[attr-defined]
+    names = tuple(METRICS.lookup(name).kind for name in metrics or ())
     runner = ReplayWalk(as_session(session), parse_config(config), summarizer, gateway)
     runner.fast = False
     runner.metric_names = names

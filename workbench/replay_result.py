@@ -17,7 +17,7 @@ from workbench.calibration import CalibrationFit
 from workbench.compaction import Completion
 from workbench.config import ReplayConfig
 from workbench.errors import ConfigError
-from workbench.registry import evaluate_metrics, lookup
+from workbench.registry import METRICS, Metric, evaluate_metrics
 from workbench.replay_fast import fast_constructor
 from workbench.session import Message, Session, recorded_input_tokens
 
@@ -451,15 +451,15 @@ class ReplayResult:
                 row.update(self.compaction_metrics[index])
             rows.append(row)
         if not rows:  # the columns a frame with events has, and one per measured compaction-level metric
-            measured = [name for name in self.metrics if getattr(_metric_kind(name), "level", None) == "compaction"]
+            measured = [name for name in self.metrics if (kind := _metric_kind(name)) and kind.level == "compaction"]
             return pd.DataFrame(columns=[*COMPACTION_COLUMNS, *measured])
         return pd.DataFrame(rows)
 
 
-def _metric_kind(name: str) -> Any:
+def _metric_kind(name: str) -> type[Metric] | None:
     """The registered metric kind called `name` (None for a value no registered metric gives)."""
     try:
-        return lookup("metric", name)
+        return METRICS.lookup(name)
     except ConfigError:
         return None
 

@@ -157,7 +157,7 @@ class ReplayWalk:
         base = get_tokenizer(config.tokenizer)
         self.tokenizer: Tokenizer = base
         self.calibration: CalibrationFit | None = None
-        calibration = getattr(config, "calibration", "none") or "none"
+        calibration = config.calibration or "none"
         if calibration not in CALIBRATIONS:
             raise ConfigError(f"calibration must be one of {', '.join(CALIBRATIONS)}, not {calibration!r}")
         if calibration == "recorded":
@@ -170,7 +170,7 @@ class ReplayWalk:
         self.trigger, self.strategy = config.build_trigger(), config.build_strategy()
         _bind_session(self.trigger, session)
         _bind_session(self.strategy, session)
-        configured = getattr(config, "overflow_retry", None)
+        configured = config.overflow_retry
         self.forced_retry = configured is True
         designed = bool(getattr(self.trigger, "overflow_retry", False))
         self.overflow_retry = designed if configured is None else bool(configured)
