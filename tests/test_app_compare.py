@@ -6,7 +6,7 @@ import json
 import re
 
 import pytest
-from app_support import build_database, page_script
+from app_support import APP, build_database, page_script
 from streamlit.testing.v1 import AppTest
 
 PRESETS = ["observation-masking", "gent-sliding-window", "ptc-runner-trim"]
@@ -195,8 +195,8 @@ def test_a_compaction_label_follows_a_rerun_with_other_settings(compare_page):
 
 def test_summaries_panel_shows_what_a_compaction_replaced(compare_page):
     at = run(compare_page)
-    labels = [e.label for e in at.expander]
-    assert any(label.startswith("What it replaced (") for label in labels)
+    headings = [m.value for m in at.markdown]
+    assert any(heading.startswith("**What it replaced (") for heading in headings)  # beside the summary or edit
 
 
 @pytest.mark.parametrize(
@@ -271,3 +271,193 @@ def test_the_export_is_the_html_report_or_a_readable_error():
     assert "Summaries by workbench/extractive: the offline extractive baseline" in summarized
     broken = report_or_error("generated-12", [*results, object()])
     assert "The report could not be built: AttributeError" in broken
+
+
+# --- keeping the comparison: across pages, in the URL, from the Sessions page ---------------------------
+
+
+def go_to(at: AppTest, url_path: str) -> AppTest:
+    """Open the page at `url_path` the way the browser's navigation does (its query parameters dropped)."""
+    from streamlit.runtime.pages_manager import PagesManager
+
+    manager = PagesManager(APP)
+    manager.set_script_intent("", url_path)
+    found = manager.set_pages_and_resolve(at._registered_pages)
+    assert found is not None, url_path
+    at._page_hash = found["page_script_hash"]
+    at.query_params = {}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [figure["layout"]["title"]["text"] for figure in figures(at).values()]
+
+
+def form_values(at: AppTest) -> dict[str, object]:
+    return {
+        "session": at.selectbox(key="compare_session").value,
+        "limit": at.number_input(key="compare_limit").value,
+        "max_output": at.number_input(key="compare_max_output").value,
+        "presets": at.multiselect(key="compare_presets").value,
+        "calibrate": at.checkbox(key="compare_calibrate").value,
+    }
+
+
+@pytest.fixture
+def whole_app(app_db, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_file(APP, default_timeout=120)
+    at.run()
+    assert not at.exception
+    return at
+
+
+def test_the_comparison_survives_a_visit_to_another_page(whole_app):
+    at = go_to(whole_app, "compare")
+    at.selectbox(key="compare_session").set_value("generated-12")
+    at.number_input(key="compare_limit").set_value(1500)
+    at.number_input(key="compare_max_output").set_value(200)
+    at.multiselect(key="compare_presets").set_value(PRESETS)
+    at = run(at)
+    before, titles = form_values(at), chart_titles(at)
+    assert len(titles) == 2
+    go_to(at, "sessions")
+    assert at.title[0].value == "Compaction Workbench"
+    go_to(at, "experiments")
+    at = go_to(at, "compare")
+    assert form_values(at) == before
+    assert chart_titles(at) == titles  # the replays shown again, not a form at its defaults
+    assert not [w.value for w in at.warning if "settings changed" in w.value]
+    assert at.query_params["session"] == "generated-12" and at.query_params["preset"] == PRESETS
+
+
+def test_a_changed_form_says_whose_charts_are_shown(compare_page):
+    at = run(compare_page)
+    at.number_input(key="compare_limit").set_value(2500).run()
+    changed = [w.value for w in at.warning if "settings changed" in w.value]
+    assert changed == [
+        "The settings changed since these replays of session generated-12 under "
+        f"{', '.join(PRESETS)}: the charts below are theirs; run the replays again to update them."
+    ]
+
+
+def test_every_chart_names_its_session_and_configs(compare_page):
+    at = run(compare_page)
+    titles = chart_titles(at)
+    assert [title.split(" · ")[0] for title in titles] == ["Context tokens per call", "Cumulative billed input tokens"]
+    for title in titles:
+        assert "session generated-12" in title and f"<sup>{', '.join(PRESETS)}</sup>" in title
+
+
+def test_a_link_restores_the_form_and_runs_the_comparison(app_db, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_string(page_script("compare"), default_timeout=120)
+    at.query_params = {
+        "session": "generated-12",
+        "preset": PRESETS[:2],
+        "window": "1500",
+        "output": "200",
+        "calibration": "none",
+    }
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert form_values(at) == {
+        "session": "generated-12",
+        "limit": 1500,
+        "max_output": 200,
+        "presets": PRESETS[:2],
+        "calibrate": False,
+    }
+    assert len(chart_titles(at)) == 2  # run on arrival: the inputs are whole
+    assert traces(list(figures(at).values())[1]) == PRESETS[:2]
+    assert at.query_params["window"] == "1500"  # the URL still names the view
+
+
+def test_a_link_with_a_toml_config_restores_its_editor(app_db, monkeypatch):
+    toml = (
+        'name = "mine"\n[trigger]\nkind = "utilization"\nratio = 0.5\n[strategy]\nkind = "sliding_window"\nwindow = 4\n'
+    )
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_string(page_script("compare"), default_timeout=120)
+    at.query_params = {
+        "session": "generated-12",
+        "preset": "ptc-runner-trim",
+        "toml": toml,
+        "window": "1500",
+        "output": "200",
+    }
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.number_input(key="compare_custom").value == 1 and at.text_area(key="compare_toml_1").value == toml
+    assert traces(list(figures(at).values())[1]) == ["ptc-runner-trim", "mine"]
+
+
+def test_a_link_naming_what_does_not_exist_says_so_and_waits(app_db, monkeypatch):
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_string(page_script("compare"), default_timeout=120)
+    at.query_params = {"session": "gone", "preset": ["no-such-preset", "ptc-runner-trim"], "window": "12"}
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    (warning,) = [w.value for w in at.warning if w.value.startswith("The link names")]
+    assert "session 'gone'" in warning and "preset 'no-such-preset'" in warning and "window=12" in warning
+    assert at.multiselect(key="compare_presets").value == ["ptc-runner-trim"]
+    assert not figures(at)  # nothing run on a link that did not name a whole comparison
+
+
+def test_sessions_opens_compare_with_its_session(whole_app):
+    at = whole_app
+    at.text_input(key="search").set_value("generated-12").run()
+    assert at.selectbox(key="session").value == "generated-12"
+    at.button(key="session_compare").click().run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.title[0].value == "Compare"
+    assert at.selectbox(key="compare_session").value == "generated-12"
+    assert not figures(at)  # one click runs the replays: the presets are the reader's choice
+
+
+def test_the_form_starts_at_the_clis_replay_defaults(compare_page, app_db, monkeypatch):
+    """The window, reply reserve, summarizer and calibration a fresh form shows are those `workbench
+    replay --config PRESET` replays with; the presets are `DEFAULT_PRESETS`."""
+    from workbench.compaction import DEFAULT_CONTEXT_LIMIT
+    from workbench.config import parse_config
+    from workbench.ui.compare import DEFAULT_PRESETS
+
+    monkeypatch.setenv("WORKBENCH_DB", app_db)
+    at = AppTest.from_string(page_script("compare"), default_timeout=120)
+    at.run()
+    cli = parse_config("observation-masking")
+    assert at.number_input(key="compare_limit").value == cli.context_limit == DEFAULT_CONTEXT_LIMIT == 128_000
+    assert at.number_input(key="compare_max_output").value == cli.max_output
+    assert at.text_input(key="compare_summarizer").value == cli.summarizer
+    assert at.checkbox(key="compare_calibrate").value == (cli.calibration == "recorded")
+    assert at.multiselect(key="compare_presets").value == list(DEFAULT_PRESETS)
+
+
+@pytest.mark.parametrize(
+    ("query", "expected"),
+    [
+        ({"window": ["64,000"]}, {"context_limit": 64000}),
+        ({"window": ["lots"]}, {"problems": ("window=lots (a whole number of tokens, 1,000 to 2,000,000)",)}),
+        ({"output": ["-1"]}, {"problems": ("output=-1 (a whole number of tokens, 0 to 200,000)",)}),
+        ({"calibration": ["recorded"]}, {"calibrated": True}),
+        ({"calibration": ["maybe"]}, {"problems": ("calibration=maybe (recorded or none)",)}),
+        ({"preset": ["a", "b"], "session": ["s1", "s2"]}, {"presets": ("a", "b"), "session": "s2"}),
+        ({"unrelated": ["x"]}, {}),
+    ],
+)
+def test_query_parameters_read_into_the_form(query, expected):
+    from workbench.ui.compare import CompareInputs
+
+    assert CompareInputs.from_query(query) == CompareInputs(**expected)
+
+
+def test_the_form_round_trips_through_its_query_parameters():
+    from workbench.ui.compare import CompareInputs
+
+    inputs = CompareInputs("s", ("a", "b"), ("x = 1",), 64000, 512, "workbench/extractive", True)
+    query = inputs.to_query()
+    as_url = {name: value if isinstance(value, list) else [value] for name, value in query.items()}
+    assert CompareInputs.from_query(as_url) == inputs
+    assert inputs.complete and not CompareInputs(session="s").complete

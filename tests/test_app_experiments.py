@@ -84,11 +84,12 @@ def test_two_runs_compare_and_the_report_downloads(run_db, monkeypatch):
     assert "compactions" in set(table["metric"])
     at.button(key=f"exp_report:{run_id}").click().run()
     assert not at.exception and not at.error
-    assert len(at.get("download_button")) == 1
+    assert len(at.get("download_button")) == 4  # csv, parquet, json, html
 
 
-def chart_traces(at: AppTest) -> dict[str, Any]:
-    """The traces of the page's one chart by name, as plotly objects (arrays are sent as typed binary)."""
+def chart_traces(at: AppTest, key: str = "exp_scatter:") -> dict[str, Any]:
+    """The traces of the page's one chart whose key starts with `key` (by default cost versus quality), by
+    name, as plotly objects (arrays are sent as typed binary)."""
     import plotly.graph_objects as go
 
     def decoded(value: Any) -> Any:
@@ -98,7 +99,7 @@ def chart_traces(at: AppTest) -> dict[str, Any]:
             return {k: decoded(v) for k, v in value.items()}
         return [decoded(v) for v in value] if isinstance(value, list) else value
 
-    charts = at.get("plotly_chart")
+    charts = [chart for chart in at.get("plotly_chart") if (chart.key or "").startswith(key)]
     assert len(charts) == 1
     figure = go.Figure(decoded(json.loads(charts[0].proto.spec)))
     return {t.name: t for t in figure.data}
@@ -354,3 +355,109 @@ def test_after_a_delete_the_run_box_shows_the_run_the_page_shows(tmp_path, monke
     assert after.options[0].startswith("app-launch · ") and after.options[0].endswith(kept.id)
     assert list(at.dataframe[0].value["id"]) == [kept.id]
     assert at.selectbox(key=f"exp_drill:{kept.id}").value == "masking"  # the panels below are the kept run's
+
+
+def test_a_cell_opens_with_its_curve_metrics_and_compactions(run_db, monkeypatch):
+    """Pick a cell: its token curve with a marker per stored compaction, its metrics in their units, and
+    each compaction in the compaction view (the cell replayed again from its stored config)."""
+    from workbench.experiments import results
+    from workbench.experiments.drill import CellKey, stored_cell
+
+    path, _, run_id = run_db
+    frame = results(run_id, path)
+    compacted = frame[(frame["config"] == "masking") & (frame["compactions"] > 0)].iloc[0]
+    key = CellKey(str(compacted["session_id"]), "masking", int(compacted["repeat"]))
+    at = open_page(path, monkeypatch)
+    at.selectbox(key=f"exp_drill:{run_id}").set_value("masking").run()
+    at.selectbox(key=f"exp_cell:{run_id}:masking").set_value(key).run()
+    assert not at.exception and not at.error, [e.value for e in at.exception]
+    cell = stored_cell(run_id, key, db=path)
+    traces = chart_traces(at, key="exp_cell_curve:")
+    assert list(traces["masking"].y) == list(cell.calls["context_tokens"])
+    assert list(traces["masking compactions"].x) == list(cell.changed_compactions()["call_index"])
+    tables = [d.value for d in at.dataframe if list(d.value.columns) == ["metric", "value", "better"]]
+    [metrics] = [t.set_index("metric") for t in tables if "billed_input_tokens" in set(t["metric"])]
+    assert metrics.loc["billed_input_tokens", "value"] == f"{int(compacted['billed_input_tokens']):,}"
+    assert metrics.loc["billed_input_tokens", "better"] == "↓ lower"
+    picker = next(box for box in at.selectbox if (box.key or "").startswith(f"exp_cell_compaction:{run_id}:"))
+    assert len(picker.options) == int(compacted["compactions"])
+    assert not any("differs from the stored one" in w.value for w in at.warning)
+    headings = [m.value for m in at.markdown]
+    assert any(h.startswith("**What it replaced (") for h in headings), headings
+    assert any(code.language == "diff" and "hidden" in code.value for code in at.code)  # masking: a diff
+
+
+def test_the_report_s_token_curves_show_in_the_page(run_db, monkeypatch):
+    from workbench.experiments.export import TOKENS_SECTION, run_figures
+
+    path, _, run_id = run_db
+    at = open_page(path, monkeypatch)
+    at.toggle(key=f"exp_report_charts:{run_id}").set_value(True).run()
+    assert not at.exception and not at.error
+    shown = [c for c in at.get("plotly_chart") if (c.key or "").startswith(f"exp_report_chart:{run_id}:")]
+    expected = [f for section, f in run_figures(run_id, path) if section == TOKENS_SECTION]
+    assert len(shown) == len(expected) == 4  # the report's four longest sessions
+    titles = [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in shown]
+    assert titles == [f.layout.title.text for f in expected]
+
+
+def test_each_download_of_a_run_is_a_file_of_its_format(run_db, monkeypatch):
+    import io
+
+    import pandas as pd
+    from streamlit.runtime.memory_media_file_storage import MemoryMediaFileStorage
+
+    path, _, run_id = run_db
+    files: dict[str, bytes] = {}
+    keep = MemoryMediaFileStorage.load_and_get_id
+
+    def recorded(self, data, mimetype, kind, filename=None):
+        if filename:
+            files[filename] = data
+        return keep(self, data, mimetype, kind, filename)
+
+    monkeypatch.setattr(MemoryMediaFileStorage, "load_and_get_id", recorded)
+    at = open_page(path, monkeypatch)
+    at.button(key=f"exp_report:{run_id}").click().run()
+    assert not at.exception and not at.error
+    assert [b.label for b in at.get("download_button")] == ["CSV", "Parquet", "JSON", "HTML report"]
+    cells = len(at.dataframe[2].value) * 2  # the first config's cells, twice: two configs
+    table = pd.read_csv(io.BytesIO(files[f"run-{run_id}.csv"]))
+    assert len(table) == cells and set(table["config"]) == {"window", "masking"}
+    assert list(pd.read_parquet(io.BytesIO(files[f"run-{run_id}.parquet"]))["session_id"]) == list(table["session_id"])
+    document = json.loads(files[f"run-{run_id}.json"])
+    assert document["run"]["id"] == run_id and len(document["results"]) == cells
+    report = files[f"run-{run_id}.html"].decode()
+    assert "app-grid-b" in report and report.startswith("<!DOCTYPE html>")
+
+
+def test_the_finished_banner_goes_when_another_run_is_shown(tmp_path, monkeypatch):
+    from workbench.experiments import run_experiment
+
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    earlier = run_experiment(tomllib.loads(TINY.replace("app-launch", "earlier")), db=path, concurrency=1)
+    at = open_page(path, monkeypatch)
+    at.radio(key="exp_source").set_value("paste TOML").run()
+    at.text_area(key="exp_spec_text").input(TINY).run()
+    at.button(key="exp_launch").click().run()
+    wait_for_jobs(at)
+    launched = at.session_state["exp_jobs"][0].state().result
+    assert at.selectbox(key="exp_run").value == launched.id  # the run that just ended is shown
+    assert any("app-launch" in s.value for s in at.success)
+    at.selectbox(key="exp_run").set_value(earlier.id).run()
+    assert not at.exception
+    assert not any("app-launch" in s.value for s in at.success)
+
+
+def test_a_pasted_spec_reports_every_problem_at_once(tmp_path, monkeypatch):
+    path = build_database(str(tmp_path / "wb.duckdb"))
+    at = open_page(path, monkeypatch)
+    at.radio(key="exp_source").set_value("paste TOML").run()
+    broken = 'name = "broken"\nrepeats = 0\n[[config]]\nname = 3\n[[config]]\nname = "w"\nstrategy = {kind = "nope"}\n'
+    at.text_area(key="exp_spec_text").input(broken).run()
+    at.button(key="exp_launch").click().run()
+    assert not at.exception
+    [error] = [e.value for e in at.error]
+    assert error.startswith("The spec is not valid: 4 problems")
+    for part in ("key 'dataset'", "config #1", "config 'w'", "key 'repeats'"):
+        assert part in error, error

@@ -13,6 +13,7 @@ from click.testing import CliRunner
 
 from workbench import samples
 from workbench.cli import FORMAT_CHOICES, format_names, main
+from workbench.formatting import format_value
 from workbench.store import Store
 
 
@@ -276,7 +277,7 @@ def test_replay_shows_what_each_compaction_kept_and_labels_the_offline_summaries
     first = next(
         line for line in text.output.splitlines() if line.split()[:1] == [str(expected.compactions[0].call_index)]
     )
-    assert f"{expected.compaction_metrics[0]['fact_retention']:.2f}" in first
+    assert format_value("number", expected.compaction_metrics[0]["fact_retention"]) in first
     assert f"lexical facts kept {expected.metrics['fact_retention']:.3f}" in text.output
     assert f"task state stated {expected.metrics['task_state_coverage']:.3f}" in text.output
     assert "Summaries by workbench/extractive: the offline extractive baseline (not a model)" in text.output

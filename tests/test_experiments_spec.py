@@ -395,3 +395,57 @@ def test_grid_is_sessions_by_configs_by_repeats_in_a_stable_order():
         ("s2", "b", 0),
         ("s2", "b", 1),
     ]
+
+
+def test_spec_problems_lists_every_problem_where_loading_stops_at_the_first():
+    from workbench.experiments.spec import spec_problems
+
+    text = """
+name = "bad name!"
+repeats = 0
+bogus = 1
+
+[[config]]
+name = 3
+
+[[config]]
+name = "w"
+trigger = { kind = "utilization" }
+strategy = { kind = "sliding_window", window = 0 }
+
+[regress]
+nothing_such = 1
+"""
+    problems = spec_problems(text)
+    expected = [
+        "unknown key 'bogus'",
+        "key 'name'",
+        "key 'dataset'",
+        "config #1",
+        "config 'w'",
+        "[regress]",
+        "'repeats'",
+    ]
+    assert len(problems) == len(expected)
+    assert all(word in problem for word, problem in zip(expected, problems, strict=True)), problems
+    with pytest.raises(ConfigError) as raised:
+        load_experiment(text)
+    assert str(raised.value) == problems[0]  # loading (the CLI's path) still raises the first, unchanged
+
+
+@pytest.mark.parametrize(
+    ("source", "count"),
+    [
+        (
+            'name = "ok"\ndataset = "samples"\n[[config]]\nname = "a"\n'
+            'strategy = { kind = "sliding_window", window = 3 }\ntrigger = { kind = "utilization" }\n',
+            0,
+        ),
+        ("name = [unclosed\n", 1),
+        ({"name": "x", "dataset": "d", "config": [{"name": "a", "strategy": {"kind": "nope"}}], "repeats": -1}, 2),
+    ],
+)
+def test_spec_problems_of_a_valid_spec_bad_toml_and_a_mapping(source, count):
+    from workbench.experiments.spec import spec_problems
+
+    assert len(spec_problems(source)) == count

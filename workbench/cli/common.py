@@ -130,7 +130,7 @@ def note(message: str) -> None:
         click.echo(message, err=True)
 
 
-_FORMATTED_NUMBER = re.compile(r"-?\$?-?[\d,]*\.?\d+%?")
+_FORMATTED_NUMBER = re.compile(r"[<+\-−]?\$?-?[\d,]*\.?\d+%?")  # as `workbench.formatting` writes them
 
 
 def _numeric(value: Any) -> bool:

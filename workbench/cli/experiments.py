@@ -29,7 +29,7 @@ def _db_must_exist() -> str:
 
 def _cell(value: Any) -> Any:
     """A value of a frame as JSON wants it, at full precision: NaN and infinities as None (JSON has
-    neither), whole floats as ints, arrays as lists. Rounding is for text tables only (`_shown`)."""
+    neither), whole floats as ints, arrays as lists. Text tables go through `workbench.formatting`."""
     if hasattr(value, "tolist"):
         value = value.tolist()  # a numpy scalar, or a list column (DuckDB VARCHAR[]) read back as an array
     if isinstance(value, float):
@@ -37,14 +37,6 @@ def _cell(value: Any) -> Any:
             return None
         if value.is_integer():
             return int(value)
-    return value
-
-
-def _shown(value: Any) -> Any:
-    """`_cell`, rounded for a text table: 4 decimals, whole numbers from 1,000 up."""
-    value = _cell(value)
-    if isinstance(value, float):
-        return round(value, 4) if abs(value) < 1000 else round(value)
     return value
 
 
@@ -277,8 +269,18 @@ def runs_cmd(delete: tuple[str, ...]) -> None:
     if options().as_json:
         print_json(records)
         return
+    from workbench.formatting import format_value
+
     print_table(
-        [{**r, "started_at": str(r["started_at"])[:19]} for r in records],
+        [
+            {
+                **r,
+                "cells_done": format_value("cells", r["cells_done"]),
+                "cells_total": format_value("cells", r["cells_total"]),
+                "started_at": str(r["started_at"])[:19],
+            }
+            for r in records
+        ],
         ["id", "name", "kind", "status", "cells_done", "cells_total", "started_at"],
     )
 
@@ -381,7 +383,8 @@ def compare_cmd(
         print_json(result.to_dict())
         return
     click.echo(f"A = {result.a}, B = {result.b}: {result.pairing}, {int(confidence * 100)} % bootstrap intervals")
-    from workbench.experiments.charts import format_metric
+    from workbench.experiments.charts import format_metric, format_metric_signed
+    from workbench.formatting import format_p_value
 
     rows = [
         {
@@ -389,9 +392,9 @@ def compare_cmd(
             "better": m.direction,
             "A": format_metric(m.metric, m.mean_a),
             "B": format_metric(m.metric, m.mean_b),
-            "B-A": format_metric(m.metric, m.mean_delta),
-            "interval": f"[{format_metric(m.metric, m.ci_low)}, {format_metric(m.metric, m.ci_high)}]",
-            "p": _shown(m.p_value),
+            "B-A": format_metric_signed(m.metric, m.mean_delta),
+            "interval": f"[{format_metric_signed(m.metric, m.ci_low)}, {format_metric_signed(m.metric, m.ci_high)}]",
+            "p": format_p_value(m.p_value),
             "B better/worse/same": _counts(m),
             "verdict": m.verdict,
         }

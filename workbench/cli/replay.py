@@ -178,7 +178,9 @@ def _compaction_metrics(result: Any) -> list[dict[str, Any]]:
 
 
 def _share(value: Any) -> str:
-    return "" if value is None else f"{value:.2f}"
+    from workbench.formatting import format_value
+
+    return format_value("number", value)
 
 
 def _print_text(result: Any, session: Any, done: list[Any], failed: int, noops: int, show_calls: bool) -> None:
@@ -189,18 +191,18 @@ def _print_text(result: Any, session: Any, done: list[Any], failed: int, noops: 
         f"{result.config.name!r} (window {result.config.context_limit:,} tokens, {result.config.max_output:,} "
         f"kept for the reply, tokenizer {result.config.tokenizer}): {result.termination}"
     )
+    from workbench.experiments.charts import format_metric
+
     metrics = result.metrics
 
     def count(name: str) -> str:
         value = metrics.get(name)
-        return f"{value:,}" if isinstance(value, int) else str(value)
+        return format_metric(name, value) if isinstance(value, (int, float)) else str(value)
 
     click.echo(
         f"billed input {count('billed_input_tokens')} tokens, cached {count('cached_input_tokens')}, "
         f"peak context {count('peak_context_tokens')}, summarizer calls {count('summarizer_calls')}"
     )
-    from workbench.experiments.charts import format_metric
-
     quality = [
         f"{label} {format_metric(name, metrics[name])}"
         for name, label in QUALITY_SHOWN

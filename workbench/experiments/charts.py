@@ -8,11 +8,10 @@ as a stored run. Text from sessions (summaries) is HTML-escaped before it reache
 from __future__ import annotations
 
 import html
-import math
-import numbers
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from workbench import formatting
 from workbench.experiments.compare import CompletePairs, complete_pairs, declared_unit, metric_direction
 
 if TYPE_CHECKING:
@@ -262,10 +261,15 @@ def leaderboard(
 
 #: The table unit of each unit a metric declares to the registry (`register_metric(unit=...)`);
 #: any other declared unit (share, ratio, score) is a `number`.
-_DECLARED_UNITS = {"tokens": "tokens", "usd": "dollars", "calls": "count", "compactions": "count"}
+_DECLARED_UNITS: dict[str, formatting.Unit] = {
+    "tokens": "tokens",
+    "usd": "dollars",
+    "calls": "count",
+    "compactions": "count",
+}
 
 
-def metric_unit(name: str) -> str:
+def metric_unit(name: str) -> formatting.Unit:
     """The unit a table shows a metric (or a leaderboard column) in: `cells` (a plain count of cells),
     `percent` (`completed`), `dollars`, `tokens` (whole, with thousands separators), `count` (a mean
     to one decimal) or `number` (a share, ratio or score, to 3 decimals). A registered metric's is
@@ -300,22 +304,22 @@ def display_format(name: str) -> str | None:
 
 
 def format_metric(name: str, value: Any) -> str:
-    """One metric value as text in its unit (`metric_unit`): 85,904 tokens, $0.0123, 57%, 18 or 1.4
-    (counts), 0.864; "" when missing."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        return str(value)
-    number, unit = float(value), metric_unit(name)
-    if unit == "dollars":
-        return f"${number:,.4f}"
-    if unit == "tokens":
-        return f"{round(number):,}"
-    if unit == "percent":
-        return f"{number:.0%}"
-    if number.is_integer():
-        return f"{int(number):,}"
-    return f"{number:.1f}" if unit == "count" else f"{number:.3f}"
+    """One metric value as text in its unit (`metric_unit`) by the one rule of `workbench.formatting`:
+    85,904 tokens, $0.0123, 57%, 18 or 1.4 (counts), 0.864; "" when missing."""
+    return formatting.format_value(metric_unit(name), value)
+
+
+def format_metric_signed(name: str, value: Any) -> str:
+    """A difference of a metric in its unit with its sign (+1,234, −0.052); "" when missing."""
+    return formatting.format_signed(metric_unit(name), value)
+
+
+def shown_board(board: pd.DataFrame) -> pd.DataFrame:
+    """`board` as text, every value by `format_metric`: what the CLI prints and the report writes."""
+    shown = board.astype("object")
+    for column in shown.columns:
+        shown[column] = [format_metric(str(column), value) for value in board[column]]
+    return shown.astype("string")
 
 
 def displayed(board: pd.DataFrame) -> pd.DataFrame:

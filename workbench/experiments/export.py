@@ -36,6 +36,7 @@ from workbench.extractive import baseline_note
 
 if TYPE_CHECKING:
     import pandas as pd
+    import plotly.graph_objects as go
 
     from workbench.store import RunResults
 
@@ -298,6 +299,87 @@ def _figure_html(figure: Any) -> str:
     )
 
 
+#: The report's sections holding figures (`report_figures`), in order.
+COST_QUALITY_SECTION = "Cost versus quality"
+TOKENS_SECTION = "Context tokens per call"
+
+
+def report_figures(
+    results: pd.DataFrame,
+    calls: pd.DataFrame,
+    compactions: pd.DataFrame,
+    *,
+    context_limit: int | None = None,
+    complete_only: bool = True,
+) -> list[tuple[str, go.Figure]]:
+    """The figures of the HTML report, each with its section: cost versus quality over the complete
+    pairs (when the run has a quality metric), then the token curves of the `MAX_REPORT_SESSIONS`
+    longest sessions (first repeat). The app shows the same list."""
+    figures: list[tuple[str, go.Figure]] = []
+    pairs = complete_pairs(results, complete_only=complete_only) if len(results) else None
+    scatter = charts.cost_quality(results, pairs=pairs) if pairs is not None else None
+    if scatter is not None:
+        figures.append((COST_QUALITY_SECTION, scatter))
+    if len(calls):
+        sizes = calls.groupby("session_id")["call_index"].max().sort_values(ascending=False)
+        for session_id in list(sizes.index)[:MAX_REPORT_SESSIONS]:
+            session_calls = calls[(calls["session_id"] == session_id) & (calls["repeat"] == 0)]
+            session_events = (
+                compactions[(compactions["session_id"] == session_id) & (compactions["repeat"] == 0)]
+                if len(compactions)
+                else None
+            )
+            figure = charts.token_curves(
+                session_calls,
+                session_events,
+                context_limit=context_limit,
+                title=f"session {session_id[:16]}",
+                stopped=_stopped(results, session_id),
+            )
+            figures.append((TOKENS_SECTION, figure))
+    return figures
+
+
+def run_figures(
+    run_id: str, db: str | os.PathLike[str] | None = None, *, complete_only: bool = True
+) -> list[tuple[str, go.Figure]]:
+    """`report_figures` of a stored run (an id, unique prefix or name): the figures its HTML report draws."""
+    from workbench.store import open_results
+
+    with open_results(db, read_only=True) as stored:
+        run_id = stored.resolve_run_id(run_id)
+        results, calls, compactions = _frames(stored, run_id)
+        limit = _shared_limit(stored, run_id)
+    return report_figures(results, calls, compactions, context_limit=limit, complete_only=complete_only)
+
+
+def _shared_limit(stored: RunResults, run_id: str) -> int | None:
+    """The context window every config of the run replays in, None when they differ."""
+    limits = {spec.get("context_limit") for spec in stored.run_configs(run_id).values() if isinstance(spec, Mapping)}
+    limit = limits.pop() if len(limits) == 1 else None
+    return int(limit) if isinstance(limit, (int, float)) else None
+
+
+def export_bytes(
+    run_id: str, format: str, db: str | os.PathLike[str] | None = None, *, complete_only: bool = True
+) -> bytes:
+    """The `export` of a run (cells level for the tables) as the bytes of its file, for a download:
+    written to a temporary folder by `export`, read back, and removed."""
+    import tempfile
+
+    if format not in FORMATS:
+        raise ConfigError(f"unknown export format {format!r}; valid: {', '.join(FORMATS)}")
+    with tempfile.TemporaryDirectory(prefix="workbench-export-") as folder:
+        target = export(
+            run_id,
+            format,
+            Path(folder) / f"run.{format}",
+            db=None if db is None else os.fspath(db),
+            complete_only=complete_only,
+        )
+        return target.read_bytes()
+
+
 def report_html(
     title: str,
     results: pd.DataFrame,
@@ -325,28 +407,14 @@ def report_html(
     pairs = complete_pairs(results, complete_only=complete_only) if len(results) else None
     board = charts.leaderboard(results, pairs=pairs) if pairs is not None else None
     parts.append(leaderboard_html(board, pairs) if board is not None else "<p>No finished cells.</p>")
-    scatter = charts.cost_quality(results, pairs=pairs) if pairs is not None else None
-    if scatter is not None:
-        parts.append("<h2>Cost versus quality</h2>")
-        parts.append(_figure_html(scatter))
-    if len(calls):
-        parts.append("<h2>Context tokens per call</h2>")
-        sizes = calls.groupby("session_id")["call_index"].max().sort_values(ascending=False)
-        for session_id in list(sizes.index)[:MAX_REPORT_SESSIONS]:
-            session_calls = calls[(calls["session_id"] == session_id) & (calls["repeat"] == 0)]
-            session_events = (
-                compactions[(compactions["session_id"] == session_id) & (compactions["repeat"] == 0)]
-                if len(compactions)
-                else None
-            )
-            figure = charts.token_curves(
-                session_calls,
-                session_events,
-                context_limit=context_limit,
-                title=f"session {session_id[:16]}",
-                stopped=_stopped(results, session_id),
-            )
-            parts.append(_figure_html(figure))
+    heading = None
+    for section, figure in report_figures(
+        results, calls, compactions, context_limit=context_limit, complete_only=complete_only
+    ):
+        if section != heading:
+            parts.append(f"<h2>{html.escape(section)}</h2>")
+            heading = section
+        parts.append(_figure_html(figure))
     if len(compactions):
         parts.append("<h2>Summaries</h2>")
         shown = compactions[compactions["summary"].notna()].head(MAX_REPORT_SUMMARIES)

@@ -29,12 +29,13 @@ it belongs to), and every expanded config is parsed, so a typo fails before any 
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import math
 import re
 import tomllib
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -352,85 +353,179 @@ def _default_presets() -> Mapping[str, Mapping[str, Any]]:
     return presets()
 
 
+class _Problems:
+    """Where `_validate` puts what it finds wrong: at the first problem it raises (`gather=False`,
+    what `load_experiment` does), or it keeps every problem and validation goes on with the parts it
+    could read (`gather=True`, what `spec_problems` does)."""
+
+    def __init__(self, gather: bool):
+        self.gather = gather
+        self.found: list[ConfigError] = []
+
+    def add(self, problem: ConfigError) -> None:
+        if not self.gather:
+            raise problem
+        self.found.append(problem)
+
+    @contextlib.contextmanager
+    def check(self) -> Iterator[None]:
+        """The block's ConfigError is a problem (raised at once unless gathering); the code after it runs."""
+        try:
+            yield
+        except ConfigError as exc:
+            if not self.gather:
+                raise
+            self.found.append(exc)
+
+
 def _validate(
-    raw: dict[str, Any], origin: str | None, presets: Mapping[str, Mapping[str, Any]] | None
+    raw: dict[str, Any],
+    origin: str | None,
+    presets: Mapping[str, Mapping[str, Any]] | None,
+    problems: _Problems | None = None,
 ) -> ExperimentSpec:
+    problems = problems or _Problems(gather=False)
     unknown = sorted(set(raw) - set(SPEC_KEYS))
     if unknown:
-        raise ConfigError(
-            f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"valid: {', '.join(SPEC_KEYS)}{did_you_mean(unknown, SPEC_KEYS)}"
+        problems.add(
+            ConfigError(
+                f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+                f"valid: {', '.join(SPEC_KEYS)}{did_you_mean(unknown, SPEC_KEYS)}"
+            )
         )
     name = raw.get("name") or (Path(origin).stem if origin else "")
     if not isinstance(name, str) or not _NAME.match(name):
-        raise _fail("key 'name'", f"must be a name of letters, digits and -_.+=, not {name!r}")
+        problems.add(_fail("key 'name'", f"must be a name of letters, digits and -_.+=, not {name!r}"))
+    datasets: tuple[str, ...] = ()
     if "dataset" in raw and "datasets" in raw:
-        raise _fail("key 'dataset'", "give either 'dataset' or 'datasets', not both")
-    datasets = _string_list(raw, "datasets" if "datasets" in raw else "dataset")
-    if not datasets:
-        raise _fail("key 'dataset'", 'an experiment needs a dataset (dataset = "samples") or datasets = [...]')
+        problems.add(_fail("key 'dataset'", "give either 'dataset' or 'datasets', not both"))
+    else:
+        with problems.check():
+            datasets = _string_list(raw, "datasets" if "datasets" in raw else "dataset")
+            if not datasets:
+                raise _fail("key 'dataset'", 'an experiment needs a dataset (dataset = "samples") or datasets = [...]')
     where = raw.get("where")
     if where is not None and (not isinstance(where, str) or not where.strip()):
-        raise _fail("key 'where'", f"must be an SQL condition over the sessions table, not {where!r}")
+        problems.add(_fail("key 'where'", f"must be an SQL condition over the sessions table, not {where!r}"))
     defaults = raw.get("defaults", {})
     if not isinstance(defaults, Mapping):
-        raise _fail("key 'defaults'", "must be a table of config keys")
+        problems.add(_fail("key 'defaults'", "must be a table of config keys"))
+        defaults = {}
     if presets is None:
         presets = _default_presets()
     entries = raw.get("config", [])
-    preset_entries = _string_list(raw, "presets")
+    preset_entries: tuple[str, ...] = ()
+    with problems.check():
+        preset_entries = _string_list(raw, "presets")
     if not isinstance(entries, list):
-        raise _fail("key 'config'", "must be an array of tables ([[config]])")
+        problems.add(_fail("key 'config'", "must be an array of tables ([[config]])"))
+        entries = []
     entries = [*({"preset": p} for p in preset_entries), *entries]
     if not entries:
-        raise _fail("key 'config'", "an experiment needs at least one [[config]] (or presets = [...])")
+        problems.add(_fail("key 'config'", "an experiment needs at least one [[config]] (or presets = [...])"))
     cells: list[ConfigCell] = []
     seen: set[str] = set()
     for index, entry in enumerate(entries):
-        for cell_name, spec, chosen in _expand(entry, index, defaults, presets):
-            if not _NAME.match(cell_name):
-                raise _fail(f"config {cell_name!r}", "a config name may hold letters, digits and -_.+= only")
-            if cell_name in seen:
-                raise _fail(f"config {cell_name!r}", "two configs have this name; names must be unique")
-            seen.add(cell_name)
-            try:
-                config = parse_config(spec)
-            except ConfigError as exc:  # the config's own error may name it already
-                named = f"config {cell_name!r}"
-                text = str(exc)
-                raise (ConfigError(text) if text.startswith(named) else _fail(named, text)) from exc
-            cells.append(ConfigCell(cell_name, spec, config, chosen))
+        expanded: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        with problems.check():
+            expanded = _expand(entry, index, defaults, presets)
+        for cell_name, spec, chosen in expanded:
+            with problems.check():
+                cells.append(_config_cell(cell_name, spec, chosen, seen))
     regress_raw = raw.get("regress", {})
     if not isinstance(regress_raw, Mapping):
-        raise _fail("key 'regress'", "must be a table of metric = tolerance")
-    regress = {metric: parse_tolerance(metric, value) for metric, value in regress_raw.items()}
-    metrics = _string_list(raw, "metrics")
-    _check_metrics("key 'metrics'", metrics)
-    _check_metrics("[regress]", [m for m in regress if m != "summaries"], also=("summaries",))
+        problems.add(_fail("key 'regress'", "must be a table of metric = tolerance"))
+        regress_raw = {}
+    regress: dict[str, Tolerance] = {}
+    for metric, value in regress_raw.items():
+        with problems.check():
+            regress[metric] = parse_tolerance(metric, value)
+    metrics: tuple[str, ...] = ()
+    with problems.check():
+        metrics = _string_list(raw, "metrics")
+        _check_metrics("key 'metrics'", metrics)
+    with problems.check():
+        _check_metrics("[regress]", [m for m in regress if m != "summaries"], also=("summaries",))
     for metric, tolerance in regress.items():
-        if tolerance.kind == "exact" and metric != "summaries":
-            raise _fail(f"[regress] {metric}", "'exact' applies to summaries only")
-        if metric == "summaries" and tolerance.kind != "exact":
-            raise _fail("[regress] summaries", 'summaries take "exact"')
-        if metric != "summaries":
-            _check_limits_regressions(metric, tolerance, regress_raw[metric])
+        with problems.check():
+            if tolerance.kind == "exact" and metric != "summaries":
+                raise _fail(f"[regress] {metric}", "'exact' applies to summaries only")
+            if metric == "summaries" and tolerance.kind != "exact":
+                raise _fail("[regress] summaries", 'summaries take "exact"')
+            if metric != "summaries" and _is_metric(metric):
+                _check_limits_regressions(metric, tolerance, regress_raw[metric])
     description = raw.get("description", "")
     if not isinstance(description, str):
-        raise _fail("key 'description'", "must be text")
+        problems.add(_fail("key 'description'", "must be text"))
+    concurrency = repeats = 1
+    with problems.check():
+        concurrency = _positive_int(raw, "concurrency", 4)
+    with problems.check():
+        repeats = _positive_int(raw, "repeats", 1)
+    report: ReportOptions | None = None
+    with problems.check():
+        report = report_options(raw.get("report"), [cell.name for cell in cells])
+    if problems.found:
+        raise problems.found[0]
+    assert isinstance(name, str) and isinstance(description, str)  # a problem above otherwise
     return ExperimentSpec(
         name=name,
         datasets=datasets,
         configs=tuple(cells),
         where=where,
         metrics=metrics,
-        concurrency=_positive_int(raw, "concurrency", 4),
-        repeats=_positive_int(raw, "repeats", 1),
+        concurrency=concurrency,
+        repeats=repeats,
         regress=regress,
         description=description,
         source=origin,
         raw=raw,
-        report=report_options(raw.get("report"), [cell.name for cell in cells]),
+        report=report,
     )
+
+
+def _config_cell(cell_name: str, spec: dict[str, Any], chosen: dict[str, Any], seen: set[str]) -> ConfigCell:
+    """An expanded config, parsed; its name must be valid and not taken yet (`seen`, which it joins)."""
+    if not _NAME.match(cell_name):
+        raise _fail(f"config {cell_name!r}", "a config name may hold letters, digits and -_.+= only")
+    if cell_name in seen:
+        raise _fail(f"config {cell_name!r}", "two configs have this name; names must be unique")
+    seen.add(cell_name)
+    try:
+        config = parse_config(spec)
+    except ConfigError as exc:  # the config's own error may name it already
+        named = f"config {cell_name!r}"
+        text = str(exc)
+        raise (ConfigError(text) if text.startswith(named) else _fail(named, text)) from exc
+    return ConfigCell(cell_name, spec, config, chosen)
+
+
+def spec_problems(
+    source: Mapping[str, Any] | str | Path, *, presets: Mapping[str, Mapping[str, Any]] | None = None
+) -> list[str]:
+    """Every problem of an experiment spec (a file path, TOML text or a mapping), not only the first
+    that `load_experiment` raises: each key, config and tolerance is checked on its own. [] when valid.
+    A spec whose TOML does not parse has that one problem."""
+    origin: str | None = None
+    try:
+        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and names_file(source)):
+            origin = str(source)
+            raw = load_toml_file(source)
+        elif isinstance(source, str):
+            try:
+                raw = tomllib.loads(source)
+            except tomllib.TOMLDecodeError as exc:
+                raise ConfigError(f"inline experiment: invalid TOML: {exc}") from exc
+        else:
+            raw = copy.deepcopy(dict(source))
+    except ConfigError as exc:
+        return [str(exc)]
+    problems = _Problems(gather=True)
+    try:
+        _validate(raw, origin, presets, problems)
+    except ConfigError:
+        pass
+    return [str(p) if not origin or str(p).startswith(origin) else f"{origin}: {p}" for p in problems.found]
 
 
 def _check_metrics(where: str, names: Sequence[str], also: Sequence[str] = ()) -> None:

@@ -7,21 +7,25 @@ the others.
 
 from __future__ import annotations
 
+from typing import Any
+
 import streamlit as st
 
 
-def main() -> None:
+def pages() -> list[Any]:
+    """The app's pages (`st.Page`), in the order the navigation lists them."""
     from workbench.ui import compare, experiments, regression, sessions, sql
 
+    return [
+        st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="", default=True),
+        st.Page(compare.page, title="Compare", icon=":material/compare_arrows:", url_path=compare.URL_PATH),
+        st.Page(experiments.page, title="Experiments", icon=":material/science:", url_path="experiments"),
+        st.Page(regression.page, title="Regression", icon=":material/rule:", url_path="regression"),
+        st.Page(sql.page, title="SQL", icon=":material/database:", url_path="sql"),
+        st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="sessions", visibility="hidden"),
+    ]
+
+
+def main() -> None:
     st.set_page_config(page_title="Compaction Workbench", page_icon="🗜️", layout="wide")
-    navigation = st.navigation(
-        [
-            st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="", default=True),
-            st.Page(compare.page, title="Compare", icon=":material/compare_arrows:", url_path="compare"),
-            st.Page(experiments.page, title="Experiments", icon=":material/science:", url_path="experiments"),
-            st.Page(regression.page, title="Regression", icon=":material/rule:", url_path="regression"),
-            st.Page(sql.page, title="SQL", icon=":material/database:", url_path="sql"),
-            st.Page(sessions.page, title="Sessions", icon=":material/forum:", url_path="sessions", visibility="hidden"),
-        ]
-    )
-    navigation.run()
+    st.navigation(pages()).run()

@@ -10,16 +10,23 @@ is built when its download button is clicked, not on every run.
 
 from __future__ import annotations
 
+import html
 import json
 import zlib
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import fields as dataclass_fields
 from typing import Any
 
 import streamlit as st
 
+from workbench.access import result_compaction
 from workbench.extractive import OFFLINE_BASELINE_LABEL, is_offline_baseline
 from workbench.ui import common, data
+from workbench.ui.compaction import show_compaction
 
+#: Where the app serves the page (`workbench.ui.app`); other pages switch to it with query parameters.
+URL_PATH = "compare"
 MIN_CONFIGS, MAX_CONFIGS = 2, 6
 DEFAULT_PRESETS = ("observation-masking", "gent-sliding-window", "ptc-runner-trim")
 MAX_CUSTOM = 3
@@ -33,6 +40,204 @@ ratio = 0.7
 kind = "sliding_window"
 window = 8
 """
+
+
+#: The form's widget keys and what each holds. Streamlit forgets the state of a widget a run did not draw
+#: (another page was shown): the values are mirrored under `INPUTS_KEY` and put back (`restore_inputs`).
+SESSION_KEY, LIMIT_KEY, OUTPUT_KEY = "compare_session", "compare_limit", "compare_max_output"
+SUMMARIZER_KEY, CALIBRATE_KEY = "compare_summarizer", "compare_calibrate"
+PRESETS_KEY, CUSTOM_KEY = "compare_presets", "compare_custom"
+TOML_KEYS = tuple(f"compare_toml_{n}" for n in range(1, MAX_CUSTOM + 1))
+INPUT_KEYS = (SESSION_KEY, LIMIT_KEY, OUTPUT_KEY, SUMMARIZER_KEY, CALIBRATE_KEY, PRESETS_KEY, CUSTOM_KEY, *TOML_KEYS)
+INPUTS_KEY = "compare_inputs"
+#: The query parameters last applied to (or written from) the form: parameters that differ came from outside
+#: (a shared URL, Sessions' "Compare this session") and are applied once.
+APPLIED_QUERY_KEY = "compare_applied_query"
+REQUEST_KEY = "compare_request"
+LIMIT_RANGE, OUTPUT_RANGE = (1_000, 2_000_000), (0, 200_000)
+
+
+@dataclass(frozen=True)
+class CompareInputs:
+    """The Compare form as a URL's query parameters carry it: `session`, `preset` and `toml` (repeated),
+    `window` (the context window), `output` (tokens reserved for the reply), `summarizer` and `calibration`
+    (`recorded` or `none`). A field left None keeps what the form holds; `problems` lists the parameters
+    that could not be read (they are left out, and said)."""
+
+    session: str | None = None
+    presets: tuple[str, ...] | None = None
+    tomls: tuple[str, ...] | None = None
+    context_limit: int | None = None
+    max_output: int | None = None
+    summarizer: str | None = None
+    calibrated: bool | None = None
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def from_query(cls, params: Mapping[str, Sequence[str]]) -> CompareInputs:
+        """The inputs a URL's parameters (name -> every value given) carry; unknown names are ignored."""
+
+        def last(name: str) -> str | None:
+            values = params.get(name) or ()
+            return str(values[-1]) if values else None
+
+        problems: list[str] = []
+
+        def tokens(name: str, bounds: tuple[int, int]) -> int | None:
+            text = last(name)
+            if text is None:
+                return None
+            try:
+                number = int(text.replace(",", "").replace("_", ""))
+            except ValueError:
+                number = None
+            if number is None or not bounds[0] <= number <= bounds[1]:
+                problems.append(f"{name}={text} (a whole number of tokens, {bounds[0]:,} to {bounds[1]:,})")
+                return None
+            return number
+
+        calibration = last("calibration")
+        if calibration not in (None, "recorded", "none"):
+            problems.append(f"calibration={calibration} (recorded or none)")
+        presets = tuple(params.get("preset") or ()) or None
+        tomls = tuple(params.get("toml") or ()) or None
+        if tomls and len(tomls) > MAX_CUSTOM:
+            problems.append(f"toml given {len(tomls)} times (at most {MAX_CUSTOM}: the first are used)")
+        return cls(
+            session=last("session"),
+            presets=presets,
+            tomls=tomls[:MAX_CUSTOM] if tomls else None,
+            context_limit=tokens("window", LIMIT_RANGE),
+            max_output=tokens("output", OUTPUT_RANGE),
+            summarizer=last("summarizer"),
+            calibrated=None if calibration not in ("recorded", "none") else calibration == "recorded",
+            problems=tuple(problems),
+        )
+
+    @classmethod
+    def from_state(cls, state: Mapping[str, Any]) -> CompareInputs:
+        """The inputs the form's widgets hold (`INPUT_KEYS` in `state`)."""
+        custom = int(state.get(CUSTOM_KEY, 0) or 0)
+        return cls(
+            session=state.get(SESSION_KEY),
+            presets=tuple(state.get(PRESETS_KEY) or ()),
+            tomls=tuple(str(state.get(key, "")) for key in TOML_KEYS[:custom]),
+            context_limit=state.get(LIMIT_KEY),
+            max_output=state.get(OUTPUT_KEY),
+            summarizer=state.get(SUMMARIZER_KEY),
+            calibrated=bool(state.get(CALIBRATE_KEY, False)),
+        )
+
+    @property
+    def complete(self) -> bool:
+        """A session and configurations: enough to run the comparison on load."""
+        return self.session is not None and bool(self.presets or self.tomls)
+
+    def to_query(self) -> dict[str, str | list[str]]:
+        """The query parameters of these inputs (the fields that are set)."""
+        query: dict[str, str | list[str]] = {}
+        if self.session is not None:
+            query["session"] = self.session
+        if self.presets:
+            query["preset"] = list(self.presets)
+        if self.tomls:
+            query["toml"] = list(self.tomls)
+        if self.context_limit is not None:
+            query["window"] = str(self.context_limit)
+        if self.max_output is not None:
+            query["output"] = str(self.max_output)
+        if self.summarizer is not None:
+            query["summarizer"] = self.summarizer
+        if self.calibrated is not None:
+            query["calibration"] = "recorded" if self.calibrated else "none"
+        return query
+
+    def widget_state(self, sessions: Sequence[str], presets: Sequence[str]) -> dict[str, Any]:
+        """The form's widget values these inputs set; a session or preset the database or the catalogue
+        lacks is left out (see `unknown`)."""
+        state: dict[str, Any] = {}
+        if self.session is not None and self.session in sessions:
+            state[SESSION_KEY] = self.session
+        if self.presets is not None:
+            state[PRESETS_KEY] = [p for p in dict.fromkeys(self.presets) if p in presets][:MAX_CONFIGS]
+        if self.tomls is not None:
+            state[CUSTOM_KEY] = len(self.tomls)
+            state.update(zip(TOML_KEYS, self.tomls, strict=False))
+        for key, value in (
+            (LIMIT_KEY, self.context_limit),
+            (OUTPUT_KEY, self.max_output),
+            (SUMMARIZER_KEY, self.summarizer),
+            (CALIBRATE_KEY, self.calibrated),
+        ):
+            if value is not None:
+                state[key] = value
+        return state
+
+    def unknown(self, sessions: Sequence[str], presets: Sequence[str]) -> list[str]:
+        """What the inputs name that does not exist here, said to the reader, with `problems`."""
+        missing = list(self.problems)
+        if self.session is not None and self.session not in sessions:
+            missing.append(f"session {self.session!r} (not in this database)")
+        missing += [f"preset {p!r} (no such preset)" for p in self.presets or () if p not in presets]
+        return missing
+
+
+def input_defaults() -> dict[str, Any]:
+    """The form's values before anything is chosen: the window, reply reserve and summarizer of a replay
+    config left unset (what `workbench replay` uses), calibration off, `DEFAULT_PRESETS`."""
+    from workbench.config import DEFAULT_CONTEXT_LIMIT, DEFAULT_MAX_OUTPUT, DEFAULT_SUMMARIZER, ReplayConfig
+
+    calibration = next(f.default for f in dataclass_fields(ReplayConfig) if f.name == "calibration")
+    return {
+        LIMIT_KEY: DEFAULT_CONTEXT_LIMIT,
+        OUTPUT_KEY: DEFAULT_MAX_OUTPUT,
+        SUMMARIZER_KEY: DEFAULT_SUMMARIZER,
+        CALIBRATE_KEY: calibration == "recorded",
+        PRESETS_KEY: list(DEFAULT_PRESETS),
+        CUSTOM_KEY: 0,
+        **{key: CUSTOM_TEMPLATE.format(n=n) for n, key in enumerate(TOML_KEYS, start=1)},
+    }
+
+
+def query_inputs() -> CompareInputs:
+    """The inputs the page's URL carries."""
+    return CompareInputs.from_query({name: st.query_params.get_all(name) for name in st.query_params})
+
+
+def restore_inputs(sessions: Sequence[str], presets: Sequence[str]) -> bool:
+    """Put the form back before its widgets are drawn: first what it held when last shown (or the
+    defaults), then the URL's parameters when they came from outside (applied once). Returns whether
+    those parameters are a whole comparison, to run at once."""
+    remembered: dict[str, Any] = {**input_defaults(), **st.session_state.get(INPUTS_KEY, {})}
+    if remembered.get(SESSION_KEY) not in sessions:
+        remembered[SESSION_KEY] = sessions[0]
+    remembered[PRESETS_KEY] = [p for p in remembered[PRESETS_KEY] if p in presets]
+    for key, value in remembered.items():
+        if key not in st.session_state:
+            st.session_state[key] = value
+    given = query_inputs()
+    if not given.to_query() or given.to_query() == st.session_state.get(APPLIED_QUERY_KEY):
+        return False
+    st.session_state[APPLIED_QUERY_KEY] = given.to_query()
+    st.session_state.update(given.widget_state(sessions, presets))
+    unknown = given.unknown(sessions, presets)
+    if unknown:
+        st.warning("The link names what cannot be used here, left out: " + "; ".join(unknown) + ".")
+    return given.complete and not unknown
+
+
+def remember_inputs() -> CompareInputs:
+    """Mirror the form's values (they outlive a visit to another page) and write them to the URL, so
+    that the view can be shared or reloaded. Returns them."""
+    st.session_state[INPUTS_KEY] = {key: st.session_state[key] for key in INPUT_KEYS if key in st.session_state}
+    current = CompareInputs.from_state(st.session_state[INPUTS_KEY])
+    query = current.to_query()
+    st.session_state[APPLIED_QUERY_KEY] = query
+    if {name: st.query_params.get_all(name) for name in st.query_params} != {
+        name: value if isinstance(value, list) else [value] for name, value in query.items()
+    }:
+        st.query_params.from_dict(query)
+    return current
 
 
 @st.cache_resource(show_spinner=False)
@@ -53,34 +258,22 @@ def cached_replay(path: str, stamp: float, session_id: str, config_json: str) ->
 
 
 def window_settings() -> dict[str, Any]:
-    from workbench.config import DEFAULT_CONTEXT_LIMIT, DEFAULT_MAX_OUTPUT, DEFAULT_SUMMARIZER
-
+    """The window, reply reserve, summarizer and calibration (values from `restore_inputs`)."""
     cols = st.columns(3)
     limit = cols[0].number_input(
-        "Context window (tokens)",
-        min_value=1_000,
-        max_value=2_000_000,
-        value=DEFAULT_CONTEXT_LIMIT,
-        step=1_000,
-        key="compare_limit",
+        "Context window (tokens)", min_value=LIMIT_RANGE[0], max_value=LIMIT_RANGE[1], step=1_000, key=LIMIT_KEY
     )
     max_output = cols[1].number_input(
-        "Reserved for output (tokens)",
-        min_value=0,
-        max_value=200_000,
-        value=DEFAULT_MAX_OUTPUT,
-        step=256,
-        key="compare_max_output",
+        "Reserved for output (tokens)", min_value=OUTPUT_RANGE[0], max_value=OUTPUT_RANGE[1], step=256, key=OUTPUT_KEY
     )
     summarizer = cols[2].text_input(
         "Summarizer model",
-        value=DEFAULT_SUMMARIZER,
-        key="compare_summarizer",
+        key=SUMMARIZER_KEY,
         help="workbench/extractive is the offline extractive baseline (no model).",
     )
     calibrated = st.checkbox(
         "Calibrate token counts to the input the provider billed",
-        key="compare_calibrate",
+        key=CALIBRATE_KEY,
         help='calibration = "recorded": per session, a constant overhead (the system prompt '
         "and tools the transcript lacks) and a tokenizer scale, fitted on the recorded "
         "calls before the agent's first compaction. Needs a recording with usage.",
@@ -140,18 +333,8 @@ def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     from workbench.presets import presets
 
     catalogue = presets()
-    chosen = st.multiselect(
-        "Presets",
-        list(catalogue),
-        default=[p for p in DEFAULT_PRESETS if p in catalogue],
-        max_selections=MAX_CONFIGS,
-        key="compare_presets",
-    )
-    custom = int(
-        st.number_input(
-            "Configurations written as TOML", min_value=0, max_value=MAX_CUSTOM, value=0, key="compare_custom"
-        )
-    )
+    chosen = st.multiselect("Presets", list(catalogue), max_selections=MAX_CONFIGS, key=PRESETS_KEY)
+    custom = int(st.number_input("Configurations written as TOML", min_value=0, max_value=MAX_CUSTOM, key=CUSTOM_KEY))
     configs: list[dict[str, Any]] = []
     valid = True
     for name in chosen:
@@ -169,9 +352,7 @@ def pick_configs(window: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
         columns = st.columns(custom)
         for n, column in enumerate(columns, start=1):
             with column:
-                text = st.text_area(
-                    f"TOML config {n}", value=CUSTOM_TEMPLATE.format(n=n), height=220, key=f"compare_toml_{n}"
-                )
+                text = st.text_area(f"TOML config {n}", height=220, key=TOML_KEYS[n - 1])
                 try:
                     spec = {**window, **load_toml(text)}
                     spec["name"] = str(spec.get("name") or f"custom-{n}")
@@ -266,6 +447,13 @@ def shared_limit(results: Sequence[Any]) -> int | None:
     return limits.pop() if len(limits) == 1 else None
 
 
+def chart_title(what: str, results: Sequence[Any]) -> str:
+    """A chart's title naming its session and configurations (they are user text: escaped)."""
+    sessions = ", ".join(dict.fromkeys(str(r.session_id) for r in results))
+    configs = ", ".join(r.config.name for r in results)
+    return f"{html.escape(what)} · session {html.escape(sessions)}<br><sup>{html.escape(configs)}</sup>"
+
+
 @st.fragment
 def charts_panel(results: Sequence[Any]) -> None:
     from workbench.experiments import charts
@@ -276,7 +464,13 @@ def charts_panel(results: Sequence[Any]) -> None:
     }
     limit = shared_limit(results)
     st.plotly_chart(
-        charts.token_curves(calls, compactions, context_limit=limit, stopped=stopped),
+        charts.token_curves(
+            calls,
+            compactions,
+            context_limit=limit,
+            stopped=stopped,
+            title=chart_title("Context tokens per call", results),
+        ),
         key="compare_tokens",
         width="stretch",
     )
@@ -286,7 +480,11 @@ def charts_panel(results: Sequence[Any]) -> None:
             + ", ".join(f"{r.config.name} {r.config.context_limit:,} tokens" for r in results)
             + "."
         )
-    st.plotly_chart(charts.cumulative_billed(calls), key="compare_billed", width="stretch")
+    st.plotly_chart(
+        charts.cumulative_billed(calls, title=chart_title("Cumulative billed input tokens", results)),
+        key="compare_billed",
+        width="stretch",
+    )
     for result in results:
         if result.termination != "completed":
             total = f" of {result.session.calls}" if result.session is not None else ""
@@ -397,9 +595,9 @@ def summaries_panel(results: Sequence[Any]) -> None:
     if not with_events:
         st.info("No configuration compacted this session under this window.")
         return
-    columns = st.columns(len(with_events))
-    for column, result in zip(columns, with_events, strict=True):
-        with column:
+    tabs = st.tabs([r.config.name for r in with_events])  # a tab each: the view needs the page's width
+    for tab, result in zip(tabs, with_events, strict=True):
+        with tab:
             st.markdown(f"**{result.config.name}**")
             note = result.baseline_note()
             if note:
@@ -424,26 +622,7 @@ def summaries_panel(results: Sequence[Any]) -> None:
                     key=f"compare_event:{result.config.name}:{fingerprint}",
                 )
             )
-            event = result.compactions[index]
-            if event.error:
-                st.error(f"failed: {event.error}" + (" (fell back)" if event.fell_back else ""))
-            if event.summary:
-                st.text(event.summary)
-            else:
-                st.caption("No summary text: this strategy drops or masks messages.")
-            before, after = result.compaction_contexts(index)
-            st.caption(f"{len(before)} messages in → {len(after)} out")
-            kept = {id(m) for m in after}
-            replaced = [m for m in before if id(m) not in kept]
-            if replaced:
-                with st.expander(f"What it replaced ({len(replaced)} messages)"):
-                    for message in replaced:
-                        st.caption(f"{message.role}" + (f" · {message.name}" if message.name else ""))
-                        st.text(message.text[:2000] + (" …" if len(message.text) > 2000 else ""))
-            measured = result.compaction_metrics[index] if index < len(result.compaction_metrics) else {}
-            if measured:
-                with st.expander("Quality of this compaction"):
-                    st.json({k: v for k, v in measured.items()}, expanded=True)
+            show_compaction(result_compaction(result, index), key=f"compare_compaction:{result.config.name}:{index}")
             label_panel(result, index)
 
 
@@ -529,8 +708,6 @@ def comparison_report(session_id: str, results: Sequence[Any]) -> str:
 
 def report_or_error(session_id: str, results: Sequence[Any]) -> str:
     """The report, or a small HTML page saying why it could not be built (the download never fails silently)."""
-    import html
-
     try:
         return comparison_report(session_id, results)
     except Exception as exc:  # the download carries the readable message instead of a broken file
@@ -561,20 +738,29 @@ def page() -> None:
     overview, stamp = opened
     stamp = st.session_state.get(LABEL_STAMPS, {}).get(stamp, stamp)  # a label written here changed no session
     labels = {s["id"]: common.session_label(s) for s in overview["sessions"]}
-    session_id = st.selectbox("Session", list(labels), format_func=lambda key: labels[key], key="compare_session")
+    from workbench.presets import presets
+
+    run_now = restore_inputs(list(labels), list(presets()))
+    session_id = st.selectbox("Session", list(labels), format_func=lambda key: labels[key], key=SESSION_KEY)
     window = window_settings()
     if is_offline_baseline(window["summarizer"]):
         st.caption(f"Summaries by {window['summarizer']}: the {OFFLINE_BASELINE_LABEL}.")
     configs, valid = pick_configs(window)
+    remember_inputs()
     request = {"session": session_id, "configs": configs, "stamp": stamp}
-    if st.button("Run replays", type="primary", disabled=not valid, key="compare_run"):
-        st.session_state["compare_request"] = request
-    last = st.session_state.get("compare_request")
+    clicked = st.button("Run replays", type="primary", disabled=not valid, key="compare_run")
+    if clicked or (run_now and valid):  # a link naming a whole comparison runs it on arrival
+        st.session_state[REQUEST_KEY] = request
+    last = st.session_state.get(REQUEST_KEY)
     if last is None:
         st.info("Choose the configurations, then run the replays.")
         return
     if last != request:
-        st.caption("The settings changed since these replays: run them again to update.")
+        st.warning(
+            f"The settings changed since these replays of session {last['session']} under "
+            f"{', '.join(c['name'] for c in last['configs'])}: the charts below are theirs; run the replays "
+            "again to update them."
+        )
     results = run_replays(path, last["stamp"], last["session"], last["configs"])
     if not results:
         return

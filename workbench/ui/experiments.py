@@ -9,8 +9,6 @@ progress instead. Runs can also be started with `workbench run SPEC`; this page 
 
 from __future__ import annotations
 
-import math
-import numbers
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,6 +26,8 @@ JOBS_KEY = "exp_jobs"
 KEPT_JOBS = 5
 #: `st.session_state` key of the "Run" selectbox (the run shown).
 RUN_KEY = "exp_run"
+#: `st.session_state` key of the run a launch just finished: the "Run" box shows it on the next run of the page.
+SHOW_RUN_KEY = "exp_show_run"
 #: The comparison table's columns that hold a metric's values, shown in the metric's unit.
 VALUE_COLUMNS = ("A", "B")
 DELTA_COLUMNS = ("delta", "ci_low", "ci_high")
@@ -72,13 +72,9 @@ def load_comparison(
 
 def signed(metric: str, value: Any) -> str:
     """A difference in its metric's unit with its sign (+1,234, −0.052, −$0.0100); "" when missing."""
-    from workbench.experiments.charts import format_metric
+    from workbench.experiments.charts import format_metric_signed
 
-    if not isinstance(value, numbers.Real) or isinstance(value, bool) or math.isnan(value):
-        return format_metric(metric, value)
-    number = float(value)
-    text = format_metric(metric, abs(number))
-    return text if number == 0 else ("+" if number > 0 else "−") + text
+    return format_metric_signed(metric, value)
 
 
 def comparison_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -93,10 +89,9 @@ def comparison_table(table: pd.DataFrame) -> pd.DataFrame:
     for column in (c for c in DELTA_COLUMNS if c in table.columns):
         shown[column] = [signed(m, v) for m, v in zip(metrics, table[column], strict=True)]
     if "p_value" in table.columns:
-        shown["p_value"] = [
-            "" if not isinstance(p, numbers.Real) or math.isnan(p) else "<0.001" if float(p) < 0.0005 else f"{p:.3f}"
-            for p in table["p_value"]
-        ]
+        from workbench.formatting import format_p_value
+
+        shown["p_value"] = [format_p_value(p) for p in table["p_value"]]
     return shown
 
 
@@ -116,20 +111,6 @@ def no_pairs_message(run_a: str, run_b: str | None, configs_a: list[str], config
         f"These runs share the configuration(s) {', '.join(shared)} but no session + repeat under them: "
         f"cells pair on session + config + repeat. {listed}"
     )
-
-
-@st.cache_data(show_spinner=False, max_entries=4)
-def build_report(path: str, stamp: float, run_id: str) -> bytes:
-    """The run's self-contained HTML report (written by the library to a temporary file)."""
-    import tempfile
-
-    from workbench.experiments import export
-
-    with tempfile.TemporaryDirectory() as folder:
-        target = os.path.join(folder, "report.html")
-        export(run_id, "html", target, db=path)
-        with open(target, "rb") as handle:
-            return handle.read()
 
 
 def _show_comparison(
@@ -213,29 +194,160 @@ def default_partner(results: Any, configs: list[str]) -> int:
     return 1
 
 
+#: The downloads of a run: format -> (label, file ending, MIME type).
+DOWNLOADS = {
+    "csv": ("CSV", "csv", "text/csv"),
+    "parquet": ("Parquet", "parquet", "application/vnd.apache.parquet"),
+    "json": ("JSON", "json", "application/json"),
+    "html": ("HTML report", "html", "text/html"),
+}
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def export_file(path: str, stamp: float, run_id: str, format: str) -> bytes:
+    """The run exported by the library (`export_bytes`: what `workbench export` writes), as bytes."""
+    from workbench.experiments.export import export_bytes
+
+    return export_bytes(run_id, format, db=path)
+
+
 @st.fragment
 def report_panel(path: str, stamp: float, run_id: str) -> None:
-    if not st.button("Build the HTML report", key=f"exp_report:{run_id}"):
+    """Downloads of the run in every export format, built on the first click (each is a whole export)."""
+    st.subheader("Downloads")
+    if not st.button("Prepare the downloads (CSV, Parquet, JSON, HTML report)", key=f"exp_report:{run_id}"):
         return
-    try:
-        report = build_report(path, stamp, run_id)
-    except Exception as exc:  # shown as a message
-        st.error(f"The report could not be built: {common.readable_error(exc)}")
-        return
-    st.download_button(
-        "Download the report",
-        report,
-        file_name=f"run-{run_id}.html",
-        mime="text/html",
-        key=f"exp_report_download:{run_id}",
-    )
+    columns = st.columns(len(DOWNLOADS))
+    for column, (format, (label, ending, mime)) in zip(columns, DOWNLOADS.items(), strict=True):
+        try:
+            exported = export_file(path, stamp, run_id, format)
+        except Exception as exc:  # shown as a message
+            column.error(f"The {label} export failed: {common.readable_error(exc)}")
+            continue
+        column.download_button(
+            label, exported, file_name=f"run-{run_id}.{ending}", mime=mime, key=f"exp_download:{format}:{run_id}"
+        )
+    st.caption("The tables hold one row per cell, with `in_complete_pairs`; the JSON has the compactions too.")
+
+
+@st.cache_data(show_spinner=False, max_entries=4)
+def load_run_figures(path: str, stamp: float, run_id: str, complete_only: bool) -> list[tuple[str, Any]]:
+    from workbench.experiments.export import run_figures
+
+    return run_figures(run_id, path, complete_only=complete_only)
 
 
 @st.fragment
-def drill_down_panel(results: Any, run_id: str, configs: list[str]) -> None:
+def report_charts_panel(path: str, stamp: float, run_id: str, complete_only: bool) -> None:
+    """The token curves of the HTML report (`report_figures`; its cost-versus-quality chart is above)."""
+    from workbench.experiments.export import COST_QUALITY_SECTION
+
+    if not st.toggle("Show the HTML report's token curves", key=f"exp_report_charts:{run_id}"):
+        return
+    try:
+        figures = load_run_figures(path, stamp, run_id, complete_only)
+    except Exception as exc:  # shown as a message
+        common.show_read_error(exc)
+        return
+    curves = [(section, figure) for section, figure in figures if section != COST_QUALITY_SECTION]
+    if not curves:
+        st.info("This run stored no call.")
+    for position, (_, figure) in enumerate(curves):
+        st.plotly_chart(figure, key=f"exp_report_chart:{run_id}:{position}", width="stretch")
+
+
+@st.cache_data(show_spinner=False, max_entries=16)
+def load_cell(path: str, stamp: float, run_id: str, session_id: str, config: str, repeat: int) -> Any:
+    from workbench.experiments.drill import CellKey, stored_cell
+
+    return stored_cell(run_id, CellKey(session_id, config, repeat), db=path)
+
+
+@st.cache_resource(show_spinner=False, max_entries=8)
+def load_cell_replay(path: str, stamp: float, run_id: str, session_id: str, config: str, repeat: int) -> Any:
+    """The cell replayed again from its stored config (cached: a `ReplayResult` keeps its contexts)."""
+    from workbench.experiments.drill import replay_cell
+
+    return replay_cell(load_cell(path, stamp, run_id, session_id, config, repeat), path)
+
+
+def cell_metrics_table(cell: Any) -> Any:
+    """The cell's metrics in their units (`charts.format_metric`), with the direction each declares."""
+    from workbench.experiments.charts import format_metric
+
+    table = cell.metrics_table()
+    table["value"] = [format_metric(str(m), v) for m, v in zip(table["metric"], table["value"], strict=True)]
+    table["better"] = table["better"].map({"higher": "↑ higher", "lower": "↓ lower"}).fillna("")
+    return table
+
+
+@st.fragment
+def drill_down_panel(path: str, stamp: float, results: Any, run_id: str, configs: list[str]) -> None:
+    """A configuration's cells; one cell opened: its token curve, metrics and compactions."""
+    from workbench.experiments.drill import cell_keys
+
     st.subheader("Cells of a configuration")
     config = st.selectbox("Configuration", configs, key=f"exp_drill:{run_id}")
-    st.dataframe(results[results["config"] == config].drop(columns=["run_id"]), hide_index=True, width="stretch")
+    cells = results[results["config"] == config]
+    st.dataframe(cells.drop(columns=["run_id"]), hide_index=True, width="stretch")
+    keys = cell_keys(cells)
+    if not keys:
+        return
+    ends = dict(zip(keys, cells["termination"].fillna("?").astype(str), strict=True))
+    key = st.selectbox(
+        "Open a cell",
+        keys,
+        format_func=lambda k: f"{k.label} · {ends[k]}",
+        key=f"exp_cell:{run_id}:{config}",
+    )
+    try:
+        cell = load_cell(path, stamp, run_id, key.session_id, key.config, key.repeat)
+    except Exception as exc:  # shown as a message
+        common.show_read_error(exc)
+        return
+    st.plotly_chart(cell.figure(), key=f"exp_cell_curve:{run_id}", width="stretch")
+    if cell.termination not in (None, "completed"):
+        st.warning(f"This replay stopped early: {cell.termination}" + (f": {cell.error}" if cell.error else ""))
+    st.markdown("**Metrics of this cell**")
+    st.dataframe(cell_metrics_table(cell), hide_index=True, width="stretch", key=f"exp_cell_metrics:{run_id}")
+    compaction_picker(path, stamp, run_id, cell)
+
+
+def compaction_picker(path: str, stamp: float, run_id: str, cell: Any) -> None:
+    """The cell's compactions, one opened in the compaction view (the cell replayed again for its contexts)."""
+    from workbench.experiments.drill import cell_compaction
+    from workbench.ui.compaction import show_compaction
+
+    changed = cell.changed_compactions()
+    if not len(changed):
+        st.info("This cell never compacted.")
+        return
+    labels = {
+        int(row.event_index): f"#{int(row.event_index)} before call {int(row.call_index)}: "
+        f"{int(row.tokens_before):,} → {int(row.tokens_after):,} tokens"
+        for row in changed.itertuples()
+    }
+    st.markdown(f"**Compactions of this cell ({len(labels)})**")
+    index = st.selectbox(
+        "Compaction",
+        list(labels),
+        format_func=labels.__getitem__,
+        key=f"exp_cell_compaction:{run_id}:{cell.key.label}",
+    )
+    st.caption(
+        "What a compaction replaced is not stored: the cell is replayed again from the config its run stored, "
+        "on the stored session, its model calls answered from the database's model cache (no model is asked "
+        "again for what the run asked); the quality and lost facts are the ones the run stored."
+    )
+    try:
+        result = load_cell_replay(path, stamp, run_id, cell.key.session_id, cell.key.config, cell.key.repeat)
+        opened = cell_compaction(cell, result, int(index))
+    except Exception as exc:  # the replay failing is said, the rest of the panel stays
+        st.error(f"The cell could not be replayed again: {common.readable_error(exc)}")
+        return
+    if opened.note:
+        st.warning(opened.note)
+    show_compaction(opened.view, key=f"exp_compaction:{run_id}:{cell.key.label}:{index}")
 
 
 def spec_files(folder: str | os.PathLike[str]) -> list[Path]:
@@ -328,10 +440,24 @@ def launch_panel(path: str) -> None:
         text = spec_source if source == "shipped spec" else spec_source.strip() + "\n"
         try:
             spec = load_experiment(text)
-        except Exception as exc:  # the spec's own validation message
-            st.error(f"The spec is not valid: {common.readable_error(exc)}")
+        except Exception as exc:  # every problem of the spec, not only the first
+            st.error(spec_errors(text, exc))
             return
         start_experiment(spec, path)
+
+
+def spec_errors(source: str, exc: BaseException) -> str:
+    """What is wrong with a spec that failed to load: every problem `spec_problems` finds, else the error."""
+    from workbench.experiments.spec import spec_problems
+
+    try:
+        problems = spec_problems(source)
+    except Exception:  # the error raised is still worth showing
+        problems = []
+    if len(problems) <= 1:
+        return f"The spec is not valid: {problems[0] if problems else common.readable_error(exc)}"
+    listed = "\n".join(f"- {problem}" for problem in problems)
+    return f"The spec is not valid: {len(problems)} problems\n\n{listed}"
 
 
 def show_job(job: Job) -> None:
@@ -340,6 +466,9 @@ def show_job(job: Job) -> None:
         st.error(f"Run of {state.label} failed: {state.error}")
     elif state.done:
         run = state.result
+        shown = st.session_state.get(SHOW_RUN_KEY) or st.session_state.get(RUN_KEY)
+        if shown not in (None, getattr(run, "id", None)):
+            return  # another run is shown: its banner would read as this one's
         st.success(f"Run of {state.label} {getattr(run, 'status', 'finished')}: {run.progress.line()} · {run.id}")
         for line in run.spec.notes:
             st.info(line)
@@ -356,6 +485,10 @@ def progress_panel() -> None:
         show_job(job)
     if any(job.done and not job.announced for job in launched_jobs()):
         for job in launched_jobs():
+            if job.done and not job.announced:
+                result = job.state().result
+                if getattr(result, "id", None):
+                    st.session_state[SHOW_RUN_KEY] = result.id  # the page shows the run that just ended
             job.announced = job.announced or job.done
         st.rerun()
 
@@ -402,6 +535,9 @@ def page() -> None:
     labels = {
         str(r.id): f"{r.name} · {r.status} · {r.cells_done}/{r.cells_total} cells · {r.id}" for r in runs.itertuples()
     }
+    ended = st.session_state.pop(SHOW_RUN_KEY, None)
+    if ended in labels:
+        st.session_state[RUN_KEY] = ended
     if st.session_state.get(RUN_KEY) not in labels:
         # none chosen yet, or the chosen run is gone (deleted here or elsewhere): set the newest through the
         # session state, so the value is sent to the browser's selectbox too (it would keep showing the old label)
@@ -428,15 +564,8 @@ def page() -> None:
         "that stops early totals only the calls it made.",
     )
     pairs = complete_pairs(results, complete_only=not every)
-    board = charts.displayed(charts.leaderboard(results, pairs=pairs))
-    st.dataframe(
-        board,
-        width="stretch",
-        key=f"exp_leaderboard:{run_id}",
-        column_config={
-            str(c): st.column_config.NumberColumn(format=charts.display_format(str(c))) for c in board.columns
-        },
-    )
+    board = charts.shown_board(charts.leaderboard(results, pairs=pairs))  # the CLI's and the report's text
+    st.dataframe(board, width="stretch", key=f"exp_leaderboard:{run_id}")
     if pairs.note:
         st.warning(pairs.note)
     summaries = load_summaries_note(path, stamp, run_id)
@@ -447,8 +576,9 @@ def page() -> None:
         st.info("No quality metric in this run: the cost-versus-quality chart needs one (e.g. fact_retention).")
     else:
         st.plotly_chart(scatter, key=f"exp_scatter:{run_id}", width="stretch")
+    report_charts_panel(path, stamp, run_id, complete_only=not every)
     report_panel(path, stamp, run_id)
-    drill_down_panel(results, run_id, configs)
+    drill_down_panel(path, stamp, results, run_id, configs)
     comparison_panel(
         path,
         stamp,

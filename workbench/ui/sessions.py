@@ -159,6 +159,14 @@ _COUNTS = {
 }
 
 
+def open_in_compare(session_id: str) -> None:
+    """Switch to the Compare page with `session_id` selected (its URL's `session` parameter: the page
+    applies it, keeping the rest of its form)."""
+    from workbench.ui import compare
+
+    st.switch_page(st.Page(compare.page, url_path=compare.URL_PATH), query_params={"session": session_id})
+
+
 def page() -> None:
     path = common.database_path()
     st.title("Compaction Workbench")
@@ -226,6 +234,8 @@ def page() -> None:
         return
     labels = {s["id"]: common.session_label(s) for s in rows}
     session_id = st.selectbox("Session", list(labels), format_func=lambda key: labels[key], key="session")
+    if session_id and st.button("Compare this session", key="session_compare", icon=":material/compare_arrows:"):
+        open_in_compare(session_id)
     if session_id:
         try:
             render_detail(path, stamp, session_id)
