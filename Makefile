@@ -24,8 +24,11 @@ db: $(STAMP)
 run: $(STAMP) db
 	$(BIN)/streamlit run app.py --server.headless true --server.port $(PORT) -- --db $(DB)
 
+# The suite spread over the machine's cores by pytest-xdist (PYTEST_WORKERS=0: one process). `loadgroup`
+# sends the tests marked `xdist_group` to one worker, where they share their module's costly fixtures.
+PYTEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (browser, Ray, notebook, scale, corpus): the loop while working.
 test-fast: $(STAMP)

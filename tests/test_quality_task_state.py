@@ -221,3 +221,22 @@ def test_the_production_summary_beats_a_keyword_list_and_nothing_on_the_shared_r
     assert compactions
     assert wins["keywords"] >= 0.8 * compactions
     assert wins["nothing"] == compactions
+
+
+def test_what_a_session_keeps_of_earlier_contexts_gives_the_answers_of_each_context_alone():
+    """Per session, `covered_items` keeps which messages state an item: contexts checked one after the
+    other, sharing messages (or copies of one text) or not, get what checking each one alone gives."""
+    session = planted()
+    items = task_state_at(session, 5).items
+    before, prose = _contexts(session)
+    copy = prose[1].replace(content=PROSE)
+    contexts = [prose, [before[0], *before[12:]], [copy], before[:3], prose, [before[0]], [copy, *before[5:9]]]
+    answers = []
+    for context in contexts:
+        kept = {id(m) for m in context}
+        alone = [
+            id(session.messages[item.source]) in kept or task_state.covered_items([item], context)[0] for item in items
+        ]
+        answers.append(task_state.covered_items(items, context, session))
+        assert answers[-1] == alone
+    assert answers[0] == answers[4] and answers[0] != answers[5] and any(answers[2])

@@ -17,6 +17,12 @@ ON_SAMPLES = [p for p in SHIPPED if load_experiment(p).datasets == ("samples",)]
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "mini-swe-agent-gemini3"
 
 
+#: The tests that run a spec on the samples share one database, where a spec's second run reuses the
+#: cells of its first: under pytest-xdist (`--dist loadgroup`, as `make test` runs) they go to one
+#: worker, so each spec is replayed once, not once per worker.
+ON_ONE_WORKER = pytest.mark.xdist_group("shipped-samples")
+
+
 @pytest.fixture(scope="module")
 def samples_db(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("shipped") / "samples.duckdb")
@@ -45,6 +51,7 @@ def test_reference_designs_has_one_config_per_design_plus_recorded_and_masking()
     ]
 
 
+@ON_ONE_WORKER
 @pytest.mark.parametrize("spec", ON_SAMPLES, ids=lambda p: p.stem)
 def test_shipped_experiment_passes_its_baseline(spec, samples_db):
     report = regress(spec, db=samples_db)
@@ -52,9 +59,12 @@ def test_shipped_experiment_passes_its_baseline(spec, samples_db):
     assert report.diffs
 
 
+@ON_ONE_WORKER
 def test_a_second_run_of_reference_designs_reuses_every_cell(samples_db):
     spec = EXPERIMENTS / "reference-designs.toml"
+    first = run_experiment(spec, db=samples_db)  # computes the cells unless a test before it did
     run = run_experiment(spec, db=samples_db)
+    assert run.id == first.id
     assert run.progress.cells_reused == run.progress.cells_total == 108
     assert run.progress.model_calls == 0
 
@@ -62,6 +72,7 @@ def test_a_second_run_of_reference_designs_reuses_every_cell(samples_db):
 COMPLETED_SHARE = 0.9
 
 
+@ON_ONE_WORKER
 @pytest.mark.parametrize("spec", SHIPPED, ids=lambda p: p.stem)
 def test_every_config_of_a_shipped_spec_completes_on_the_samples(spec, samples_db):
     """At its stated window, on a fresh `workbench init`: a config that stops early on the samples
@@ -75,6 +86,7 @@ def test_every_config_of_a_shipped_spec_completes_on_the_samples(spec, samples_d
     assert (completed >= COMPLETED_SHARE).all(), completed[completed < COMPLETED_SHARE].to_dict()
 
 
+@ON_ONE_WORKER
 def test_the_samples_record_compactions_that_as_recorded_replays(samples_db):
     results = run_experiment(EXPERIMENTS / "reference-designs.toml", db=samples_db).results
     by_config = results.groupby("config")["compactions"].apply(lambda c: int((c > 0).sum()))

@@ -512,11 +512,23 @@ def _state(session: Session, end: int, call_index: int) -> TaskState:
 # -- coverage ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Units:
-    """A message's sentences and lines as stems, with where each stem occurs: (unit, position)."""
+    """A message's sentences and lines as stems, with where each stem occurs: (unit, position).
+
+    Compared by identity: the per-session cache of `covered_items` keys on it, and one message's
+    units are computed once (`_units`)."""
 
     postings: Mapping[str, tuple[tuple[int, int], ...]]
+
+    def states(self, item: StateItem) -> bool:
+        """Whether one of these units states `item` (see `_states`)."""
+        hits: dict[int, list[tuple[int, int]]] = {}
+        for index, accepted in enumerate(item.terms):
+            for word in accepted:
+                for unit, position in self.postings.get(word, ()):
+                    hits.setdefault(unit, []).append((position, index))
+        return _states(item, hits)
 
 
 def stating_units(text: str) -> list[list[str]]:
@@ -538,62 +550,88 @@ def _forget(key: int) -> Any:
     return forget
 
 
-def _units(message: Message) -> _Units:
+def _units(message: Message, by_text: dict[str, _Units] | None = None) -> _Units:
+    """The units of `message` (kept while it lives); `by_text` shares them between messages of one text
+    (a strategy's copies, the same placeholder or summary in several replays of a session)."""
     key = id(message)
     entry = _UNITS.get(key)
     if entry is not None and entry[0]() is message:
         return entry[1]
-    postings: dict[str, list[tuple[int, int]]] = {}
-    for unit, words in enumerate(stating_units(message.text)):
-        for position, word in enumerate(words):
-            postings.setdefault(word, []).append((unit, position))
-    found = _Units({w: tuple(p) for w, p in postings.items()})
+    text = message.text
+    found = by_text.get(text) if by_text is not None else None
+    if found is None:
+        postings: dict[str, list[tuple[int, int]]] = {}
+        for unit, words in enumerate(stating_units(text)):
+            for position, word in enumerate(words):
+                postings.setdefault(word, []).append((unit, position))
+        found = _Units({w: tuple(p) for w, p in postings.items()})
+        if by_text is not None:
+            found = by_text.setdefault(text, found)
     with _UNITS_LOCK:
         _UNITS[key] = (weakref.ref(message, _forget(key)), found)
     return found
 
 
-def _states(item: StateItem, hits: Mapping[tuple[int, int], list[tuple[int, int]]]) -> bool:
-    """Whether some unit holds `needed` of the item's terms within its window (hits: (message, unit) ->
-    (position, term index))."""
+def _states(item: StateItem, hits: Mapping[Any, list[tuple[int, int]]]) -> bool:
+    """Whether some unit holds `needed` of the item's terms within its window (hits: unit -> (position,
+    term index))."""
+    needed, window = item.needed, item.window
     for found in hits.values():
-        if len({t for _, t in found}) < item.needed:
+        if len({t for _, t in found}) < needed:
             continue
         found.sort()
         start = 0
         for end in range(len(found)):
-            while found[end][0] - found[start][0] >= item.window:
+            while found[end][0] - found[start][0] >= window:
                 start += 1
-            if len({t for _, t in found[start : end + 1]}) >= item.needed:
+            if len({t for _, t in found[start : end + 1]}) >= needed:
                 return True
     return False
 
 
+class _Stating:
+    """Which messages state an item, as far as checked: per session, the compactions of all its replays
+    share the answer for a message they keep, so each (message, item) pair is checked once."""
+
+    def __init__(self) -> None:
+        self.checked: set[_Units] = set()
+        self.stating: set[_Units] = set()
+
+    def any_of(self, item: StateItem, units: set[_Units]) -> bool:
+        for found in units - self.checked:
+            if found.states(item):
+                self.stating.add(found)  # before `checked`: a reader never sees it checked and not stating
+            self.checked.add(found)
+        return not self.stating.isdisjoint(units)
+
+
+def _stating(session: Session) -> dict[tuple[frozenset[str], ...], _Stating]:
+    found: dict[tuple[frozenset[str], ...], _Stating] = memo(session, "task_state_stating", dict)
+    return found
+
+
 def covered_items(items: Sequence[StateItem], context: Sequence[Message], session: Session | None = None) -> list[bool]:
     """For each item, whether `context` states it (see the module docstring); `session` is the recording
-    the items' `source` indices point into (its messages kept in the context cover their items)."""
+    the items' `source` indices point into (its messages kept in the context cover their items).
+
+    An item is stated by the context when one of its messages states it, so with a session the answer
+    for each (message, item terms) pair is kept for the session's later compactions."""
+    if session is None:
+        units = {_units(m) for m in context}
+        return [any(found.states(item) for found in units) for item in items]
     present = {id(m) for m in context}
-    units = [_units(m) for m in context]
-    wanted = frozenset().union(*(t for item in items for t in item.terms)) if items else frozenset()
-    postings: dict[str, list[tuple[int, int, int]]] = {}
-    for number, found in enumerate(units):
-        for word in found.postings.keys() & wanted:
-            postings.setdefault(word, []).extend((number, u, p) for u, p in found.postings[word])
+    by_text: dict[str, _Units] = memo(session, "task_state_units", dict)
+    units = {_units(m, by_text) for m in context}
+    stating = _stating(session)
     out: list[bool] = []
     for item in items:
-        if (
-            session is not None
-            and 0 <= item.source < len(session.messages)
-            and id(session.messages[item.source]) in present
-        ):
+        if 0 <= item.source < len(session.messages) and id(session.messages[item.source]) in present:
             out.append(True)
             continue
-        hits: dict[tuple[int, int], list[tuple[int, int]]] = {}
-        for index, accepted in enumerate(item.terms):
-            for word in accepted:
-                for number, unit, position in postings.get(word, ()):
-                    hits.setdefault((number, unit), []).append((position, index))
-        out.append(_states(item, hits))
+        known = stating.get(item.terms)
+        if known is None:
+            known = stating.setdefault(item.terms, _Stating())
+        out.append(known.any_of(item, units))
     return out
 
 
