@@ -439,7 +439,8 @@ def test_delete_sessions(db_path):
         store.save_token_counts(sessions[0])
         assert store.delete_sessions([sessions[0].id, "unknown"]) == 1
         assert store.count() == 1
-        assert store.connection.execute("SELECT count(*) FROM token_counts").fetchall()[0][0] == 0
+        assert store.token_counts(sessions[0].id) == {}
+        assert set(store.token_counts(sessions[1].id)) == {"heuristic"}  # stored at import, kept
         assert store.connection.execute("SELECT count(DISTINCT session_id) FROM messages").fetchall()[0][0] == 1
 
 

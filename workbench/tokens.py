@@ -26,6 +26,9 @@ from typing import Any, Protocol, runtime_checkable
 from workbench.errors import ConfigError
 from workbench.session import Message
 
+#: The tokenizer a config counts with unless it names another (`ReplayConfig.tokenizer`'s default):
+#: an import stores every message's count under it, other tokenizers' counts are stored on first use.
+DEFAULT_TOKENIZER = "heuristic"
 MESSAGE_OVERHEAD = 4
 IMAGE_TOKENS = 85
 TIKTOKEN_ENCODINGS = ("cl100k_base", "o200k_base", "p50k_base")
@@ -226,6 +229,12 @@ def prime(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic")
     counts = dict(zip(distinct, tok.count_batch(distinct), strict=True))
     for message, text in zip(todo, texts, strict=True):
         message._token_cache[name] = counts[text] + IMAGE_TOKENS * image_parts(message) + MESSAGE_OVERHEAD
+
+
+def uncounted(messages: Iterable[Message], tokenizer: str | Tokenizer = DEFAULT_TOKENIZER) -> list[Message]:
+    """The messages with no count cached under `tokenizer` (none read from the store, none counted yet)."""
+    name = resolve(tokenizer).name
+    return [m for m in messages if name not in m._token_cache]
 
 
 def messages_tokens(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic") -> int:

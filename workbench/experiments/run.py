@@ -314,11 +314,17 @@ class _SessionCache:
     cells all want a session at once, and one read of many costs about what one read of one does.
     `peak` is the most sessions it ever held at once. `open_store` opens the database for one read,
     closed after it, so that the run does not hold the file between reads.
+
+    Sessions come with their stored token counts. Those under the run's `tokenizers` a loaded batch
+    lacks (a tokenizer this database never met, a database imported before imports stored counts)
+    are counted at once for the batch, the file not held meanwhile, and stored in one brief open:
+    no later run, page or notebook counts them again.
     """
 
     def __init__(self, open_store: Callable[[], contextlib.AbstractContextManager[Store]], batch: int = 1):
         self._open_store = open_store
         self._batch = max(1, int(batch))
+        self.tokenizers: tuple[str, ...] = ()  # the tokenizers of the run's configs
         self._lock = threading.Lock()
         self._sessions: dict[str, Session] = {}
         self._remaining: dict[str, int] = {}
@@ -338,16 +344,31 @@ class _SessionCache:
                 return session
             if self._remaining.get(session_id, 0) <= 0:
                 with self._open_store() as store:
-                    return store.load_session(session_id)
+                    session = store.load_session(session_id)
+                self._store_counts([session])
+                return session
             wanted = [session_id, *self._upcoming(session_id)]
             with self._open_store() as store:
-                for loaded in store.sessions_by_id(wanted):
-                    self._sessions[loaded.id] = loaded
-                self.peak = max(self.peak, len(self._sessions))
-                session = self._sessions.get(session_id)
-                if session is None:
-                    return store.load_session(session_id)  # raises: the session is gone
-            return session
+                loaded = store.sessions_by_id(wanted)
+                if session_id not in {s.id for s in loaded}:
+                    store.load_session(session_id)  # raises: the session is gone
+            self._store_counts(loaded)
+            for found in loaded:
+                self._sessions[found.id] = found
+            self.peak = max(self.peak, len(self._sessions))
+            return self._sessions[session_id]
+
+    def _store_counts(self, sessions: Sequence[Session]) -> None:
+        """Count, under each of the run's tokenizers, the sessions that have no stored counts of it,
+        in one batch per tokenizer, and store them in one transaction."""
+        from workbench.tokens import prime, uncounted
+
+        for tokenizer in self.tokenizers:
+            missing = [s for s in sessions if uncounted(s.messages, tokenizer)]
+            if missing:
+                prime([m for s in missing for m in s.messages], tokenizer)
+                with self._open_store() as store:
+                    store.save_token_counts_many(missing, tokenizer)
 
     def _upcoming(self, session_id: str) -> list[str]:
         """Up to `batch - 1` other sessions with pending cells that are not loaded, in grid order."""
@@ -511,6 +532,7 @@ def _execute(
     cells_per_session = max(1, len(spec.configs) * spec.repeats)
     in_flight = int(getattr(executor, "concurrency", 1) or 1)
     sessions = _SessionCache(lambda: Store(db_path), batch=min(64, -(-in_flight // cells_per_session)))
+    sessions.tokenizers = tuple(dict.fromkeys(c.config.tokenizer for c in spec.configs))
     sessions.expect(todo)
     cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))
     with contextlib.ExitStack() as stack:

@@ -418,29 +418,52 @@ class Store:
 
         Counts are computed (and cached on the messages) when not yet known; returns the total.
         """
+        self.save_token_counts_many([session], tokenizer_name)
+        return sum(int(m._token_cache[self._tokenizer_name(tokenizer_name)]) for m in session.messages)
+
+    def save_token_counts_many(self, sessions: Sequence[Session], tokenizer_name: str | Any = "heuristic") -> int:
+        """Store the per-message token counts of every session of `sessions` under the tokenizer's
+        name, replacing those stored, in one transaction; returns how many counts were written.
+
+        The messages not yet counted are counted in one batch (`tokens.prime`), so a run that meets
+        a tokenizer for the first time pays it once for a whole batch of sessions and never again."""
         from workbench import tokens
 
         tokenizer = tokens.resolve(tokenizer_name)
-        tokens.prime(session.messages, tokenizer)
-        counts = [int(m._token_cache[tokenizer.name]) for m in session.messages]
+        sessions = list({s.id: s for s in sessions}.values())
+        if not sessions:
+            return 0
+        tokens.prime([m for s in sessions for m in s.messages], tokenizer)
         import numpy as np
 
-        table = {"idx": np.arange(len(counts), dtype=np.int32), "tokens": np.asarray(counts, dtype=np.int32)}
+        name = tokenizer.name
+        table = {
+            "session_id": np.array([s.id for s in sessions for _ in s.messages], dtype=object),
+            "idx": np.array([i for s in sessions for i in range(len(s.messages))], dtype=np.int32),
+            "tokens": np.array([m._token_cache[name] for s in sessions for m in s.messages], dtype=np.int32),
+        }
         con = self.connection
         try:
             con.execute("BEGIN TRANSACTION")
-            con.execute("DELETE FROM token_counts WHERE session_id = ? AND tokenizer = ?", [session.id, tokenizer.name])
-            con.register("_wb_tokens", table)
             con.execute(
-                "INSERT INTO token_counts SELECT ?, idx, ?, tokens FROM _wb_tokens", [session.id, tokenizer.name]
+                "DELETE FROM token_counts WHERE tokenizer = ? AND session_id IN (SELECT unnest(?::VARCHAR[]))",
+                [name, [s.id for s in sessions]],
             )
+            con.register("_wb_tokens", table)
+            con.execute("INSERT INTO token_counts SELECT session_id, idx, ?, tokens FROM _wb_tokens", [name])
             con.execute("COMMIT")
         except duckdb.Error as exc:
             db.rollback_quietly(con)
             raise StoreError(f"cannot save token counts to {self.path}: {exc}") from exc
         finally:
             db.unregister_quietly(con, "_wb_tokens")
-        return sum(counts)
+        return len(table["idx"])
+
+    @staticmethod
+    def _tokenizer_name(tokenizer: str | Any) -> str:
+        from workbench import tokens
+
+        return tokens.resolve(tokenizer).name
 
     def datasets_of(self, ids: Iterable[str]) -> dict[str, int]:
         """How many of the stored sessions `ids` each dataset holds (ids not stored are not counted)."""

@@ -15,8 +15,9 @@ import duckdb
 
 from workbench.errors import ConfigError, StoreError
 from workbench.importers.report import FileOutcome, ImportReport
-from workbench.session import NO_RESULT_TEXT, Session, ToolCall, content_hash
+from workbench.session import NO_RESULT_TEXT, Message, Session, ToolCall, content_hash
 from workbench.store import db
+from workbench.tokens import DEFAULT_TOKENIZER, prime
 
 if TYPE_CHECKING:
     from workbench.store.sessions import Store
@@ -31,6 +32,10 @@ _MESSAGE_INSERT = """
 _SESSION_INSERT = """
     INSERT INTO sessions (id, dataset, format, source, message_count, call_count, tools, metadata)
     SELECT id, dataset, format, source, message_count, call_count, tools::JSON, metadata::JSON FROM _wb_sessions
+"""
+_TOKEN_COUNT_INSERT = """
+    INSERT INTO token_counts (session_id, idx, tokenizer, tokens)
+    SELECT session_id, idx, ?, tokens FROM _wb_messages
 """
 _PROBE_INSERT = """
     INSERT INTO probes (session_id, idx, question, expected, kind, from_call)
@@ -80,7 +85,9 @@ def _chars(values: Iterable[str | None]) -> int:
 
 
 class _Batch:
-    """Column lists of the sessions, messages and probes about to be written together."""
+    """Column lists of the sessions, messages and probes about to be written together, and the
+    messages themselves (row by row with the message columns), counted under `DEFAULT_TOKENIZER`
+    in one batch when the columns are built (`tables`): a session is stored with its counts."""
 
     def __init__(self) -> None:
         self.sessions: dict[str, list[Any]] = {
@@ -106,6 +113,7 @@ class _Batch:
         self.probes: dict[str, list[Any]] = {
             k: [] for k in ("session_id", "idx", "question", "expected", "kind", "from_call")
         }
+        self.counted: list[Message] = []
         self.ids: list[str] = []
         #: per session, itself when an earlier import stored sessions of its source (to compare with
         #: them, `_later_versions`), else None: a batch holds columns, not the sessions
@@ -138,6 +146,7 @@ class _Batch:
         m["importance"].extend([float(msg.importance) for msg in msgs])
         m["metadata"].extend(json_text(dict(msg.metadata)) if msg.metadata else None for msg in msgs)
         m["observation"].extend([msg.observation for msg in msgs])
+        self.counted.extend(msgs)
         calls = roles.count("assistant")
         chars = _chars(strings) + _chars(parts)
         s = self.sessions
@@ -177,6 +186,11 @@ class _Batch:
             "observation": np.bool_,
         }
 
+        prime(self.counted, DEFAULT_TOKENIZER)
+        counts = np.fromiter(
+            (m._token_cache[DEFAULT_TOKENIZER] for m in self.counted), dtype=np.int32, count=len(self.counted)
+        )
+
         def column(name: str, values: list[Any]) -> Any:
             dtype = dtypes.get(name, object)
             if dtype is not object:
@@ -185,7 +199,7 @@ class _Batch:
             array[:] = [_clean_text(v) for v in values] if clean else values
             return array
 
-        return {
+        tables = {
             table: {name: column(name, values) for name, values in columns.items()}
             for table, columns in (
                 ("_wb_sessions", self.sessions),
@@ -193,6 +207,8 @@ class _Batch:
                 ("_wb_probes", self.probes),
             )
         }
+        tables["_wb_messages"]["tokens"] = counts
+        return tables
 
 
 def check_dataset_name(name: str | None) -> None:
@@ -410,6 +426,8 @@ def _rebuild_without(batch: _Batch, drop: set[str]) -> _Batch:
         rows = [i for i, sid in enumerate(source["session_id"]) if sid not in drop]
         for name, values in source.items():
             target[name] = [values[i] for i in rows]
+        if part == "messages":
+            fresh.counted = [batch.counted[i] for i in rows]
     fresh.ids = [sid for sid in batch.ids if sid not in drop]
     fresh.objects = [session for sid, session in zip(batch.ids, batch.objects, strict=True) if sid not in drop]
     fresh.message_count = sum(fresh.sessions["message_count"])
@@ -549,7 +567,8 @@ def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImpor
 
 
 def _insert(con: duckdb.DuckDBPyConnection, tables: dict[str, dict[str, Any]]) -> None:
-    """One transaction: the datasets, sessions, messages and probes of a batch (rolled back on failure)."""
+    """One transaction: the datasets, sessions, messages, their token counts under `DEFAULT_TOKENIZER`
+    and probes of a batch (rolled back on failure)."""
     registered: list[str] = []
     try:
         con.execute("BEGIN TRANSACTION")
@@ -559,6 +578,7 @@ def _insert(con: duckdb.DuckDBPyConnection, tables: dict[str, dict[str, Any]]) -
         con.execute(_DATASET_INSERT)
         con.execute(_SESSION_INSERT)
         con.execute(_MESSAGE_INSERT)
+        con.execute(_TOKEN_COUNT_INSERT, [DEFAULT_TOKENIZER])
         con.execute(_PROBE_INSERT)
         con.execute("COMMIT")
     except BaseException:
