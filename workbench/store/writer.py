@@ -9,7 +9,7 @@ import queue
 import threading
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import duckdb
 
@@ -19,8 +19,30 @@ from workbench.session import NO_RESULT_TEXT, Message, Session, ToolCall, conten
 from workbench.store import db
 from workbench.tokens import DEFAULT_TOKENIZER, prime
 
-if TYPE_CHECKING:
-    from workbench.store.sessions import Store
+
+class Store(Protocol):
+    """What the writer uses of `workbench.store.Store` (named here so the two modules import one way)."""
+
+    path: str
+    batch_messages: int
+    batch_bytes: int
+    opened_at: float
+    HOLD_SECONDS: float
+
+    @property
+    def connection(self) -> duckdb.DuckDBPyConnection: ...
+
+    @property
+    def releasable(self) -> bool: ...
+
+    def release(self) -> None: ...
+
+    def delete_sessions(self, ids: Iterable[str]) -> int: ...
+
+    def datasets_of(self, ids: Iterable[str]) -> dict[str, int]: ...
+
+    def sessions_by_id(self, ids: Sequence[str]) -> list[Session]: ...
+
 
 _MESSAGE_INSERT = """
     INSERT INTO messages (session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
@@ -557,7 +579,7 @@ def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImpor
             continue
         candidates = recordings.get((columns["format"][row], source, *_recording(session.metadata)), [])
         for place, (sid, dataset) in enumerate(candidates):
-            found = store._load([sid])
+            found = store.sessions_by_id([sid])
             if found and continues(found[0], session):
                 later[session.id] = sid
                 columns["dataset"][row] = dataset
