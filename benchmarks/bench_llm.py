@@ -130,5 +130,33 @@ def run() -> None:
     )
 
 
+OFFLINE_CALLS = 200
+
+
+def run_offline() -> None:
+    """The offline summarizer's calls (`workbench/extractive`, uncached): in process, as the gateway
+    makes them, against the same requests through LiteLLM's custom provider, with the summarizer's
+    memo warm in both, so that the difference is the per-call overhead."""
+    from workbench.extractive import MODEL_STRING, clear_caches
+    from workbench.llm.cache import MemoryCache
+
+    load_litellm()
+    batch = _batch("offline")[:OFFLINE_CALLS]
+    clear_caches()
+    for messages in batch:  # fills the summarizer's memo
+        Gateway(MemoryCache()).model(MODEL_STRING).complete(messages)
+    timings = {}
+    for in_process in (False, True):
+        model = Gateway(MemoryCache()).model(MODEL_STRING)
+        model.in_process = in_process
+        _, timings[in_process] = _timed(lambda m=model: [m.complete(messages) for messages in batch])
+    per_call = {k: v / len(batch) * 1000 for k, v in timings.items()}
+    print(
+        f"offline summarizer, {len(batch)} uncached calls: through LiteLLM {per_call[False]:.2f} ms/call, "
+        f"in process {per_call[True]:.2f} ms/call ({per_call[False] - per_call[True]:.2f} ms/call saved)"
+    )
+
+
 if __name__ == "__main__":
     run()
+    run_offline()

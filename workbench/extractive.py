@@ -414,9 +414,11 @@ class _Pool:
 
     def add(self, section: str, text: str, position: int, score: float, limit: int = MAX_ITEM_CHARS) -> None:
         text = _clip(text, limit)
-        if not text:
-            return
-        key = _key(text)
+        if text:
+            self.put(section, text, _key(text), position, score)
+
+    def put(self, section: str, text: str, key: str, position: int, score: float) -> None:
+        """Add a line already clipped, under its `_key`."""
         bucket = self.lines[section]
         old = bucket.pop(key, None)
         self.order += 1
@@ -455,11 +457,13 @@ _DIGIT_NAME = re.compile(
 
 @functools.lru_cache(maxsize=4096)
 def _terms_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """(paths, identifiers) of a text, in order of appearance.
+    """`_find_terms`, memoised: the lines a summary scores repeat from one summary to the next (a
+    progressive summary carries them forward, and every config of an experiment reads the same session)."""
+    return _find_terms(text)
 
-    Memoised: a cell's summaries read overlapping transcripts (each split summary reads the history
-    again), the lines a summary scores repeat its blocks, and every config of an experiment reads
-    the same session."""
+
+def _find_terms(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(paths, identifiers) of a text, in order of appearance."""
     files = _files(text)
     names = _identifiers(text, set(files))
     names.extend(h for h in _HASH.findall(text) if not h.isdigit() and not h.isalpha())
@@ -469,8 +473,9 @@ def _terms_of(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
 
 
 def clear_caches() -> None:
-    """Forget the memoised terms of texts: the next summary reads every text afresh (for benchmarks)."""
+    """Forget the memoised terms and blocks: the next summary reads every text afresh (for benchmarks)."""
     _terms_of.cache_clear()
+    _block_items.cache_clear()
 
 
 def _call_arguments(call_line: str) -> Any:
@@ -570,7 +575,7 @@ def _stated_task(lines: Sequence[str]) -> str:
     return ""
 
 
-def _absorb_existing(text: str, material: _Material) -> None:
+def _absorb_existing(text: str, material: _Material, *, memo: bool = True) -> None:
     """Carry an earlier summary forward: its task and request, its items (as the oldest material)."""
     section: str | None = None
     quoted: dict[str, list[str]] = {"task": [], "request": []}
@@ -604,41 +609,72 @@ def _absorb_existing(text: str, material: _Material) -> None:
     material.request = "\n".join(quoted["request"]).strip() or material.request
     if leftovers:  # free text (a model's summary): read as the earliest assistant material
         material.task = material.task or _stated_task(leftovers)
-        _extract_block("assistant", "\n".join(leftovers), 0, 1, material)
+        _extract_block("assistant", "\n".join(leftovers), 0, 1, material, memo=memo)
 
 
 _LISTED_LINE = re.compile(r"^\s*\d+(?:→|\t|:\s|\|)")  # a numbered line of a file listing (cat -n, Read)
 
 
-def _extract_block(role: str, text: str, position: int, total: int, material: _Material) -> None:
-    recency = 1.0 + position / max(1, total)
-    weight = ROLE_WEIGHT.get(role, 1.0) * recency
+@dataclass(frozen=True)
+class _BlockItems:
+    """What a block offers wherever it stands: its terms and candidate lines, in the order read.
+
+    `lines` holds (section, clipped text, its `_key`); the block's place (its position and role
+    weight) is applied when the items join a summary's material."""
+
+    files: tuple[str, ...]
+    names: tuple[str, ...]
+    lines: tuple[tuple[str, str, str], ...]
+
+
+def _read_block(text: str, tool: bool) -> _BlockItems:
+    """The items of a block's `text` (`tool`: a tool result, whose listed file lines are not events)."""
     said = "\n".join(_call_material(line) if line.startswith("-> call ") else line for line in text.splitlines())
-    files, names = _terms_of(said)
-    for path in dict.fromkeys(files):
-        material.terms.add(path, "file", weight, position)
-    for name in dict.fromkeys(names):
-        material.terms.add(name, "identifier", weight, position)
+    files, names = _find_terms(said)
+    found: list[tuple[str, str, int]] = []
     facts: list[str] = []
-    pool = material.pool
     for line in _lines(text):
         if line.startswith("-> call "):
             command = _command_of(line)
             if command:
-                pool.add("commands", command, position, weight, limit=160)
+                found.append(("commands", command, 160))
             continue
-        if role == "tool" and _LISTED_LINE.match(line):
+        if tool and _LISTED_LINE.match(line):
             continue  # file contents: their terms count, their lines are not events
         if _ERROR.search(line):
-            pool.add("errors", line, position, weight)
-        elif role != "tool" and _DECISION.search(line):
-            pool.add("decisions", line, position, weight)
+            found.append(("errors", line, MAX_ITEM_CHARS))
+        elif not tool and _DECISION.search(line):
+            found.append(("decisions", line, MAX_ITEM_CHARS))
         else:
             facts.extend(_number_facts(line))
-    if role == "tool" and len(facts) > 2 * TOOL_FACT_LINES:  # long outputs: their head and their tail
+    if tool and len(facts) > 2 * TOOL_FACT_LINES:  # long outputs: their head and their tail
         facts = facts[:TOOL_FACT_LINES] + facts[-TOOL_FACT_LINES:]
-    for fact in facts:
-        pool.add("facts", fact, position, weight)
+    found.extend(("facts", fact, MAX_ITEM_CHARS) for fact in facts)
+    lines = []
+    for section, line, limit in found:
+        clipped = _clip(line, limit)
+        if clipped:
+            lines.append((section, clipped, _key(clipped)))
+    return _BlockItems(tuple(dict.fromkeys(files)), tuple(dict.fromkeys(names)), tuple(lines))
+
+
+#: A block of a transcript is read again by every later summary of its session (a progressive
+#: summary's next transcript overlaps the last, each config of an experiment reads the session).
+_block_items = functools.lru_cache(maxsize=8192)(_read_block)
+
+
+def _extract_block(role: str, text: str, position: int, total: int, material: _Material, *, memo: bool = True) -> None:
+    """Add a block's items to `material`, weighted by its role and recency (`memo`: its items from the memo)."""
+    recency = 1.0 + position / max(1, total)
+    weight = ROLE_WEIGHT.get(role, 1.0) * recency
+    items = (_block_items if memo else _read_block)(text, role == "tool")
+    for path in items.files:
+        material.terms.add(path, "file", weight, position)
+    for name in items.names:
+        material.terms.add(name, "identifier", weight, position)
+    put = material.pool.put
+    for section, line, key in items.lines:
+        put(section, line, key, position, weight)
 
 
 def _progress(blocks: Sequence[tuple[str, str]], last_user: int | None) -> list[tuple[int, str]]:
@@ -668,11 +704,13 @@ def _progress(blocks: Sequence[tuple[str, str]], last_user: int | None) -> list[
     return lines
 
 
-def _gather(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], _Material, list[tuple[str, str]]]:
+def _gather(
+    messages: Sequence[Mapping[str, Any]], *, memo: bool = True
+) -> tuple[list[str], _Material, list[tuple[str, str]]]:
     instructions, existing, blocks = instructions_and_material(messages)
     material = _Material()
     for text in existing:
-        _absorb_existing(text, material)
+        _absorb_existing(text, material, memo=memo)
     users = [i for i, (role, text) in enumerate(blocks) if role == "user" and text.strip()]
     real = [i for i in users if not _is_synthetic(blocks[i][1])] or users
     first = real[0] if real else None
@@ -683,22 +721,23 @@ def _gather(messages: Sequence[Mapping[str, Any]]) -> tuple[list[str], _Material
         material.request = blocks[last][1].strip()
     total = len(blocks)
     for i, (role, text) in enumerate(blocks):
-        _extract_block(role, text, i, total, material)
+        _extract_block(role, text, i, total, material, memo=memo)
         if role == "user" and i in real and i not in (first, last):
             material.pool.add("requests", text, i, ROLE_WEIGHT["user"] * 2, limit=REQUEST_ITEM_CHARS)
     material.progress = [line for _, line in _progress(blocks, last)]
-    _score_lines(material)
+    _score_lines(material, memo=memo)
     return instructions, material, blocks
 
 
-def _score_lines(material: _Material) -> None:
+def _score_lines(material: _Material, *, memo: bool = True) -> None:
     """A line's score: its role x recency, plus the salience of the terms it carries (capped)."""
+    terms_of = _terms_of if memo else _find_terms
     salience = material.terms.normalised()
     for section, bucket in material.pool.lines.items():
         if section == "requests":
             continue
         for line in bucket.values():
-            files, names = _terms_of(line.text)
+            files, names = terms_of(line.text)
             carried = sum(salience.get(t, 0.0) for t in dict.fromkeys((*files, *names)))
             line.score += 2.0 * min(3.0, carried)
 
@@ -796,10 +835,23 @@ def summary_budget(messages: Sequence[Mapping[str, Any]], max_tokens: int | None
 
 def extractive_summary(messages: Sequence[Mapping[str, Any]], *, budget_tokens: int | None = None) -> str:
     """A deterministic extractive summary of an OpenAI-dict request, at most `budget_tokens` long
-    (None: the length the request states, else the default; see the module docstring)."""
+    (None: the length the request states, else the default; see the module docstring).
+
+    What each block of the conversation offers (its terms, its candidate lines) is memoised, so a
+    block read by an earlier summary costs only its weighting; `clear_caches` forgets it."""
+    return _summary(messages, budget_tokens, memo=True)
+
+
+def reference_summary(messages: Sequence[Mapping[str, Any]], *, budget_tokens: int | None = None) -> str:
+    """`extractive_summary` with no memo: every block read afresh. Slower, and equal to it on every
+    request: the reference the memoised summary is held to."""
+    return _summary(messages, budget_tokens, memo=False)
+
+
+def _summary(messages: Sequence[Mapping[str, Any]], budget_tokens: int | None, *, memo: bool) -> str:
     budget = summary_budget(messages, budget_tokens)
     budget_chars = max(1, budget) * 4
-    _, material, blocks = _gather(messages)
+    _, material, blocks = _gather(messages, memo=memo)
 
     parts: dict[str, str] = {}
     left = budget_chars
@@ -926,6 +978,7 @@ __all__ = [
     "instructions_and_material",
     "is_offline_baseline",
     "read_input",
+    "reference_summary",
     "request_tokens",
     "stated_budget",
     "summary_budget",

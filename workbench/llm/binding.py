@@ -5,7 +5,9 @@
 attempt, sleep before a retry) run by a synchronous driver (`complete`, threads) or an
 asynchronous one (`acomplete`, asyncio). The plan asks the cache, joins or leads the flight of
 its key, retries under the gateway's `RetryPolicy`, parses and prices the answer and stores it.
-It knows the gateway only through `GatewayAPI`, the protocol of what it needs from one.
+It knows the gateway only through `GatewayAPI`, the protocol of what it needs from one. The
+offline `workbench/extractive` is answered in process (`BoundModel.in_process`): its attempt calls
+`workbench.llm.provider.offline_answer` instead of LiteLLM; the rest of the plan is the same.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, cast
 
 from workbench.compaction import Completion
+from workbench.extractive import MODEL_STRING as OFFLINE_MODEL
 from workbench.llm.cache import Cache, CacheEntry, canonical_json, key_material
 from workbench.llm.concurrency import Flight, Limiter
 from workbench.llm.errors import BadResponse, LLMError, classify, missing_key
@@ -33,7 +36,7 @@ from workbench.llm.options import (
     split_options,
 )
 from workbench.llm.pricing import Prices, call_cost
-from workbench.llm.provider import load_litellm
+from workbench.llm.provider import OfflineAnswer, load_litellm, offline_answer
 from workbench.llm.retry import RetryPolicy
 from workbench.llm.transport import lends_client, on_the_wire
 
@@ -201,6 +204,11 @@ class BoundModel:
         self.limiter: Limiter = gateway.limiter(model, self.concurrency, self.api_base)
         self.prices = Prices(own.get("input_cost_per_token"), own.get("output_cost_per_token"))
         self._provider: str | None = None
+        #: Answered in this process by the offline provider's own function (`offline_answer`), with
+        #: the cache, flights, counters and Completion of any call but none of LiteLLM's per-call
+        #: machinery (nor the limiter: no endpoint to protect). Only `workbench/extractive` is;
+        #: False sends it through LiteLLM's custom provider like any model (the same answer).
+        self.in_process = model == OFFLINE_MODEL
 
     def __repr__(self) -> str:
         shown = {k: ("***" if is_secret_option(k) else v) for k, v in self.options.items()}
@@ -255,6 +263,18 @@ class BoundModel:
         )
 
     def _parse(self, response: Any, messages: list[dict[str, Any]], duration: float, attempts: int) -> Completion:
+        if isinstance(response, OfflineAnswer):  # answered in process; free, as `call_cost` prices `workbench/`
+            return Completion(
+                text=response.text,
+                model=self.model,
+                input_tokens=response.prompt_tokens,
+                output_tokens=response.completion_tokens,
+                cost_usd=0.0,
+                cache_hit=False,
+                finish_reason=response.finish_reason,
+                duration_s=duration,
+                attempts=attempts,
+            )
         choices = getattr(response, "choices", None)
         if not choices:
             raise BadResponse(f"{self.model}: the response has no choices", model=self.model, attempts=attempts)
@@ -426,8 +446,15 @@ class BoundModel:
             return {**request.kwargs, "client": self.gateway.http_client()}
         return request.kwargs
 
+    def _answer_in_process(self, request: _Request) -> tuple[OfflineAnswer, float]:
+        """One attempt of an `in_process` model: (its answer, seconds)."""
+        self.gateway.count(requests=1)
+        started = time.perf_counter()
+        answer = offline_answer(request.kwargs["messages"], request.kwargs)
+        return answer, time.perf_counter() - started
+
     def _attempts(self, request: _Request) -> _Plan:
-        if self._needs_openai_key():
+        if not self.in_process and self._needs_openai_key():
             raise self._failed(missing_key(self.model, self.api_base), 1)
         attempt = 0
         while True:
@@ -455,7 +482,9 @@ class BoundModel:
                 return cast("Completion", done.value)
             value = error = None
             try:
-                if isinstance(step, _Attempt):
+                if isinstance(step, _Attempt) and self.in_process:
+                    value = self._answer_in_process(step.request)
+                elif isinstance(step, _Attempt):
                     litellm = load_litellm()
                     kwargs = self._send_kwargs(step.request)
                     with on_the_wire(self.limiter) if "client" in kwargs else self.limiter:
@@ -482,7 +511,9 @@ class BoundModel:
                 return cast("Completion", done.value)
             value = error = None
             try:
-                if isinstance(step, _Attempt):
+                if isinstance(step, _Attempt) and self.in_process:
+                    value = self._answer_in_process(step.request)
+                elif isinstance(step, _Attempt):
                     litellm = load_litellm()
                     async with self.limiter:
                         self.gateway.count(requests=1)

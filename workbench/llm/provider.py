@@ -14,6 +14,11 @@ The provider: in this LiteLLM (1.10x) a custom provider is an entry `{"provider"
 `custom_llm_setup()` (run at the start of every completion call) copies the names into
 `litellm.provider_list` and `litellm._custom_providers`, and the handler is called with the
 model name without its `workbench/` prefix. The summary itself is `workbench.extractive`'s.
+
+The answer (text and usage) is made in one place, `offline_answer`: the handler wraps it in a
+`ModelResponse`, and the gateway calls it directly for `workbench/extractive`
+(`BoundModel.in_process`), sparing each call LiteLLM's per-call machinery (milliseconds a remote
+model hides behind its latency); other models, remote or local, go through LiteLLM.
 """
 
 from __future__ import annotations
@@ -24,13 +29,14 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from workbench import extractive
 from workbench.offline import import_litellm
 
-__all__ = ["PROVIDER", "handler_class", "load_litellm", "register"]
+__all__ = ["PROVIDER", "OfflineAnswer", "handler_class", "load_litellm", "offline_answer", "register"]
 
 log = logging.getLogger("workbench.llm")
 
@@ -50,6 +56,26 @@ def _budget(optional_params: Mapping[str, Any] | None) -> int | None:
         if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
             return int(value)
     return None
+
+
+@dataclass(frozen=True)
+class OfflineAnswer:
+    """What `workbench/extractive` answers a request: the summary and its usage (counted len/4, as
+    `extractive.request_tokens` and `extractive.heuristic_tokens` count)."""
+
+    text: str
+    prompt_tokens: int
+    completion_tokens: int
+    finish_reason: str = "stop"
+
+
+def offline_answer(messages: Sequence[Mapping[str, Any]], optional_params: Mapping[str, Any] | None) -> OfflineAnswer:
+    """The answer of `workbench/extractive` to `messages` under the request's parameters.
+
+    The one place it is made: the LiteLLM handler wraps it in a `ModelResponse`, and the gateway
+    calls it in-process (`BoundModel.in_process`), so both paths answer alike."""
+    text = extractive.extractive_summary(messages, budget_tokens=_budget(optional_params))
+    return OfflineAnswer(text, extractive.request_tokens(messages), extractive.heuristic_tokens(text))
 
 
 def handler_class(litellm_module: Any = None) -> type:
@@ -75,19 +101,23 @@ def handler_class(litellm_module: Any = None) -> type:
                         f"unknown model {PROVIDER}/{name}; the workbench provider serves only {extractive.MODEL_STRING}"
                     ),
                 )
-            text = extractive.extractive_summary(messages, budget_tokens=_budget(optional_params))
-            prompt_tokens = extractive.request_tokens(messages)
-            completion_tokens = extractive.heuristic_tokens(text)
+            answer = offline_answer(messages, optional_params)
             return litellm.ModelResponse(
                 id=f"chatcmpl-{uuid.uuid4().hex[:24]}",
                 created=int(time.time()),
                 model=extractive.MODEL_STRING,
                 object="chat.completion",
-                choices=[{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}],
+                choices=[
+                    {
+                        "index": 0,
+                        "finish_reason": answer.finish_reason,
+                        "message": {"role": "assistant", "content": answer.text},
+                    }
+                ],
                 usage=litellm.Usage(
-                    prompt_tokens=prompt_tokens,
-                    completion_tokens=completion_tokens,
-                    total_tokens=prompt_tokens + completion_tokens,
+                    prompt_tokens=answer.prompt_tokens,
+                    completion_tokens=answer.completion_tokens,
+                    total_tokens=answer.prompt_tokens + answer.completion_tokens,
                 ),
             )
 
