@@ -761,6 +761,33 @@ def workbench_fixture(tmp: Path) -> Path:
     return path
 
 
+def inspect_fixture(tmp: Path) -> Path:
+    """An Inspect eval log (`.json`): one sample whose model events made its two assistant messages."""
+    reply = {
+        "id": "a1",
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "c1", "function": "ls", "arguments": {}}],
+    }
+    answer = {"id": "a2", "role": "assistant", "content": "done"}
+    messages = [
+        {"id": "u1", "role": "user", "content": "List the files."},
+        reply,
+        {"id": "t1", "role": "tool", "tool_call_id": "c1", "function": "ls", "content": "a.py"},
+        answer,
+    ]
+    events = [
+        {"event": "model", "model": "openai/gpt-4o", "tools": [], "output": {"choices": [{"message": m}], "usage": u}}
+        for m, u in (
+            (reply, {"input_tokens": 10, "output_tokens": 2}),
+            (answer, {"input_tokens": 20, "output_tokens": 1}),
+        )
+    ]
+    spec = {"run_id": "r", "task": "files", "task_id": "t", "model": "openai/gpt-4o"}
+    sample = {"id": 1, "epoch": 1, "messages": messages, "events": events, "scores": {"match": {"value": "C"}}}
+    return write_json(tmp / "log.json", {"version": 2, "status": "success", "eval": spec, "samples": [sample]})
+
+
 FIXTURES: dict[str, Callable[[Path], Path]] = {
     "openai": openai_fixture,
     "anthropic": anthropic_fixture,
@@ -770,6 +797,7 @@ FIXTURES: dict[str, Callable[[Path], Path]] = {
     "mini-swe-agent": mini_swe_agent_fixture,
     "openhands": openhands_fixture,
     "aider": aider_fixture,
+    "inspect-ai": inspect_fixture,
     "workbench": workbench_fixture,
 }
 
@@ -854,6 +882,7 @@ def test_formats_tuple() -> None:
         "mini-swe-agent",
         "openhands",
         "aider",
+        "inspect-ai",
         "workbench",
     )
     assert set(FIXTURES) == set(FORMATS)

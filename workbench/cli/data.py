@@ -23,6 +23,7 @@ FORMAT_CHOICES = (
     "mini-swe-agent",
     "openhands",
     "aider",
+    "inspect-ai",
     "workbench",
 )
 

@@ -4,7 +4,8 @@ Public API:
 - `FORMATS`: the format names, i.e. the registry's `importer` kinds: the built-in ones
   (registered below with `register_importer`, like a plugin's) and any plugin's. Built-in:
   (`openai`, `anthropic`, `claude-code`, `codex`, `swe-agent`,
-  `mini-swe-agent`, `openhands`, `aider`, `workbench` — the workbench's own session exports,
+  `mini-swe-agent`, `openhands`, `aider`, `inspect-ai` (Inspect AI eval logs, `.json` or `.eval`),
+  `workbench` — the workbench's own session exports,
   plain or gzip'd JSONL, e.g. the bundled samples);
 - `detect(path)`: the format of one file (FormatError naming the file when unknown);
 - `load(path, format="auto", dataset=None)`: every session of a file or a folder (walked
@@ -27,9 +28,9 @@ system/user/assistant/tool and every tool call is paired with exactly one result
 `_common` for the stray-result and missing-result rules).
 
 Folder walks consider only `*.json`, `*.jsonl`, `*.jsonl.gz`, `*.ndjson`, `*.traj` (incl.
-`*.traj.json`) and `.aider.chat.history.md` files, skip VCS/virtualenv/cache folders and well-known config files,
-visit each real file once, and import a session (by content id) only once per call. A walked
-file that matches no format is reported by `iter_load` with an `UnknownFormatError` and skipped
+`*.traj.json`), `*.eval` and `.aider.chat.history.md` files, skip VCS/virtualenv/cache folders and
+well-known config files, visit each real file once, and import a session (by content id) only once
+per call. A walked file that matches no format is reported by `iter_load` with an `UnknownFormatError` and skipped
 by `load`; a file that matches a format but does not parse fails `load`.
 Claude Code `subagents/agent-acompact-*.jsonl` files (the compaction model calls) are imported
 as their own sessions tagged `claude_code_kind = "compaction_call"`.
@@ -46,7 +47,18 @@ from typing import Any, ClassVar, Protocol
 from ..errors import ConfigError, FormatError
 from ..registry import Family, register_importer
 from ..session import Session
-from . import aider, anthropic, claude_code, codex, mini_swe_agent, openai, openhands, swe_agent, workbench_export
+from . import (
+    aider,
+    anthropic,
+    claude_code,
+    codex,
+    inspect_ai,
+    mini_swe_agent,
+    openai,
+    openhands,
+    swe_agent,
+    workbench_export,
+)
 from ._common import IncompleteLastLine, display_path, read_head
 
 __all__ = [
@@ -77,6 +89,7 @@ BUILTIN_FORMATS: tuple[str, ...] = (
     "mini-swe-agent",
     "openhands",
     "aider",
+    "inspect-ai",
     "workbench",
 )
 
@@ -89,11 +102,13 @@ _MODULES: dict[str, ModuleType] = {
     "mini-swe-agent": mini_swe_agent,
     "openhands": openhands,
     "aider": aider,
+    "inspect-ai": inspect_ai,
     "workbench": workbench_export,
 }
 # Most specific first: openai accepts almost any message list, so it comes last.
 _DETECT_ORDER: tuple[str, ...] = (
     "aider",
+    "inspect-ai",
     "workbench",
     "claude-code",
     "codex",
@@ -114,8 +129,10 @@ _ALIASES = {
     "mini-swe": "mini-swe-agent",
     "open-hands": "openhands",
     "codex-cli": "codex",
+    "inspect": "inspect-ai",
+    "inspect_ai": "inspect-ai",
 }
-_SESSION_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".jsonl.gz")
+_SESSION_SUFFIXES = (".json", ".jsonl", ".ndjson", ".traj", ".jsonl.gz", ".eval")
 _AIDER_NAME = ".aider.chat.history.md"
 _SKIP_DIRS = {
     ".git",
