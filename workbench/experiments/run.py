@@ -54,6 +54,9 @@ if TYPE_CHECKING:
 
 #: Seconds between the writer's commits while cells keep finishing (`_CellWriter`).
 COMMIT_INTERVAL = 0.25
+#: How long a run keeps the file open after a read or write before it lets other processes in: its
+#: model-cache lookups and cell batches then open the file about once a second, not once each.
+HOLD_SECONDS = 1.0
 
 
 class Executor(Protocol):
@@ -448,7 +451,7 @@ def run_experiment(
     status = "finished"
     owned_gateway = None
     calls_in_flight = concurrency or experiment.concurrency
-    hold = database.FileHold(db_path)
+    hold = database.FileHold(db_path, linger=HOLD_SECONDS)
     if gateway is None:
         from workbench.llm import Gateway
         from workbench.store import DuckDBCache
@@ -467,6 +470,7 @@ def run_experiment(
             status = "finished_with_errors"
         with held_results(hold) as stored:
             stored.finish_run(run_id, status)
+        hold.close()
     with Store(db_path) as store:
         _warn_noop_configs(experiment, store.results.noop_configs(run_id))
         _warn_nothing_recorded(experiment, store)

@@ -1,0 +1,136 @@
+"""The offline grid over the real corpus, as a ratio to its floor measured in the same run.
+
+Corpus: the mini-swe-agent trajectories in `../shared/corpora/mini-swe-agent-gemini3` (skipped when
+absent). Grid: three configs of `experiments/complexity-trap.toml` (the raw agent, observation
+masking, the progressive summary with the offline summarizer), every session.
+
+Floor: one batched tiktoken (cl100k) pass over the text of every message of the corpus: the least a
+tool that reads every message once must pay.
+
+- cold: the first run on a freshly imported database (the import stored the default tokenizer's
+  counts; the model cache is empty), in a process of its own;
+- warm: the same grid recomputed (`fresh=True`: every cell again) with counts stored and the model
+  cache filled, in another process (so no memo of the first run's process helps).
+
+Each is printed as seconds and as a ratio to the floor; goals (issue 39): cold <= 6x, warm <= 2x.
+The runs are repeated (`CORPUS_BENCH_RUNS`, default 3) and the median printed: the machine is shared.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+CORPUS = ROOT.parent / "shared" / "corpora" / "mini-swe-agent-gemini3"
+SPEC = ROOT / "experiments" / "complexity-trap.toml"
+CONFIGS = ("raw-agent", "observation-masking", "llm-summary")
+COLD_GOAL, WARM_GOAL = 6.0, 2.0
+
+RUN_GRID = """
+import json, sys, time
+from workbench.experiments import run_experiment
+spec = json.loads(sys.argv[2])
+started = time.perf_counter()
+run = run_experiment(spec, db=sys.argv[1], fresh=sys.argv[3] == "fresh")
+print(json.dumps({"seconds": time.perf_counter() - started, "cells": run.progress.cells_done,
+                  "status": run.status}))
+"""
+
+
+def grid_spec() -> dict:
+    """The corpus grid: the spec's defaults and the three configs, on the imported dataset."""
+    spec = tomllib.loads(SPEC.read_text(encoding="utf-8"))
+    return {
+        "name": "corpus-bench",
+        "dataset": "corpus",
+        "metrics": spec.get("metrics", []),
+        "concurrency": 2,
+        "defaults": spec["defaults"],
+        "config": [c for c in spec["config"] if c["name"] in CONFIGS],
+    }
+
+
+def floor_seconds() -> tuple[float, int, int]:
+    """Seconds of one batched cl100k pass over every message's text; (seconds, messages, characters)."""
+    from workbench import importers
+    from workbench.offline import tiktoken_encoding
+
+    texts = [
+        m.text
+        for path in sorted((CORPUS / "trajs").rglob("*.json"))
+        for s in importers.load(str(path))
+        for m in s.messages
+    ]
+    encoding = tiktoken_encoding("cl100k_base")
+    encoding.encode_ordinary_batch(texts[:10])  # the encoder's start-up is not the floor
+    started = time.perf_counter()
+    encoding.encode_ordinary_batch(texts)
+    return time.perf_counter() - started, len(texts), sum(map(len, texts))
+
+
+def imported_database(folder: str) -> tuple[str, float]:
+    """A fresh database holding the corpus (dataset `corpus`); (path, import seconds)."""
+    from workbench.store import Store
+
+    path = os.path.join(folder, "corpus.duckdb")
+    started = time.perf_counter()
+    with Store(path) as store:
+        report = store.import_paths([str(CORPUS / "trajs")], dataset="corpus")
+    if report.errors:
+        raise RuntimeError(f"the corpus did not import: {report.errors[0].error}")
+    return path, time.perf_counter() - started
+
+
+def grid_seconds(db: str, fresh: bool) -> float:
+    import json
+
+    spec = json.dumps(grid_spec())
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", RUN_GRID, db, spec, "fresh" if fresh else "resume"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"the grid failed:\n{done.stderr[-3000:]}")
+    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    if figures["status"] != "finished":
+        raise RuntimeError(f"the grid ended {figures['status']}")
+    return float(figures["seconds"])
+
+
+def run() -> None:
+    if not CORPUS.is_dir():
+        print(f"skipped: no corpus at {CORPUS}")
+        return
+    runs = int(os.environ.get("CORPUS_BENCH_RUNS", "3"))
+    floors, colds, warms, imports = [], [], [], []
+    for _ in range(runs):
+        floor, messages, characters = floor_seconds()
+        floors.append(floor)
+        with tempfile.TemporaryDirectory() as folder:
+            db, imported = imported_database(folder)
+            imports.append(imported)
+            colds.append(grid_seconds(db, fresh=False))
+            warms.append(grid_seconds(db, fresh=True))
+    floor, cold, warm = statistics.median(floors), statistics.median(colds), statistics.median(warms)
+    print(f"corpus: {messages:,} messages, {characters:,} characters; grid: {len(CONFIGS)} configs")
+    print(f"floor (one batched cl100k pass): median {floor:.2f} s of {[round(f, 2) for f in floors]}")
+    print(f"import (counts stored): median {statistics.median(imports):.2f} s")
+    print(
+        f"cold grid: median {cold:.2f} s of {[round(c, 2) for c in colds]}; "
+        f"{cold / floor:.1f}x the floor (goal <= {COLD_GOAL:g}x)"
+    )
+    print(
+        f"warm grid: median {warm:.2f} s of {[round(w, 2) for w in warms]}; "
+        f"{warm / floor:.1f}x the floor (goal <= {WARM_GOAL:g}x)"
+    )
