@@ -207,7 +207,12 @@ def query_inputs() -> CompareInputs:
 def restore_inputs(sessions: Sequence[str], presets: Sequence[str]) -> bool:
     """Put the form back before its widgets are drawn: first what it held when last shown (or the
     defaults), then the URL's parameters when they came from outside (applied once). Returns whether
-    those parameters are a whole comparison, to run at once."""
+    those parameters are a whole comparison, to run at once.
+
+    The URL is read only when the page is opened (its widgets were not drawn on the last run): each
+    rerun carries the URL the browser holds, which lags behind the one the previous run wrote, so
+    reading it on every rerun would undo a change made before the browser caught up."""
+    opened = SESSION_KEY not in st.session_state
     remembered: dict[str, Any] = {**input_defaults(), **st.session_state.get(INPUTS_KEY, {})}
     if remembered.get(SESSION_KEY) not in sessions:
         remembered[SESSION_KEY] = sessions[0]
@@ -216,7 +221,7 @@ def restore_inputs(sessions: Sequence[str], presets: Sequence[str]) -> bool:
         if key not in st.session_state:
             st.session_state[key] = value
     given = query_inputs()
-    if not given.to_query() or given.to_query() == st.session_state.get(APPLIED_QUERY_KEY):
+    if not opened or not given.to_query() or given.to_query() == st.session_state.get(APPLIED_QUERY_KEY):
         return False
     st.session_state[APPLIED_QUERY_KEY] = given.to_query()
     st.session_state.update(given.widget_state(sessions, presets))
