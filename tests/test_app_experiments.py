@@ -378,7 +378,7 @@ def test_a_cell_opens_with_its_curve_metrics_and_compactions(run_db, monkeypatch
     tables = [d.value for d in at.dataframe if list(d.value.columns) == ["metric", "value", "better"]]
     [metrics] = [t.set_index("metric") for t in tables if "billed_input_tokens" in set(t["metric"])]
     assert metrics.loc["billed_input_tokens", "value"] == f"{int(compacted['billed_input_tokens']):,}"
-    assert metrics.loc["billed_input_tokens", "better"] == "↓ lower"
+    assert metrics.loc["billed_input_tokens", "better"] == "↓ better"
     picker = next(box for box in at.selectbox if (box.key or "").startswith(f"exp_cell_compaction:{run_id}:"))
     assert len(picker.options) == int(compacted["compactions"])
     assert not any("differs from the stored one" in w.value for w in at.warning)

@@ -179,6 +179,11 @@ class ContextMessage:
         return f"#{self.position} {self.role}" + (f" · {self.name}" if self.name else "")
 
 
+def direction_label(direction: str) -> str:
+    """How a metric's direction reads beside its value: "↑ better", "↓ better", or "" for none."""
+    return {"higher": "↑ better", "lower": "↓ better"}.get(direction, "")
+
+
 @dataclass(frozen=True)
 class QualityRow:
     """One measured value of a compaction, with the direction its registered metric declares
@@ -190,7 +195,7 @@ class QualityRow:
 
     @property
     def better(self) -> str:
-        return {"higher": "↑ better", "lower": "↓ better"}.get(self.direction, "")
+        return direction_label(self.direction)
 
 
 @dataclass(frozen=True)

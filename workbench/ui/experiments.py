@@ -273,11 +273,12 @@ def load_cell_replay(path: str, stamp: float, run_id: str, session_id: str, conf
 
 def cell_metrics_table(cell: Any) -> Any:
     """The cell's metrics in their units (`charts.format_metric`), with the direction each declares."""
+    from workbench.access import direction_label
     from workbench.experiments.charts import format_metric
 
     table = cell.metrics_table()
     table["value"] = [format_metric(str(m), v) for m, v in zip(table["metric"], table["value"], strict=True)]
-    table["better"] = table["better"].map({"higher": "↑ higher", "lower": "↓ lower"}).fillna("")
+    table["better"] = [direction_label(str(direction)) for direction in table["better"]]
     return table
 
 
