@@ -112,12 +112,13 @@ request = [{"role": "user", "content": "Please rename parse_args in cli/main.py"
 answer = Gateway().model("workbench/extractive").complete(request)
 after = snapshot()
 print(json.dumps({"text": answer.text, "cost_map": after["environ"].get("LITELLM_LOCAL_MODEL_COST_MAP"),
+                  "litellm_loaded": "litellm" in sys.modules,
                   "finders_added": [f for f in after["meta_path"] if f not in before["meta_path"]],
                   "handlers_same": after["root_handlers"] == before["root_handlers"]}))
 """)
     assert "cli/main.py" in out["text"], out
-    assert out["cost_map"] == "True"  # set when the gateway first imported LiteLLM, as the user set nothing
-    # importing LiteLLM adds importlib_metadata's finder; the workbench adds none of its own
+    # the offline model is answered in process: LiteLLM is not even imported, so nothing of it is set
+    assert out["litellm_loaded"] is False and out["cost_map"] is None, out
     assert not any("workbench" in finder or "LiteLLM" in finder for finder in out["finders_added"])
     assert out["handlers_same"]
 
