@@ -44,6 +44,9 @@ STRATEGY_SPECS: dict[str, list[dict]] = {
     "handoff": [{}, {"user_tokens": 50}],
     "step_gate": [{"min_steps": 3}, {"min_steps": 2, "strategy": {"kind": "sliding_window", "window": 2}}],
     "recorded": [{}],  # no session bound: the context is returned unchanged
+    "inspect_trim": [{}, {"preserve": 0.3}],
+    "inspect_edit": [{}, {"keep_tool_uses": 0, "keep_tool_inputs": False, "exclude_tools": ["bash"]}],
+    "inspect_summary": [{}],
 }
 
 # Kinds that only drop whole steps: the result is a subsequence of the input (same objects).
@@ -172,6 +175,7 @@ TRIGGER_SPECS: dict[str, list[dict]] = {
     "any": [{"triggers": [{"kind": "pressure", "turns": 5}, {"kind": "guard", "hard_limit": 9000}]}],
     "all": [{"triggers": ["utilization", {"kind": "stat_threshold", "counters": {"iterations": 2}}]}],
     "recorded": [{}],  # no session bound: never fires
+    "inspect_threshold": [{}, {"threshold": 0.5}, {"threshold": 6000}],
 }
 
 TRIGGER_CASES = [(kind, params) for kind in sorted(TRIGGER_SPECS) for params in TRIGGER_SPECS[kind]]

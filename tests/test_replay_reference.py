@@ -95,6 +95,9 @@ SIMPLE_TRIGGERS = {
         }
     ),
     "recorded": st.just({}),
+    "inspect_threshold": st.fixed_dictionaries(
+        {"threshold": st.one_of(st.floats(0.05, 1.0), st.integers(2, 20_000).map(float))}
+    ),
 }
 
 
@@ -130,6 +133,16 @@ SIMPLE_STRATEGIES = {
     ),
     "handoff": st.fixed_dictionaries({"user_tokens": st.integers(0, 2_000)}),
     "recorded": st.just({}),
+    "inspect_trim": st.fixed_dictionaries({"preserve": st.floats(0.0, 1.0)}),
+    "inspect_edit": st.fixed_dictionaries(
+        {
+            "keep_tool_uses": st.integers(0, 4),
+            "keep_tool_inputs": st.booleans(),
+            "exclude_tools": st.sampled_from([[], ["bash"]]),
+            "keep_thinking_turns": st.one_of(st.just("all"), st.integers(0, 3)),
+        }
+    ),
+    "inspect_summary": st.just({}),
 }
 SIMPLE_STRATEGY = st.one_of([_kind(name, params) for name, params in SIMPLE_STRATEGIES.items()])
 STRATEGIES = {

@@ -24,6 +24,13 @@ caller set is theirs and never scaled.
 | `goat-split-summary`       | utilization, 0.8, reactive                 | summarize_split, preserve 0.4     |
 | `aisopod-guard`            | guard, warn 0.8 of 128,000                 | guard_select (its defaults)       |
 | `ptc-runner-trim`          | pressure, 8 turns                          | trim, last 3 turns + the task     |
+| `inspect-auto`             | inspect_threshold, 0.9 of the window       | inspect_summary                   |
+| `inspect-edit`             | inspect_threshold, 0.9 of the window       | inspect_edit, keep 3 tool uses    |
+| `inspect-trim`             | inspect_threshold, 0.9 of the window       | inspect_trim, preserve 0.8        |
+
+The `inspect-*` presets are Inspect AI's `CompactionAuto`, `CompactionEdit` and `CompactionTrim` at
+their defaults (`workbench.strategies.inspect_kinds`); `CompactionAuto` compacts natively where the
+provider can, which no replay can reproduce, and otherwise summarizes, as `inspect-auto` does.
 """
 
 from __future__ import annotations
@@ -42,6 +49,8 @@ FIRING_SHARE = 0.75
 
 #: gent's documented example trigger: every 10 iterations, or a scratchpad of 20 (steps here).
 _GENT_TRIGGER = {"kind": "stat_threshold", "counters": {"iterations": 10}, "gauges": {"context_steps": 20}}
+#: Inspect AI's default compaction threshold: 90 % of the model's context window.
+_INSPECT_THRESHOLD = 0.9
 
 _PRESETS: dict[str, dict[str, Any]] = {
     "as-recorded": {
@@ -79,6 +88,18 @@ _PRESETS: dict[str, dict[str, Any]] = {
     "ptc-runner-trim": {
         "trigger": {"kind": "pressure", "turns": 8},
         "strategy": {"kind": "trim", "keep_recent_turns": 3, "keep_initial_user": True},
+    },
+    "inspect-auto": {
+        "trigger": {"kind": "inspect_threshold", "threshold": _INSPECT_THRESHOLD},
+        "strategy": {"kind": "inspect_summary", "threshold": _INSPECT_THRESHOLD},
+    },
+    "inspect-edit": {
+        "trigger": {"kind": "inspect_threshold", "threshold": _INSPECT_THRESHOLD},
+        "strategy": {"kind": "inspect_edit", "keep_tool_uses": 3, "threshold": _INSPECT_THRESHOLD},
+    },
+    "inspect-trim": {
+        "trigger": {"kind": "inspect_threshold", "threshold": _INSPECT_THRESHOLD},
+        "strategy": {"kind": "inspect_trim", "preserve": 0.8, "threshold": _INSPECT_THRESHOLD},
     },
 }
 
