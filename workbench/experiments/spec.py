@@ -326,25 +326,27 @@ def load_experiment(
     """
     if isinstance(source, ExperimentSpec):
         return source
-    origin: str | None = None
-    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and names_file(source)):
-        origin = str(source)
-        raw = load_toml_file(source)
-    elif isinstance(source, str):
-        try:
-            raw = tomllib.loads(source)
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"inline experiment: invalid TOML: {exc}") from exc
-    elif isinstance(source, Mapping):
-        raw = copy.deepcopy(dict(source))
-    else:
-        raise ConfigError(f"an experiment spec must be a TOML file, TOML text or a table, not {type(source).__name__}")
+    origin, raw = _raw_spec(source)
     try:
         return _validate(raw, origin, presets)
     except ConfigError as exc:
         if origin and not str(exc).startswith(origin):
             raise ConfigError(f"{origin}: {exc}") from exc
         raise
+
+
+def _raw_spec(source: Mapping[str, Any] | str | Path) -> tuple[str | None, dict[str, Any]]:
+    """(the file it came from, or None; the spec as read, a copy) of a file path, TOML text or mapping."""
+    if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and names_file(source)):
+        return str(source), load_toml_file(source)
+    if isinstance(source, str):
+        try:
+            return None, tomllib.loads(source)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"inline experiment: invalid TOML: {exc}") from exc
+    if isinstance(source, Mapping):
+        return None, copy.deepcopy(dict(source))
+    raise ConfigError(f"an experiment spec must be a TOML file, TOML text or a table, not {type(source).__name__}")
 
 
 def _default_presets() -> Mapping[str, Mapping[str, Any]]:
@@ -506,18 +508,8 @@ def spec_problems(
     """Every problem of an experiment spec (a file path, TOML text or a mapping), not only the first
     that `load_experiment` raises: each key, config and tolerance is checked on its own. [] when valid.
     A spec whose TOML does not parse has that one problem."""
-    origin: str | None = None
     try:
-        if isinstance(source, Path) or (isinstance(source, str) and "\n" not in source and names_file(source)):
-            origin = str(source)
-            raw = load_toml_file(source)
-        elif isinstance(source, str):
-            try:
-                raw = tomllib.loads(source)
-            except tomllib.TOMLDecodeError as exc:
-                raise ConfigError(f"inline experiment: invalid TOML: {exc}") from exc
-        else:
-            raw = copy.deepcopy(dict(source))
+        origin, raw = _raw_spec(source)
     except ConfigError as exc:
         return [str(exc)]
     problems = _Problems(gather=True)

@@ -342,7 +342,9 @@ def clean_usage(value: Any) -> dict[str, int] | None:
     return usage or None
 
 
-def _count(value: Any) -> int | None:
+def whole_count(value: Any) -> int | None:
+    """A recorded count as an int: ints, and floats holding a whole number; None for anything else
+    (booleans included)."""
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -369,7 +371,7 @@ def call_usage(value: Any) -> dict[str, int] | None:
 
     def first(*keys: str) -> int | None:
         for key in keys:
-            count = _count(value.get(key))
+            count = whole_count(value.get(key))
             if count is not None:
                 return count
         return None
@@ -379,7 +381,7 @@ def call_usage(value: Any) -> dict[str, int] | None:
     prompt = first("prompt_tokens")
     read = first("cache_read_input_tokens", "cache_read_tokens", "cached_input_tokens")
     if read is None:
-        read = _count(details.get("cached_tokens"))
+        read = whole_count(details.get("cached_tokens"))
     write = first("cache_creation_input_tokens", "cache_write_tokens")
     if prompt is not None:
         total_input: int | None = prompt
@@ -646,7 +648,7 @@ def compaction_marker(
     """
     fields: dict[str, Any] = {
         "trigger": trigger if trigger in ("manual", "auto") else None,
-        "tokens_before": _count(tokens_before),
+        "tokens_before": whole_count(tokens_before),
         "summary": summary or "",
     }
     fields.update({k: v for k, v in extra.items() if v is not None})

@@ -63,6 +63,7 @@ from ._common import (
     loads,
     read_json,
     text_part,
+    whole_count,
 )
 
 FORMAT = "inspect-ai"
@@ -368,7 +369,7 @@ def _marker(event: Mapping[str, Any], summary: str) -> Message:
         trigger="auto" if source == "inspect" else None,
         tokens_before=event.get("tokens_before"),
         summary=summary,
-        tokens_after=_count(event.get("tokens_after")),
+        tokens_after=whole_count(event.get("tokens_after")),
         compaction_type=event.get("type", "summary"),
         compaction_source=source,
         compaction_metadata=as_dict(event.get("metadata")) or None,
@@ -479,16 +480,6 @@ def _call_metadata(raw: Mapping[str, Any], event: Mapping[str, Any] | None) -> d
     return meta
 
 
-def _count(value: Any) -> int | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, int):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    return None
-
-
 def inspect_usage(value: Any) -> dict[str, int] | None:
     """An Inspect `ModelUsage` as the session model's four usage keys (None without counts).
 
@@ -498,14 +489,14 @@ def inspect_usage(value: Any) -> dict[str, int] | None:
     the cache kinds, which are taken out of it; otherwise (or without a total) it excludes them.
     """
     usage = as_dict(value)
-    given = _count(usage.get("input_tokens"))
-    output = _count(usage.get("output_tokens"))
+    given = whole_count(usage.get("input_tokens"))
+    output = whole_count(usage.get("output_tokens"))
     if given is None and output is None:
         return None
     given, output = given or 0, output or 0
-    read = _count(usage.get("input_tokens_cache_read")) or 0
-    write = _count(usage.get("input_tokens_cache_write")) or 0
-    total = _count(usage.get("total_tokens"))
+    read = whole_count(usage.get("input_tokens_cache_read")) or 0
+    write = whole_count(usage.get("input_tokens_cache_write")) or 0
+    total = whole_count(usage.get("total_tokens"))
     uncached = given
     if (read or write) and total == given + output:
         uncached = max(0, given - read - write)

@@ -27,16 +27,6 @@ class SessionSink(Protocol):
         """The file failed: none of its sessions may stand (those already written are removed)."""
 
 
-def source_name(path: str, root: str | None) -> str:
-    """How a file is named in session metadata `source`: relative to the folder walked, else its name."""
-    if root:
-        try:
-            return os.path.relpath(path, root).replace(os.sep, "/")
-        except ValueError:
-            pass
-    return os.path.basename(path)
-
-
 def read_paths(
     paths: Iterable[str],
     sink: SessionSink,
@@ -62,7 +52,8 @@ def read_paths(
         try:
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always", importers.IncompleteLastLine)
-                for session in importers.iter_sessions(path, format, dataset, source=source_name(path, root)):
+                source = importers.display_path(path, root)
+                for session in importers.iter_sessions(path, format, dataset, source=source):
                     sink.add(session)
             outcome.warnings = [str(w.message) for w in caught if issubclass(w.category, importers.IncompleteLastLine)]
             for other in caught:
