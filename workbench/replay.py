@@ -96,11 +96,7 @@ def replay(
     a strategy breaks an invariant, and `ConfigError` naming the kind if a strategy returns
     anything but a list of `Message` or a trigger answers anything but True or False.
     """
-    names = tuple(METRICS.lookup(name).kind for name in metrics or ())
-    runner = ReplayWalk(as_session(session), parsed_config(config), summarizer, gateway)
-    runner.metric_names = names
-    runner.measure = measure
-    return runner.run()
+    return _walk(ReplayWalk(as_session(session), parsed_config(config), summarizer, gateway), metrics, measure)
 
 
 def reference_replay(
@@ -116,10 +112,15 @@ def reference_replay(
     every call, the context recounted message by message at every compaction, the trigger views
     built by their constructor, nothing kept from one replay to the next. Slower, and equal to
     `replay` in every record, event and metric: the reference the fast walk is held to."""
-    names = tuple(METRICS.lookup(name).kind for name in metrics or ())
     runner = ReplayWalk(as_session(session), parse_config(config), summarizer, gateway)
     runner.fast = False
-    runner.metric_names = names
+    return _walk(runner, metrics, measure)
+
+
+def _walk(runner: ReplayWalk, metrics: Sequence[str] | None, measure: bool) -> ReplayResult:
+    """Run a walk measuring the metrics named (by their registered kind names) and, with `measure`,
+    every metric that needs no model."""
+    runner.metric_names = tuple(METRICS.lookup(name).kind for name in metrics or ())
     runner.measure = measure
     return runner.run()
 

@@ -54,9 +54,6 @@ if TYPE_CHECKING:
 
 #: Seconds between the writer's commits while cells keep finishing (`_CellWriter`).
 COMMIT_INTERVAL = 0.25
-#: How long a run keeps the file open after a read or write before it lets other processes in: its
-#: model-cache lookups and cell batches then open the file about once a second, not once each.
-HOLD_SECONDS = 1.0
 
 
 class Executor(Protocol):
@@ -451,7 +448,7 @@ def run_experiment(
     status = "finished"
     owned_gateway = None
     calls_in_flight = concurrency or experiment.concurrency
-    hold = database.FileHold(db_path, linger=HOLD_SECONDS)
+    hold = database.FileHold(db_path, linger=database.HOLD_SECONDS)  # the file opened about once a second
     if gateway is None:
         from workbench.llm import Gateway
         from workbench.store import DuckDBCache

@@ -429,6 +429,12 @@ def _open_waiting(target: str, read_only: bool, lock_wait: float) -> duckdb.Duck
         pause = min(pause * 1.5, 0.25)
 
 
+#: How long a writer holds the file before it lets other processes in (between an import's batches,
+#: after a run's last read or write): long enough that opening the file is not paid per batch or per
+#: model-cache lookup, short enough that a reader waits about that long at most.
+HOLD_SECONDS = 1.0
+
+
 class FileHold:
     """One process's hold on a database file, shared by its threads: `open()` yields a cursor on a
     connection opened for the first user, so the file is held only while some thread reads or writes

@@ -109,7 +109,7 @@ class Store:
     """
 
     #: How long an import holds the file before it lets other processes in between two batches.
-    HOLD_SECONDS = 1.0
+    HOLD_SECONDS = db.HOLD_SECONDS
 
     def __init__(
         self,
