@@ -8,6 +8,11 @@ PORT ?= 8501
 
 .PHONY: run test test-fast lint bench install db clean
 
+# Python writes its bytecode (and pytest its rewritten test modules) even where the environment says not
+# to: the suite starts many interpreters (CLI commands, the app, Ray workers, pytest in a user's project),
+# and each would compile the package again.
+unexport PYTHONDONTWRITEBYTECODE
+
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade uv
@@ -24,15 +29,15 @@ db: $(STAMP)
 run: $(STAMP) db
 	$(BIN)/streamlit run app.py --server.headless true --server.port $(PORT) -- --db $(DB)
 
-# The suite spread over the machine's cores by pytest-xdist (PYTEST_WORKERS=0: one process). `loadgroup`
-# sends the tests marked `xdist_group` to one worker, where they share their module's costly fixtures.
+# The suite spread over the machine's cores by pytest-xdist (PYTEST_WORKERS=0: one process). `loadfile`
+# keeps a test file on one worker, so its module-scoped fixtures (databases, runs, servers) are built once.
 PYTEST_WORKERS ?= auto
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (browser, Ray, notebook, scale, corpus): the loop while working.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow" $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check workbench tests benchmarks

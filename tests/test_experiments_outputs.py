@@ -458,38 +458,49 @@ def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str
     )
 
 
+def _in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    """`workbench ARGS` through the CLI's own `main` in this process (as `_cli` reports it): for the
+    commands after the first, which pay no interpreter and import start-up again."""
+    from click.testing import CliRunner
+
+    from workbench.cli import main
+
+    out = CliRunner().invoke(main, list(args))
+    return subprocess.CompletedProcess(list(args), out.exit_code, out.stdout, out.stderr)
+
+
 def test_cli_run_export_compare_regress(grid_db, tmp_path):
     db, spec, _ = grid_db
-    first = _cli("run", str(spec), "--db", str(db), "--json")
+    first = _cli("run", str(spec), "--db", str(db), "--json")  # the real entry point, in its own process
     assert first.returncode == 0, first.stderr
     run = json.loads(first.stdout)
     assert run["cells"] == 9 and run["cells_reused"] == 0
-    again = json.loads(_cli("run", str(spec), "--db", str(db), "--json").stdout)
+    again = json.loads(_in_process("run", str(spec), "--db", str(db), "--json").stdout)
     assert again["run_id"] == run["run_id"] and again["cells_reused"] == 9 and again["model_calls"] == 0
-    text = _cli("run", str(spec), "--db", str(db))
+    text = _in_process("run", str(spec), "--db", str(db))
     assert run["run_id"] in text.stdout and "clear-4" in text.stdout
     assert "the offline extractive baseline" in text.stdout and run["note"] in text.stdout
-    dry = _cli("run", str(spec), "--db", str(db), "--dry-run")
+    dry = _in_process("run", str(spec), "--db", str(db), "--dry-run")
     assert "9 cells, 9 already done, 0 to run" in dry.stdout
     out = tmp_path / "report.html"
-    assert _cli("export", run["run_id"], "-o", str(out), "--db", str(db)).returncode == 0  # html, from the name
+    assert _in_process("export", run["run_id"], "-o", str(out), "--db", str(db)).returncode == 0  # html, from the name
     assert out.stat().st_size > 1_000_000 and out.read_text().startswith("<!DOCTYPE html>")
-    unnamed = _cli("export", run["run_id"], "-o", str(tmp_path / "report.txt"), "--db", str(db))
+    unnamed = _in_process("export", run["run_id"], "-o", str(tmp_path / "report.txt"), "--db", str(db))
     assert unnamed.returncode == 2 and "cannot tell the export format" in unnamed.stderr
     assert not (tmp_path / "report.txt").exists()
-    compared = _cli("compare", run["run_id"], "--configs", "clear-12", "clear-4", "--db", str(db))
+    compared = _in_process("compare", run["run_id"], "--configs", "clear-12", "clear-4", "--db", str(db))
     assert compared.returncode == 0 and "billed_input_tokens" in compared.stdout and "B better" in compared.stdout
     assert "offline extractive" not in compared.stdout  # neither config summarized
     calls_row = next(line for line in compared.stdout.splitlines() if line.startswith("calls "))
     assert " none " in calls_row and " differ/" in calls_row  # no better direction: only differ / same
-    assert _cli("regress", str(spec), "--db", str(db), "--update").returncode == 0
-    assert _cli("regress", str(spec), "--db", str(db)).returncode == 0
+    assert _in_process("regress", str(spec), "--db", str(db), "--update").returncode == 0
+    assert _in_process("regress", str(spec), "--db", str(db)).returncode == 0
     stored = json.loads((tmp_path / "baselines" / "tiny-grid.json").read_text())
     stored["metrics"]["split"]["grid"]["compactions"] = 0.5
     (tmp_path / "baselines" / "tiny-grid.json").write_text(json.dumps(stored))
-    failed = _cli("regress", str(spec), "--db", str(db))
+    failed = _in_process("regress", str(spec), "--db", str(db))
     assert failed.returncode == 1 and "FAIL split / grid: compactions" in failed.stdout
-    missing = _cli("run", str(spec), "--db", str(tmp_path / "missing.duckdb"), "--json")
+    missing = _in_process("run", str(spec), "--db", str(tmp_path / "missing.duckdb"), "--json")
     assert missing.returncode == 2 and json.loads(missing.stdout)["error"]["message"]
     assert not (tmp_path / "missing.duckdb").exists()
 

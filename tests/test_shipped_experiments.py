@@ -17,12 +17,6 @@ ON_SAMPLES = [p for p in SHIPPED if load_experiment(p).datasets == ("samples",)]
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpora" / "mini-swe-agent-gemini3"
 
 
-#: The tests that run a spec on the samples share one database, where a spec's second run reuses the
-#: cells of its first: under pytest-xdist (`--dist loadgroup`, as `make test` runs) they go to one
-#: worker, so each spec is replayed once, not once per worker.
-ON_ONE_WORKER = pytest.mark.xdist_group("shipped-samples")
-
-
 @pytest.fixture(scope="module")
 def samples_db(tmp_path_factory) -> str:
     path = str(tmp_path_factory.mktemp("shipped") / "samples.duckdb")
@@ -51,7 +45,6 @@ def test_reference_designs_has_one_config_per_design_plus_recorded_and_masking()
     ]
 
 
-@ON_ONE_WORKER
 @pytest.mark.parametrize("spec", ON_SAMPLES, ids=lambda p: p.stem)
 def test_shipped_experiment_passes_its_baseline(spec, samples_db):
     report = regress(spec, db=samples_db)
@@ -59,7 +52,6 @@ def test_shipped_experiment_passes_its_baseline(spec, samples_db):
     assert report.diffs
 
 
-@ON_ONE_WORKER
 def test_a_second_run_of_reference_designs_reuses_every_cell(samples_db):
     spec = EXPERIMENTS / "reference-designs.toml"
     first = run_experiment(spec, db=samples_db)  # computes the cells unless a test before it did
@@ -72,21 +64,20 @@ def test_a_second_run_of_reference_designs_reuses_every_cell(samples_db):
 COMPLETED_SHARE = 0.9
 
 
-@ON_ONE_WORKER
 @pytest.mark.parametrize("spec", SHIPPED, ids=lambda p: p.stem)
 def test_every_config_of_a_shipped_spec_completes_on_the_samples(spec, samples_db):
     """At its stated window, on a fresh `workbench init`: a config that stops early on the samples
     would rank on fewer calls. A spec written for another dataset (a corpus) runs on the samples."""
     raw = tomllib.loads(spec.read_text(encoding="utf-8"))
-    raw.pop("datasets", None)
-    raw["dataset"] = "samples"
-    results = run_experiment(raw, db=samples_db).results
+    if spec not in ON_SAMPLES:
+        raw.pop("datasets", None)
+        raw["dataset"] = "samples"
+    results = run_experiment(raw, db=samples_db).results  # a spec on the samples: its baseline test's run
     completed = results.groupby("config")["termination"].apply(lambda t: (t == "completed").mean())
     assert len(completed) == len(load_experiment(raw).configs)
     assert (completed >= COMPLETED_SHARE).all(), completed[completed < COMPLETED_SHARE].to_dict()
 
 
-@ON_ONE_WORKER
 def test_the_samples_record_compactions_that_as_recorded_replays(samples_db):
     results = run_experiment(EXPERIMENTS / "reference-designs.toml", db=samples_db).results
     by_config = results.groupby("config")["compactions"].apply(lambda c: int((c > 0).sum()))

@@ -345,26 +345,33 @@ class _SessionCache:
             if self._remaining.get(session_id, 0) <= 0:
                 with self._open_store() as store:
                     session = store.load_session(session_id)
-                self._store_counts([session])
+                    lacking = self._lacking(store, [session_id])
+                self._store_counts([session], lacking)
                 return session
             wanted = [session_id, *self._upcoming(session_id)]
             with self._open_store() as store:
                 loaded = store.sessions_by_id(wanted)
                 if session_id not in {s.id for s in loaded}:
                     store.load_session(session_id)  # raises: the session is gone
-            self._store_counts(loaded)
+                lacking = self._lacking(store, [s.id for s in loaded])
+            self._store_counts(loaded, lacking)
             for found in loaded:
                 self._sessions[found.id] = found
             self.peak = max(self.peak, len(self._sessions))
             return self._sessions[session_id]
 
-    def _store_counts(self, sessions: Sequence[Session]) -> None:
-        """Count, under each of the run's tokenizers, the sessions that have no stored counts of it,
-        in one batch per tokenizer, and store them in one transaction."""
-        from workbench.tokens import prime, uncounted
+    def _lacking(self, store: Store, ids: Sequence[str]) -> dict[str, set[str]]:
+        """Per tokenizer of the run, the sessions of `ids` the database holds no counts of."""
+        return {tokenizer: set(store.sessions_without_counts(ids, tokenizer)) for tokenizer in self.tokenizers}
+
+    def _store_counts(self, sessions: Sequence[Session], lacking: Mapping[str, set[str]]) -> None:
+        """Count, under each of the run's tokenizers, the sessions the database has no counts of (in
+        one batch per tokenizer; a session this process counted before is not counted again), and
+        store them in one transaction."""
+        from workbench.tokens import prime
 
         for tokenizer in self.tokenizers:
-            missing = [s for s in sessions if uncounted(s.messages, tokenizer)]
+            missing = [s for s in sessions if s.id in lacking.get(tokenizer, ())]
             if missing:
                 prime([m for s in missing for m in s.messages], tokenizer)
                 with self._open_store() as store:

@@ -86,11 +86,12 @@ def _memo(owner: Any, name: str, compute: Callable[[], _T]) -> _T:
     entry = _MEMO.get(key)
     if entry is None or entry[0]() is not owner:
 
-        def forget(_: Any, key: int = key) -> None:
-            with _MEMO_LOCK:
-                current = _MEMO.get(key)
+        def forget(_: Any, key: int = key, memos: dict[int, Any] = _MEMO, lock: Any = _MEMO_LOCK) -> None:
+            # bound at definition: at interpreter exit the module's globals may already be None
+            with lock:
+                current = memos.get(key)
                 if current is not None and current[0]() is None:
-                    del _MEMO[key]
+                    del memos[key]
 
         entry = (weakref.ref(owner, forget), {})
         with _MEMO_LOCK:

@@ -38,6 +38,7 @@ from workbench.errors import ConfigError, SessionFilterError, StoreError
 from workbench.importers.observations import TEXT_ACTION_FORMATS, mark_observations
 from workbench.importers.report import FileOutcome, ImportReport
 from workbench.session import Message, Probe, Session, ToolCall
+from workbench.session_pool import canonical
 from workbench.store import db
 from workbench.store.labels import SUMMARY_LABEL_COLUMNS, SUMMARY_LABELS, SummaryLabel, summary_labels_frame
 from workbench.store.writer import Writer, json_text
@@ -459,6 +460,26 @@ class Store:
             db.unregister_quietly(con, "_wb_tokens")
         return len(table["idx"])
 
+    def sessions_without_counts(self, ids: Sequence[str], tokenizer_name: str | Any) -> list[str]:
+        """The sessions of `ids` (stored ones, in the order given) this database holds no token counts
+        of under the tokenizer. Asked of the database, not of the sessions read: a session read before
+        in this process (`workbench.session_pool`) may carry counts another database stored."""
+        if not ids:
+            return []
+        counted = {
+            row[0]
+            for row in self._query(
+                "SELECT DISTINCT session_id FROM token_counts "
+                "WHERE tokenizer = ? AND session_id IN (SELECT unnest(?::VARCHAR[]))",
+                [self._tokenizer_name(tokenizer_name), list(ids)],
+            )
+        }
+        stored = {
+            row[0]
+            for row in self._query("SELECT id FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)])
+        }
+        return [i for i in dict.fromkeys(ids) if i in stored and i not in counted]
+
     @staticmethod
     def _tokenizer_name(tokenizer: str | Any) -> str:
         from workbench import tokens
@@ -696,17 +717,16 @@ class Store:
             if head is None:
                 continue
             _, dataset, fmt, tools, meta = head
-            out.append(
-                Session(
-                    messages=tuple(messages[sid]),
-                    id=sid,
-                    dataset=dataset,
-                    format=fmt,
-                    tools=tuple(json.loads(tools)) if tools else (),
-                    probes=tuple(probes[sid]),
-                    metadata=json.loads(meta) if meta else {},
-                )
+            session = Session(
+                messages=tuple(messages[sid]),
+                id=sid,
+                dataset=dataset,
+                format=fmt,
+                tools=tuple(json.loads(tools)) if tools else (),
+                probes=tuple(probes[sid]),
+                metadata=json.loads(meta) if meta else {},
             )
+            out.append(canonical(session))  # one object per content: its analysis is not worked out again
         return out
 
     # -- human labels of summaries (`summary_labels`; see `SummaryLabel`) ----------------------------
