@@ -18,7 +18,9 @@ Inspect's rules, as these kinds apply them:
 
 - **Threshold.** A number above 1 is a token count, one at or below 1 a share of the context window
   (`context_limit` here, the model's input window there); compaction runs when the context's
-  tokens are strictly above it. Inspect also compacts, once, when the model stops on its context
+  estimated tokens are strictly above it. Inspect estimates a count as o200k_base's with a 10 %
+  buffer, truncated (`ESTIMATE_BUFFER`): the trigger and the passes take the replay's count with the
+  same buffer, so a config with `tokenizer = "o200k_base"` decides where Inspect did. Inspect also compacts, once, when the model stops on its context
   length; here the trigger fires on the replay's overflow and retries the call.
 - **Passes.** Inspect runs the strategy again (three more passes at most, stopping when a pass frees
   nothing) while the result is still above the threshold, and fails when it stays above. Give a
@@ -71,6 +73,14 @@ NEVER_CLEARED = frozenset({"tool_search"})
 REASONING_PARTS = frozenset({"reasoning", "thinking", "redacted_thinking"})
 #: Passes Inspect adds when the first leaves the context above the threshold.
 EXTRA_PASSES = 3
+#: Inspect's estimate of a count: tiktoken's o200k_base count times this, truncated (it expects agents'
+#: models to have smaller vocabularies than o200k_base, so to need ~10 % more tokens).
+ESTIMATE_BUFFER = 1.1
+
+
+def estimated(tokens: int) -> int:
+    """A count as Inspect estimates it against its threshold (`ESTIMATE_BUFFER`)."""
+    return int(tokens * ESTIMATE_BUFFER)
 
 
 def threshold_tokens(threshold: float, context_limit: int) -> int:
@@ -83,7 +93,8 @@ def threshold_tokens(threshold: float, context_limit: int) -> int:
 class InspectThreshold:
     """Fire when the context's tokens are above `threshold` (Inspect's compaction gate).
 
-    `threshold` above 1 is tokens, at or below 1 a share of `context_limit`. The context counts
+    `threshold` above 1 is tokens, at or below 1 a share of `context_limit`; the context's count is
+    taken with Inspect's buffer (`estimated`). The context counts
     what the replay sends (system messages and, when the session has them, tool schemas), as
     Inspect counts the messages and the tool definitions. An overflow fires it (Inspect compacts
     once when the model stops on its context length, then sends the call again).
@@ -98,10 +109,10 @@ class InspectThreshold:
         return threshold_tokens(self.threshold, context_limit)
 
     def should_compact(self, view: TriggerView) -> bool:
-        return view.overflow or view.context_tokens > self.tokens(view.context_limit)
+        return view.overflow or estimated(view.context_tokens) > self.tokens(view.context_limit)
 
     def firing_mask(self, span: CallSpan) -> Any:
-        return span.context_tokens > self.tokens(span.context_limit)
+        return (span.context_tokens * ESTIMATE_BUFFER).astype("int64") > self.tokens(span.context_limit)
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -174,13 +185,13 @@ def run_passes(
     if threshold <= 0:
         return result
     limit = threshold_tokens(threshold, env.context_limit)
-    tokens = env.tokens(result)
+    tokens = estimated(env.tokens(result))
     for _ in range(EXTRA_PASSES):
         if tokens <= limit:
             break
         previous = tokens
         result = one_pass(result)
-        tokens = env.tokens(result)
+        tokens = estimated(env.tokens(result))
         if tokens >= previous:
             break
     if tokens > limit:
@@ -418,11 +429,13 @@ class InspectSummary:
 
 
 __all__ = [
+    "ESTIMATE_BUFFER",
     "InspectEdit",
     "InspectSummary",
     "InspectThreshold",
     "InspectTrim",
     "Partition",
+    "estimated",
     "partition",
     "summary_text",
     "threshold_tokens",
