@@ -20,8 +20,9 @@ Inspect's rules, as these kinds apply them:
   (`context_limit` here, the model's input window there); compaction runs when the context's
   estimated tokens are strictly above it. Inspect estimates a count as o200k_base's with a 10 %
   buffer, truncated (`ESTIMATE_BUFFER`): the trigger and the passes take the replay's count with the
-  same buffer, so a config with `tokenizer = "o200k_base"` decides where Inspect did. Inspect also compacts, once, when the model stops on its context
-  length; here the trigger fires on the replay's overflow and retries the call.
+  same buffer, so a config with `tokenizer = "o200k_base"` decides where Inspect did. Inspect also
+  compacts, once, when the model stops on its context length; here the trigger fires on the
+  replay's overflow and retries the call.
 - **Passes.** Inspect runs the strategy again (three more passes at most, stopping when a pass frees
   nothing) while the result is still above the threshold, and fails when it stays above. Give a
   strategy the trigger's `threshold` to replay that; 0 runs one pass.
