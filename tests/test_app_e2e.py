@@ -115,6 +115,8 @@ def server_url(tmp_path_factory):
                 str(port),
                 "--browser.gatherUsageStats",
                 "false",
+                "--server.fileWatcherType",  # no source watching: it re-walks the tree (.venv too) when the
+                "none",  # machine's other work overflows its inotify queue
                 "--",
                 "--db",
                 str(db),

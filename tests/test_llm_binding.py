@@ -301,9 +301,9 @@ class SlowStartGateway(Gateway):
         super().warm_up()
 
 
-def test_lazy_model_binds_once_and_times_its_start_up_apart(litellm):
+def test_lazy_model_binds_once_and_times_its_start_up_apart(server):
     gateway = SlowStartGateway(MemoryCache())
-    lazy = LazyModel("workbench/extractive", {}, gateway)
+    lazy = LazyModel(MODEL, {"api_base": server.api_base, "api_key": "sk-test"}, gateway)
     assert lazy.binds == 0 and gateway.warm_ups == 0  # nothing happens before the first use
     raw_started = time.perf_counter()
     elapsed = timer_excluding_startup(lazy)
@@ -318,7 +318,15 @@ def test_lazy_model_binds_once_and_times_its_start_up_apart(litellm):
     assert startup_seconds(ScriptedSummarizer()) == 0.0  # summarizers without a start-up report none
 
 
-def test_a_replays_first_compaction_does_not_count_the_start_up(litellm):
+def test_the_offline_model_answered_in_process_has_no_start_up():
+    """LiteLLM takes seconds to import: a model answered in process never loads it."""
+    gateway = SlowStartGateway(MemoryCache())
+    lazy = LazyModel("workbench/extractive", {}, gateway)
+    assert lazy.complete(ask("Edited src/app.py")).text
+    assert lazy.binds == 1 and gateway.warm_ups == 0 and lazy.startup_s < SlowStartGateway.startup_delay
+
+
+def test_a_replays_first_compaction_does_not_count_the_start_up(server):
     gateway = SlowStartGateway(MemoryCache())
     gateway.startup_delay = 1.0
     result = replay(
@@ -326,7 +334,8 @@ def test_a_replays_first_compaction_does_not_count_the_start_up(litellm):
         {
             "trigger": {"kind": "utilization", "ratio": 0.5},
             "strategy": {"kind": "summarize_split"},
-            "summarizer": "workbench/extractive",
+            "summarizer": MODEL,
+            "summarizer_options": {"api_base": server.api_base, "api_key": "sk-test"},
             "context_limit": 12_000,
             "max_output": 1_000,
         },

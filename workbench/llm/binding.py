@@ -218,8 +218,10 @@ class BoundModel:
         return BoundModel(self.gateway, self.model, {**self.options, **changes})
 
     def prepare(self) -> None:
-        """Pay the one-time start-up (importing LiteLLM) now rather than in the first call."""
-        self.gateway.warm_up()
+        """Pay the one-time start-up (importing LiteLLM) now rather than in the first call. A model
+        answered in process has none: LiteLLM (seconds to import) is not loaded for it."""
+        if not self.in_process:
+            self.gateway.warm_up()
 
     @property
     def max_attempts(self) -> int:
