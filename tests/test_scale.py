@@ -92,7 +92,9 @@ def test_generating_into_the_store_keeps_python_memory_far_below_the_dataset(tmp
     finally:
         tracemalloc.stop()
     assert text_bytes > 20_000_000
-    assert peak < text_bytes / 3, (peak, text_bytes)  # a whole-dataset list would need more than the text
+    # a whole-dataset list would need more than the text; the stream holds a batch plus a fixed 7-11 MB
+    # (measured alone: 10.6 MB for 30 sessions, 9.9 MB for 60), which text / 3 (8.1 MB) did not leave room for
+    assert peak < text_bytes / 2, (peak, text_bytes)
 
 
 def test_listing_and_filtering_read_the_sessions_table_only(generated):

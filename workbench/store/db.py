@@ -306,6 +306,13 @@ def set_memory_limit(connection: duckdb.DuckDBPyConnection, limit: str) -> None:
         raise StoreError(f"invalid memory limit {limit!r} (e.g. 512MB, 2GB): {exc}") from exc
 
 
+#: Held while DuckDB scans a Python object (a replacement scan, a registered table). Two threads doing so
+#: at once on one database (a run's cell writer storing cells while its session reader stores token
+#: counts) once failed with "Table Function with name python_arrow_scan does not exist": DuckDB's scans of
+#: Python objects have a history of races between threads, so the store never runs two at once.
+python_scans = threading.RLock()
+
+
 def insert_rows(connection: duckdb.DuckDBPyConnection, table: str, rows: Any) -> None:
     """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan).
 
@@ -313,7 +320,8 @@ def insert_rows(connection: duckdb.DuckDBPyConnection, table: str, rows: Any) ->
     one statement, where registering the rows under a name and removing it again took three.
     """
     _wb_insert_rows = rows  # read by DuckDB's replacement scan in the statement below
-    connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
+    with python_scans:
+        connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
 
 
 _LOCK_PID = re.compile(r"PID (\d+)")

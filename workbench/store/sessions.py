@@ -231,7 +231,7 @@ class Store:
             ).fetchall()
         ]
         for start in range(0, len(ids), batch_sessions):
-            derived = self._load(ids[start : start + batch_sessions])
+            derived = self._load(ids[start : start + batch_sessions], pooled=False)  # read once, let go
             import numpy as np
 
             _wb_observations = {  # read by DuckDB's replacement scan below
@@ -450,8 +450,9 @@ class Store:
                 "DELETE FROM token_counts WHERE tokenizer = ? AND session_id IN (SELECT unnest(?::VARCHAR[]))",
                 [name, [s.id for s in sessions]],
             )
-            con.register("_wb_tokens", table)
-            con.execute("INSERT INTO token_counts SELECT session_id, idx, ?, tokens FROM _wb_tokens", [name])
+            with db.python_scans:
+                con.register("_wb_tokens", table)
+                con.execute("INSERT INTO token_counts SELECT session_id, idx, ?, tokens FROM _wb_tokens", [name])
             con.execute("COMMIT")
         except duckdb.Error as exc:
             db.rollback_quietly(con)
@@ -656,7 +657,9 @@ class Store:
         listed = f"; columns: {', '.join(columns)}" if columns else ""
         return SessionFilterError(f"the condition {where.strip()!r} over the sessions cannot run: {reason}{listed}")
 
-    def _load(self, ids: Sequence[str]) -> list[Session]:
+    def _load(self, ids: Sequence[str], *, pooled: bool = True) -> list[Session]:
+        """The stored sessions `ids`; `pooled`: the process's one object per content
+        (`workbench.session_pool`), else objects of their own, kept by nobody else."""
         if not ids:
             return []
         heads = {
@@ -726,7 +729,7 @@ class Store:
                 probes=tuple(probes[sid]),
                 metadata=json.loads(meta) if meta else {},
             )
-            out.append(canonical(session))  # one object per content: its analysis is not worked out again
+            out.append(canonical(session) if pooled else session)
         return out
 
     # -- human labels of summaries (`summary_labels`; see `SummaryLabel`) ----------------------------

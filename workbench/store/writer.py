@@ -592,20 +592,21 @@ def _insert(con: duckdb.DuckDBPyConnection, tables: dict[str, dict[str, Any]]) -
     """One transaction: the datasets, sessions, messages, their token counts under `DEFAULT_TOKENIZER`
     and probes of a batch (rolled back on failure)."""
     registered: list[str] = []
-    try:
-        con.execute("BEGIN TRANSACTION")
-        for name, table in tables.items():
-            con.register(name, table)
-            registered.append(name)
-        con.execute(_DATASET_INSERT)
-        con.execute(_SESSION_INSERT)
-        con.execute(_MESSAGE_INSERT)
-        con.execute(_TOKEN_COUNT_INSERT, [DEFAULT_TOKENIZER])
-        con.execute(_PROBE_INSERT)
-        con.execute("COMMIT")
-    except BaseException:
-        db.rollback_quietly(con)
-        raise
-    finally:
-        for name in registered:
-            db.unregister_quietly(con, name)
+    with db.python_scans:
+        try:
+            con.execute("BEGIN TRANSACTION")
+            for name, table in tables.items():
+                con.register(name, table)
+                registered.append(name)
+            con.execute(_DATASET_INSERT)
+            con.execute(_SESSION_INSERT)
+            con.execute(_MESSAGE_INSERT)
+            con.execute(_TOKEN_COUNT_INSERT, [DEFAULT_TOKENIZER])
+            con.execute(_PROBE_INSERT)
+            con.execute("COMMIT")
+        except BaseException:
+            db.rollback_quietly(con)
+            raise
+        finally:
+            for name in registered:
+                db.unregister_quietly(con, name)
