@@ -3,29 +3,26 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 import workbench as wb
+import workbench.inspect as wbi
 from workbench.strategies.inspect_kinds import threshold_tokens
 
-inspect_ai = pytest.importorskip("inspect_ai")
+if importlib.util.find_spec("inspect_ai") is None:  # not imported here: it takes seconds, paid by the tests
+    pytest.skip("inspect_ai is not installed (the `inspect` extra)", allow_module_level=True)
 
-from inspect_ai.model import (  # noqa: E402
-    ChatMessageAssistant,
-    ChatMessageSystem,
-    ChatMessageTool,
-    ChatMessageUser,
-    CompactionEdit,
-    CompactionTrim,
-    ModelOutput,
-    get_model,
-)
-from inspect_ai.tool import ToolCall  # noqa: E402
 
-import workbench.inspect as wbi  # noqa: E402
+def inspect_model() -> Any:
+    """`inspect_ai.model`, imported when a test first needs it (not while the suite is collected)."""
+    import inspect_ai.model
+
+    return inspect_ai.model
 
 
 @pytest.fixture(autouse=True)
@@ -53,19 +50,22 @@ def test_a_threshold_is_a_share_of_the_window_up_to_one_and_tokens_above(thresho
 
 def agent_history(turns: int, calls_per_turn: int = 1) -> list:
     """An Inspect agent's history: a system prompt, the task, then tool calls with their results."""
-    messages: list = [ChatMessageSystem(content="You are a careful agent."), ChatMessageUser(content="Find keys.")]
+    from inspect_ai.tool import ToolCall
+
+    m = inspect_model()
+    messages: list = [m.ChatMessageSystem(content="You are a careful agent."), m.ChatMessageUser(content="Find keys.")]
     for turn in range(turns):
         calls = [
             ToolCall(id=f"c{turn}-{n}", function="exclude_me" if turn == 1 else "lookup", arguments={"key": turn})
             for n in range(calls_per_turn)
         ]
-        messages.append(ChatMessageAssistant(content=f"step {turn}", tool_calls=calls))
+        messages.append(m.ChatMessageAssistant(content=f"step {turn}", tool_calls=calls))
         messages += [
-            ChatMessageTool(content=f"value {turn}-{n} " * 20, tool_call_id=c.id, function=c.function)
+            m.ChatMessageTool(content=f"value {turn}-{n} " * 20, tool_call_id=c.id, function=c.function)
             for n, c in enumerate(calls)
         ]
         if turn == 3:
-            messages.append(ChatMessageUser(content="Also check the cache."))
+            messages.append(m.ChatMessageUser(content="Also check the cache."))
     return messages
 
 
@@ -83,14 +83,14 @@ def workbench_shape(messages) -> list[tuple]:
 
 
 INSPECT_CASES = [
-    ("trim 0.8", CompactionTrim(preserve=0.8), {"kind": "inspect_trim", "preserve": 0.8}),
-    ("trim 0.3", CompactionTrim(preserve=0.3), {"kind": "inspect_trim", "preserve": 0.3}),
-    ("trim 0", CompactionTrim(preserve=0.0), {"kind": "inspect_trim", "preserve": 0.0}),
-    ("edit", CompactionEdit(keep_tool_uses=3), {"kind": "inspect_edit", "keep_tool_uses": 3}),
-    ("edit all", CompactionEdit(keep_tool_uses=0), {"kind": "inspect_edit", "keep_tool_uses": 0}),
+    ("trim 0.8", ("CompactionTrim", {"preserve": 0.8}), {"kind": "inspect_trim", "preserve": 0.8}),
+    ("trim 0.3", ("CompactionTrim", {"preserve": 0.3}), {"kind": "inspect_trim", "preserve": 0.3}),
+    ("trim 0", ("CompactionTrim", {"preserve": 0.0}), {"kind": "inspect_trim", "preserve": 0.0}),
+    ("edit", ("CompactionEdit", {"keep_tool_uses": 3}), {"kind": "inspect_edit", "keep_tool_uses": 3}),
+    ("edit all", ("CompactionEdit", {"keep_tool_uses": 0}), {"kind": "inspect_edit", "keep_tool_uses": 0}),
     (
         "edit inputs",
-        CompactionEdit(keep_tool_uses=2, keep_tool_inputs=False, exclude_tools=["exclude_me"]),
+        ("CompactionEdit", {"keep_tool_uses": 2, "keep_tool_inputs": False, "exclude_tools": ["exclude_me"]}),
         {"kind": "inspect_edit", "keep_tool_uses": 2, "keep_tool_inputs": False, "exclude_tools": ["exclude_me"]},
     ),
 ]
@@ -100,7 +100,9 @@ INSPECT_CASES = [
 @pytest.mark.parametrize("calls_per_turn", [1, 2])
 def test_the_kinds_keep_and_drop_what_inspects_own_strategies_do(label, theirs, ours, calls_per_turn):
     history = agent_history(7, calls_per_turn)
-    expected, _ = asyncio.run(theirs.compact(get_model("mockllm/model"), history, []))
+    kind, options = theirs
+    strategy = getattr(inspect_model(), kind)(**options)
+    expected, _ = asyncio.run(strategy.compact(inspect_model().get_model("mockllm/model"), history, []))
     got = wb.compact([wbi.from_inspect(m) for m in history], ours)
     assert workbench_shape(got) == shape(expected)
     assert len(got) < len(history) or label.startswith("edit")
@@ -172,17 +174,17 @@ def run_eval(tmp_path, compaction, turns: int = 10, filler: int = 12):
 
     def outputs(input, tools, tool_choice, config):
         if "<summary> tags" in input[-1].text:
-            return ModelOutput.from_content("mockllm/model", "<summary>looked up keys</summary>")
+            return inspect_model().ModelOutput.from_content("mockllm/model", "<summary>looked up keys</summary>")
         done = next(calls, None)
         if done is None:
-            return ModelOutput.for_tool_call("mockllm/model", "submit", {"answer": "done"})
-        return ModelOutput.for_tool_call("mockllm/model", "lookup", {"key": f"k{done}"})
+            return inspect_model().ModelOutput.for_tool_call("mockllm/model", "submit", {"answer": "done"})
+        return inspect_model().ModelOutput.for_tool_call("mockllm/model", "lookup", {"key": f"k{done}"})
 
     task = Task(
         dataset=[Sample(input="Look up the keys, then submit.", target="done")],
         solver=react(tools=[lookup()], compaction=compaction),
     )
-    model = get_model("mockllm/model", custom_outputs=outputs)
+    model = inspect_model().get_model("mockllm/model", custom_outputs=outputs)
     [log] = eval(task, model=model, log_dir=str(tmp_path), display="none")
     assert log.status == "success", log.error
     return log
@@ -261,7 +263,7 @@ def _replayed_points(tmp_path, theirs, ours: dict, threshold: int, filler: int) 
 def test_the_trim_kind_compacts_where_inspects_trim_did(tmp_path, threshold, filler):
     recorded, replayed = _replayed_points(
         tmp_path,
-        CompactionTrim(threshold=threshold, preserve=0.5),
+        inspect_model().CompactionTrim(threshold=threshold, preserve=0.5),
         {"kind": "inspect_trim", "preserve": 0.5},
         threshold,
         filler,
@@ -277,7 +279,7 @@ def test_the_trim_kind_compacts_where_inspects_trim_did(tmp_path, threshold, fil
 def test_the_edit_kind_compacts_where_inspects_edit_did(tmp_path):
     recorded, replayed = _replayed_points(
         tmp_path,
-        CompactionEdit(threshold=1500, keep_tool_uses=1),
+        inspect_model().CompactionEdit(threshold=1500, keep_tool_uses=1),
         {"kind": "inspect_edit", "keep_tool_uses": 1},
         1500,
         100,

@@ -110,6 +110,9 @@ STEPPED_RUN = textwrap.dedent("""
     import sys, threading
     from workbench.experiments import run_experiment
     from workbench.experiments.run import LocalExecutor
+    from workbench.store import db
+
+    db.HOLD_SECONDS = 0.1  # the run lets go of the file sooner after each use: the test's reads wait less
 
     stored = threading.Semaphore(0)
 
