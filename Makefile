@@ -35,7 +35,8 @@ PYTEST_WORKERS ?= auto
 test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
-# Everything but the tests marked slow (browser, Ray, notebook, scale, corpus): the loop while working.
+# Everything but the tests marked slow (the app, the command line, whole experiment runs, fresh interpreters,
+# two processes, Ray, the notebook, scale, corpus): the library's own tests, the loop while working.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 

@@ -11,6 +11,8 @@ from workbench.errors import StoreError
 from workbench.store import Store
 from workbench.ui.data import db_path_from_args, load_session
 
+pytestmark = pytest.mark.slow  # the app's pages (AppTest)
+
 
 @pytest.fixture(scope="module")
 def app_db(tmp_path_factory):

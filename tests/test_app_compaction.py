@@ -7,6 +7,9 @@ from streamlit.testing.v1 import AppTest
 
 #: A script drawing one compaction: "summary" (a summary replacing four messages, one of them a long tool
 #: result, with its quality and lost facts) or "masking" (a tool result masked in place, no summary).
+pytestmark = pytest.mark.slow  # the app's compaction view (AppTest)
+
+
 SCRIPT = """
 import dataclasses
 from types import SimpleNamespace

@@ -9,6 +9,9 @@ import pytest
 from app_support import APP, build_database, page_script
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.slow  # the app's Compare page (AppTest)
+
+
 PRESETS = ["observation-masking", "gent-sliding-window", "ptc-runner-trim"]
 
 

@@ -14,6 +14,9 @@ import pytest
 from app_support import build_database, page_script
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.slow  # the app's Experiments page over stored runs (AppTest)
+
+
 SPEC = """
 name = "app-grid"
 dataset = "samples"

@@ -13,6 +13,9 @@ from workbench.config import config_hash, with_preset
 from workbench.experiments import export, run_experiment
 from workbench.store import Store
 
+pytestmark = pytest.mark.slow  # the app's labelling (AppTest)
+
+
 SESSION = "generated-12"
 WINDOW = {"context_limit": 1500, "max_output": 200}
 PRESETS = ["observation-masking", "ptc-runner-trim"]

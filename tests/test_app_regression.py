@@ -10,6 +10,9 @@ import pytest
 from app_support import HOSTILE, build_database, page_script
 from streamlit.testing.v1 import AppTest
 
+pytestmark = pytest.mark.slow  # the app's Regression page (AppTest)
+
+
 SPEC = """
 name = "tiny-gate"
 dataset = "generated"

@@ -9,6 +9,8 @@ from streamlit.testing.v1 import AppTest
 from workbench.errors import StoreError
 from workbench.ui.data import run_sql
 
+pytestmark = pytest.mark.slow  # the app's SQL page (AppTest)
+
 
 @pytest.fixture(scope="module")
 def app_db(tmp_path_factory):

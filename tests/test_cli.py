@@ -16,6 +16,8 @@ from workbench.cli import FORMAT_CHOICES, format_names, main
 from workbench.formatting import format_value
 from workbench.store import Store
 
+pytestmark = pytest.mark.slow  # the command line, many commands in processes of their own
+
 
 def openai_line(i: int) -> str:
     return json.dumps(

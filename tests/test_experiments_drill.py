@@ -14,6 +14,9 @@ from builders import conversation
 from workbench.errors import ConfigError, StoreError
 from workbench.session import Session
 
+pytestmark = pytest.mark.slow  # stored runs drilled into, cell by cell
+
+
 SPEC = """
 name = "drill-grid"
 dataset = "generated"

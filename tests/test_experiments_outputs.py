@@ -19,6 +19,9 @@ from workbench.experiments.charts import pareto_front
 from workbench.experiments.compare import NO_RESULT, STOPPED_EARLY, complete_pairs
 from workbench.experiments.export import FORMATS, format_of
 
+pytestmark = pytest.mark.slow  # whole experiment runs, exports and regression gates (and pytest in a user's project)
+
+
 REPO = Path(__file__).resolve().parents[1]
 
 

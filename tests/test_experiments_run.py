@@ -19,6 +19,8 @@ from workbench.experiments import dry_run, results, run_experiment, runs, save_r
 from workbench.replay import replay
 from workbench.store import Store
 
+pytestmark = pytest.mark.slow  # whole experiment runs, killed and resumed
+
 
 def test_a_run_stores_one_row_per_cell_with_every_metric(grid_db):
     db, spec, ids = grid_db

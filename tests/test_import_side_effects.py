@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # each check in a fresh interpreter (LiteLLM's import takes seconds)
+
+
 REPO = Path(__file__).resolve().parents[1]
 OFFLINE_VARIABLES = (
     "TIKTOKEN_CACHE_DIR",

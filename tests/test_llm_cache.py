@@ -230,6 +230,7 @@ def test_key_material_has_no_secrets_or_transport():
     assert cache_key("m", ask(), params, 1) != cache_key("m", ask(), params, 0)
 
 
+@pytest.mark.slow  # thousands of lookups from many threads
 def test_duckdb_concurrent_lookups_share_queries_and_stay_correct(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -18,6 +18,9 @@ import pytest
 from workbench.extractive import extractive_summary, request_tokens
 from workbench.llm.provider import register
 
+pytestmark = pytest.mark.slow  # fresh interpreters loading LiteLLM
+
+
 pytest_plugins = ["llm_fixtures"]  # the gateway fixtures: litellm, server, gateway
 
 REPO = Path(__file__).resolve().parents[1]

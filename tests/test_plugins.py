@@ -16,6 +16,9 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # plugins installed and used from the command line
+
+
 PLUGIN = '''
 """A demo plugin: one kind of every family."""
 

@@ -10,6 +10,9 @@ import pytest
 from workbench.cli.data import init_database
 from workbench.experiments import load_experiment, regress, run_experiment
 
+pytestmark = pytest.mark.slow  # the shipped specs run in full on the samples
+
+
 EXPERIMENTS = Path(__file__).resolve().parents[1] / "experiments"
 SHIPPED = sorted(EXPERIMENTS.glob("*.toml"))
 #: The specs over the bundled samples; the others name a corpus (their baselines are checked on it).

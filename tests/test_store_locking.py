@@ -18,6 +18,9 @@ from workbench.errors import StoreError
 from workbench.experiments import results, runs
 from workbench.store import Store, db
 
+pytestmark = pytest.mark.slow  # two processes sharing a database
+
+
 ROOT = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT)}
 
