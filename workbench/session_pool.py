@@ -53,7 +53,6 @@ class SessionPool:
         self._held: OrderedDict[tuple[str, ...], tuple[Session, int]] = OrderedDict()
         self._characters = 0
         self._lock = threading.Lock()
-        self.hits = 0
 
     def __len__(self) -> int:
         return len(self._held)
@@ -68,7 +67,6 @@ class SessionPool:
             found = self._held.get(key)
             if found is not None:
                 self._held.move_to_end(key)
-                self.hits += 1
                 held = found[0]
                 for kept, fresh in zip(held.messages, session.messages, strict=True):
                     for tokenizer, count in fresh._token_cache.items():

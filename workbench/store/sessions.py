@@ -467,19 +467,15 @@ class Store:
         in this process (`workbench.session_pool`) may carry counts another database stored."""
         if not ids:
             return []
-        counted = {
+        lacking = {
             row[0]
             for row in self._query(
-                "SELECT DISTINCT session_id FROM token_counts "
-                "WHERE tokenizer = ? AND session_id IN (SELECT unnest(?::VARCHAR[]))",
-                [self._tokenizer_name(tokenizer_name), list(ids)],
+                "SELECT id FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[])) AND NOT EXISTS "
+                "(SELECT 1 FROM token_counts t WHERE t.session_id = sessions.id AND t.tokenizer = ?)",
+                [list(ids), self._tokenizer_name(tokenizer_name)],
             )
         }
-        stored = {
-            row[0]
-            for row in self._query("SELECT id FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)])
-        }
-        return [i for i in dict.fromkeys(ids) if i in stored and i not in counted]
+        return [i for i in dict.fromkeys(ids) if i in lacking]
 
     @staticmethod
     def _tokenizer_name(tokenizer: str | Any) -> str:
