@@ -231,10 +231,11 @@ def test_a_run_summarized_offline_is_labelled_under_its_leaderboard(run_db, tmp_
     own = build_database(str(tmp_path / "wb.duckdb"))
     spec = tmp_path / "split.toml"
     split = 'strategy = { kind = "summarize_split", preserve = 0.4 }'
-    spec.write_text(
-        SPEC.replace('name = "app-grid"', 'name = "split"').replace(
-            'strategy = { kind = "sliding_window", window = 6 }', split
-        )
+    spec.write_text(  # the one generated session, in a window small enough that it compacts
+        SPEC.replace('name = "app-grid"', 'name = "split"')
+        .replace('dataset = "samples"', 'dataset = "generated"')
+        .replace("context_limit = 6000", "context_limit = 1500")
+        .replace('strategy = { kind = "sliding_window", window = 6 }', split)
     )
     run_experiment(str(spec), db=own, concurrency=1)
     captions = [c.value for c in open_page(own, monkeypatch).caption]

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 import subprocess
 import sys
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import workbench as wb
 import workbench.inspect as wbi
-from workbench.strategies.inspect_kinds import threshold_tokens
+from workbench.strategies.inspect_kinds import JoinedCount, inspect_tokens, inspect_tool_tokens, threshold_tokens
 
 if importlib.util.find_spec("inspect_ai") is None:  # not imported here: it takes seconds, paid by the tests
     pytest.skip("inspect_ai is not installed (the `inspect` extra)", allow_module_level=True)
@@ -241,10 +244,12 @@ def test_without_inspect_ai_the_bridge_names_the_extra(monkeypatch):
         wbi.compaction("inspect-trim")
 
 
-def _replayed_points(tmp_path, theirs, ours: dict, threshold: int, filler: int) -> tuple[list[int], list[int]]:
+def _replayed_points(
+    tmp_path, theirs, ours: dict, threshold: int, filler: int, **settings: Any
+) -> tuple[list[int], list[int]]:
     """Inspect's own strategy in a live agent, its log imported: the calls its compactions preceded,
-    and those the workbench kinds compact before when the session is replayed (counted as Inspect
-    counts: o200k_base, with its buffer)."""
+    and those the workbench kinds compact before when the session is replayed (`settings`: more of
+    the replay's config)."""
     log = run_eval(tmp_path, theirs, turns=12, filler=filler)
     [session] = wb.load(log.location)
     recorded = [r.call_index for r in session.recorded_compactions]
@@ -252,9 +257,9 @@ def _replayed_points(tmp_path, theirs, ours: dict, threshold: int, filler: int) 
     config = {
         "trigger": {"kind": "inspect_threshold", "threshold": threshold},
         "strategy": {**ours, "threshold": threshold},
-        "tokenizer": "o200k_base",
         "context_limit": 200_000,
         "max_output": 100,
+        **settings,
     }
     return recorded, [event.call_index for event in wb.replay(session, config).compactions]
 
@@ -271,11 +276,6 @@ def test_the_trim_kind_compacts_where_inspects_trim_did(tmp_path, threshold, fil
     assert replayed == recorded
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Inspect counts the messages' joined text; the replay adds a per-message overhead, which the "
-    "placeholders edit leaves behind make visible: after the second compaction the replay fires a call early",
-)
 def test_the_edit_kind_compacts_where_inspects_edit_did(tmp_path):
     recorded, replayed = _replayed_points(
         tmp_path,
@@ -285,3 +285,86 @@ def test_the_edit_kind_compacts_where_inspects_edit_did(tmp_path):
         100,
     )
     assert replayed == recorded
+
+
+def test_the_summary_kind_compacts_where_inspects_summary_did(tmp_path):
+    """The replay's summarizer (over HTTP) answers as the agent's mock model summarized live."""
+    from workbench.testing import FakeOpenAI
+
+    with FakeOpenAI(responder=lambda request: "<summary>looked up keys</summary>") as server:
+        recorded, replayed = _replayed_points(
+            tmp_path,
+            inspect_model().CompactionSummary(threshold=1500),
+            {"kind": "inspect_summary"},
+            1500,
+            100,
+            summarizer="openai/mock-summarizer",
+            summarizer_options={"api_base": server.api_base, "api_key": "sk-test"},
+        )
+        assert server.request_count == len(replayed)
+    assert replayed == recorded
+
+
+# Inspect's count, restated: texts where tiktoken's pieces meet across the newline that joins them
+AWKWARD = st.lists(
+    st.sampled_from([*'ab Z9./\n\r\t:{}"é-', "  ", "\n\n", "é漢", "🙂", "Hello", "'s"]), max_size=20
+).map("".join)
+
+
+@st.composite
+def inspect_messages(draw) -> list:
+    from workbench.session import Message, ToolCall
+
+    messages = [Message("system", draw(AWKWARD))]
+    for n in range(draw(st.integers(0, 6))):
+        calls = tuple(
+            ToolCall(f"c{n}-{i}", draw(st.sampled_from(["bash", "read_file"])), json.dumps({"cmd": draw(AWKWARD)}))
+            for i in range(draw(st.integers(0, 2)))
+        )
+        messages.append(Message("assistant", draw(AWKWARD), tool_calls=calls))
+        messages += [Message("tool", draw(AWKWARD), tool_call_id=call.id, name=call.name) for call in calls]
+        if draw(st.booleans()):
+            messages.append(Message("user", draw(AWKWARD)))
+    return messages
+
+
+@settings(max_examples=60, deadline=None)
+@given(inspect_messages())
+def test_messages_are_counted_as_inspects_own_count_tokens(messages):
+    from workbench.inspect import to_inspect
+
+    model = inspect_model().get_model("mockllm/model")
+    theirs = asyncio.run(model.count_tokens([to_inspect(m, {}) for m in messages]))
+    assert inspect_tokens(messages) == theirs
+
+
+def test_tool_definitions_are_counted_as_inspects_own_count_tool_tokens():
+    from inspect_ai.tool import ToolInfo, ToolParam, ToolParams
+
+    infos = [
+        ToolInfo(
+            name="bash",
+            description="Run a command.",
+            parameters=ToolParams(
+                properties={"cmd": ToolParam(type="string", description="the command")}, required=["cmd"]
+            ),
+        ),
+        ToolInfo(name="submit", description="Submit an answer: done.", parameters=ToolParams()),
+    ]
+    model = inspect_model().get_model("mockllm/model")
+    logged = [info.model_dump() for info in infos]  # as a log holds them (None fields included)
+    ours = [{"type": "function", "function": info} for info in logged]
+    assert inspect_tool_tokens(ours) == asyncio.run(model.count_tool_tokens(infos))
+    assert inspect_tool_tokens([]) == asyncio.run(model.count_tool_tokens([])) == 1
+
+
+@settings(max_examples=80, deadline=None)
+@given(inspect_messages(), st.lists(st.integers(0, 12), min_size=1, max_size=6), st.integers(0, 20))
+def test_the_growing_count_equals_the_count_of_the_whole_context(messages, cuts, restart):
+    """Counted as the context grows call by call (and starts over when a compaction rewrites it)."""
+    counter = JoinedCount()
+    for cut in sorted(cuts):
+        context = messages[: cut + 1]
+        assert counter.count(context) == inspect_tokens(context)
+    rewritten = messages[restart % len(messages) :]
+    assert counter.count(rewritten) == inspect_tokens(rewritten)

@@ -85,13 +85,16 @@ def run_fresh(script: str, **env: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_the_gateway_registers_the_provider_when_it_first_loads_litellm() -> None:
-    done = run_fresh(
+@pytest.fixture(scope="module")
+def first_load() -> subprocess.CompletedProcess:
+    """A fresh interpreter (DuckDB in use, as in a run) whose gateway loads LiteLLM for its first model call."""
+    return run_fresh(
         "\n".join(
             [
-                "import sys",
+                "import gc, sys, duckdb",
                 "import workbench",
                 "from workbench.llm import Gateway",
+                "duckdb.connect().execute('SELECT 1').fetchall()",
                 "assert 'litellm' not in sys.modules, 'litellm was imported eagerly'",
                 "m = Gateway().model('workbench/extractive')",
                 "m.in_process = False  # through LiteLLM, as any model (in process it needs no LiteLLM)",
@@ -100,9 +103,15 @@ def test_the_gateway_registers_the_provider_when_it_first_loads_litellm() -> Non
                 "print('USAGE', r.input_tokens, r.output_tokens, r.cost_usd)",
                 "import litellm",
                 "print('REGISTERED', [e['provider'] for e in litellm.custom_provider_map])",
+                "print('FROZEN', gc.get_freeze_count() > 100_000,"
+                " any(o is litellm.model_cost for o in gc.get_objects()))",
             ]
         )
     )
+
+
+def test_the_gateway_registers_the_provider_when_it_first_loads_litellm(first_load) -> None:
+    done = first_load
     assert done.returncode == 0, done.stderr[-2000:]
     assert "> Please rename parse_args in cli/main.py" in done.stdout
     prompt_tokens = len("Please rename parse_args in cli/main.py") // 4 + 4
@@ -116,22 +125,11 @@ def test_importing_litellm_alone_registers_nothing() -> None:
     assert "MAP []" in done.stdout
 
 
-def test_what_the_litellm_import_made_is_frozen_and_the_exit_stays_quiet() -> None:
+def test_what_the_litellm_import_made_is_frozen_and_the_exit_stays_quiet(first_load) -> None:
     """A full garbage collection would walk LiteLLM's ~300,000 objects again (~170 ms with every
     thread stopped): loading freezes them. At exit they are unfrozen, or DuckDB's bindings, imported
     before, report their objects as leaked on stderr."""
-    done = run_fresh(
-        "\n".join(
-            [
-                "import gc, duckdb, workbench",
-                "duckdb.connect().execute('SELECT 1').fetchall()",
-                "from workbench.llm.provider import load_litellm",
-                "litellm = load_litellm()",
-                "print('FROZEN', gc.get_freeze_count() > 100_000,"
-                " any(o is litellm.model_cost for o in gc.get_objects()))",
-            ]
-        )
-    )
+    done = first_load
     assert done.returncode == 0, done.stderr[-2000:]
     assert "FROZEN True False" in done.stdout
     assert "leaked" not in done.stderr, done.stderr[-2000:]

@@ -192,6 +192,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_no_cell(ray_cluster, grid_
         finally:
             stop.set()
             killer.join()
+        server.latency = 0.0  # the reference run has no worker to catch
         local = runner.run_experiment(spec, db=str(twin))
     assert killed, "no worker was caught computing a cell"
     assert on_ray.progress.failed_cells == 0 and on_ray.progress.cells_done == len(session_ids) * 2

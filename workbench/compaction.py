@@ -38,6 +38,9 @@ class TriggerView:
     `history`: the session's recorded messages before this call, uncompacted (what an agent that
     rebuilds its input from the full history every turn measures, as `pressure` does); empty when
     the engine does not provide it.
+    `context`: the messages about to be sent (leading system messages included), for a trigger that
+    measures them its own way (`inspect_threshold` counts as Inspect does); read it during the call
+    only, the engine goes on changing the context after. Empty when the engine does not provide it.
     """
 
     call_index: int
@@ -50,6 +53,7 @@ class TriggerView:
     overflow: bool = False
     reactive: bool = False
     history: Sequence[Message] = ()
+    context: Sequence[Message] = ()
 
     @property
     def context_tokens(self) -> int:

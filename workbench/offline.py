@@ -19,6 +19,7 @@ Note that LiteLLM itself, when imported, points `TIKTOKEN_CACHE_DIR` at its bund
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import importlib.util
 import os
@@ -132,6 +133,7 @@ def _bundled_loader(folder: Path) -> Any:
     return load
 
 
+@functools.cache  # an encoding takes about a second to build; tiktoken's own registry caches likewise
 def _from_bundled_file(name: str, folder: Path) -> Any:
     import tiktoken
     from tiktoken_ext import openai_public  # type: ignore[import-untyped]  # tiktoken ships no stubs for it

@@ -26,7 +26,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import accumulate, chain, compress, count, repeat
+from itertools import accumulate, chain, compress, count, islice, repeat
 from operator import is_
 from typing import Any, Protocol, TypeVar, cast, overload
 
@@ -86,12 +86,13 @@ make_view = fast_constructor(
         "overflow",
         "reactive",
         "history",
+        "context",
     ),
 )
 
 
 class History(Sequence[Message]):
-    """The first `length` messages of a session, without copying them (`TriggerView.history`)."""
+    """The first `length` messages of a list, without copying them (`TriggerView.history` and `.context`)."""
 
     __slots__ = ("_messages", "_length")
 
@@ -101,6 +102,9 @@ class History(Sequence[Message]):
 
     def __len__(self) -> int:
         return self._length
+
+    def __iter__(self) -> Iterator[Message]:
+        return islice(self._messages, self._length)  # at C speed, not through __getitem__
 
     @overload
     def __getitem__(self, index: int) -> Message: ...
@@ -116,10 +120,6 @@ class History(Sequence[Message]):
         if not 0 <= index < self._length:
             raise IndexError("history index out of range")
         return self._messages[index]
-
-    def __iter__(self) -> Iterator[Message]:
-        for index in range(self._length):
-            yield self._messages[index]
 
 
 _NUMPY_LOCK = threading.Lock()

@@ -271,8 +271,14 @@ class ReplayWalk:
             "reactive": reactive,
         }
         if self.fast:
-            return make_view({**values, "history": History(self.session.messages, at)})
-        return TriggerView(**values, history=tuple(self.session.messages[:at]))
+            return make_view(
+                {
+                    **values,
+                    "history": History(self.session.messages, at),
+                    "context": History(self.context, len(self.context)),
+                }
+            )
+        return TriggerView(**values, history=tuple(self.session.messages[:at]), context=tuple(self.context))
 
     def _count_usage(self, completions: Sequence[Completion]) -> None:
         """The summarizer's calls are calls of the agent too: its token counters include them (seed 000)."""

@@ -18,11 +18,14 @@ Inspect's rules, as these kinds apply them:
 
 - **Threshold.** A number above 1 is a token count, one at or below 1 a share of the context window
   (`context_limit` here, the model's input window there); compaction runs when the context's
-  estimated tokens are strictly above it. Inspect estimates a count as o200k_base's with a 10 %
-  buffer, truncated (`ESTIMATE_BUFFER`): the trigger and the passes take the replay's count with the
-  same buffer, so a config with `tokenizer = "o200k_base"` decides where Inspect did. Inspect also
-  compacts, once, when the model stops on its context length; here the trigger fires on the
-  replay's overflow and retries the call.
+  estimated tokens are strictly above it. The trigger and the passes count as Inspect does
+  (`inspect_tokens`), whatever the config's tokenizer: the texts of all the messages (text content,
+  each tool call's function name and JSON arguments) joined by newlines, counted with o200k_base
+  plus a 10 % buffer, truncated (`ESTIMATE_BUFFER`), plus the tool definitions counted the same way
+  on their own. Images, and reasoning summaries (which a recorded session does not keep), are left
+  out. Inspect counts from the provider's reported usage once a call has reported it; a replay
+  counts the text. Inspect also compacts, once, when the model stops on its context length; here
+  the trigger fires on the replay's overflow and retries the call.
 - **Passes.** Inspect runs the strategy again (three more passes at most, stopping when a pass frees
   nothing) while the result is still above the threshold, and fails when it stays above. Give a
   strategy the trigger's `threshold` to replay that; 0 runs one pass.
@@ -53,16 +56,22 @@ left out.
 
 from __future__ import annotations
 
+import functools
+import json
+import operator
 import re
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Literal
+
+import regex
 
 from workbench.compaction import CallSpan, CompactionEnv, Context, TriggerView
 from workbench.errors import CompactionError
 from workbench.registry import param, register_strategy, register_trigger
-from workbench.session import Message, group_steps
+from workbench.session import Message, Session, group_steps
 from workbench.strategies.common import summary_max_tokens
+from workbench.tokens import get_tokenizer
 
 #: Inspect's placeholder for a cleared tool result.
 TOOL_RESULT_REMOVED = "(Tool result removed)"
@@ -79,9 +88,120 @@ EXTRA_PASSES = 3
 ESTIMATE_BUFFER = 1.1
 
 
+#: The tokenizer Inspect estimates with.
+INSPECT_TOKENIZER = "o200k_base"
+
+
 def estimated(tokens: int) -> int:
     """A count as Inspect estimates it against its threshold (`ESTIMATE_BUFFER`)."""
     return int(tokens * ESTIMATE_BUFFER)
+
+
+def _inspect_arguments(arguments: str) -> str:
+    """Tool-call arguments as Inspect writes them when it counts (`json.dumps` of the parsed object)."""
+    try:
+        return json.dumps(json.loads(arguments))
+    except ValueError:
+        return arguments
+
+
+def _text_parts(message: Message) -> list[str]:
+    content = message.content
+    if isinstance(content, tuple):
+        parts = [str(p.get("text", "")) for p in content if p.get("type") in ("text", "input_text", "output_text")]
+    else:
+        parts = [content or ""]
+    for call in message.tool_calls:
+        parts += [call.name, _inspect_arguments(call.arguments)]
+    return parts
+
+
+def inspect_text_tokens(text: str) -> int:
+    """Inspect's estimate of a text: o200k_base with its buffer, at least 1."""
+    return max(1, estimated(get_tokenizer(INSPECT_TOKENIZER).count(text)))
+
+
+def inspect_tokens(messages: Sequence[Message]) -> int:
+    """The messages' tokens as Inspect estimates them: their texts joined by newlines, counted once."""
+    parts = [part for message in messages for part in _text_parts(message)]
+    return inspect_text_tokens("\n".join(parts)) if parts else 1
+
+
+class JoinedCount:
+    """`inspect_tokens` of a context that grows by appended messages, each text encoded about once.
+
+    tiktoken splits a text into pieces with a regular expression (no look-behind) and encodes each
+    piece on its own, so appending text can change only the last pieces: the count keeps the tokens
+    of everything before the last two pieces, and encodes those two again with what is appended.
+    `count(messages)` starts over when `messages` does not begin with the messages counted so far.
+    Equal to `inspect_tokens` (tests/test_inspect_bridge.py, hypothesis over awkward texts).
+    """
+
+    #: Pieces kept open at the end (one would do for o200k's pattern; two leave a margin).
+    OPEN_PIECES = 2
+
+    def __init__(self) -> None:
+        from workbench.offline import tiktoken_encoding
+
+        encoding = tiktoken_encoding(INSPECT_TOKENIZER)
+        self._encode = encoding.encode_ordinary
+        self._pieces = regex.compile(encoding._pat_str)  # tiktoken's own splitting pattern (no public name)
+        self._counted: list[Message] = []
+        self._settled = 0
+        self._open: str | None = None
+
+    def count(self, messages: Sequence[Message]) -> int:
+        known = len(self._counted)
+        if len(messages) < known or not all(map(operator.is_, self._counted, messages)):
+            self._counted, self._settled, self._open, known = [], 0, None, 0
+        added = [part for message in messages[known:] for part in _text_parts(message)]
+        self._counted.extend(messages[known:])
+        if added:
+            text = "\n".join(added) if self._open is None else self._open + "\n" + "\n".join(added)
+            starts = [piece.start() for piece in self._pieces.finditer(text)]
+            cut = starts[-self.OPEN_PIECES] if len(starts) >= self.OPEN_PIECES else 0
+            self._settled += len(self._encode(text[:cut])) if cut else 0
+            self._open = text[cut:]
+        if self._open is None:
+            return 1
+        return max(1, estimated(self._settled + (len(self._encode(self._open)) if self._open else 0)))
+
+
+def _without_none(value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_none(v) for v in value]
+    return value
+
+
+def inspect_tool_tokens(tools: Sequence[Mapping[str, Any]]) -> int:
+    """The tool definitions' tokens as Inspect estimates them (their JSON, one after another)."""
+    text = ""
+    for tool in tools:
+        function = tool.get("function", tool)
+        definition = {
+            "name": function.get("name"),
+            "description": function.get("description"),
+            "parameters": _without_none(function.get("parameters") or {}),
+        }
+        text += json.dumps({"type": "function", "function": definition})
+    return inspect_text_tokens(text)
+
+
+@dataclass(frozen=True)
+class _BoundTools:
+    """The replayed session's tool definitions as Inspect counts them (`bind_session`); 1 unbound, as
+    Inspect counts no tools."""
+
+    _tool_tokens: list[int] = field(default_factory=lambda: [1], init=False, repr=False, compare=False)
+
+    def bind_session(self, session: Session) -> None:
+        self._tool_tokens[:] = [inspect_tool_tokens(session.tools)]
+
+    @property
+    def tool_tokens(self) -> int:
+        return self._tool_tokens[0]
 
 
 def threshold_tokens(threshold: float, context_limit: int) -> int:
@@ -91,17 +211,18 @@ def threshold_tokens(threshold: float, context_limit: int) -> int:
 
 @register_trigger("inspect_threshold")
 @dataclass(frozen=True)
-class InspectThreshold:
+class InspectThreshold(_BoundTools):
     """Fire when the context's tokens are above `threshold` (Inspect's compaction gate).
 
-    `threshold` above 1 is tokens, at or below 1 a share of `context_limit`; the context's count is
-    taken with Inspect's buffer (`estimated`). The context counts
-    what the replay sends (system messages and, when the session has them, tool schemas), as
-    Inspect counts the messages and the tool definitions. An overflow fires it (Inspect compacts
-    once when the model stops on its context length, then sends the call again).
+    `threshold` above 1 is tokens, at or below 1 a share of `context_limit`. The context is counted
+    as Inspect counts it (`inspect_tokens` over the messages about to be sent, plus the tool
+    definitions), not with the config's tokenizer; a view without its messages falls back on the
+    replay's count with Inspect's buffer. An overflow fires it (Inspect compacts once when the model
+    stops on its context length, then sends the call again).
     """
 
     overflow_retry: ClassVar[bool] = True
+    _joined: list[JoinedCount] = field(default_factory=list, init=False, repr=False, compare=False)
     threshold: float = param(
         0.9, doc="tokens above which it fires (> 1), or that share of context_limit (<= 1)", min=0, min_exclusive=True
     )
@@ -110,10 +231,16 @@ class InspectThreshold:
         return threshold_tokens(self.threshold, context_limit)
 
     def should_compact(self, view: TriggerView) -> bool:
-        return view.overflow or estimated(view.context_tokens) > self.tokens(view.context_limit)
+        if view.overflow:
+            return True
+        if view.context:
+            if not self._joined:
+                self._joined.append(JoinedCount())
+            return self.tool_tokens + self._joined[0].count(view.context) > self.tokens(view.context_limit)
+        return estimated(view.context_tokens) > self.tokens(view.context_limit)
 
     def firing_mask(self, span: CallSpan) -> Any:
-        return (span.context_tokens * ESTIMATE_BUFFER).astype("int64") > self.tokens(span.context_limit)
+        raise NotImplementedError("Inspect's count is of the joined text: asked call by call")
 
     def notify_compacted(self, view: TriggerView) -> None:
         return None
@@ -179,20 +306,25 @@ def drop_trailing_assistant(messages: list[Message], pinned: Callable[[Message],
 
 
 def run_passes(
-    one_pass: Callable[[list[Message]], list[Message]], context: Context, env: CompactionEnv, threshold: float
+    one_pass: Callable[[list[Message]], list[Message]],
+    context: Context,
+    env: CompactionEnv,
+    threshold: float,
+    tool_tokens: int = 1,
 ) -> list[Message]:
-    """One pass, and more while the result is above `threshold` (Inspect's `_perform_compaction`)."""
+    """One pass, and more while the result is above `threshold` (Inspect's `_perform_compaction`),
+    the result counted as Inspect counts it (`inspect_tokens`, plus `tool_tokens`)."""
     result = one_pass(list(context.messages))
     if threshold <= 0:
         return result
     limit = threshold_tokens(threshold, env.context_limit)
-    tokens = estimated(env.tokens(result))
+    tokens = tool_tokens + inspect_tokens(result)
     for _ in range(EXTRA_PASSES):
         if tokens <= limit:
             break
         previous = tokens
         result = one_pass(result)
-        tokens = estimated(env.tokens(result))
+        tokens = tool_tokens + inspect_tokens(result)
         if tokens >= previous:
             break
     if tokens > limit:
@@ -242,7 +374,7 @@ def trim_once(messages: list[Message], preserve: float) -> list[Message]:
 
 @register_strategy("inspect_trim")
 @dataclass(frozen=True)
-class InspectTrim:
+class InspectTrim(_BoundTools):
     """Inspect's `CompactionTrim`: keep the input and the last `preserve` share of the conversation."""
 
     summarizes: ClassVar[bool] = False
@@ -251,7 +383,8 @@ class InspectTrim:
     threshold: float = param(0.0, doc=_THRESHOLD_DOC, min=0)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        return run_passes(lambda messages: trim_once(messages, self.preserve), context, env, self.threshold)
+        trim = functools.partial(trim_once, preserve=self.preserve)
+        return run_passes(trim, context, env, self.threshold, self.tool_tokens)
 
 
 # --------------------------------------------------------------------------------------------
@@ -280,7 +413,7 @@ def _with_note(message: Message, note: str) -> Message:
 
 @register_strategy("inspect_edit")
 @dataclass(frozen=True)
-class InspectEdit:
+class InspectEdit(_BoundTools):
     """Inspect's `CompactionEdit`: clear the oldest tool results (or whole tool uses) and old reasoning."""
 
     summarizes: ClassVar[bool] = False
@@ -292,7 +425,7 @@ class InspectEdit:
     threshold: float = param(0.0, doc=_THRESHOLD_DOC, min=0)
 
     def compact(self, context: Context, env: CompactionEnv) -> list[Message]:
-        return run_passes(self.edit_once, context, env, self.threshold)
+        return run_passes(self.edit_once, context, env, self.threshold, self.tool_tokens)
 
     def edit_once(self, messages: list[Message]) -> list[Message]:
         result = list(messages)
@@ -392,7 +525,7 @@ def summary_message(summary: str) -> Message:
 
 @register_strategy("inspect_summary")
 @dataclass(frozen=True)
-class InspectSummary:
+class InspectSummary(_BoundTools):
     """Inspect's `CompactionSummary`: the input plus one summary of the conversation (from the last summary on)."""
 
     instructions: str = param("", doc="added to the prompt (what to keep in particular)")
@@ -407,7 +540,7 @@ class InspectSummary:
             written.append(summary)
             return out
 
-        result = run_passes(one_pass, context, env, self.threshold)
+        result = run_passes(one_pass, context, env, self.threshold, self.tool_tokens)
         env.record_summary(written[-1])
         return result
 
@@ -431,12 +564,16 @@ class InspectSummary:
 
 __all__ = [
     "ESTIMATE_BUFFER",
+    "INSPECT_TOKENIZER",
     "InspectEdit",
     "InspectSummary",
     "InspectThreshold",
     "InspectTrim",
+    "JoinedCount",
     "Partition",
     "estimated",
+    "inspect_tokens",
+    "inspect_tool_tokens",
     "partition",
     "summary_text",
     "threshold_tokens",
