@@ -127,12 +127,17 @@ def inspect_tokens(messages: Sequence[Message]) -> int:
     return inspect_text_tokens("\n".join(parts)) if parts else 1
 
 
+_SPACE = regex.compile(r"\s")
+
+
 class JoinedCount:
     """`inspect_tokens` of a context that grows by appended messages, each text encoded about once.
 
     tiktoken splits a text into pieces with a regular expression (no look-behind) and encodes each
     piece on its own, so appending text can change only the last pieces: the count keeps the tokens
     of everything before the last two pieces, and encodes those two again with what is appended.
+    The settled part ends after a character that is not whitespace: the pattern's one look-ahead,
+    `\s+(?!\S)`, would split a trailing run of whitespace differently at the end of a text.
     `count(messages)` starts over when `messages` does not begin with the messages counted so far.
     Equal to `inspect_tokens` (tests/test_inspect_bridge.py, hypothesis over awkward texts).
     """
@@ -158,8 +163,8 @@ class JoinedCount:
         self._counted.extend(messages[known:])
         if added:
             text = "\n".join(added) if self._open is None else self._open + "\n" + "\n".join(added)
-            starts = [piece.start() for piece in self._pieces.finditer(text)]
-            cut = starts[-self.OPEN_PIECES] if len(starts) >= self.OPEN_PIECES else 0
+            starts = [piece.start() for piece in self._pieces.finditer(text)][: -self.OPEN_PIECES + 1 or None]
+            cut = next((start for start in reversed(starts) if start and not _SPACE.match(text, start - 1)), 0)
             self._settled += len(self._encode(text[:cut])) if cut else 0
             self._open = text[cut:]
         if self._open is None:
