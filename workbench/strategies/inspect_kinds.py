@@ -131,7 +131,7 @@ _SPACE = regex.compile(r"\s")
 
 
 class JoinedCount:
-    """`inspect_tokens` of a context that grows by appended messages, each text encoded about once.
+    r"""`inspect_tokens` of a context that grows by appended messages, each text encoded about once.
 
     tiktoken splits a text into pieces with a regular expression (no look-behind) and encodes each
     piece on its own, so appending text can change only the last pieces: the count keeps the tokens
