@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 from pathlib import Path
 
 import duckdb
@@ -95,17 +96,32 @@ def test_a_lock_wait_that_is_not_a_number_is_said(monkeypatch):
         db.default_lock_wait()
 
 
-def test_the_model_cache_holds_the_file_only_while_it_reads_or_writes(tmp_path):
+def test_the_model_cache_lets_the_file_go_once_idle(tmp_path, monkeypatch):
+    """Held for a burst of lookups (not opened for each), let go after `db.HOLD_SECONDS` idle."""
     from workbench.llm import CacheEntry
     from workbench.store import DuckDBCache
+    from workbench.store import db as database
 
+    monkeypatch.setattr(database, "HOLD_SECONDS", 0.3)
     path = tmp_path / "wb.duckdb"
     cache = DuckDBCache(path)
     cache.put("k", "m", {"q": 1}, CacheEntry("an answer"))
-    assert cache.flush() == 1 and cache.get("k") == CacheEntry("an answer")
-    # a read-only connection of this process is refused while another connection has the file open
-    # for writing ("a different configuration"): it opens, so the cache holds nothing now
-    duckdb.connect(str(path), read_only=True).close()
+    assert cache.flush() == 1
+    assert all(cache.get("k") == CacheEntry("an answer") for _ in range(20))
+    assert cache._hold is not None and cache._hold.opened == 1  # one open for the burst
+
+    def read_only_opens() -> bool:
+        # a read-only connection of this process is refused while another connection has the file
+        # open for writing ("a different configuration")
+        try:
+            duckdb.connect(str(path), read_only=True).close()
+        except duckdb.ConnectionException:
+            return False
+        return True
+
+    assert not read_only_opens()  # held right after its last use
+    time.sleep(0.6)
+    assert read_only_opens()  # and let go once idle
     cache.close()
 
 

@@ -8,7 +8,7 @@
     completion = summarizer.complete([{"role": "user", "content": "Summarize: ..."}])
     completion = await summarizer.acomplete(messages)          # the same, from asyncio
 
-Built on LiteLLM (`litellm.completion` / `litellm.acompletion`), so any provider string works:
+Built on LiteLLM (`litellm.completion`), so any provider string works:
 `openai/...`, `anthropic/...`, `ollama/...`, an OpenAI-compatible server (`openai/<name>` with
 `api_base`), and the offline `workbench/extractive`. LiteLLM is imported on first use, not when
 this package is imported; importing it changes no environment variable and no import machinery.

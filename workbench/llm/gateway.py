@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -27,6 +28,10 @@ from workbench.llm.retry import RetryPolicy
 __all__ = ["Gateway", "GatewayStats", "default_gateway", "set_default_gateway"]
 
 log = logging.getLogger("workbench.llm")
+
+#: Threads at most sending asyncio callers' requests, all models together (each model's limiter bounds
+#: its own calls in flight; a thread is started only when no idle one is left).
+SENDER_THREADS = 256
 
 
 @dataclass
@@ -111,6 +116,7 @@ class Gateway:
         self._http_clients: dict[int, Any] = {}
         self._http_local = threading.local()  # the index of the calling thread's pool
         self._threads_seen = 0
+        self._senders: ThreadPoolExecutor | None = None
 
     def model(self, model: str, options: Mapping[str, Any] | None = None, **more: Any) -> BoundModel:
         """`model` bound to its options (defaults < `options` < keyword options): a `Summarizer`."""
@@ -132,6 +138,9 @@ class Gateway:
     def close(self) -> None:
         with self._lock:
             clients, self._http_clients = self._http_clients, {}
+            senders, self._senders = self._senders, None
+        if senders is not None:
+            senders.shutdown(wait=False, cancel_futures=True)
         for client in clients.values():
             client.client.close()  # the handler was lent the httpx client, so its own close() leaves it open
         close = getattr(self.cache, "close", None)
@@ -182,6 +191,14 @@ class Gateway:
                 "(set input_cost_per_token/output_cost_per_token in its options to price it)",
                 model,
             )
+
+    def senders(self) -> ThreadPoolExecutor:
+        """The threads that send asyncio callers' requests (`BoundModel.acomplete`): made at first use,
+        a thread started only when none is idle, closed with the gateway."""
+        with self._lock:
+            if self._senders is None:
+                self._senders = ThreadPoolExecutor(SENDER_THREADS, thread_name_prefix="llm-send")
+            return self._senders
 
     def http_client(self) -> Any:
         """The calling thread's connection pool lent to LiteLLM for synchronous calls

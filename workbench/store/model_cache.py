@@ -51,8 +51,9 @@ def _close_if_alive(reference: Any) -> None:
 class DuckDBCache:
     """The `llm_cache` table of the workbench database: a `Cache` for the gateway.
 
-    Give it a path or a `workbench.store.db.FileHold` (the file is opened for each read or write and
-    closed after it, so other processes can open it between them), or an open connection (shared
+    Give it a path (the file is opened at a read or write and let go once idle after it has been open
+    `db.HOLD_SECONDS`, so other processes can open it between, and a burst of lookups does not pay an
+    open each), a `workbench.store.db.FileHold` of the caller's, or an open connection (shared
     with the rest of the process and held as long as it is open; this cache uses its own cursor
     behind a lock, so any thread may call it). Migrations are applied at once. The first response
     stored under a key wins (over an unusable one, see the module's docstring).
@@ -82,7 +83,7 @@ class DuckDBCache:
         self._hold: db.FileHold | None = None
         self._cursor: Any = None
         if connection_or_path is None or isinstance(connection_or_path, (str, os.PathLike)):
-            self._hold = db.FileHold(connection_or_path)
+            self._hold = db.FileHold(connection_or_path, linger=db.HOLD_SECONDS)  # not one open per lookup
         elif isinstance(connection_or_path, db.FileHold):
             self._hold = connection_or_path
         else:
