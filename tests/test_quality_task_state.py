@@ -240,3 +240,20 @@ def test_what_a_session_keeps_of_earlier_contexts_gives_the_answers_of_each_cont
         answers.append(task_state.covered_items(items, context, session))
         assert answers[-1] == alone
     assert answers[0] == answers[4] and answers[0] != answers[5] and any(answers[2])
+
+
+def test_the_states_of_one_pass_equal_the_walk_up_to_each_call():
+    """`task_state_at` builds every call's state from one pass (`_Checkpoints`); `_state` walks the
+    recording up to the call. Equal at every call of the samples, which exercise every dimension."""
+    from workbench.quality.trace import assistant_positions
+    from workbench.samples import bundled_samples
+
+    dimensions: set[str] = set()
+    for session in [*bundled_samples(), planted()]:
+        positions = assistant_positions(session)
+        for call in range(len(positions) + 1):
+            end = positions[call] if call < len(positions) else len(session.messages)
+            state = task_state_at(session, call)
+            assert state == task_state._state(session, end, call), (session.id, call)
+            dimensions.update(item.dimension for item in state.items)
+    assert dimensions == set(DIMENSIONS)

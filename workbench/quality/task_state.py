@@ -465,13 +465,104 @@ def extract_task_state(messages: Sequence[Message], call_index: int = 0) -> Task
 
 
 def task_state_at(session: Session, call_index: int) -> TaskState:
-    """The task state from the recorded messages before call `call_index` (cached per session and call)."""
+    """The task state from the recorded messages before call `call_index` (cached per session and call).
+
+    Built from `_checkpoints`, one pass over the session for all its calls; equal to `_state`, the
+    plain walk up to the call (tests/test_quality_task_state.py)."""
     positions = assistant_positions(session)
     end = positions[call_index] if 0 <= call_index < len(positions) else len(session.messages)
     states: dict[int, TaskState] = memo(session, "task_states", dict)
     if call_index not in states:
-        states[call_index] = _state(session, end, call_index)
+        states[call_index] = _checkpoints(session).state(end, call_index)
     return states[call_index]
+
+
+@dataclass(frozen=True)
+class _Checkpoint:
+    """`_state`'s accumulators before one message: how long the lists that only grow were, and
+    copies of what changes in place (files, the last request, the next step, the open errors)."""
+
+    tasks: int
+    constraints: int
+    files: tuple[tuple[str, tuple[str, ...], int], ...]
+    decisions: int
+    progress: int
+    last_request: tuple[StateItem, ...]
+    next_step: tuple[StateItem, ...]
+    errors: tuple[StateItem, ...]
+
+
+class _Checkpoints:
+    """The task state before every call of a session, from one pass over its contributions: walking
+    them again up to each call (`_state`) costs the session's length per call, which a replay that
+    compacts at most calls (observation masking) pays for each."""
+
+    def __init__(self, session: Session):
+        ends = {*assistant_positions(session), len(session.messages)}
+        self.task: list[StateItem] = []
+        self.constraints: list[StateItem] = []
+        self.decisions: list[StateItem] = []
+        self.progress: list[StateItem] = []
+        self.at: dict[int, _Checkpoint] = {}
+        self._artifacts: dict[tuple[str, tuple[str, ...], int], StateItem] = {}
+        seen_constraints: set[str] = set()
+        files: dict[str, tuple[str, tuple[str, ...], int]] = {}
+        next_steps: list[StateItem] = []
+        errors: dict[str, StateItem] = {}
+        last_request: tuple[StateItem, ...] = ()
+        contributions = _contributions(session)
+        for index in range(len(contributions) + 1):
+            if index in ends:
+                self.at[index] = _Checkpoint(
+                    len(self.task),
+                    len(self.constraints),
+                    tuple(files.values()),
+                    len(self.decisions),
+                    len(self.progress),
+                    last_request,
+                    tuple(next_steps[-1:]),
+                    tuple(list(errors.values())[-MAX_ERRORS:]),
+                )
+            if index == len(contributions):
+                break
+            found = contributions[index]
+            self.task += found.requests
+            for item in found.constraints:
+                if item.text.lower() not in seen_constraints:
+                    seen_constraints.add(item.text.lower())
+                    self.constraints.append(item)
+            if found.requests:
+                last_request, next_steps = found.requests, []
+            for touch in found.touches:
+                key = touch.path if touch.path == "git commit" else normalize_path(touch.path)
+                written, actions, _ = files.get(key, (touch.path, (), index))
+                files[key] = (written, (*actions, touch.action), index)
+            self.decisions += found.decisions
+            self.progress += found.progress
+            next_steps += found.next_steps
+            if found.outcome is not None:
+                errors.pop(found.outcome.key, None)
+                if found.outcome.error is not None:
+                    errors[found.outcome.key] = found.outcome.error
+
+    def state(self, end: int, call_index: int) -> TaskState:
+        """The task state before message `end` (an assistant message's index, or the session's length)."""
+        point = self.at[end]
+        items: list[StateItem] = [*self.task[: point.tasks], *self.constraints[: point.constraints]]
+        for file in point.files:
+            artifact = self._artifacts.get(file)
+            if artifact is None:
+                artifact = self._artifacts.setdefault(file, _artifact(file[0], list(file[1]), file[2]))
+            items.append(artifact)
+        items += self.decisions[: point.decisions][-MAX_DECISIONS:] + self.progress[: point.progress][-MAX_PROGRESS:]
+        items += [StateItem("next_step", i.text, i.terms, i.source) for i in point.last_request[:1]]
+        items += [*point.next_step, *point.errors]
+        return TaskState(call_index, tuple(items))
+
+
+def _checkpoints(session: Session) -> _Checkpoints:
+    found: _Checkpoints = memo(session, "task_state_checkpoints", lambda: _Checkpoints(session))
+    return found
 
 
 def _state(session: Session, end: int, call_index: int) -> TaskState:
