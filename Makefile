@@ -36,7 +36,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # Everything but the tests marked slow (the app, the command line, whole experiment runs, fresh interpreters,
-# two processes, Ray, the notebook, scale, corpus): the library's own tests, the loop while working.
+# two processes, Ray, live Inspect evals, the notebook, scale, corpus): the library's own tests, the loop while working.
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -n $(PYTEST_WORKERS) --dist loadfile -m "not slow" $(PYTEST_ARGS)
 

@@ -21,6 +21,10 @@ if importlib.util.find_spec("inspect_ai") is None:  # not imported here: it take
     pytest.skip("inspect_ai is not installed (the `inspect` extra)", allow_module_level=True)
 
 
+#: A real Inspect eval runs in the test (an agent on `mockllm`): seconds each, left out of `make test-fast`.
+LIVE_EVAL = pytest.mark.slow
+
+
 def inspect_model() -> Any:
     """`inspect_ai.model`, imported when a test first needs it (not while the suite is collected)."""
     import inspect_ai.model
@@ -204,6 +208,7 @@ LIVE = [
 ]
 
 
+@LIVE_EVAL
 @pytest.mark.parametrize(("label", "strategy", "event_type"), LIVE, ids=[c[0] for c in LIVE])
 def test_a_workbench_config_compacts_a_live_inspect_agent(tmp_path, label, strategy, event_type):
     config = {"name": f"live-{label}", "trigger": {"kind": "inspect_threshold", "threshold": 700}, "strategy": strategy}
@@ -216,6 +221,7 @@ def test_a_workbench_config_compacts_a_live_inspect_agent(tmp_path, label, strat
         assert event.metadata["strategy"] == "WorkbenchCompaction"
 
 
+@LIVE_EVAL
 def test_a_live_summary_goes_through_the_configs_summarizer_or_inspects_model(tmp_path):
     config = {"trigger": {"kind": "inspect_threshold", "threshold": 700}, "strategy": {"kind": "inspect_summary"}}
     log = run_eval(tmp_path / "inspect", wbi.compaction(config))  # the agent's own (mock) model summarizes
@@ -227,6 +233,7 @@ def test_a_live_summary_goes_through_the_configs_summarizer_or_inspects_model(tm
     assert summaries and "looked up keys" not in summaries[0].text
 
 
+@LIVE_EVAL
 def test_the_live_log_imports_back_with_its_compactions(tmp_path):
     config = {"trigger": {"kind": "inspect_threshold", "threshold": 700}, "strategy": {"kind": "inspect_trim"}}
     log = run_eval(tmp_path, wbi.compaction(config))
@@ -266,6 +273,7 @@ def _replayed_points(
     return recorded, [event.call_index for event in wb.replay(session, config).compactions]
 
 
+@LIVE_EVAL
 @pytest.mark.parametrize(("threshold", "filler"), [(900, 40), (1200, 60), (1500, 100), (2500, 150)])
 def test_the_trim_kind_compacts_where_inspects_trim_did(tmp_path, threshold, filler):
     recorded, replayed = _replayed_points(
@@ -278,6 +286,7 @@ def test_the_trim_kind_compacts_where_inspects_trim_did(tmp_path, threshold, fil
     assert replayed == recorded
 
 
+@LIVE_EVAL
 def test_the_edit_kind_compacts_where_inspects_edit_did(tmp_path):
     recorded, replayed = _replayed_points(
         tmp_path,
@@ -289,6 +298,7 @@ def test_the_edit_kind_compacts_where_inspects_edit_did(tmp_path):
     assert replayed == recorded
 
 
+@LIVE_EVAL
 def test_the_summary_kind_compacts_where_inspects_summary_did(tmp_path):
     """The replay's summarizer (over HTTP) answers as the agent's mock model summarized live."""
     from workbench.testing import FakeOpenAI
