@@ -3,7 +3,8 @@
 `BoundModel` satisfies `workbench.compaction.Summarizer`. One call is written once, as a plan
 (a generator yielding the steps that block: wait for an identical call in flight, make an HTTP
 attempt, sleep before a retry) run by a synchronous driver (`complete`, threads) or an
-asynchronous one (`acomplete`, asyncio). The plan asks the cache, joins or leads the flight of
+asynchronous one (`acomplete`, asyncio; its HTTP attempts go out from the gateway's sender threads,
+see `BoundModel._send`). The plan asks the cache, joins or leads the flight of
 its key, retries under the gateway's `RetryPolicy`, parses and prices the answer and stores it.
 It knows the gateway only through `GatewayAPI`, the protocol of what it needs from one. The
 offline `workbench/extractive` is answered in process (`BoundModel.in_process`): its attempt calls
