@@ -42,6 +42,7 @@ from workbench.errors import ConfigError, SessionFilterError, StoreError, did_yo
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellSpend, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
 from workbench.store.results import FinishedCell, NoopConfig, held_results, open_results
+from workbench.store.sessions import held_store
 from workbench.strategies.common import may_summarize
 
 if TYPE_CHECKING:
@@ -312,8 +313,9 @@ class _SessionCache:
     with no pending cell (an unexpected or repeated load) is handed out without being kept.
     A miss also reads the next `batch - 1` pending sessions in the same queries: a run's first
     cells all want a session at once, and one read of many costs about what one read of one does.
-    `peak` is the most sessions it ever held at once. `open_store` opens the database for one read,
-    closed after it, so that the run does not hold the file between reads.
+    `peak` is the most sessions it ever held at once. `open_store` opens the database for one read
+    (a run's `FileHold`: the file is let go once idle), so that the run does not hold the file
+    between reads.
 
     Sessions come with their stored token counts. Those under the run's `tokenizers` a loaded batch
     lacks (a tokenizer this database never met, a database imported before imports stored counts)
@@ -539,7 +541,7 @@ def _execute(
         return
     cells_per_session = max(1, len(spec.configs) * spec.repeats)
     in_flight = int(getattr(executor, "concurrency", 1) or 1)
-    sessions = _SessionCache(lambda: Store(db_path), batch=min(64, -(-in_flight // cells_per_session)))
+    sessions = _SessionCache(lambda: held_store(hold), batch=min(64, -(-in_flight // cells_per_session)))
     sessions.tokenizers = tuple(dict.fromkeys(c.config.tokenizer for c in spec.configs))
     sessions.expect(todo)
     cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))

@@ -25,7 +25,7 @@ from workbench.store.results import (
     open_results,
     shown_status,
 )
-from workbench.store.sessions import COUNTABLE, Store
+from workbench.store.sessions import COUNTABLE, Store, held_store
 from workbench.store.writer import check_dataset_name, continues
 
 __all__ = [
@@ -48,6 +48,7 @@ __all__ = [
     "continues",
     "default_path",
     "held_results",
+    "held_store",
     "open_results",
     "shown_status",
     "summary_labels_frame",

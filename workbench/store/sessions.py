@@ -28,6 +28,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -121,6 +122,7 @@ class Store:
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         memory_limit: str | None = None,
         create: bool = True,
+        _borrowed: duckdb.DuckDBPyConnection | None = None,
     ):
         self.path = os.fspath(path) if path is not None else db.default_path()
         self.read_only = read_only
@@ -129,10 +131,11 @@ class Store:
         self._memory_limit = memory_limit
         self._closed = False
         self._connection_lock = threading.Lock()
-        self._con: duckdb.DuckDBPyConnection | None = db.connect(
-            self.path, read_only=read_only, create=create, memory_limit=memory_limit
-        )
         self.opened_at = time.monotonic()
+        self._con: duckdb.DuckDBPyConnection | None = _borrowed
+        if _borrowed is not None:  # `held_store`: the hold opened and migrated the file, and closes it
+            return
+        self._con = db.connect(self.path, read_only=read_only, create=create, memory_limit=memory_limit)
         if read_only and self.path != ":memory:":
             pending = db.pending_migrations(self._con)
             if pending:
@@ -787,3 +790,17 @@ class Store:
             [session_id, config_hash, int(compaction)],
         )
         return bool(rows)
+
+
+@contextmanager
+def held_store(hold: db.FileHold) -> Iterator[Store]:
+    """The store through `hold` for the block: a cursor on the hold's connection, with no open or
+    migration of its own (the hold's first open migrated the file). A run reads its sessions in many
+    brief reads; opening the file for each (and checking its migrations) cost a quarter of them."""
+    with hold.open() as connection:
+        store = Store(hold.path, _borrowed=connection)
+        try:
+            yield store
+        finally:
+            store._con = None  # the hold's: it closes it
+            store._closed = True
