@@ -221,7 +221,7 @@ def prime(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic")
     counted once. The counts are those `message_tokens` gives."""
     tok = resolve(tokenizer)
     name = tok.name
-    todo = [m for m in messages if name not in m._token_cache]
+    todo = uncounted(messages, tok)
     if not todo:
         return
     texts = [counted_text(m) for m in todo]
