@@ -300,3 +300,24 @@ def test_the_reference_walk_asks_the_trigger_at_every_call_and_the_fast_one_skip
     assert len(fast.compactions) > 2
     assert asked["reference"] == len(reference.calls) - 1
     assert 0 < asked["fast"] < asked["reference"] // 2
+
+
+@given(
+    st.sampled_from([list, tuple]),
+    st.integers(0, 12),
+    st.integers(0, 12),
+    st.one_of(st.none(), st.integers(-14, 14)),
+    st.one_of(st.none(), st.integers(-14, 14)),
+    st.one_of(st.none(), st.sampled_from([1, 2, 3, -1, -2])),
+)
+def test_the_fast_paths_history_view_slices_as_the_copied_prefix(kind, size, length, start, stop, step):
+    """`History` (the views `TriggerView.history` and `.context` give on the fast path) is the prefix
+    of its list: every slice, and its type, as slicing the copied prefix gives."""
+    from workbench.replay_fast import History
+
+    messages = kind(range(size))
+    prefix = messages[:length]
+    view = History(messages, len(prefix))
+    part = slice(start, stop, step)
+    assert view[part] == prefix[part] and type(view[part]) is type(prefix[part])
+    assert list(view) == list(prefix) and len(view) == len(prefix)

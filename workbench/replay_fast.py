@@ -114,6 +114,9 @@ class History(Sequence[Message]):
 
     def __getitem__(self, index: int | slice) -> Message | Sequence[Message]:
         if isinstance(index, slice):
+            start, stop, step = index.indices(self._length)
+            if step == 1:  # the usual slice: without copying the whole prefix first
+                return self._messages[start:stop]
             return self._messages[: self._length][index]
         if index < 0:
             index += self._length

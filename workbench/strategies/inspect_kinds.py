@@ -159,8 +159,9 @@ class JoinedCount:
         known = len(self._counted)
         if len(messages) < known or not all(map(operator.is_, self._counted, messages)):
             self._counted, self._settled, self._open, known = [], 0, None, 0
-        added = [part for message in messages[known:] for part in _text_parts(message)]
-        self._counted.extend(messages[known:])
+        appended = messages[known:]
+        added = [part for message in appended for part in _text_parts(message)]
+        self._counted.extend(appended)
         if added:
             text = "\n".join(added) if self._open is None else self._open + "\n" + "\n".join(added)
             starts = [piece.start() for piece in self._pieces.finditer(text)][: -self.OPEN_PIECES + 1 or None]
