@@ -441,9 +441,11 @@ class Store:
         import numpy as np
 
         name = tokenizer.name
+        rows = sum(len(s.messages) for s in sessions)
         table = {
             "session_id": np.array([s.id for s in sessions for _ in s.messages], dtype=object),
             "idx": np.array([i for s in sessions for i in range(len(s.messages))], dtype=np.int32),
+            "tokenizer": np.full(rows, name, dtype=object),
             "tokens": np.array([m._token_cache[name] for s in sessions for m in s.messages], dtype=np.int32),
         }
         con = self.connection
@@ -453,16 +455,12 @@ class Store:
                 "DELETE FROM token_counts WHERE tokenizer = ? AND session_id IN (SELECT unnest(?::VARCHAR[]))",
                 [name, [s.id for s in sessions]],
             )
-            with db.python_scans:
-                con.register("_wb_tokens", table)
-                con.execute("INSERT INTO token_counts SELECT session_id, idx, ?, tokens FROM _wb_tokens", [name])
+            db.insert_rows(con, "token_counts", table)
             con.execute("COMMIT")
         except duckdb.Error as exc:
             db.rollback_quietly(con)
             raise StoreError(f"cannot save token counts to {self.path}: {exc}") from exc
-        finally:
-            db.unregister_quietly(con, "_wb_tokens")
-        return len(table["idx"])
+        return rows
 
     def sessions_without_counts(self, ids: Sequence[str], tokenizer_name: str | Any) -> list[str]:
         """The sessions of `ids` (stored ones, in the order given) this database holds no token counts
