@@ -244,9 +244,10 @@ class Store:
             }
             con.execute("BEGIN TRANSACTION")
             try:
-                con.execute("""UPDATE messages SET observation = o.observation
-                               FROM (SELECT * FROM _wb_observations) o
-                               WHERE messages.session_id = o.session_id AND messages.idx = o.idx""")
+                with db.python_scans:
+                    con.execute("""UPDATE messages SET observation = o.observation
+                                   FROM (SELECT * FROM _wb_observations) o
+                                   WHERE messages.session_id = o.session_id AND messages.idx = o.idx""")
                 con.execute("COMMIT")
             except BaseException:
                 db.rollback_quietly(con)
