@@ -150,8 +150,11 @@ class CellWork:
 class BoundCellWork:
     """`work(task)`, what `Executor.map` runs: a `CellWork` bound to this process's sessions and gateway.
 
-    `load` reads a session through the run's session cache; `store` (the run's database, open for
-    an executor other than the local one, None for the local one, which holds no file) and
+    `load` reads a session through the run's session cache, and `release` lets the cache drop it once
+    the cell is computed, in the thread that computed it (not when the run's consumer gets to the
+    outcome: a consumer slower than the cells would let the loaded sessions pile up). `store` (the
+    run's database, open for an executor other than the local one, None for the local one, which
+    holds no file) and
     `gateway` are there for an executor that computes cells elsewhere: it exports sessions and a
     snapshot of the model cache from `store`, rebuilds a gateway from `gateway`'s settings on its
     workers, and commits the answers they bring back through `gateway.cache`.
@@ -161,9 +164,14 @@ class BoundCellWork:
     store: Store | None
     gateway: Any
     load: Callable[[str], Session]
+    release: Callable[[str], None] | None = None
 
     def __call__(self, task: CellTask) -> CellOutcome:
-        return self.cell.compute(task, lambda: self.load(task.session_id), self.gateway)
+        try:
+            return self.cell.compute(task, lambda: self.load(task.session_id), self.gateway)
+        finally:
+            if self.release is not None:
+                self.release(task.session_id)
 
 
 def repeat_config(config: ReplayConfig, repeat: int) -> ReplayConfig:

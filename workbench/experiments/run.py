@@ -547,20 +547,17 @@ def _execute(
     cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))
     with contextlib.ExitStack() as stack:
         store = None if isinstance(executor, LocalExecutor) else stack.enter_context(Store(db_path))
-        work = BoundCellWork(cell, store, gateway, sessions.get)  # the cache loads under its own lock
+        work = BoundCellWork(cell, store, gateway, sessions.get, sessions.done)  # the cache locks itself
         writer = _CellWriter(hold, run_id, state, progress)
         try:
-            _write_outcomes(executor.map(work, todo), sessions, gateway, writer)
+            _write_outcomes(executor.map(work, todo), gateway, writer)
         finally:
             writer.close()
 
 
-def _write_outcomes(
-    outcomes: Iterable[CellOutcome], sessions: _SessionCache, gateway: Any, writer: _CellWriter
-) -> None:
+def _write_outcomes(outcomes: Iterable[CellOutcome], gateway: Any, writer: _CellWriter) -> None:
     for outcome in outcomes:
         task = outcome.task
-        sessions.done(task.session_id)
         for key, model, request, entry, replace in outcome.cache_entries:
             gateway.cache.put(key, model, request, entry, replace=replace)
         if outcome.result is None:
