@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +15,21 @@ from hypothesis import settings
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
     settings.load_profile("ci")
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    if "streamlit.testing.v1" in sys.modules:  # collected tests run the app
+        _scan_installed_components_once()
+
+
+def _scan_installed_components_once() -> None:
+    """A served app scans the installed packages for Streamlit components once, when its server starts;
+    AppTest scans them again for every app it runs (about 0.15 s each, some 30 s of the suite's CPU). The
+    installed packages do not change while the suite runs, so every AppTest shares the first scan."""
+    from streamlit.components.v2 import manifest_scanner
+
+    manifest_scanner.scan_component_manifests = functools.cache(manifest_scanner.scan_component_manifests)
+
 
 SHARED_SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "sessions"
 
