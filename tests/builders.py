@@ -83,6 +83,17 @@ class ScriptedSummarizer:
         )
 
 
+#: The draws of `conversations`, built once: hypothesis validates a strategy object on its first draw, and
+#: a list argument (unhashable) gave a new object, validated again, at every draw of every example.
+_SYSTEM_PROMPTS = st.integers(0, 2)
+_IMPORTANCE = st.sampled_from((0.0, 0.0, 0.0, 5.0, -3.0, 10.0))
+_STEP_KIND = st.sampled_from(("user", "assistant", "tools", "tools", "text_action"))
+_SIZE = st.sampled_from((5, 40, 400, 3000))
+_CALLS_PER_STEP = st.integers(1, 3)
+_TOOL_NAME = st.sampled_from(("read_file", "bash", "grep"))
+_COIN = st.booleans()
+
+
 @st.composite
 def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[Message]:
     """Random well-formed conversations: leading system, user turns, tool-using assistant steps,
@@ -91,13 +102,13 @@ def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[
     message sometimes sits between a call and its result (a reminder an agent injects), which makes
     the result a step of its own."""
     messages: list[Message] = []
-    for i in range(draw(st.integers(0, 2))):
+    for i in range(draw(_SYSTEM_PROMPTS)):
         messages.append(system(f"system prompt {i}"))
     counter = 0
     for _ in range(draw(st.integers(0, max_steps))):
-        importance = draw(st.sampled_from([0.0, 0.0, 0.0, 5.0, -3.0, 10.0]))
-        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools", "text_action"]))
-        size = draw(st.sampled_from([5, 40, 400, 3000]))
+        importance = draw(_IMPORTANCE)
+        kind = draw(_STEP_KIND)
+        size = draw(_SIZE)
         if kind == "user":
             messages.append(user(f"request {counter} " + "u" * size, importance=importance))
         elif kind == "assistant":
@@ -106,13 +117,11 @@ def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[
             messages.append(assistant(f"```bash\nrun {counter}\n```", importance=importance))
             messages.append(user(f"<output>{counter} " + "o" * size + "</output>", observation=True))
         else:
-            n_calls = draw(st.integers(1, 3))
-            ids = tuple(
-                (f"t{counter}_{j}", draw(st.sampled_from(["read_file", "bash", "grep"]))) for j in range(n_calls)
-            )
+            n_calls = draw(_CALLS_PER_STEP)
+            ids = tuple((f"t{counter}_{j}", draw(_TOOL_NAME)) for j in range(n_calls))
             messages.append(assistant(f"calling {counter}", calls=ids, importance=importance))
             for cid, name in ids:
-                if interrupted and draw(st.booleans()):
+                if interrupted and draw(_COIN):
                     messages.append(system(f"reminder before {cid}"))
                 messages.append(tool(cid, f"output of {cid} " + "r" * size, name=name))
         counter += 1

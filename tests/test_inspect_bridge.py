@@ -326,6 +326,9 @@ AWKWARD = st.lists(
 ).map("".join)
 
 
+_TOOL_NAME = st.sampled_from(("bash", "read_file"))
+
+
 @st.composite
 def inspect_messages(draw) -> list:
     from workbench.session import Message, ToolCall
@@ -333,7 +336,7 @@ def inspect_messages(draw) -> list:
     messages = [Message("system", draw(AWKWARD))]
     for n in range(draw(st.integers(0, 6))):
         calls = tuple(
-            ToolCall(f"c{n}-{i}", draw(st.sampled_from(["bash", "read_file"])), json.dumps({"cmd": draw(AWKWARD)}))
+            ToolCall(f"c{n}-{i}", draw(_TOOL_NAME), json.dumps({"cmd": draw(AWKWARD)}))
             for i in range(draw(st.integers(0, 2)))
         )
         messages.append(Message("assistant", draw(AWKWARD), tool_calls=calls))

@@ -181,6 +181,10 @@ TRIGGER_SPECS: dict[str, list[dict]] = {
 TRIGGER_CASES = [(kind, params) for kind in sorted(TRIGGER_SPECS) for params in TRIGGER_SPECS[kind]]
 
 
+_MODEL = st.sampled_from(("m1", "m2"))
+_FINISH_REASON = st.sampled_from(("stop", "stop", "length", None))
+
+
 @st.composite
 def replays(draw) -> list[TriggerView]:
     """A plausible sequence of views: counters only grow, gauges move freely."""
@@ -197,7 +201,7 @@ def replays(draw) -> list[TriggerView]:
         counters = dict(counters)
         counters["iterations"] = call
         prompt = draw(st.integers(0, 12_000))
-        model = draw(st.sampled_from(["m1", "m2"]))
+        model = draw(_MODEL)
         counters["input_tokens"] += prompt
         counters[f"input_tokens_for:{model}"] += prompt
         counters["output_tokens"] += draw(st.integers(0, 800))
@@ -216,7 +220,7 @@ def replays(draw) -> list[TriggerView]:
                 context_limit=16_000,
                 max_output=1000,
                 system_tokens=min(context, 300),
-                last_finish_reason=draw(st.sampled_from(["stop", "stop", "length", None])),
+                last_finish_reason=draw(_FINISH_REASON),
                 overflow=context + 1000 > 16_000,
             )
         )

@@ -146,16 +146,22 @@ FACT_POOL = (
 CONSTRAINTS = ("Never touch src/app/legacy.py.", "Use httpx instead of requests.", "We decided to keep RetryPolicy.")
 
 
+_WORDS = st.lists(st.sampled_from(FACT_POOL), min_size=0, max_size=4).map(" ".join)
+_STEP_KIND = st.sampled_from(("user", "assistant", "tools", "tools"))
+_FILLER = st.sampled_from((10, 300, 1500))
+_CONSTRAINT = st.sampled_from(CONSTRAINTS)
+
+
 @st.composite
 def fact_conversations(draw) -> list[Message]:
     """Conversations whose messages mention facts from a small pool, so that facts recur, are removed and reused."""
-    words = st.lists(st.sampled_from(FACT_POOL), min_size=0, max_size=4).map(" ".join)
+    words = _WORDS
     messages = [system()]
     for step in range(draw(st.integers(2, 24))):
-        kind = draw(st.sampled_from(["user", "assistant", "tools", "tools"]))
-        filler = "x" * draw(st.sampled_from([10, 300, 1500]))
+        kind = draw(_STEP_KIND)
+        filler = "x" * draw(_FILLER)
         if kind == "user":
-            messages.append(user(f"{draw(words)} {draw(st.sampled_from(CONSTRAINTS))} {filler}"))
+            messages.append(user(f"{draw(words)} {draw(_CONSTRAINT)} {filler}"))
         elif kind == "assistant":
             messages.append(assistant(f"step {step}: {draw(words)}"))
         else:

@@ -26,18 +26,23 @@ SETTINGS = settings(
 )
 
 
+_MAX_STEPS = st.sampled_from((4, 12, 30))
+_MODEL = st.sampled_from((None, "model-a", "model-b"))
+_FINISH_REASON = st.sampled_from((None, "stop", "length"))
+
+
 @st.composite
 def sessions(draw: st.DrawFn) -> list[Message]:
     """A generated conversation (tool calls, text actions answered by user observations, pinned
     messages, results of every size) whose assistant messages sometimes name another model or
     stopped at their output limit, and which sometimes records compactions of its own."""
-    messages = draw(conversations(max_steps=draw(st.sampled_from([4, 12, 30]))))
+    messages = draw(conversations(max_steps=draw(_MAX_STEPS)))
     out = []
     for message in messages:
         if message.role == "assistant":
             metadata = {
-                "model": draw(st.sampled_from([None, "model-a", "model-b"])),
-                "finish_reason": draw(st.sampled_from([None, "stop", "length"])),
+                "model": draw(_MODEL),
+                "finish_reason": draw(_FINISH_REASON),
             }
             message = dataclasses.replace(message, metadata={k: v for k, v in metadata.items() if v})
         out.append(message)
