@@ -103,11 +103,11 @@ def _cloze(fact: Fact, source: Message) -> str:
         + (" wherever it appears" if blanks > 1 else "")
         + (f" ({detail})" if detail else "")
     )
-    passage = passage.replace(_BLANK, "_____")
-    if pattern.search(passage):  # the blanks' underscores completed the answer with the text beside them
+    quoted = f"...{passage.replace(_BLANK, '_____')}..."
+    if pattern.search(quoted):  # the blanks' underscores or the quote's dots completed the answer beside them
         return unknown
     return (
-        f'Earlier in this session a {source.role} message contained this passage, {shown}: "...{passage}...". '
+        f'Earlier in this session a {source.role} message contained this passage, {shown}: "{quoted}". '
         f"What is the missing {label}? Answer with the {label} only."
     )
 
