@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import functools
 import os
+import shutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from builders import ScriptedSummarizer, conversation
@@ -86,11 +89,30 @@ summaries = "exact"
 """
 
 
-@pytest.fixture
-def grid_db(tmp_path) -> tuple[Path, Path, list[str]]:
-    """A database of three generated sessions (dataset `grid`) and a 3-config experiment spec over them.
+@pytest.fixture(scope="session")
+def database_copy(tmp_path_factory) -> Callable[[Path, str, Callable[[Path], Any]], Any]:
+    """`database_copy(target, name, build)`: a copy at `target` of the database `build(path)` wrote, built
+    once per worker for each `name` (a test's own file to write to, without building it again); returns
+    what `build` returned."""
+    built: dict[str, tuple[Path, Any]] = {}
 
-    Every call carries the provider's usage, as real recordings do (`recorded_input_tokens`)."""
+    def copy(target: Path, name: str, build: Callable[[Path], Any]) -> Any:
+        if name not in built:
+            template = tmp_path_factory.mktemp(f"template-{name}") / "wb.duckdb"
+            built[name] = (template, build(template))
+        template, value = built[name]
+        shutil.copyfile(template, target)
+        wal = template.with_name(f"{template.name}.wal")  # none once the store closed, as it checkpoints
+        if wal.exists():
+            shutil.copyfile(wal, target.with_name(f"{target.name}.wal"))
+        return value
+
+    return copy
+
+
+def _grid_database(db: Path) -> list[str]:
+    """Three generated sessions (dataset `grid`) whose calls carry the provider's usage, as real
+    recordings do (`recorded_input_tokens`); returns their ids."""
     from workbench.session import Session
     from workbench.store import Store
 
@@ -102,13 +124,21 @@ def grid_db(tmp_path) -> tuple[Path, Path, list[str]]:
             for i, m in enumerate(messages)
         ]
 
-    db = tmp_path / "wb.duckdb"
     sessions = [Session.from_messages(billed(conversation(24 + i, result_chars=900)), dataset="grid") for i in range(3)]
     with Store(str(db)) as store:
         store.import_sessions(sessions, dataset="grid")
+    return [s.id for s in sessions]
+
+
+@pytest.fixture
+def grid_db(tmp_path, database_copy) -> tuple[Path, Path, list[str]]:
+    """A database of three generated sessions (dataset `grid`, see `_grid_database`) and a 3-config
+    experiment spec over them."""
+    db = tmp_path / "wb.duckdb"
+    ids = database_copy(db, "grid", _grid_database)
     spec = tmp_path / "tiny-grid.toml"
     spec.write_text(GRID_SPEC)
-    return db, spec, [s.id for s in sessions]
+    return db, spec, ids
 
 
 EARLY_STOP_SPEC = """
@@ -134,21 +164,25 @@ billed_input_tokens = "+2%"
 """
 
 
-@pytest.fixture
-def early_stop_db(tmp_path) -> tuple[Path, Path]:
-    """A database of three generated sessions (4, 30 and 32 steps, dataset `early`) and a spec whose `raw`
-    config (no compaction in a 4000-token window) overflows on the two long ones after 15 calls: over
-    every session it bills less than `clear`, which completes all three. Returns the database and the
-    spec (a TOML file)."""
+def _early_stop_database(db: Path) -> None:
     from workbench.session import Session
     from workbench.store import Store
 
-    db = tmp_path / "wb.duckdb"
     with Store(str(db)) as store:
         store.import_sessions(
             [Session.from_messages(conversation(n, result_chars=900), dataset="early") for n in (4, 30, 32)],
             dataset="early",
         )
+
+
+@pytest.fixture
+def early_stop_db(tmp_path, database_copy) -> tuple[Path, Path]:
+    """A database of three generated sessions (4, 30 and 32 steps, dataset `early`) and a spec whose `raw`
+    config (no compaction in a 4000-token window) overflows on the two long ones after 15 calls: over
+    every session it bills less than `clear`, which completes all three. Returns the database and the
+    spec (a TOML file)."""
+    db = tmp_path / "wb.duckdb"
+    database_copy(db, "early-stops", _early_stop_database)
     spec = tmp_path / "early-stops.toml"
     spec.write_text(EARLY_STOP_SPEC)
     return db, spec

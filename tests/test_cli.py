@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -228,10 +229,15 @@ strategy = { kind = "summarize_split", preserve = 0.4 }
 """
 
 
+def _initialised(db: Path) -> None:
+    assert CliRunner().invoke(main, ["init", "--db", str(db)]).exit_code == 0
+
+
 @pytest.fixture
-def sample_db(runner, tmp_path):
+def sample_db(tmp_path, database_copy):
+    """A copy of what `workbench init` writes, and its session of the most calls."""
     db = str(tmp_path / "wb.duckdb")
-    assert runner.invoke(main, ["init", "--db", db]).exit_code == 0
+    database_copy(Path(db), "init", _initialised)
     with Store(db) as store:
         rows = store.session_rows()
     return db, max(rows, key=lambda r: r["calls"])
