@@ -21,7 +21,8 @@ Strategies see the window minus the preamble as `env.context_limit`.
 the trigger provably cannot fire recorded at once); `reference_replay` walks call by call with none
 of it. Both give the same result (tests/test_replay_reference.py). The records and the result are
 in `workbench.replay_result`. Kinds that need the replayed session (the `recorded` trigger and
-strategy) define `bind_session(session)`; the walk calls it first, inside combinators and pipelines too.
+strategy; the Inspect kinds, for its tool definitions) define `bind_session(session)`; the walk calls it
+first, inside combinators and pipelines too.
 """
 
 from __future__ import annotations
