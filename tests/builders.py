@@ -6,6 +6,7 @@ Importable from any test module (`from builders import ...`); fixtures wrapping 
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -126,3 +127,28 @@ def conversations(draw, max_steps: int = 25, interrupted: bool = False) -> list[
                 messages.append(tool(cid, f"output of {cid} " + "r" * size, name=name))
         counter += 1
     return messages
+
+
+#: Characters that change how a word reads to a pattern: case-folding letters (long s, the Kelvin sign,
+#: dotted capital I), digits, separators of names and paths, white space.
+_TRICKY = ("ſ", "K", "İ", "ß", "0", "7", "/", "-", "_", ".", ":", "::", "(", "[", "'", " ", "\n", "\t", "é")
+
+
+def text_around(fragments: list[str]) -> st.SearchStrategy[str]:
+    """Texts of `fragments` (each as written, upper-cased or title-cased) and tricky characters, in any order:
+    what a pattern's guard (the text it needs, or a lookahead) is tested on."""
+    pieces = st.sampled_from(sorted(set(fragments)))
+    cased = st.tuples(pieces, st.sampled_from((str, str.upper, str.title))).map(lambda p: p[1](p[0]))
+    return st.lists(st.one_of(cased, st.sampled_from(_TRICKY), st.text(max_size=3)), max_size=12).map("".join)
+
+
+def without_lookahead(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """`pattern` with its first-letter lookahead `(?=[...])` taken out: the plain pattern a guarded one must equal."""
+    plain = re.sub(r"\(\?=\[[a-z]+\]\)", "", pattern.pattern, count=1)
+    assert plain != pattern.pattern, f"no first-letter lookahead in {pattern.pattern!r}"
+    return re.compile(plain, pattern.flags)
+
+
+def pattern_words(pattern: re.Pattern[str]) -> list[str]:
+    """The words a pattern's alternatives are made of (its letters, apostrophes and spaces, in runs)."""
+    return [w.strip() for w in re.findall(r"[A-Za-z][A-Za-z' ]*", pattern.pattern.replace("?:", "")) if w.strip()]

@@ -15,9 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from builders import pattern_words, text_around, without_lookahead
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from workbench import extractive
 from workbench.extractive import (
     DEFAULT_BUDGET_TOKENS,
     OFFLINE_BASELINE_LABEL,
@@ -379,6 +381,75 @@ def test_placeholder_prompt_and_transcript_parsing() -> None:
 )
 def test_edge_inputs(messages: list[dict[str, Any]], expected: str) -> None:
     assert extractive_summary(messages) == expected
+
+
+# -- the guards that spare a scan: each lets through every text its pattern can match -------------
+
+ERROR_LINES = text_around(pattern_words(extractive._ERROR) + list(extractive._ERROR_WORDS))
+TERM_TEXTS = text_around(
+    ["Foo", "FooBar", "barBaz", "snake_case", "__dunder__", "a.b", "os.path", "Rust::path", "call(", "get("]
+    + ["gpt-4o", "spotter-dov.1", "issue-12", "f/2", "valid?/3", "12", "3.5", "-7", "$4", "10%", "deadbeef1"]
+)
+PLAIN_DECISION = without_lookahead(extractive._DECISION)
+
+
+#: A line for each alternative of the error pattern.
+ERRORS = [
+    "Traceback (most recent call last):",
+    "raise ValueError",
+    "a KeyException",
+    "2 FAILED",
+    "ERROR in setup",
+    "error: no such thing",
+    "error[E0308]: mismatched types",
+    "fatal: not a git repository",
+    "panic: index out of range",
+    "exit code 2",
+    "exit status: 1",
+    "non-zero exit",
+    "exited with code 3",
+    "Segmentation fault (core dumped)",
+    "sh: foo: command not found",
+    "[Errno 2] gone",
+    "No such file or directory",
+    "Permission denied",
+]
+
+
+@pytest.mark.parametrize("line", ERRORS)
+def test_every_kind_of_error_line_is_searched(line: str) -> None:
+    assert extractive._ERROR.search(line)
+    assert any(word in line for word in extractive._ERROR_WORDS)
+
+
+@given(ERROR_LINES)
+def test_a_line_is_searched_for_errors_whenever_it_could_hold_one(line: str) -> None:
+    if extractive._ERROR.search(line):
+        assert any(word in line for word in extractive._ERROR_WORDS)
+
+
+@given(TERM_TEXTS)
+def test_a_term_pattern_is_skipped_only_on_text_it_cannot_match(text: str) -> None:
+    for pattern, held in extractive._IDENT_PATTERNS:
+        if pattern.search(text):
+            assert held in text, pattern.pattern
+    if extractive._ARITY.search(text):
+        assert extractive._SLASH_DIGIT.search(text)
+    if extractive._DIGIT_NAME.search(text):
+        assert "-" in text
+    if any(extractive._NUMBER_TOKEN.match(word) for word in text.split()):
+        assert extractive._DIGIT.search(text)
+
+
+@given(text_around(pattern_words(extractive._DECISION)))
+def test_the_decision_cue_finds_what_it_finds_without_its_lookahead(text: str) -> None:
+    assert bool(extractive._DECISION.search(text)) == bool(PLAIN_DECISION.search(text))
+
+
+@pytest.mark.parametrize("word", pattern_words(extractive._DECISION))
+def test_the_decision_cue_finds_each_of_its_words(word: str) -> None:
+    for text in (word, word.upper(), f"so {word.title()} now"):
+        assert bool(extractive._DECISION.search(text)) == bool(PLAIN_DECISION.search(text)), text
 
 
 def test_request_tokens_heuristic() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from builders import pattern_words, text_around, without_lookahead
+from hypothesis import given
 
 import workbench as wb
 from workbench.quality import task_state
@@ -257,3 +259,23 @@ def test_the_states_of_one_pass_equal_the_walk_up_to_each_call():
             assert state == task_state._state(session, end, call), (session.id, call)
             dimensions.update(item.dimension for item in state.items)
     assert dimensions == set(DIMENSIONS)
+
+
+CUES = {"decisions": task_state._DECISION, "progress": task_state._PROGRESS, "next_step": task_state._NEXT}
+CUE_TEXTS = text_around([word for cue in CUES.values() for word in pattern_words(cue)])
+PLAIN_CUES = {name: without_lookahead(cue) for name, cue in CUES.items()}
+
+
+@given(CUE_TEXTS)
+def test_each_cue_finds_what_it_finds_without_its_lookahead(text):
+    """The cues' first-letter lookaheads only skip places none of their words starts at."""
+    for name, cue in CUES.items():
+        assert bool(cue.search(text)) == bool(PLAIN_CUES[name].search(text)), name
+
+
+@pytest.mark.parametrize("name", CUES)
+def test_each_cue_finds_each_of_its_words(name):
+    cue, plain = CUES[name], PLAIN_CUES[name]
+    for word in pattern_words(cue):
+        for text in (word, word.upper(), f"so {word.title()} now"):
+            assert bool(cue.search(text)) == bool(plain.search(text)), text

@@ -234,13 +234,14 @@ _PATH = re.compile(
     r"|\b(?:Makefile|Dockerfile|Justfile|Procfile|LICENSE|README)\b"
 )
 _FILE_EXT = re.compile(r"\.(?:" + _EXTENSIONS + r")$", re.I)
+#: Each pattern with the text every match of it holds ("": none): a text without it is not scanned.
 _IDENT_PATTERNS = (
-    re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"),  # CamelCase
-    re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b"),  # camelCase
-    re.compile(r"\b_{0,2}[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+_{0,2}\b"),  # snake_case, SCREAMING_CASE
-    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\b"),  # dotted.names
-    re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+\b"),  # Rust::paths, C++::names
-    re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\("),  # called()
+    (re.compile(r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b"), ""),  # CamelCase
+    (re.compile(r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b"), ""),  # camelCase
+    (re.compile(r"\b_{0,2}[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+_{0,2}\b"), "_"),  # snake_case, SCREAMING_CASE
+    (re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\b"), "."),  # dotted.names
+    (re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+\b"), "::"),  # Rust::paths, C++::names
+    (re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)\("), "("),  # called()
 )
 _DOTTED_NOISE = {"e.g", "i.e", "etc.al", "vs.al"}
 _ERROR = re.compile(
@@ -249,10 +250,29 @@ _ERROR = re.compile(
     r"\bexited with (?:code )?[1-9]\d*|\bSegmentation fault\b|\bcommand not found\b|\[Errno \d+\]|"
     r"No such file or directory|Permission denied"
 )
-_DECISION = re.compile(
-    r"\b(?:must(?:n't| not)?|never|always|decided?|decision|agreed?|use|using|don't|do not|should(?:n't| not)?|"
-    r"avoid|instead|prefer(?:red)?|requires?|required|constraint|only|chose|choose|going with|we will|"
-    r"we'll|let's|plan)\b",
+#: Text one of which every `_ERROR` match holds. The pattern is tried at every character of a line, the
+#: costliest scan of a block, so a line holding none of them (most lines) is not searched.
+_ERROR_WORDS = (
+    "Traceback",
+    "Error",
+    "Exception",
+    "FAILED",
+    "ERROR",
+    "error",
+    "fatal:",
+    "panic:",
+    "exit",
+    "Segmentation fault",
+    "command not found",
+    "[Errno ",
+    "No such file or directory",
+    "Permission denied",
+)
+_DIGIT = re.compile(r"\d")
+_DECISION = re.compile(  # the lookahead holds each word's first letter: most places fail it at once
+    r"\b(?=[mnadusiprcogwl])(?:must(?:n't| not)?|never|always|decided?|decision|agreed?|use|using|don't|do not|"
+    r"should(?:n't| not)?|avoid|instead|prefer(?:red)?|requires?|required|constraint|only|chose|choose|"
+    r"going with|we will|we'll|let's|plan)\b",
     re.I,
 )
 _NUMBER_TOKEN = re.compile(
@@ -306,7 +326,9 @@ def _files(text: str) -> list[str]:
 
 def _identifiers(text: str, files: set[str]) -> list[str]:
     hits: list[tuple[int, str]] = []
-    for pattern in _IDENT_PATTERNS:
+    for pattern, held in _IDENT_PATTERNS:
+        if held not in text:
+            continue
         for match in pattern.finditer(text):
             name = match.group(1) if match.groups() else match.group(0)
             if match.groups() and name.isalpha() and name.islower():
@@ -329,6 +351,8 @@ def _identifiers(text: str, files: set[str]) -> list[str]:
 
 def _number_facts(line: str) -> list[str]:
     """Numbers with their context: the whole line when short, else a few words around each number."""
+    if not _DIGIT.search(line):
+        return []  # every number token holds a digit
     words = line.split()
     counted = words[1:] if words and _ENUMERATOR.match(words[0]) else words  # "3." numbers a list item
     if not any(_NUMBER_TOKEN.match(word) for word in counted) or _LISTING.match(line):
@@ -449,6 +473,7 @@ class _Terms:
 
 _HASH = re.compile(r"\b[0-9a-f]{7,40}\b")  # kept when it mixes digits and letters (commit ids)
 _ARITY = re.compile(r"\b([a-z_][A-Za-z0-9_]*[?!]?/\d)\b")
+_SLASH_DIGIT = re.compile(r"/\d")  # what every `_ARITY` match holds, found by a fast literal search
 _DIGIT_NAME = re.compile(
     r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b"  # spotter-dov.1
     r"|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b"
@@ -467,8 +492,10 @@ def _find_terms(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     files = _files(text)
     names = _identifiers(text, set(files))
     names.extend(h for h in _HASH.findall(text) if not h.isdigit() and not h.isalpha())
-    for pattern in (_ARITY, _DIGIT_NAME):
-        names.extend(m.group(0) for m in pattern.finditer(text))
+    if _SLASH_DIGIT.search(text):
+        names.extend(m.group(0) for m in _ARITY.finditer(text))
+    if "-" in text:
+        names.extend(m.group(0) for m in _DIGIT_NAME.finditer(text))
     return tuple(files), tuple(names)
 
 
@@ -633,6 +660,7 @@ def _read_block(text: str, tool: bool) -> _BlockItems:
     files, names = _find_terms(said)
     found: list[tuple[str, str, int]] = []
     facts: list[str] = []
+    error_words = [word for word in _ERROR_WORDS if word in text]
     for line in _lines(text):
         if line.startswith("-> call "):
             command = _command_of(line)
@@ -641,7 +669,7 @@ def _read_block(text: str, tool: bool) -> _BlockItems:
             continue
         if tool and _LISTED_LINE.match(line):
             continue  # file contents: their terms count, their lines are not events
-        if _ERROR.search(line):
+        if error_words and any(word in line for word in error_words) and _ERROR.search(line):
             found.append(("errors", line, MAX_ITEM_CHARS))
         elif not tool and _DECISION.search(line):
             found.append(("decisions", line, MAX_ITEM_CHARS))

@@ -80,19 +80,21 @@ _GENERIC = frozenset(
     "continue proceed thanks thank good great well go get got want like need see look "
     "then next also still ill im ive lets id".split()
 )
+#: Each cue's lookahead holds the first letters of its words (matched ignoring case): most places fail it
+#: at once instead of trying every word.
 _DECISION = re.compile(
-    r"\b(?:i'll|i will|let's|let us|we'll|we will|decided|decide to|decision|instead|going with|"
+    r"\b(?=[ilwdgrcost])(?:i'll|i will|let's|let us|we'll|we will|decided|decide to|decision|instead|going with|"
     r"go with|rather than|chose|choose|opt(?:ed)? for|switch(?:ed)? to|the (?:fix|approach|plan) "
     r"(?:is|will be))\b",
     re.IGNORECASE,
 )
 _PROGRESS = re.compile(
-    r"\b(?:done|fixed|pass(?:es|ed)?|passing|created|updated|added|implemented|completed|"
+    r"\b(?=[dfpcuaiwsrn])(?:done|fixed|pass(?:es|ed)?|passing|created|updated|added|implemented|completed|"
     r"finished|found|works|succeeded|committed|closed|resolved|all \d+|now (?:has|have|is|are))\b",
     re.IGNORECASE,
 )
 _NEXT = re.compile(
-    r"\b(?:next|now i'll|now let me|let me|i'll|i will|i need to|need to|then|remaining|still need|"
+    r"\b(?=[nlitrs])(?:next|now i'll|now let me|let me|i'll|i will|i need to|need to|then|remaining|still need|"
     r"todo|to do)\b",
     re.IGNORECASE,
 )
