@@ -279,3 +279,39 @@ def test_each_cue_finds_each_of_its_words(name):
     for word in pattern_words(cue):
         for text in (word, word.upper(), f"so {word.title()} now"):
             assert bool(cue.search(text)) == bool(plain.search(text)), text
+
+
+#: An observation for each alternative of the error signal.
+ERROR_SIGNALS = [
+    "Traceback (most recent call last):",
+    "ValueError: bad",
+    "raise KeyException",
+    "error: no such thing",
+    "fatal[E1]: stop",
+    "ERROR: setup",
+    "FATAL: gone",
+    "error[E0308]: mismatched types",
+    "** (Mix) stopped",
+    "1 FAILED",
+    "3 failed, 2 passed",
+    "1 failure",
+    "2 errors",
+    "exit code: 2",
+    "exit status 1",
+    "sh: foo: command not found",
+    "No such file or directory",
+    "<tool_use_error>nope</tool_use_error>",
+]
+SIGNAL_TEXTS = text_around(pattern_words(task_state._ERROR_SIGNAL) + ERROR_SIGNALS + ["1", "2 ", "\n", ": "])
+
+
+@pytest.mark.parametrize("text", ERROR_SIGNALS)
+def test_every_kind_of_error_signal_is_searched(text):
+    assert task_state._ERROR_SIGNAL.search(text)
+    assert any(word in text for word in task_state._ERROR_SIGNAL_WORDS)
+
+
+@given(SIGNAL_TEXTS)
+def test_an_observation_is_searched_for_an_error_whenever_it_could_signal_one(text):
+    if task_state._ERROR_SIGNAL.search(text):
+        assert any(word in text for word in task_state._ERROR_SIGNAL_WORDS)

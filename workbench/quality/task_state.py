@@ -105,6 +105,24 @@ _ERROR_SIGNAL = re.compile(
     r"command not found|No such file or directory|<tool_use_error>",
     re.MULTILINE,
 )
+#: Text one of which every `_ERROR_SIGNAL` match holds: an observation holding none (most of them) is not
+#: searched, a scan that tries each alternative at every character.
+_ERROR_SIGNAL_WORDS = (
+    "Traceback",
+    "Error",
+    "Exception",
+    "error",
+    "fatal",
+    "ERROR",
+    "FATAL",
+    "** (",
+    "FAILED",
+    "failed",
+    "failure",
+    "exit ",
+    "command not found",
+    "No such file or directory",
+)
 _ERROR_LINE = re.compile(
     r"^.*(?:Error|Exception|error|FAILED|failed|failures?|fatal|not found|No such file)"
     r".*$",
@@ -385,7 +403,7 @@ def _outcome(index: int, message: Message, previous: Message | None) -> _Outcome
     key = _command_key(message, previous)
     if not key:
         return None
-    signal = _ERROR_SIGNAL.search(text)
+    signal = _ERROR_SIGNAL.search(text) if any(word in text for word in _ERROR_SIGNAL_WORDS) else None
     if signal is None or _SUCCESS.search(text) and not re.search(r"\b[1-9]\d* (?:failed|failures?)\b", text):
         return _Outcome(key, None)
     line = _ERROR_LINE.search(text, max(0, signal.start() - 200))
