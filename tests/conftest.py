@@ -37,13 +37,6 @@ def _scan_installed_components_once() -> None:
 SHARED_SESSIONS = Path(__file__).resolve().parents[1].parent / "shared" / "sessions"
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Files holding slow tests run first: xdist hands out whole files (`--dist loadfile`), and a long
-    file handed out last keeps one worker busy while the others have nothing left to do."""
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
-
-
 @pytest.fixture
 def summarizer() -> ScriptedSummarizer:
     return ScriptedSummarizer()
