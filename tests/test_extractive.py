@@ -389,6 +389,7 @@ ERROR_LINES = text_around(pattern_words(extractive._ERROR) + list(extractive._ER
 TERM_TEXTS = text_around(
     ["Foo", "FooBar", "barBaz", "snake_case", "__dunder__", "a.b", "os.path", "Rust::path", "call(", "get("]
     + ["gpt-4o", "spotter-dov.1", "issue-12", "f/2", "valid?/3", "12", "3.5", "-7", "$4", "10%", "deadbeef1"]
+    + ["http", "https", "://", "http://example.com/a", "s://x"]
 )
 PLAIN_DECISION = without_lookahead(extractive._DECISION)
 
@@ -428,15 +429,39 @@ def test_a_line_is_searched_for_errors_whenever_it_could_hold_one(line: str) -> 
         assert any(word in line for word in extractive._ERROR_WORDS)
 
 
+@pytest.mark.parametrize(
+    ("text", "term"),
+    [
+        ("the FooBar class", "FooBar"),
+        ("call fooBar now", "fooBar"),
+        ("set max_tokens", "max_tokens"),
+        ("see os.path here", "os.path"),
+        ("use std::io now", "std::io"),
+        ("then run2() again", "run2"),
+        ("the handle/2 clause", "handle/2"),
+        ("model gpt-4o answered", "gpt-4o"),
+        ("bead spotter-dov.1 open", "spotter-dov.1"),
+        ("commit 3f2a9c1 landed", "3f2a9c1"),
+        ("docs at https://example.com/a/b.html", "https://example.com/a/b.html"),
+        ("edit src/app.py now", "src/app.py"),
+    ],
+)
+def test_each_kind_of_term_is_found(text: str, term: str) -> None:
+    files, names = extractive._find_terms(text)
+    assert term in files + names
+
+
 @given(TERM_TEXTS)
 def test_a_term_pattern_is_skipped_only_on_text_it_cannot_match(text: str) -> None:
     for pattern, held in extractive._IDENT_PATTERNS:
         if pattern.search(text):
             assert held in text, pattern.pattern
+    if extractive._URL.search(text):
+        assert "://" in text
     if extractive._ARITY.search(text):
         assert extractive._SLASH_DIGIT.search(text)
     if extractive._DIGIT_NAME.search(text):
-        assert "-" in text
+        assert "-" in text and extractive._DIGIT_NAME_HOLDS.search(text)
     if any(extractive._NUMBER_TOKEN.match(word) for word in text.split()):
         assert extractive._DIGIT.search(text)
 

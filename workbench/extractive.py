@@ -310,8 +310,11 @@ def _lines(text: str) -> list[str]:
 
 
 def _files(text: str) -> list[str]:
-    found = [u.rstrip(_TRAILING) for u in _URL.findall(text)]
-    scrubbed = _URL.sub(" ", text)
+    found: list[str] = []
+    scrubbed = text
+    if "://" in text:  # what every URL holds: most texts hold none, and need no copy
+        found = [u.rstrip(_TRAILING) for u in _URL.findall(text)]
+        scrubbed = _URL.sub(" ", text)
     for match in _PATH.finditer(scrubbed):
         path = match.group(0).rstrip(_TRAILING)
         if "/" in path:
@@ -478,6 +481,7 @@ _DIGIT_NAME = re.compile(
     r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b"  # spotter-dov.1
     r"|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b"
 )  # gpt-4o, issue-12
+_DIGIT_NAME_HOLDS = re.compile(r"-\d|\.\d")  # besides a "-", what every `_DIGIT_NAME` match holds
 
 
 @functools.lru_cache(maxsize=4096)
@@ -494,7 +498,7 @@ def _find_terms(text: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
     names.extend(h for h in _HASH.findall(text) if not h.isdigit() and not h.isalpha())
     if _SLASH_DIGIT.search(text):
         names.extend(m.group(0) for m in _ARITY.finditer(text))
-    if "-" in text:
+    if "-" in text and _DIGIT_NAME_HOLDS.search(text):
         names.extend(m.group(0) for m in _DIGIT_NAME.finditer(text))
     return tuple(files), tuple(names)
 
