@@ -152,3 +152,15 @@ def without_lookahead(pattern: re.Pattern[str]) -> re.Pattern[str]:
 def pattern_words(pattern: re.Pattern[str]) -> list[str]:
     """The words a pattern's alternatives are made of (its letters, apostrophes and spaces, in runs)."""
     return [w.strip() for w in re.findall(r"[A-Za-z][A-Za-z' ]*", pattern.pattern.replace("?:", "")) if w.strip()]
+
+
+def lookahead_misses(pattern: re.Pattern[str]) -> list[str]:
+    """The spellings of `pattern`'s own words (as written, upper-cased, title-cased inside a sentence) on
+    which it and its plain form (`without_lookahead`) disagree: a first letter its lookahead lacks."""
+    plain = without_lookahead(pattern)
+    return [
+        text
+        for word in pattern_words(pattern)
+        for text in (word, word.upper(), f"so {word.title()} now")
+        if bool(pattern.search(text)) != bool(plain.search(text))
+    ]

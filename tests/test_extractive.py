@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import pattern_words, text_around, without_lookahead
+from builders import lookahead_misses, pattern_words, text_around, without_lookahead
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -471,10 +471,8 @@ def test_the_decision_cue_finds_what_it_finds_without_its_lookahead(text: str) -
     assert bool(extractive._DECISION.search(text)) == bool(PLAIN_DECISION.search(text))
 
 
-@pytest.mark.parametrize("word", pattern_words(extractive._DECISION))
-def test_the_decision_cue_finds_each_of_its_words(word: str) -> None:
-    for text in (word, word.upper(), f"so {word.title()} now"):
-        assert bool(extractive._DECISION.search(text)) == bool(PLAIN_DECISION.search(text)), text
+def test_the_decision_cue_finds_each_of_its_words() -> None:
+    assert lookahead_misses(extractive._DECISION) == []
 
 
 def test_request_tokens_heuristic() -> None:

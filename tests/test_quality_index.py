@@ -155,18 +155,17 @@ _CONSTRAINT = st.sampled_from(CONSTRAINTS)
 @st.composite
 def fact_conversations(draw) -> list[Message]:
     """Conversations whose messages mention facts from a small pool, so that facts recur, are removed and reused."""
-    words = _WORDS
     messages = [system()]
     for step in range(draw(st.integers(2, 24))):
         kind = draw(_STEP_KIND)
         filler = "x" * draw(_FILLER)
         if kind == "user":
-            messages.append(user(f"{draw(words)} {draw(_CONSTRAINT)} {filler}"))
+            messages.append(user(f"{draw(_WORDS)} {draw(_CONSTRAINT)} {filler}"))
         elif kind == "assistant":
-            messages.append(assistant(f"step {step}: {draw(words)}"))
+            messages.append(assistant(f"step {step}: {draw(_WORDS)}"))
         else:
-            messages.append(assistant(f"checking {draw(words)}", calls=((f"t{step}", "bash"),)))
-            messages.append(tool(f"t{step}", f"{draw(words)} {filler}"))
+            messages.append(assistant(f"checking {draw(_WORDS)}", calls=((f"t{step}", "bash"),)))
+            messages.append(tool(f"t{step}", f"{draw(_WORDS)} {filler}"))
     return messages
 
 

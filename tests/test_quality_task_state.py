@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from builders import pattern_words, text_around, without_lookahead
+from builders import lookahead_misses, pattern_words, text_around, without_lookahead
 from hypothesis import given
 
 import workbench as wb
@@ -275,10 +275,7 @@ def test_each_cue_finds_what_it_finds_without_its_lookahead(text):
 
 @pytest.mark.parametrize("name", CUES)
 def test_each_cue_finds_each_of_its_words(name):
-    cue, plain = CUES[name], PLAIN_CUES[name]
-    for word in pattern_words(cue):
-        for text in (word, word.upper(), f"so {word.title()} now"):
-            assert bool(cue.search(text)) == bool(plain.search(text)), text
+    assert lookahead_misses(CUES[name]) == []
 
 
 #: An observation for each alternative of the error signal.
