@@ -73,8 +73,8 @@ def test_every_page_path_opens_its_page(app_db, monkeypatch):
 
 def test_pages_explain_a_database_written_by_a_run_of_the_app(tmp_path, monkeypatch):
     """While a run launched from the app holds DuckDB's write connection (in this process), the pages
-    say to wait for it rather than show DuckDB's ConnectionException."""
-    import duckdb
+    say to wait for it rather than show the store's refusal to open it read-only."""
+    from workbench.store import db
 
     path = build_database(str(tmp_path / "wb.duckdb"))
     monkeypatch.setenv("WORKBENCH_DB", path)
@@ -84,7 +84,7 @@ def test_pages_explain_a_database_written_by_a_run_of_the_app(tmp_path, monkeypa
         assert not at.error, [e.value for e in at.error]
         assert any("wait for it to finish" in i.value for i in at.info), [i.value for i in at.info]
 
-    writer = duckdb.connect(path)  # what an experiment's runner holds while it runs
+    writer = db.connect(path)  # what an experiment's runner holds while it runs
     try:
         for module in ("sessions", "compare", "sql"):
             at = AppTest.from_string(page_script(module), default_timeout=60)
@@ -97,7 +97,7 @@ def test_pages_explain_a_database_written_by_a_run_of_the_app(tmp_path, monkeypa
     at = AppTest.from_string(page_script("sessions"), default_timeout=60)
     at.run()  # the overview read (and cached) before the next run starts
     assert not at.exception and not at.info
-    writer = duckdb.connect(path)
+    writer = db.connect(path)
     try:
         assert at.selectbox(key="session").value == "generated-12"
         at.selectbox(key="session").set_value("planted-html").run()  # its messages: a read while busy

@@ -51,16 +51,16 @@ def test_opening_a_held_file_waits_for_the_holder_to_release_it(tmp_path, monkey
     db.connect(path).close()
     holder = _holder(path)
     refused = threading.Event()
-    connect = duckdb.connect
+    attach = db.HUB.attach
 
-    def counting_connect(*args, **kwargs):
+    def counting_attach(*args, **kwargs):
         try:
-            return connect(*args, **kwargs)
+            return attach(*args, **kwargs)
         except duckdb.IOException:
             refused.set()
             raise
 
-    monkeypatch.setattr(db.duckdb, "connect", counting_connect)
+    monkeypatch.setattr(db.HUB, "attach", counting_attach)
     opened: list[object] = []
     waiter = threading.Thread(target=lambda: opened.append(db.connect(path, lock_wait=60)))
     try:
@@ -111,11 +111,10 @@ def test_the_model_cache_lets_the_file_go_once_idle(tmp_path, monkeypatch):
     assert cache._hold is not None and cache._hold.opened == 1  # one open for the burst
 
     def read_only_opens() -> bool:
-        # a read-only connection of this process is refused while another connection has the file
-        # open for writing ("a different configuration")
+        # a DuckDB instance of its own is refused the file while the process's hub has it attached
         try:
             duckdb.connect(str(path), read_only=True).close()
-        except duckdb.ConnectionException:
+        except duckdb.ResourceInUseException:
             return False
         return True
 

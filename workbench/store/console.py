@@ -17,11 +17,16 @@ EXAMPLE_QUERY = (
 
 
 def is_busy(exc: BaseException) -> bool:
-    """True for DuckDB's refusal to open a file this process already holds with another configuration
-    (the writer's), e.g. "Can't open a connection to same database file with a different configuration"."""
+    """True for a refusal to open a file this process already holds in another way: the store's read-only
+    open of a file a run of this process writes (`HeldInProcessError`), or the console's own DuckDB
+    refused a file the store has open ("Unique file handle conflict")."""
     import duckdb
 
-    return isinstance(exc, duckdb.ConnectionException) and "different configuration" in str(exc)
+    from workbench.store.hub import HeldInProcessError
+
+    return isinstance(exc, HeldInProcessError) or (
+        isinstance(exc, duckdb.ResourceInUseException) and "file handle conflict" in str(exc)
+    )
 
 
 def run_sql(path: str, sql: str, limit: int) -> tuple[pd.DataFrame, bool]:

@@ -10,7 +10,8 @@ DuckDB lets one process open a file for writing and then no other process open i
 process holds the file only while it reads or writes: `connect()` waits a while for another
 process's hold to end (`WORKBENCH_LOCK_WAIT` seconds, 10 by default) before saying the file is in
 use, and a long writer (a run, the model cache) opens it through a `FileHold`, which closes it
-again as soon as no thread of the process uses it.
+again as soon as no thread of the process uses it. Opening is cheap for that: a file is attached to
+the process's one DuckDB instance (`workbench.store.hub`) rather than starting one of its own.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any
 import duckdb
 
 from workbench.errors import StoreError
+from workbench.store.hub import HUB, AnyConnection, Connection, raw
 
 DEFAULT_DB = "data/workbench.duckdb"
 
@@ -298,7 +300,7 @@ def default_memory_limit() -> str | None:
     return os.environ.get(MEMORY_LIMIT_ENV) or None
 
 
-def set_memory_limit(connection: duckdb.DuckDBPyConnection, limit: str) -> None:
+def set_memory_limit(connection: AnyConnection, limit: str) -> None:
     """Cap DuckDB's memory (its buffer cache and operators, which spill to disk beyond it)."""
     try:
         connection.execute(f"SET memory_limit = '{str(limit).replace(chr(39), '')}'")
@@ -313,7 +315,7 @@ def set_memory_limit(connection: duckdb.DuckDBPyConnection, limit: str) -> None:
 python_scans = threading.RLock()
 
 
-def insert_rows(connection: duckdb.DuckDBPyConnection, table: str, rows: Any) -> None:
+def insert_rows(connection: AnyConnection, table: str, rows: Any) -> None:
     """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan).
 
     DuckDB finds `_wb_insert_rows` among this function's local variables (a replacement scan):
@@ -321,7 +323,7 @@ def insert_rows(connection: duckdb.DuckDBPyConnection, table: str, rows: Any) ->
     """
     _wb_insert_rows = rows  # read by DuckDB's replacement scan in the statement below
     with python_scans:
-        connection.execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
+        raw(connection).execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
 
 
 _LOCK_PID = re.compile(r"PID (\d+)")
@@ -383,7 +385,7 @@ def connect(
     create: bool = True,
     memory_limit: str | None = None,
     lock_wait: float | None = None,
-) -> duckdb.DuckDBPyConnection:
+) -> Connection:
     """Open the database file (creating it and its folder unless `create` is False or `read_only`)
     and bring its schema up to date.
 
@@ -414,13 +416,15 @@ def connect(
     return connection
 
 
-def _open_waiting(target: str, read_only: bool, lock_wait: float) -> duckdb.DuckDBPyConnection:
-    """`duckdb.connect`, tried again while another process holds the file, until `lock_wait` has passed."""
+def _open_waiting(target: str, read_only: bool, lock_wait: float) -> Connection:
+    """Attach `target` to the process's DuckDB (`hub`), tried again while another process holds the
+    file, until `lock_wait` has passed."""
+    key = target if target == ":memory:" else os.path.realpath(target)
     deadline = time.monotonic() + max(0.0, lock_wait)
     pause = 0.02
     while True:
         try:
-            return duckdb.connect(target, read_only=read_only)
+            return HUB.attach(key, read_only)
         except duckdb.IOException as exc:
             message = str(exc)
             if "lock" not in message.lower():
@@ -450,8 +454,8 @@ class FileHold:
 
     `linger` (seconds, default 0) keeps the connection open after its last user, until it has been
     open that long: a run making many brief reads and writes (model-cache lookups, cell batches)
-    then opens the file about once per `linger` seconds instead of once per read (an open costs tens
-    of milliseconds on a corpus-sized file), and still lets other processes in at least that often.
+    then opens the file about once per `linger` seconds instead of once per read (an open and the
+    checkpoint on closing cost milliseconds each), and still lets other processes in at least that often.
     `close()` lets go at once. The schema is migrated on the first open only. Each user gets a cursor
     of its own (DuckDB cursors are not shared between threads); a transaction begun on it ends before
     the `with` does.
@@ -470,7 +474,7 @@ class FileHold:
         self.lock_wait = lock_wait
         self.linger = max(0.0, float(linger))
         self._lock = threading.Lock()
-        self._connection: duckdb.DuckDBPyConnection | None = None
+        self._connection: Connection | None = None
         self._opened_at = 0.0
         self._users = 0
         self._migrated = False
@@ -478,7 +482,7 @@ class FileHold:
         self.opened = 0  # how many times the file was opened: a figure for tests and progress reports
 
     @contextmanager
-    def open(self) -> Iterator[duckdb.DuckDBPyConnection]:
+    def open(self) -> Iterator[Connection]:
         with self._lock:
             if self._connection is None:
                 self._connection = connect(
@@ -533,22 +537,27 @@ class FileHold:
         return self._connection is not None
 
 
-def applied_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
+def applied_migrations(connection: AnyConnection) -> list[str]:
     exists = connection.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_migrations'"
+        "SELECT count(*) FROM duckdb_tables() "
+        "WHERE table_name = 'schema_migrations' AND database_name = current_database()"
     ).fetchall()[0][0]
     if not exists:
         return []
     return [row[0] for row in connection.execute("SELECT name FROM schema_migrations ORDER BY name").fetchall()]
 
 
-def apply_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
-    """Apply every migration not yet recorded, each in its own transaction; returns their names."""
+def apply_migrations(connection: AnyConnection) -> list[str]:
+    """Apply every migration not yet recorded, each in its own transaction; returns their names.
+
+    An up-to-date database is only read (every open of a file for writing asks)."""
+    done = set(applied_migrations(connection))
+    if all(name in done for name, _ in MIGRATIONS):
+        return []
     connection.execute(
         "CREATE TABLE IF NOT EXISTS schema_migrations "
         "(name VARCHAR PRIMARY KEY, applied_at TIMESTAMP DEFAULT current_timestamp)"
     )
-    done = set(applied_migrations(connection))
     applied = []
     for name, sql in MIGRATIONS:
         if name in done:
@@ -565,19 +574,19 @@ def apply_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
     return applied
 
 
-def pending_migrations(connection: duckdb.DuckDBPyConnection) -> list[str]:
+def pending_migrations(connection: AnyConnection) -> list[str]:
     """The names of the migrations not yet applied to this database."""
     done = set(applied_migrations(connection))
     return [name for name, _ in MIGRATIONS if name not in done]
 
 
-def schema_version(connection: duckdb.DuckDBPyConnection) -> str | None:
+def schema_version(connection: AnyConnection) -> str | None:
     """The name of the newest applied migration."""
     names = applied_migrations(connection)
     return names[-1] if names else None
 
 
-def rollback_quietly(connection: duckdb.DuckDBPyConnection) -> None:
+def rollback_quietly(connection: AnyConnection) -> None:
     """Roll back the open transaction, if any: a failure's own error is the one to report."""
     try:
         connection.execute("ROLLBACK")
@@ -585,7 +594,7 @@ def rollback_quietly(connection: duckdb.DuckDBPyConnection) -> None:
         pass
 
 
-def unregister_quietly(connection: duckdb.DuckDBPyConnection, name: str) -> None:
+def unregister_quietly(connection: AnyConnection, name: str) -> None:
     """Drop a registered view, if it is still there."""
     try:
         connection.unregister(name)

@@ -1,4 +1,5 @@
-"""Frames written to CSV or Parquet files by DuckDB (an in-memory connection: the database is not opened)."""
+"""Frames written to CSV or Parquet files by DuckDB (a private in-memory database of the process's
+DuckDB, `workbench.store.hub`: the database file is not opened)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,15 @@ def write_frame(frame: pd.DataFrame, path: Path, format: str) -> None:
     object columns are written as JSON text. A file the system refuses raises `OSError` with its reason."""
     import duckdb
 
+    from workbench.store.hub import HUB
+
     if format not in FILE_FORMATS:
         raise ValueError(f"format {format!r}: expected one of {', '.join(FILE_FORMATS)}")
     frame = frame.copy()
     for column in frame.columns:
         if frame[column].dtype == object and frame[column].map(lambda v: isinstance(v, (list, dict))).any():
             frame[column] = frame[column].map(lambda v: json.dumps(v) if isinstance(v, (list, dict)) else v)
-    connection = duckdb.connect()
+    connection = HUB.attach(":memory:", read_only=False)
     try:
         connection.register("frame", frame)
         quoted = str(path).replace("'", "''")

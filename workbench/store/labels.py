@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import duckdb
 
 from workbench.errors import StoreError
+from workbench.store.hub import Connection
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -41,7 +42,7 @@ class SummaryLabel:
 
 
 def summary_labels_frame(
-    con: duckdb.DuckDBPyConnection, *, session_id: str | None = None, config_hash: str | None = None
+    con: Connection, *, session_id: str | None = None, config_hash: str | None = None
 ) -> pd.DataFrame:
     """The stored labels as a DataFrame of `SUMMARY_LABEL_COLUMNS` (see `Store.summary_labels`), read
     on an open connection (the exports read them on the connection they read the run with)."""

@@ -36,6 +36,7 @@ import duckdb
 from workbench.errors import StoreError
 from workbench.replay import call_column
 from workbench.store.db import FileHold, connect, default_path, insert_rows
+from workbench.store.hub import Connection
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -219,7 +220,7 @@ class RunResults:
     Get one from `Store.results` (the store's connection), `open_results(db)` (a brief open of an
     existing file) or `held_results(hold)` (one batch through a `FileHold`)."""
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection):
+    def __init__(self, connection: Connection):
         self._con = connection
 
     def start_run(

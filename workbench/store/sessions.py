@@ -41,6 +41,7 @@ from workbench.importers.report import FileOutcome, ImportReport
 from workbench.session import Message, Probe, Session, ToolCall
 from workbench.session_pool import canonical
 from workbench.store import db
+from workbench.store.hub import Connection, raw
 from workbench.store.labels import SUMMARY_LABEL_COLUMNS, SUMMARY_LABELS, SummaryLabel, summary_labels_frame
 from workbench.store.writer import Writer, json_text
 
@@ -122,7 +123,7 @@ class Store:
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         memory_limit: str | None = None,
         create: bool = True,
-        _borrowed: duckdb.DuckDBPyConnection | None = None,
+        _borrowed: Connection | None = None,
     ):
         self.path = os.fspath(path) if path is not None else db.default_path()
         self.read_only = read_only
@@ -132,7 +133,7 @@ class Store:
         self._closed = False
         self._connection_lock = threading.Lock()
         self.opened_at = time.monotonic()
-        self._con: duckdb.DuckDBPyConnection | None = _borrowed
+        self._con: Connection | None = _borrowed
         if _borrowed is not None:  # `held_store`: the hold opened and migrated the file, and closes it
             return
         self._con = db.connect(self.path, read_only=read_only, create=create, memory_limit=memory_limit)
@@ -149,7 +150,7 @@ class Store:
 
     # -- lifecycle ------------------------------------------------------------------------------
     @property
-    def connection(self) -> duckdb.DuckDBPyConnection:
+    def connection(self) -> Connection:
         """The open connection (opened again after a `release`)."""
         with self._connection_lock:
             if self._con is None:
@@ -245,7 +246,7 @@ class Store:
             con.execute("BEGIN TRANSACTION")
             try:
                 with db.python_scans:
-                    con.execute("""UPDATE messages SET observation = o.observation
+                    raw(con).execute("""UPDATE messages SET observation = o.observation
                                    FROM (SELECT * FROM _wb_observations) o
                                    WHERE messages.session_id = o.session_id AND messages.idx = o.idx""")
                 con.execute("COMMIT")

@@ -17,6 +17,7 @@ from workbench.errors import ConfigError, StoreError
 from workbench.importers.report import FileOutcome, ImportReport
 from workbench.session import NO_RESULT_TEXT, Message, Session, ToolCall, content_hash
 from workbench.store import db
+from workbench.store.hub import Connection
 from workbench.tokens import DEFAULT_TOKENIZER, prime
 
 
@@ -30,7 +31,7 @@ class Store(Protocol):
     HOLD_SECONDS: float
 
     @property
-    def connection(self) -> duckdb.DuckDBPyConnection: ...
+    def connection(self) -> Connection: ...
 
     @property
     def releasable(self) -> bool: ...
@@ -272,7 +273,7 @@ class Writer:
         self.queue: queue.Queue[tuple[str, Any] | None] = queue.Queue(maxsize=1)
         self.thread: threading.Thread | None = None
         self.threads: Any = None  # DuckDB's thread count before the import set it to one
-        self.threads_set_on: duckdb.DuckDBPyConnection | None = None
+        self.threads_set_on: Connection | None = None
 
     def __enter__(self) -> Writer:
         return self
@@ -588,7 +589,7 @@ def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImpor
     return later
 
 
-def _insert(con: duckdb.DuckDBPyConnection, tables: dict[str, dict[str, Any]]) -> None:
+def _insert(con: Connection, tables: dict[str, dict[str, Any]]) -> None:
     """One transaction: the datasets, sessions, messages, their token counts under `DEFAULT_TOKENIZER`
     and probes of a batch (rolled back on failure)."""
     registered: list[str] = []
