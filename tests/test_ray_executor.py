@@ -183,7 +183,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_no_cell(ray_cluster, grid_
                 killed.append(busy[0])
             time.sleep(0.02)
 
-    with FakeOpenAI(latency=1.0) as server:  # every cell waits on its model: a worker is caught mid-cell
+    with FakeOpenAI(latency=0.3) as server:  # every cell waits on its model: a worker is caught mid-cell
         spec = _llm_spec(server)
         killer = threading.Thread(target=kill_one_busy_worker, daemon=True)
         killer.start()
