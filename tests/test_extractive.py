@@ -359,6 +359,43 @@ def test_placeholder_prompt_and_transcript_parsing() -> None:
     assert "build/rules.mk" in summary and "Makefile" in summary and "Summarize:" not in summary
 
 
+#: What the tags of a prompt hold, as a pattern: the reference `extractive._tagged` finds the same as.
+TAG_PATTERNS = {tag: re.compile(rf"<{tag}>\n?(.*?)\n?</{tag}>", re.S) for tag in extractive._TAGS}
+TAG_FRAGMENTS = [f"<{t}>" for t in extractive._TAGS] + [f"</{t}>" for t in extractive._TAGS] + ["\n", "\n\n", "x", "<"]
+
+
+def _tagged_by_pattern(text: str) -> tuple[list[str], list[str], str]:
+    outside = TAG_PATTERNS["existing_summary"].sub(" ", TAG_PATTERNS["transcript"].sub(" ", text))
+    return TAG_PATTERNS["transcript"].findall(text), TAG_PATTERNS["existing_summary"].findall(text), outside
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<transcript></transcript>",
+        "<transcript>\n</transcript>",
+        "<transcript>\n\n</transcript>",
+        "a <transcript>\nbody\n</transcript> b <transcript>two</transcript> c",
+        "<transcript>never closed",
+        "</transcript><transcript>x</transcript></transcript>",
+        "<transcript>a <existing_summary>b</existing_summary> c</transcript>",
+        "<existing_summary>\n(none)\n</existing_summary>\n<transcript>\n[user]\nhi\n</transcript>\nNow.",
+        "<existing_summary>a <transcript>b</existing_summary> c</transcript>",
+        "no tags at all",
+    ],
+)
+def test_tagged_material_is_what_the_tag_pattern_finds(text: str) -> None:
+    found = extractive._tagged(text)
+    assert (list(found.transcripts), list(found.existing), found.outside) == _tagged_by_pattern(text)
+
+
+@settings(max_examples=400)
+@given(text_around(TAG_FRAGMENTS))
+def test_tagged_material_is_what_the_tag_pattern_finds_in_any_text(text: str) -> None:
+    found = extractive._tagged(text)
+    assert (list(found.transcripts), list(found.existing), found.outside) == _tagged_by_pattern(text)
+
+
 @pytest.mark.parametrize(
     "messages, expected",
     [
