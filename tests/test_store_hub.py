@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 
 import duckdb
 import pyarrow as pa
@@ -19,6 +20,17 @@ from workbench.store.hub import HUB, HeldInProcessError
 
 def _real(path) -> str:
     return os.path.realpath(path)
+
+
+@contextmanager
+def connections(*targets):
+    """A connection to each target, closed after the block."""
+    opened = [db.connect(target) for target in targets]
+    try:
+        yield opened
+    finally:
+        for connection in opened:
+            connection.close()
 
 
 def _other_process_reads(path) -> bool:
@@ -41,15 +53,11 @@ def test_a_file_stays_attached_while_any_of_its_connections_is_open(tmp_path):
 
 
 def test_unqualified_names_are_each_connections_own_file(tmp_path):
-    one, two = db.connect(tmp_path / "one.duckdb"), db.connect(tmp_path / "two.duckdb")
-    try:
+    with connections(tmp_path / "one.duckdb", tmp_path / "two.duckdb") as (one, two):
         one.execute("INSERT INTO datasets (name) VALUES ('only-in-one')")
         assert one.execute("SELECT name FROM datasets").fetchall() == [("only-in-one",)]
         assert two.execute("SELECT name FROM datasets").fetchall() == []
         assert one.cursor().execute("SELECT name FROM main.datasets").fetchall() == [("only-in-one",)]
-    finally:
-        one.close()
-        two.close()
 
 
 def test_a_cursor_does_not_keep_the_file(tmp_path):
@@ -77,14 +85,10 @@ def test_the_migrations_read_their_own_files_record(tmp_path):
         bare.close()
 
 
-def test_in_memory_databases_are_private(tmp_path):
-    one, two = db.connect(":memory:"), db.connect(":memory:")
-    try:
+def test_in_memory_databases_are_private():
+    with connections(":memory:", ":memory:") as (one, two):
         one.execute("INSERT INTO datasets (name) VALUES ('here')")
         assert two.execute("SELECT count(*) FROM datasets").fetchall() == [(0,)]
-    finally:
-        one.close()
-        two.close()
 
 
 def test_a_file_open_for_writing_is_refused_read_only_in_the_same_process_and_said_busy(tmp_path):

@@ -191,6 +191,8 @@ def _without(text: str, spans: Sequence[tuple[int, int, str]]) -> str:
 
 
 def _tagged(text: str) -> _Tagged:
+    """The tagged material of `text`; outside the tags is the text without its transcripts, then without
+    the existing summaries left in it (a summary quoted inside a transcript goes with the transcript)."""
     transcripts = _tag_spans(text, "transcript")
     existing = _tag_spans(text, "existing_summary")
     if not transcripts and not existing:

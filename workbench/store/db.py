@@ -394,8 +394,8 @@ def connect(
     process holds it only while it writes a batch), then raises `StoreError` saying it is in use,
     rather than DuckDB's lock message; a file that is not a DuckDB database raises
     `NotADatabaseError`; a missing file with `create=False` or `read_only` raises
-    `MissingDatabaseError`. `memory_limit` (default `$WORKBENCH_MEMORY_LIMIT`) caps DuckDB's memory
-    for this database.
+    `MissingDatabaseError`. `memory_limit` (default `$WORKBENCH_MEMORY_LIMIT`) caps DuckDB's memory:
+    that of the process's one DuckDB (`workbench.store.hub`), shared by every database it has open.
     """
     target = str(path) if path is not None else default_path()
     check_database_path(target, create=create and not read_only)

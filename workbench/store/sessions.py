@@ -189,7 +189,8 @@ class Store:
         return DuckDBCache(self.connection)
 
     def set_memory_limit(self, limit: str) -> None:
-        """Cap DuckDB's buffer cache for this store (e.g. "512MB")."""
+        """Cap DuckDB's buffer cache (e.g. "512MB"): the process's, which this store's file shares
+        (`workbench.store.hub`)."""
         db.set_memory_limit(self.connection, limit)
         self._memory_limit = limit
 

@@ -39,7 +39,8 @@ BUSY_MESSAGE = (
 
 class DatabaseBusyError(StoreError):
     """The database is held for writing by a run in this process (an experiment or a regression check
-    launched from the app): DuckDB refuses a read-only connection to it until the run closes its own."""
+    launched from the app): the process's DuckDB holds one attachment of a file, the run's, for writing,
+    and a read-only open is refused until the run lets it go."""
 
 
 @contextmanager
