@@ -82,7 +82,7 @@ class Hub:
                     self._attached[target] = attachment
             attachment.users += 1
             cursor = self._cursor(attachment.alias)
-        return Connection(cursor, attachment.alias, lambda: self._release(target, attachment))
+        return Connection(self, cursor, attachment.alias, lambda: self._release(target, attachment))
 
     def _cursor(self, alias: str) -> duckdb.DuckDBPyConnection:
         cursor = self._started().cursor()
@@ -119,9 +119,10 @@ class Connection:
     DuckDB looks up Python objects named in a statement (replacement scans) among the locals of the
     code that calls `execute`: run such statements on `raw`, from the function holding the object."""
 
-    __slots__ = ("raw", "alias", "_release")
+    __slots__ = ("_hub", "raw", "alias", "_release")
 
-    def __init__(self, raw: duckdb.DuckDBPyConnection, alias: str, release: Any = None):
+    def __init__(self, hub: Hub, raw: duckdb.DuckDBPyConnection, alias: str, release: Any = None):
+        self._hub = hub
         self.raw = raw
         self.alias = alias
         self._release = release
@@ -134,7 +135,7 @@ class Connection:
 
     def cursor(self) -> Connection:
         """Another cursor on the same database, for another thread (it does not hold the file)."""
-        return Connection(HUB.cursor(self.alias), self.alias)
+        return Connection(self._hub, self._hub.cursor(self.alias), self.alias)
 
     def close(self) -> None:
         """End this cursor; the connection that attached the file lets it go (once, when unused)."""
