@@ -15,6 +15,10 @@ tool that reads every message once must pay.
   the app or a notebook re-runs a grid): the session pool (`workbench.session_pool`) keeps each
   session's quality analysis. Printed for what it shows; the goal is the warm figure's.
 
+Cold and warm are measured with each executor: `local` (threads of the run's process, the default)
+and `processes` (a worker process per CPU, `executor="processes"`), the first on the imported database
+and the second on a copy of it made before any run.
+
 Each is printed as seconds and as a ratio to the floor; goals (issue 39): cold <= 6x, warm <= 2x.
 The runs are repeated (`CORPUS_BENCH_RUNS`, default 3) and the median printed: the machine is shared.
 """
@@ -22,6 +26,7 @@ The runs are repeated (`CORPUS_BENCH_RUNS`, default 3) and the median printed: t
 from __future__ import annotations
 
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -29,12 +34,14 @@ import tempfile
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "corpora" / "mini-swe-agent-gemini3"
 SPEC = ROOT / "experiments" / "complexity-trap.toml"
 CONFIGS = ("raw-agent", "observation-masking", "llm-summary")
 COLD_GOAL, WARM_GOAL = 6.0, 2.0
+EXECUTORS = ("local", "processes")
 
 RUN_GRID = """
 import json, sys, time
@@ -42,13 +49,13 @@ from workbench.experiments import run_experiment
 spec = json.loads(sys.argv[2])
 for _ in range(2 if sys.argv[3] == "fresh-twice" else 1):  # the second of two: the process's memos in place
     started = time.perf_counter()
-    run = run_experiment(spec, db=sys.argv[1], fresh=sys.argv[3] != "resume")
+    run = run_experiment(spec, db=sys.argv[1], fresh=sys.argv[3] != "resume", executor=sys.argv[4])
 print(json.dumps({"seconds": time.perf_counter() - started, "cells": run.progress.cells_done,
                   "status": run.status}))
 """
 
 
-def grid_spec() -> dict:
+def grid_spec() -> dict[str, Any]:
     """The corpus grid: the spec's defaults and the three configs, on the imported dataset."""
     spec = tomllib.loads(SPEC.read_text(encoding="utf-8"))
     return {
@@ -92,7 +99,7 @@ def imported_database(folder: str) -> tuple[str, float]:
     return path, time.perf_counter() - started
 
 
-def grid_seconds(db: str, mode: str) -> float:
+def grid_seconds(db: str, mode: str, executor: str = "local") -> float:
     """Seconds of the grid in a process of its own; `mode`: "resume", "fresh" or "fresh-twice" (the
     second of two fresh runs in that process)."""
     import json
@@ -100,7 +107,7 @@ def grid_seconds(db: str, mode: str) -> float:
     spec = json.dumps(grid_spec())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", RUN_GRID, db, spec, mode],
+        [sys.executable, "-c", RUN_GRID, db, spec, mode, executor],
         capture_output=True,
         text=True,
         env=env,
@@ -119,30 +126,34 @@ def run() -> None:
         print(f"skipped: no corpus at {CORPUS}")
         return
     runs = int(os.environ.get("CORPUS_BENCH_RUNS", "3"))
-    floors, colds, warms, same_process, imports = [], [], [], [], []
+    floors, same_process, imports = [], [], []
+    timed: dict[tuple[str, str], list[float]] = {(e, m): [] for e in EXECUTORS for m in ("cold", "warm")}
     for _ in range(runs):
         floor, messages, characters = floor_seconds()
         floors.append(floor)
         with tempfile.TemporaryDirectory() as folder:
             db, imported = imported_database(folder)
             imports.append(imported)
-            colds.append(grid_seconds(db, "resume"))
-            warms.append(grid_seconds(db, "fresh"))
+            copies = {executor: db for executor in EXECUTORS}
+            for executor in EXECUTORS[1:]:
+                copies[executor] = shutil.copy(db, os.path.join(folder, f"{executor}.duckdb"))
+            for executor, path in copies.items():
+                timed[executor, "cold"].append(grid_seconds(path, "resume", executor))
+                timed[executor, "warm"].append(grid_seconds(path, "fresh", executor))
             same_process.append(grid_seconds(db, "fresh-twice"))
-    floor, cold, warm = statistics.median(floors), statistics.median(colds), statistics.median(warms)
+    floor = statistics.median(floors)
     print(f"corpus: {messages:,} messages, {characters:,} characters; grid: {len(CONFIGS)} configs")
     print(f"floor (one batched cl100k pass): median {floor:.2f} s of {[round(f, 2) for f in floors]}")
     print(f"import (counts stored): median {statistics.median(imports):.2f} s")
-    print(
-        f"cold grid: median {cold:.2f} s of {[round(c, 2) for c in colds]}; "
-        f"{cold / floor:.1f}x the floor (goal <= {COLD_GOAL:g}x)"
-    )
-    print(
-        f"warm grid: median {warm:.2f} s of {[round(w, 2) for w in warms]}; "
-        f"{warm / floor:.1f}x the floor (goal <= {WARM_GOAL:g}x)"
-    )
+    for (executor, mode), seconds in timed.items():
+        goal = COLD_GOAL if mode == "cold" else WARM_GOAL
+        median = statistics.median(seconds)
+        print(
+            f"{mode} grid, {executor} executor: median {median:.2f} s of {[round(s, 2) for s in seconds]}; "
+            f"{median / floor:.1f}x the floor (goal <= {goal:g}x)"
+        )
     again = statistics.median(same_process)
     print(
-        f"warm grid, same process: median {again:.2f} s of {[round(a, 2) for a in same_process]}; "
+        f"warm grid, same process (local): median {again:.2f} s of {[round(a, 2) for a in same_process]}; "
         f"{again / floor:.1f}x the floor"
     )

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -21,20 +20,20 @@ import pytest
 ray = pytest.importorskip("ray")
 
 from click.testing import CliRunner  # noqa: E402  (after the skip: nothing to import without Ray)
+from run_support import stored_levels, twin_of  # noqa: E402
 
 from workbench.cli import main  # noqa: E402
 from workbench.errors import ConfigError  # noqa: E402
 from workbench.experiments import run as runner  # noqa: E402
 from workbench.experiments.cells import CellTask  # noqa: E402
-from workbench.experiments.ray_executor import RayExecutor, _batches, _units  # noqa: E402
-from workbench.store import open_results  # noqa: E402
+from workbench.experiments.ray_executor import RayExecutor  # noqa: E402
+from workbench.experiments.workers import cell_units, session_batches  # noqa: E402
 from workbench.testing import FakeOpenAI  # noqa: E402
 
 pytestmark = pytest.mark.slow  # a local Ray cluster: `make test-fast` leaves it out
 
 # Nothing leaves the machine: no usage report, no dashboard, no token prompt.
 RAY_ENV = {"RAY_USAGE_STATS_ENABLED": "0", "RAY_AUTH_MODE": "disabled", "RAY_DISABLE_DOCKER_CPU_WARNING": "1"}
-TIMING_COLUMNS = {"run_id", "duration_s", "finished_at"}
 
 
 @pytest.fixture(scope="module")
@@ -57,30 +56,6 @@ def ray_cluster():
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-
-
-def _twin(db: Path) -> Path:
-    """A copy of a database made before any run: the same sessions, for the other executor."""
-    copy = db.with_name(f"twin-{db.name}")
-    shutil.copy(db, copy)
-    return copy
-
-
-def _levels(db: Path, run_id: str) -> dict[str, list[dict]]:
-    """Every stored level of a run (cells with metrics, calls, compactions), minus run ids and timings."""
-    with open_results(db) as stored:
-        frames = {
-            "cells": stored.results_frame(run_id),
-            "calls": stored.calls_frame(run_id),
-            "compactions": stored.compactions_frame(run_id),
-        }
-    return {
-        level: [
-            {k: v for k, v in row.items() if k not in TIMING_COLUMNS}
-            for row in frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
-        ]
-        for level, frame in frames.items()
-    }
 
 
 def _llm_spec(server: FakeOpenAI) -> dict:
@@ -116,12 +91,12 @@ def _cache_rows(db: Path) -> int:
 
 def test_ray_computes_every_cell_as_the_local_executor_does(ray_cluster, grid_db):
     db, spec, session_ids = grid_db
-    twin = _twin(db)
+    twin = twin_of(db)
     on_ray = runner.run_experiment(spec, db=str(db), executor="ray")
     local = runner.run_experiment(spec, db=str(twin), executor="local")
     assert on_ray.id == local.id  # same spec, sessions and code: the same run
     assert on_ray.status == "finished" and on_ray.progress.failed_cells == 0
-    ray_levels, local_levels = _levels(db, on_ray.id), _levels(twin, local.id)
+    ray_levels, local_levels = stored_levels(db, on_ray.id), stored_levels(twin, local.id)
     assert len(ray_levels["cells"]) == len(session_ids) * 3
     assert ray_levels["compactions"], "the grid compacts: the comparison covers compaction rows"
     assert all(row["recorded_input_tokens"] for row in ray_levels["calls"]), "the recorded usage travels back"
@@ -137,7 +112,7 @@ def test_ray_computes_every_cell_as_the_local_executor_does(ray_cluster, grid_db
 
 def test_model_answers_from_workers_are_committed_so_a_rerun_asks_nothing(ray_cluster, grid_db):
     db, _, session_ids = grid_db
-    twin = _twin(db)
+    twin = twin_of(db)
     with FakeOpenAI() as server:
         spec = _llm_spec(server)
         on_ray = runner.run_experiment(spec, db=str(db), executor="ray")
@@ -149,7 +124,7 @@ def test_model_answers_from_workers_are_committed_so_a_rerun_asks_nothing(ray_cl
         assert server.request_count == asked  # all from the committed cache
         assert rerun.progress.cells_done == len(session_ids) * 2 and rerun.progress.failed_cells == 0
         local = runner.run_experiment(spec, db=str(twin))
-    assert _levels(db, rerun.id) == _levels(twin, local.id)
+    assert stored_levels(db, rerun.id) == stored_levels(twin, local.id)
 
 
 def _busy_ray_workers() -> list[int]:
@@ -171,7 +146,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_no_cell(ray_cluster, grid_
     if not Path("/proc/self/cmdline").exists():
         pytest.skip("finding Ray's worker processes needs /proc")
     db, _, session_ids = grid_db
-    twin = _twin(db)
+    twin = twin_of(db)
     killed: list[int] = []
     stop = threading.Event()
 
@@ -204,7 +179,7 @@ def test_a_worker_killed_mid_run_loses_and_duplicates_no_cell(ray_cluster, grid_
     finally:
         con.close()
     assert len(keys) == len(session_ids) * 2 and all(count == 1 for *_, count in keys)
-    assert _levels(db, on_ray.id) == _levels(twin, local.id)
+    assert stored_levels(db, on_ray.id) == stored_levels(twin, local.id)
 
 
 def test_executor_names_and_addresses_are_checked(grid_db):
@@ -224,8 +199,8 @@ def test_a_sessions_cells_travel_together_except_the_last_ones(sessions, configs
     """Each Ray task holds cells of one session (the worker analyses the session once), at most a quarter
     of a slot's share of the run, and the last 2 x slots cells go one per task to even out the end."""
     tasks = [CellTask(f"s{s}", "d", f"c{c}", 0) for s in range(sessions) for c in range(configs)]
-    batches = _batches(tasks, 4)
-    units = _units([cells for _, cells in batches], slots)
+    batches = session_batches(tasks, 4)
+    units = cell_units([cells for _, cells in batches], slots)
     assert [cell for _, cells in units for cell in cells] == [cell for _, cells in batches for cell in cells]
     assert all(cell in batches[index][1] for index, cells in units for cell in cells)
     assert all(len({cell.session_id for cell in cells}) == 1 for _, cells in units)

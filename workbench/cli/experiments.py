@@ -119,10 +119,11 @@ DEFAULT_COLUMNS = [
 @click.option("--fresh", is_flag=True, help="Recompute every cell of the run (model calls still come from the cache).")
 @click.option(
     "--executor",
-    type=click.Choice(["local", "ray"]),
+    type=click.Choice(["local", "processes", "ray"]),
     default="local",
     show_default=True,
-    help="Where cells run: threads of this process, or Ray workers (the `ray` extra).",
+    help="Where cells run: threads of this process, a worker process per CPU (for CPU-bound grids: "
+    "offline summaries, quality metrics), or Ray workers (the `ray` extra).",
 )
 @click.option(
     "--address",

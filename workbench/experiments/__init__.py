@@ -11,6 +11,7 @@ See DESIGN §9.
 
 from workbench.experiments.compare import Comparison, MetricComparison, compare, compare_frames
 from workbench.experiments.export import export
+from workbench.experiments.process_executor import ProcessExecutor
 from workbench.experiments.regress import RegressionReport, regress
 from workbench.experiments.run import (
     CellTask,
@@ -35,6 +36,7 @@ __all__ = [
     "ExperimentSpec",
     "LocalExecutor",
     "MetricComparison",
+    "ProcessExecutor",
     "RegressionReport",
     "Run",
     "RunProgress",

@@ -173,7 +173,7 @@ def replay_cell(cell: StoredCell, db: str | os.PathLike[str] | None = None, *, g
     stored = session(cell.key.session_id, db=db)
     if gateway is not None:
         return replay(stored, config, gateway=gateway)
-    from workbench.experiments.ray_executor import SnapshotCache
+    from workbench.experiments.workers import SnapshotCache
     from workbench.llm import Gateway
     from workbench.store import Store
 

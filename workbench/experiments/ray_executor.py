@@ -14,7 +14,7 @@ local executor. Only the computing moves:
   so both see identical sessions. A batch is exported when its first cell is submitted and
   released when its last cell returns, so the object store holds only the batches in flight; a
   worker fetches a batch once, with the first of its cells that reaches it.
-- A Ray task holds cells of one session (`_units`): the worker that reads and analyses a session
+- A Ray task holds cells of one session (`workers.cell_units`): the worker that reads and analyses a session
   (its facts, its steps, its token prefix sums) computes the session's other cells from memory.
   Sent one per task, a session's cells spread over the workers and each analysed it again. The
   last few cells of a run go one per task, so that no worker idles while another finishes.
@@ -51,27 +51,17 @@ the workers, or a `runtime_env` with `env_vars`).
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import os
-import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
-
-if TYPE_CHECKING:
-    import pyarrow as pa
-
-    from workbench.llm import CacheEntry, Gateway
-    from workbench.session import Session
-    from workbench.store import Store
+from workbench.experiments.workers import GatewaySettings, SnapshotCache, cell_units, compute_cell, session_batches
 
 __all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "run_cell", "run_cells"]
 
 
-# The tables a session is made of, with the column naming the session, in insertion order.
 def _import_ray() -> Any:
     try:
         import ray
@@ -87,182 +77,6 @@ def ray_available() -> bool:
     import importlib.util
 
     return importlib.util.find_spec("ray") is not None
-
-
-@dataclass(frozen=True)
-class GatewaySettings:
-    """The options of the driver's gateway that a worker's gateway repeats: never its cache, and no
-    secret default (a key in a config's options travels with the config; keys otherwise come from
-    the workers' environment, as the gateway reads them anywhere)."""
-
-    concurrency: int = 8
-    timeout: float = 120.0
-    num_retries: int = 4
-    backoff_base: float = 1.0
-    backoff_max: float = 60.0
-    max_retry_after: float = 120.0
-    retry_bad_response: bool = False
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def of(cls, gateway: Any) -> GatewaySettings:
-        from workbench.llm.options import is_secret_option
-
-        retry = getattr(gateway, "retry", None)
-        base = cls()
-        return cls(
-            concurrency=int(getattr(gateway, "concurrency", base.concurrency)),
-            timeout=float(getattr(gateway, "timeout", base.timeout)),
-            num_retries=int(getattr(gateway, "num_retries", base.num_retries)),
-            backoff_base=float(getattr(retry, "backoff_base", base.backoff_base)),
-            backoff_max=float(getattr(retry, "backoff_max", base.backoff_max)),
-            max_retry_after=float(getattr(retry, "max_retry_after", base.max_retry_after)),
-            retry_bad_response=bool(getattr(retry, "retry_bad_response", base.retry_bad_response)),
-            defaults={
-                name: value
-                for name, value in (getattr(gateway, "defaults", {}) or {}).items()
-                if not is_secret_option(name)
-            },
-        )
-
-    def gateway(self, cache: Any) -> Gateway:
-        from workbench.llm import Gateway
-
-        return Gateway(
-            cache,
-            concurrency=self.concurrency,
-            timeout=self.timeout,
-            num_retries=self.num_retries,
-            backoff_base=self.backoff_base,
-            backoff_max=self.backoff_max,
-            max_retry_after=self.max_retry_after,
-            retry_bad_response=self.retry_bad_response,
-            defaults=self.defaults,
-        )
-
-
-class SnapshotCache:
-    """A worker's model cache: a read-only snapshot of `llm_cache` (an Arrow table) plus the answers
-    made in this process since, which `drain()` hands over (once each) for the driver to commit."""
-
-    def __init__(self, snapshot: pa.Table):
-        self._snapshot = snapshot
-        self._rows = {key: row for row, key in enumerate(snapshot.column("key").to_pylist())}
-        self._lock = threading.Lock()
-        self._made: dict[str, CacheEntry] = {}
-        self._unsent: list[tuple[str, str, str, CacheEntry, bool]] = []
-
-    def get(self, key: str) -> CacheEntry | None:
-        from workbench.llm.cache import ENTRY_COLUMNS, CacheEntry
-
-        with self._lock:
-            made = self._made.get(key)
-        if made is not None:
-            return made
-        row = self._rows.get(key)
-        if row is None:
-            return None
-        values = self._snapshot.slice(row, 1).to_pylist()[0]
-        return CacheEntry.from_row([values[column] for column in ENTRY_COLUMNS])
-
-    def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
-        found = {}
-        for key in dict.fromkeys(keys):
-            entry = self.get(key)
-            if entry is not None:
-                found[key] = entry
-        return found
-
-    def put(
-        self, key: str, model: str, request: Mapping[str, Any] | str, entry: CacheEntry, *, replace: bool = False
-    ) -> None:
-        """Answers travel to the driver with their request as canonical JSON (`request_json`): one
-        string to pickle, and the driver's cache stores it as it is (replacing, with `replace`)."""
-        from workbench.llm.cache import request_json
-
-        with self._lock:
-            if not replace and (key in self._made or key in self._rows):
-                return
-            self._made[key] = entry
-            self._unsent.append((key, model, request_json(request), entry, replace))
-
-    def drain(self) -> tuple[tuple[str, str, str, CacheEntry, bool], ...]:
-        with self._lock:
-            unsent, self._unsent = self._unsent, []
-        return tuple(unsent)
-
-    def close(self) -> None:
-        pass
-
-
-class _Worker:
-    """What a worker process keeps between cells: an in-memory database holding the session batches
-    it was sent (the last few), the sessions it read (the last few), and a gateway per run."""
-
-    BATCHES_KEPT = 4
-    SESSIONS_KEPT = 8
-
-    def __init__(self) -> None:
-        self._store: Store | None = None
-        self._batches: collections.OrderedDict[str, list[str]] = collections.OrderedDict()
-        self._sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
-        self._run: str | None = None
-        self._gateway: Gateway | None = None
-        self._cache: SnapshotCache | None = None
-
-    def session(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]], session_id: str) -> Session:
-        """The session from this worker's copy of its batch; `fetch` gets the batch (from the object
-        store) only when this worker has not loaded it yet."""
-        session = self._sessions.get(session_id)
-        if session is not None:
-            self._sessions.move_to_end(session_id)
-            return session
-        store = self._load_batch(batch_id, fetch)
-        session = store.load_session(session_id)
-        self._sessions[session_id] = session
-        while len(self._sessions) > self.SESSIONS_KEPT:
-            self._sessions.popitem(last=False)
-        return session
-
-    def _load_batch(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]]) -> Store:
-        from workbench.store import Store
-
-        if self._store is None:
-            self._store = Store(":memory:")
-        if batch_id in self._batches:
-            self._batches.move_to_end(batch_id)
-            return self._store
-        ids = self._store.load_session_tables(fetch())
-        incoming = set(ids)
-        for kept in self._batches.values():  # a session sent again (another run) now belongs to this batch
-            kept[:] = [i for i in kept if i not in incoming]
-        self._batches[batch_id] = ids
-        while len(self._batches) > self.BATCHES_KEPT:
-            _, evicted = self._batches.popitem(last=False)
-            self._store.delete_sessions(evicted)
-        return self._store
-
-    def gateway(self, run: str, snapshot: Sequence[Any], settings: GatewaySettings) -> tuple[Gateway, SnapshotCache]:
-        if self._run != run or self._gateway is None or self._cache is None:
-            if self._gateway is not None:
-                self._gateway.close()  # the previous run's connection pool (its snapshot has nothing to close)
-            ray = _import_ray()
-            self._cache = SnapshotCache(ray.get(snapshot[0]))
-            self._gateway = settings.gateway(self._cache)
-            self._run = run
-        return self._gateway, self._cache
-
-
-_WORKER: _Worker | None = None
-_WORKER_LOCK = threading.Lock()
-
-
-def _worker() -> _Worker:
-    global _WORKER
-    with _WORKER_LOCK:
-        if _WORKER is None:
-            _WORKER = _Worker()
-        return _WORKER
 
 
 def run_cell(
@@ -284,12 +98,7 @@ def run_cell(
     ray = _import_ray()
     reserved = ray.get_runtime_context().get_assigned_resources().get("CPU")
     set_counting_threads(max(1, int(reserved)) if reserved else 1)  # the cell's share of the machine
-    state = _worker()
-    gateway, cache = state.gateway(run, snapshot, settings)
-    cache.drain()  # answers of an earlier cell whose outcome never left this process (none, normally)
-    outcome = work.compute(task, lambda: state.session(batch_id, lambda: ray.get(batch[0]), task.session_id), gateway)
-    result = outcome.result.detached() if outcome.result is not None else None
-    return dataclasses.replace(outcome, result=result, cache_entries=cache.drain())
+    return compute_cell(work, task, run, batch_id, lambda: ray.get(batch[0]), lambda: ray.get(snapshot[0]), settings)
 
 
 def run_cells(
@@ -368,7 +177,7 @@ class _RayRun:
         if work.store is None:
             raise TypeError("RayExecutor exports sessions from the run's store: `work.store` must be open")
         self.store = work.store
-        self.batches = _batches(tasks, max(1, executor.sessions_per_batch))
+        self.batches = session_batches(tasks, max(1, executor.sessions_per_batch))
         slots = float(ray.cluster_resources().get("CPU", 1)) / max(executor.cpus_per_cell, 0.01)
         self.slots = max(1, int(slots))
         self.limit = executor.max_in_flight or max(2, int(2 * slots))
@@ -396,7 +205,7 @@ class _RayRun:
         pending: dict[Any, tuple[list[CellTask], int]] = {}
         batch_refs: dict[int, Any] = {}
         remaining = [len(cells) for _, cells in self.batches]
-        units = _units([cells for _, cells in self.batches], self.slots)
+        units = cell_units([cells for _, cells in self.batches], self.slots)
         position = 0
         try:
             while position < len(units) or pending:
@@ -421,43 +230,3 @@ class _RayRun:
         finally:
             for ref in pending:
                 ray.cancel(ref)
-
-
-def _units(batches: Sequence[Sequence[CellTask]], slots: int) -> list[tuple[int, list[CellTask]]]:
-    """The Ray tasks of a run, as (batch index, cells): the cells of one session together, so the
-    worker that reads and analyses a session computes its other cells from memory (with cells one
-    per task, a session's cells spread over the workers and each analysed it again); at most a
-    quarter of a slot's share of the run per task, and the last `2 * slots` cells one per task,
-    so that no worker idles at the end while another finishes a long task."""
-    total = sum(map(len, batches))
-    cap = max(1, total // (4 * slots))
-    units: list[tuple[int, list[CellTask]]] = []
-    for index, cells in enumerate(batches):
-        start = 0
-        while start < len(cells):
-            session = cells[start].session_id
-            stop = start
-            while stop < len(cells) and stop - start < cap and cells[stop].session_id == session:
-                stop += 1
-            units.append((index, list(cells[start:stop])))
-            start = stop
-    singles: list[tuple[int, list[CellTask]]] = []
-    while units and len(singles) < 2 * slots:
-        index, cells = units.pop()
-        singles[:0] = [(index, [cell]) for cell in cells]
-    return units + singles
-
-
-def _batches(tasks: Sequence[CellTask], sessions_per_batch: int) -> list[tuple[list[str], list[CellTask]]]:
-    """Tasks grouped by session (first-seen order), `sessions_per_batch` sessions per batch."""
-    by_session: dict[str, list[CellTask]] = {}
-    for task in tasks:
-        by_session.setdefault(task.session_id, []).append(task)
-    ids = list(by_session)
-    return [
-        (
-            ids[start : start + sessions_per_batch],
-            [task for session_id in ids[start : start + sessions_per_batch] for task in by_session[session_id]],
-        )
-        for start in range(0, len(ids), sessions_per_batch)
-    ]

@@ -15,7 +15,8 @@ sessions, a model-cache lookup: `workbench.store.db.FileHold`), never between: D
 process open a file one process has open for writing, and the CLI, the app and notebooks read the
 sessions and the run's finished cells while it goes on (they wait for a batch to be written).
 
-Cells go through an `Executor` (local threads by default, or Ray workers with `executor="ray"`):
+Cells go through an `Executor` (local threads by default, worker processes with
+`executor="processes"`, or Ray workers with `executor="ray"`):
 it maps a function over tasks and yields outcomes as they complete. Model calls go through one
 gateway whose cache is the database's `llm_cache`, so a re-run of a finished cell's calls costs
 nothing either.
@@ -414,7 +415,9 @@ def run_experiment(
     """Run (or resume) an experiment; returns the `Run` with its id and results.
 
     `concurrency` overrides the spec's; `executor` replaces the local thread executor: an
-    `Executor`, or a name, `"local"` (the default) or `"ray"` (cells on a Ray cluster, the
+    `Executor`, or a name, `"local"` (the default), `"processes"` (cells in a worker process per
+    CPU: for grids whose cells are CPU work, such as offline summaries and quality metrics) or
+    `"ray"` (cells on a Ray cluster, the
     optional `ray` extra; `address` names the cluster, e.g. `"auto"` or `"ray://host:10001"`,
     default: a local one); `gateway` replaces the one caching into the database; `progress` is
     called after every cell.
@@ -495,8 +498,14 @@ def _choose_executor(executor: Executor | str | None, address: str | None) -> Ex
                     "executor 'ray' needs Ray: install the `ray` extra (pip install 'compaction-workbench[ray]')"
                 )
             return RayExecutor(address=address)
-        if name != "local":
-            raise ConfigError(f"unknown executor {executor!r}: expected 'local' or 'ray' (or an Executor object)")
+        if name == "processes" and address is None:
+            from workbench.experiments.process_executor import ProcessExecutor
+
+            return ProcessExecutor()
+        if name not in ("local", "processes"):
+            raise ConfigError(
+                f"unknown executor {executor!r}: expected 'local', 'processes' or 'ray' (or an Executor object)"
+            )
         executor = None
     if address is not None:
         if executor is not None:

@@ -1,0 +1,92 @@
+"""The process executor (workbench.experiments.process_executor): the same cells as the local executor,
+cell for cell, computed in worker processes; the offline summarizer's answers made there are committed by
+the run's process, so a re-run asks nothing; a worker that dies fails cells, which a resumed run computes.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterable, Iterator
+
+import pytest
+from click.testing import CliRunner
+from run_support import stored_levels, twin_of
+
+from workbench.cli import main
+from workbench.errors import ConfigError
+from workbench.experiments import ProcessExecutor
+from workbench.experiments import run as runner
+from workbench.experiments.cells import CellOutcome, CellTask
+
+pytestmark = pytest.mark.slow  # worker processes start with imports of their own
+
+
+def test_worker_processes_compute_every_cell_as_the_local_executor_does(grid_db):
+    db, spec, session_ids = grid_db
+    twin = twin_of(db)
+    in_processes = runner.run_experiment(spec, db=str(db), executor=ProcessExecutor(processes=2))
+    local = runner.run_experiment(spec, db=str(twin), executor="local")
+    assert in_processes.id == local.id
+    assert in_processes.status == "finished" and in_processes.progress.failed_cells == 0
+    asked = local.progress.model_calls + local.progress.cache_hits
+    assert local.progress.model_calls > 0  # the offline summarizer's, through the model cache
+    # Two workers may each ask a question one process asks once: more calls, the same answers.
+    assert in_processes.progress.model_calls + in_processes.progress.cache_hits == asked
+    levels, local_levels = stored_levels(db, in_processes.id), stored_levels(twin, local.id)
+    assert len(levels["cells"]) == len(session_ids) * 3
+    assert any(row["summary"] for row in levels["compactions"]), "the grid summarizes in the workers"
+    for level in ("cells", "calls", "compactions"):
+        assert levels[level] == local_levels[level], level
+
+    again = runner.run_experiment(spec, db=str(db), executor="processes", fresh=True)
+    assert again.progress.model_calls == 0 and again.progress.cache_hits == asked  # all committed
+    assert stored_levels(db, again.id) == local_levels
+
+    resumed = CliRunner().invoke(
+        main, ["run", str(spec), "--db", str(db), "--executor", "processes", "--json"], catch_exceptions=False
+    )
+    assert resumed.exit_code == 0, resumed.output
+    assert json.loads(resumed.stdout)["cells_reused"] == len(session_ids) * 3
+
+
+class _KillingWorkers:
+    """The process executor, whose workers are all killed once the first outcome is in."""
+
+    def __init__(self) -> None:
+        self.inner = ProcessExecutor(processes=2)
+        self.killed: list[int] = []
+
+    def map(self, work: Callable[[CellTask], CellOutcome], tasks: Iterable[CellTask]) -> Iterator[CellOutcome]:
+        for outcome in self.inner.map(work, tasks):
+            if not self.killed:
+                for child in multiprocessing.active_children():
+                    os.kill(child.pid, signal.SIGKILL)
+                    self.killed.append(child.pid)
+            yield outcome
+
+
+def test_a_dead_worker_fails_cells_and_a_resumed_run_computes_them(grid_db):
+    db, spec, session_ids = grid_db
+    twin = twin_of(db)
+    killing = _KillingWorkers()
+    with pytest.warns(RuntimeWarning, match="failed"):
+        broken = runner.run_experiment(spec, db=str(db), executor=killing)
+    assert killing.killed
+    assert broken.status == "finished_with_errors"
+    assert 0 < broken.progress.failed_cells < len(session_ids) * 3  # cells not yet started when it died
+    resumed = runner.run_experiment(spec, db=str(db), executor="processes")
+    assert resumed.progress.cells_reused == len(session_ids) * 3 - broken.progress.failed_cells
+    assert resumed.status == "finished" and resumed.progress.failed_cells == 0
+    local = runner.run_experiment(spec, db=str(twin))
+    assert stored_levels(db, resumed.id) == stored_levels(twin, local.id)
+
+
+def test_the_process_executor_takes_cells_only(grid_db):
+    db, spec, _ = grid_db
+    with pytest.raises(ConfigError, match="names a Ray cluster"):
+        runner.run_experiment(spec, db=str(db), executor="processes", address="auto")
+    with pytest.raises(TypeError, match="BoundCellWork"):
+        next(ProcessExecutor().map(lambda task: task, [CellTask("s", None, "c", 0)]))

@@ -1,0 +1,125 @@
+"""Experiment cells in worker processes of this machine, one per core.
+
+    run = wb.run_experiment("experiments/complexity-trap.toml", db=..., executor="processes")
+    workbench run experiments/complexity-trap.toml --executor processes
+
+The local executor's threads share one interpreter, which runs Python on one core at a time: they
+overlap model calls, but a grid whose cells are CPU work (replays, the offline summarizer, the quality
+metrics) runs on one core however many the machine has. These workers run on all of them.
+
+They work as the Ray executor's do (see `workers`): the run's process keeps the database and writes
+every cell; a worker gets each session's rows as Arrow tables with that session's cells, the model
+cache as a snapshot taken when the run starts, and sends back each outcome with the model answers it
+made, which the run's process commits to the cache. Workers are started fresh (`spawn`: nothing of
+this process's threads or open files is inherited), which costs each about a second of imports: for
+a handful of cells, the local executor is quicker.
+
+A worker that dies (killed, out of memory) fails the cells it held and those not yet started; a
+resumed run computes them.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
+from workbench.experiments.workers import GatewaySettings, cell_units, compute_cell, session_batches
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from workbench.store import Store
+
+__all__ = ["ProcessExecutor"]
+
+
+@dataclass
+class ProcessExecutor:
+    """Runs experiment cells in `processes` worker processes (default: one per CPU), a session's cells
+    together, and yields their outcomes as they finish.
+
+    Units of cells in flight are bounded (twice the workers), so the sessions exported and the
+    outcomes waiting to be written stay few whatever the grid's size."""
+
+    processes: int | None = None
+
+    def map(self, work: Callable[[CellTask], CellOutcome], tasks: Iterable[CellTask]) -> Iterator[CellOutcome]:
+        if not isinstance(work, BoundCellWork):
+            raise TypeError(
+                "ProcessExecutor runs experiment cells: `work` must be the BoundCellWork that "
+                f"run_experiment passes, not {type(work).__name__}"
+            )
+        store = work.store
+        if store is None:
+            raise TypeError("ProcessExecutor exports sessions from the run's store: `work.store` must be open")
+        todo = list(tasks)
+        if not todo:
+            return
+        workers = max(1, self.processes or os.cpu_count() or 1)
+        units = cell_units([cells for _, cells in session_batches(todo, 1)], workers)
+        flush = getattr(getattr(work.gateway, "cache", None), "flush", None)
+        if flush is not None:
+            flush()  # answers still queued for the database belong in the snapshot
+        start = (uuid.uuid4().hex, store.model_cache_rows(), GatewaySettings.of(work.gateway), work.cell)
+        pool = ProcessPoolExecutor(
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=start
+        )
+        pending: dict[Future[list[CellOutcome]], list[CellTask]] = {}
+        position = 0
+        try:
+            while position < len(units) or pending:
+                while position < len(units) and len(pending) < 2 * workers:
+                    _, cells = units[position]
+                    position += 1
+                    pending[_submit(pool, store, cells)] = cells
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    cells = pending.pop(future)
+                    try:
+                        outcomes = future.result()
+                    except Exception as exc:  # the worker died, or the outcome did not travel back
+                        outcomes = [CellOutcome(task, None, 0.0, exc) for task in cells]
+                    yield from outcomes
+        finally:
+            # Workers exit on their own once their queue closes: tearing down a worker's memos takes
+            # a good part of a second, which the run need not wait for.
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _submit(pool: ProcessPoolExecutor, store: Store, cells: list[CellTask]) -> Future[list[CellOutcome]]:
+    """Send one unit (cells of one session) with its session's rows; a pool already broken fails it."""
+    try:
+        return pool.submit(_compute_unit, store.session_tables([cells[0].session_id]), cells)
+    except Exception as exc:  # BrokenProcessPool: a worker died earlier
+        failed: Future[list[CellOutcome]] = Future()
+        failed.set_exception(exc)
+        return failed
+
+
+_RUN: dict[str, Any] = {}
+
+
+def _start_worker(run: str, snapshot: pa.Table, settings: GatewaySettings, cell: CellWork) -> None:
+    """A worker's start: what every cell of the run shares. Token counting uses one thread, the
+    worker's share of the machine."""
+    from workbench.tokens import set_counting_threads
+
+    set_counting_threads(1)
+    _RUN.update(run=run, snapshot=snapshot, settings=settings, cell=cell)
+
+
+def _compute_unit(tables: Mapping[str, pa.Table], cells: Sequence[CellTask]) -> list[CellOutcome]:
+    """The cells of one session, in a worker: the first loads and analyses the session, the others
+    find it in this worker's memory."""
+    run = _RUN["run"]
+    batch = f"{run}-{cells[0].session_id}"
+    return [
+        compute_cell(_RUN["cell"], task, run, batch, lambda: tables, lambda: _RUN["snapshot"], _RUN["settings"])
+        for task in cells
+    ]
