@@ -20,6 +20,7 @@ resumed run computes them.
 
 from __future__ import annotations
 
+import gc
 import multiprocessing
 import os
 import uuid
@@ -107,10 +108,13 @@ _RUN: dict[str, Any] = {}
 
 def _start_worker(run: str, snapshot: pa.Table, settings: GatewaySettings, cell: CellWork) -> None:
     """A worker's start: what every cell of the run shares. Token counting uses one thread, the
-    worker's share of the machine."""
+    worker's share of the machine; the process does bulk work only, so its collector is paced for
+    it (`workbench.collector`) for good."""
+    from workbench.collector import bulk_thresholds
     from workbench.tokens import set_counting_threads
 
     set_counting_threads(1)
+    gc.set_threshold(*bulk_thresholds(gc.get_threshold()))
     _RUN.update(run=run, snapshot=snapshot, settings=settings, cell=cell)
 
 

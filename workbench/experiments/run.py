@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from workbench.collector import fewer_collections
 from workbench.errors import ConfigError, SessionFilterError, StoreError, did_you_mean
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellSpend, CellTask, CellWork
 from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
@@ -468,7 +469,8 @@ def run_experiment(
         gateway = owned_gateway = Gateway(DuckDBCache(hold), concurrency=max(8, calls_in_flight))
     local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
     try:
-        _execute(experiment, todo, db_path, hold, gateway, chosen or local, run_id, state, progress)
+        with fewer_collections():
+            _execute(experiment, todo, db_path, hold, gateway, chosen or local, run_id, state, progress)
     except BaseException:  # Ctrl-C, or the run itself failed (a write, the progress callback...)
         status = "interrupted"
         raise

@@ -293,6 +293,7 @@ class Store:
         of this import, the ones already stored included (`attach_outcomes`); `report.outcomes`
         says how many matched.
         """
+        from workbench.collector import fewer_collections
         from workbench.importers import ignored_files
         from workbench.importers.outcomes import OutcomeTable, read_outcomes
         from workbench.importers.pipeline import read_paths
@@ -310,7 +311,7 @@ class Store:
             if progress is not None:
                 progress(outcome)
 
-        with Writer(self, report, dataset) as writer:
+        with fewer_collections(), Writer(self, report, dataset) as writer:
             read_paths(given, writer, format, dataset, done)
         if table is not None:
             report.outcomes = self.attach_outcomes(table, [*report.session_ids, *sorted(writer.existing)])
