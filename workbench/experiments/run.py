@@ -364,6 +364,19 @@ class _SessionCache:
             self.peak = max(self.peak, len(self._sessions))
             return self._sessions[session_id]
 
+    def store_lacking_counts(self, ids: Sequence[str], batch: int = 64) -> None:
+        """Count and store the counts the database lacks of sessions `ids` under the run's tokenizers,
+        `batch` sessions at a time: for an executor computing cells elsewhere, whose workers read the
+        counts stored with the sessions' rows and cannot store what they count (each run would count
+        again)."""
+        with self._open_store() as store:
+            lacking = self._lacking(store, ids)
+        wanted = sorted(set().union(*lacking.values()))
+        for start in range(0, len(wanted), batch):
+            with self._open_store() as store:
+                loaded = store.sessions_by_id(wanted[start : start + batch])
+            self._store_counts(loaded, lacking)
+
     def _lacking(self, store: Store, ids: Sequence[str]) -> dict[str, set[str]]:
         """Per tokenizer of the run, the sessions of `ids` the database holds no counts of."""
         return {tokenizer: set(store.sessions_without_counts(ids, tokenizer)) for tokenizer in self.tokenizers}
@@ -500,11 +513,13 @@ def _choose_executor(executor: Executor | str | None, address: str | None) -> Ex
                     "executor 'ray' needs Ray: install the `ray` extra (pip install 'compaction-workbench[ray]')"
                 )
             return RayExecutor(address=address)
-        if name == "processes" and address is None:
+        if name == "processes":
+            if address is not None:
+                raise ConfigError("address= names a Ray cluster: it goes with executor='ray', not 'processes'")
             from workbench.experiments.process_executor import ProcessExecutor
 
             return ProcessExecutor()
-        if name not in ("local", "processes"):
+        if name != "local":
             raise ConfigError(
                 f"unknown executor {executor!r}: expected 'local', 'processes' or 'ray' (or an Executor object)"
             )
@@ -558,6 +573,8 @@ def _execute(
     cell = CellWork({c.name: c.config for c in spec.configs}, tuple(spec.metrics))
     with contextlib.ExitStack() as stack:
         store = None if isinstance(executor, LocalExecutor) else stack.enter_context(Store(db_path))
+        if store is not None:
+            sessions.store_lacking_counts(list(dict.fromkeys(task.session_id for task in todo)))
         work = BoundCellWork(cell, store, gateway, sessions.get, sessions.done)  # the cache locks itself
         writer = _CellWriter(hold, run_id, state, progress)
         try:
