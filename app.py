@@ -3,5 +3,8 @@
 from workbench.offline import apply_defaults
 from workbench.ui.app import main
 
-apply_defaults()  # offline tokenizers and price map for the app's process; the user's own settings win
-main()
+# Streamlit runs this page as `__main__`. A worker process of a run launched from the app (executor
+# "processes") imports it again as `__mp_main__`, and must not start a second app.
+if __name__ == "__main__":
+    apply_defaults()  # offline tokenizers and price map for the app's process; the user's own settings win
+    main()

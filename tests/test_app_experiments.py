@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from app_support import build_database, page_script
+from app_support import APP, build_database, page_script
 from streamlit.testing.v1 import AppTest
 
 pytestmark = pytest.mark.slow  # the app's Experiments page over stored runs (AppTest)
@@ -276,12 +276,24 @@ def wait_for_jobs(at: AppTest, key: str = "exp_jobs") -> None:
     raise AssertionError("the page never took note of the finished job")
 
 
-def test_launching_a_pasted_spec_runs_in_a_worker_and_lists_the_run(tmp_path, monkeypatch):
+@pytest.mark.parametrize("executor", ["local", "processes"])
+def test_launching_a_pasted_spec_runs_in_a_worker_and_lists_the_run(tmp_path, monkeypatch, executor):
+    from workbench.experiments.process_executor import ProcessExecutor
+
+    in_processes: list[int] = []
+    computing = ProcessExecutor.map
+
+    def spied(self, work, tasks):
+        in_processes.append(1)
+        return computing(self, work, tasks)
+
+    monkeypatch.setattr(ProcessExecutor, "map", spied)
     path = build_database(str(tmp_path / "wb.duckdb"))
     at = open_page(path, monkeypatch)
     assert any("workbench run" in i.value for i in at.info)
     at.radio(key="exp_source").set_value("paste TOML").run()
     at.text_area(key="exp_spec_text").input(TINY).run()
+    at.selectbox(key="exp_executor").set_value(executor).run()
     at.button(key="exp_launch").click().run()
     assert not at.exception, [e.value for e in at.exception]
     assert not at.error, [e.value for e in at.error]
@@ -295,6 +307,7 @@ def test_launching_a_pasted_spec_runs_in_a_worker_and_lists_the_run(tmp_path, mo
     listed = at.dataframe[0].value
     assert list(listed["name"]) == ["app-launch"]
     assert list(listed["cells_done"]) == [1]
+    assert bool(in_processes) is (executor == "processes")
 
 
 def test_an_invalid_pasted_spec_is_a_readable_error(tmp_path, monkeypatch):
@@ -465,3 +478,19 @@ def test_a_pasted_spec_reports_every_problem_at_once(tmp_path, monkeypatch):
     assert error.startswith("The spec is not valid: 4 problems")
     for part in ("key 'dataset'", "config #1", "config 'w'", "key 'repeats'"):
         assert part in error, error
+
+
+def test_a_worker_process_importing_the_page_starts_no_app(monkeypatch):
+    """A run launched from the app with worker processes: each worker imports the page's file again
+    (multiprocessing's `spawn` runs the parent's `__main__`, which Streamlit sets to the page, as
+    `__mp_main__`); the page must not start a second app there."""
+    import runpy
+
+    import workbench.ui.app
+
+    started: list[str] = []
+    monkeypatch.setattr(workbench.ui.app, "main", lambda: started.append("app"))
+    runpy.run_path(APP, run_name="__mp_main__")
+    assert not started
+    runpy.run_path(APP, run_name="__main__")  # as Streamlit runs it
+    assert started == ["app"]

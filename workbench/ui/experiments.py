@@ -396,11 +396,19 @@ def running() -> bool:
     return any(not job.done for job in launched_jobs())
 
 
-def start_experiment(spec: Any, path: str) -> Job:
-    """Launch `run_experiment(spec)` into the database at `path` in a worker thread."""
+#: Where a launched run computes its cells (`run_experiment`'s `executor`), as the launch form offers it.
+EXECUTORS = {
+    "local": "threads of the app's process",
+    "processes": "a worker process per CPU (CPU-bound grids: offline summaries, quality metrics)",
+}
+
+
+def start_experiment(spec: Any, path: str, executor: str = "local") -> Job:
+    """Launch `run_experiment(spec)` into the database at `path` in a worker thread, its cells computed
+    by `executor` (a name of `EXECUTORS`)."""
     from workbench.experiments import run_experiment
 
-    job = Job(spec.name, lambda report: run_experiment(spec, db=path, progress=report))
+    job = Job(spec.name, lambda report: run_experiment(spec, db=path, progress=report, executor=executor))
     jobs = launched_jobs()
     jobs.append(job)
     finished = [j for j in jobs if j.done]
@@ -433,6 +441,15 @@ def launch_panel(path: str) -> None:
                 height=220,
                 placeholder='name = "my-grid"\ndataset = "samples"\n\n[[config]]\n...',
             )
+        executor = str(
+            st.selectbox(
+                "Cells run in",
+                list(EXECUTORS),
+                format_func=EXECUTORS.__getitem__,
+                key="exp_executor",
+                help="Worker processes use every core and leave the app responsive; they take about a second to start.",
+            )
+        )
         if not st.button("Run", key="exp_launch", type="primary"):
             return
         if not spec_source or not spec_source.strip():
@@ -444,7 +461,7 @@ def launch_panel(path: str) -> None:
         except Exception as exc:  # every problem of the spec, not only the first
             st.error(spec_errors(text, exc))
             return
-        start_experiment(spec, path)
+        start_experiment(spec, path, executor)
 
 
 def spec_errors(source: str, exc: BaseException) -> str:
