@@ -14,6 +14,11 @@ import pytest
 from builders import ScriptedSummarizer, conversation
 from hypothesis import settings
 
+# LiteLLM fetches its price map from GitHub when it is imported, unless told not to, and on failure retries
+# in a background thread whose warning lands in whatever a later test captures (a CLI's JSON). Some tests
+# import LiteLLM directly, not through the workbench, which sets this first: the suite never asks.
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
 # CI replays the same examples every run (a failure there is reproducible); locally they vary.
 settings.register_profile("ci", derandomize=True)
 if os.environ.get("CI"):
