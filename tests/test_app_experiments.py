@@ -486,11 +486,13 @@ def test_a_worker_process_importing_the_page_starts_no_app(monkeypatch):
     `__mp_main__`); the page must not start a second app there."""
     import runpy
 
+    import workbench.offline
     import workbench.ui.app
 
     started: list[str] = []
     monkeypatch.setattr(workbench.ui.app, "main", lambda: started.append("app"))
+    monkeypatch.setattr(workbench.offline, "apply_defaults", lambda: started.append("defaults"))
     runpy.run_path(APP, run_name="__mp_main__")
     assert not started
     runpy.run_path(APP, run_name="__main__")  # as Streamlit runs it
-    assert started == ["app"]
+    assert started == ["defaults", "app"]

@@ -160,8 +160,8 @@ class WorkerState:
         self._cache: SnapshotCache | None = None
 
     def session(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]], session_id: str) -> Session:
-        """The session from this worker's copy of its batch; `fetch` gets the batch (from the object
-        store) only when this worker has not loaded it yet."""
+        """The session from this worker's copy of its batch; `fetch` gets the batch (from Ray's object
+        store, or as sent with the cells) only when this worker has not loaded it yet."""
         session = self._sessions.get(session_id)
         if session is not None:
             self._sessions.move_to_end(session_id)
@@ -237,11 +237,12 @@ def compute_cell(
 
 
 def cell_units(batches: Sequence[Sequence[CellTask]], slots: int) -> list[tuple[int, list[CellTask]]]:
-    """The Ray tasks of a run, as (batch index, cells): the cells of one session together, so the
-    worker that reads and analyses a session computes its other cells from memory (with cells one
-    per task, a session's cells spread over the workers and each analysed it again); at most a
-    quarter of a slot's share of the run per task, and the last `2 * slots` cells one per task,
-    so that no worker idles at the end while another finishes a long task."""
+    """The units sent to workers (a Ray task, a worker process's job), as (batch index, cells): the
+    cells of one session together, so the worker that reads and analyses a session computes its other
+    cells from memory (with cells one per unit, a session's cells spread over the workers and each
+    analysed it again); at most a quarter of a slot's share of the run per unit, and the last
+    `2 * slots` cells one per unit, so that no worker idles at the end while another finishes a long
+    one."""
     total = sum(map(len, batches))
     cap = max(1, total // (4 * slots))
     units: list[tuple[int, list[CellTask]]] = []
