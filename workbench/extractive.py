@@ -148,8 +148,9 @@ _TAGS = ("transcript", "existing_summary")
 
 @dataclass(frozen=True)
 class _Tagged:
-    """A message text's tagged material: the contents of its tags, and the text outside them."""
+    """A message's text, the contents of its tags, and the text outside them."""
 
+    text: str
     transcripts: tuple[str, ...]
     existing: tuple[str, ...]
     outside: str
@@ -196,9 +197,10 @@ def _tagged(text: str) -> _Tagged:
     transcripts = _tag_spans(text, "transcript")
     existing = _tag_spans(text, "existing_summary")
     if not transcripts and not existing:
-        return _Tagged((), (), text)
+        return _Tagged(text, (), (), text)
     without_transcripts = _without(text, transcripts)
     return _Tagged(
+        text,
         tuple(c for _, _, c in transcripts),
         tuple(c for _, _, c in existing),
         _without(without_transcripts, _tag_spans(without_transcripts, "existing_summary")),
@@ -255,7 +257,7 @@ def read_input(
     messages: Sequence[Mapping[str, Any]], tagged_texts: Sequence[_Tagged] | None = None
 ) -> tuple[list[str], list[tuple[str, str]]]:
     """(existing summaries, conversation blocks as (role, text)) from an OpenAI-dict request
-    (`tagged_texts`: each message's `_tagged` content, when the caller has it already)."""
+    (`tagged_texts`: each message's `_tagged` text, when the caller has it already)."""
     if tagged_texts is None:
         tagged_texts = [_tagged(_content_text(m.get("content"))) for m in messages]
     existing: list[str] = []
@@ -264,7 +266,6 @@ def read_input(
     plain: list[tuple[str, str]] = []
     for message, found in zip(messages, tagged_texts, strict=True):
         role = str(message.get("role") or "user")
-        text = _content_text(message.get("content"))
         if role in ("system", "developer"):
             continue  # instructions, not material
         if found.any:
@@ -274,7 +275,7 @@ def read_input(
                 blocks.extend(_parse_transcript(transcript))
             continue
         calls = _calls_text(message) if role == "assistant" else ""
-        body = "\n".join(t for t in (text, calls) if t)
+        body = "\n".join(t for t in (found.text, calls) if t)
         if body.strip():
             plain.append(("tool" if role in ("tool", "function") else role, body))
     if not tagged:
@@ -462,12 +463,11 @@ def instructions_and_material(
     instructions: list[str] = []
     system: list[str] = []
     tagged = False
-    texts = [_content_text(m.get("content")) for m in messages]
-    tagged_texts = [_tagged(text) for text in texts]
-    for message, text, found in zip(messages, texts, tagged_texts, strict=True):
+    tagged_texts = [_tagged(_content_text(m.get("content"))) for m in messages]
+    for message, found in zip(messages, tagged_texts, strict=True):
         role = str(message.get("role") or "user")
         if role in ("system", "developer"):
-            system.append(text)
+            system.append(found.text)
         elif found.any:
             tagged = True
             if found.outside.strip():
@@ -476,8 +476,8 @@ def instructions_and_material(
     if tagged:  # the system message is the summarizer's prompt (in a native conversation, the agent's own)
         instructions[:0] = system
         instructions.extend(
-            text
-            for m, text, found in zip(messages, texts, tagged_texts, strict=True)
+            found.text
+            for m, found in zip(messages, tagged_texts, strict=True)
             if str(m.get("role") or "user") == "user" and not found.any
         )
     elif blocks and blocks[-1][0] == "user" and _looks_like_instructions(blocks[-1][1]):
