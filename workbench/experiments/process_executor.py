@@ -27,10 +27,10 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
-from workbench.experiments.workers import GatewaySettings, cell_units, compute_cell, session_batches
+from workbench.experiments.workers import GatewaySettings, cache_snapshot, cell_units, compute_cell, session_batches
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -64,12 +64,11 @@ class ProcessExecutor:
             return
         workers = max(1, self.processes or os.cpu_count() or 1)
         units = cell_units([cells for _, cells in session_batches(todo, 1)], workers)
-        flush = getattr(getattr(work.gateway, "cache", None), "flush", None)
-        if flush is not None:
-            flush()  # answers still queued for the database belong in the snapshot
-        start = (uuid.uuid4().hex, store.model_cache_rows(), GatewaySettings.of(work.gateway), work.cell)
+        shared = _RunShared(
+            uuid.uuid4().hex, cache_snapshot(store, work.gateway), GatewaySettings.of(work.gateway), work.cell
+        )
         pool = ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=start
+            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(shared,)
         )
         pending: dict[Future[list[CellOutcome]], list[CellTask]] = {}
         position = 0
@@ -103,27 +102,37 @@ def _submit(pool: ProcessPoolExecutor, store: Store, cells: list[CellTask]) -> F
         return failed
 
 
-_RUN: dict[str, Any] = {}
+@dataclass(frozen=True)
+class _RunShared:
+    """What every cell of a run shares, sent once to each worker when it starts."""
+
+    run: str
+    snapshot: pa.Table
+    settings: GatewaySettings
+    cell: CellWork
 
 
-def _start_worker(run: str, snapshot: pa.Table, settings: GatewaySettings, cell: CellWork) -> None:
-    """A worker's start: what every cell of the run shares. Token counting uses one thread, the
-    worker's share of the machine; the process does bulk work only, so its collector is paced for
-    it (`workbench.collector`) for good."""
+_RUN: list[_RunShared] = []  # this worker's run (one per worker process: the pool lives for one run)
+
+
+def _start_worker(shared: _RunShared) -> None:
+    """A worker's start: the run it computes for. Token counting uses one thread, the worker's share
+    of the machine; the process does bulk work only, so its collector is paced for it
+    (`workbench.collector`) for good."""
     from workbench.collector import bulk_thresholds
     from workbench.tokens import set_counting_threads
 
     set_counting_threads(1)
     gc.set_threshold(*bulk_thresholds(gc.get_threshold()))
-    _RUN.update(run=run, snapshot=snapshot, settings=settings, cell=cell)
+    _RUN[:] = [shared]
 
 
 def _compute_unit(tables: Mapping[str, pa.Table], cells: Sequence[CellTask]) -> list[CellOutcome]:
     """The cells of one session, in a worker: the first loads and analyses the session, the others
     find it in this worker's memory."""
-    run = _RUN["run"]
-    batch = f"{run}-{cells[0].session_id}"
+    shared = _RUN[0]
+    batch = f"{shared.run}-{cells[0].session_id}"
     return [
-        compute_cell(_RUN["cell"], task, run, batch, lambda: tables, lambda: _RUN["snapshot"], _RUN["settings"])
+        compute_cell(shared.cell, task, shared.run, batch, lambda: tables, lambda: shared.snapshot, shared.settings)
         for task in cells
     ]

@@ -57,7 +57,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
-from workbench.experiments.workers import GatewaySettings, SnapshotCache, cell_units, compute_cell, session_batches
+from workbench.experiments.workers import (
+    GatewaySettings,
+    SnapshotCache,
+    cache_snapshot,
+    cell_units,
+    compute_cell,
+    session_batches,
+)
 
 __all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "run_cell", "run_cells"]
 
@@ -186,10 +193,7 @@ class _RayRun:
         return self.ray.put(self.store.session_tables(session_ids))
 
     def _snapshot(self) -> Any:
-        flush = getattr(getattr(self.work.gateway, "cache", None), "flush", None)
-        if flush is not None:
-            flush()
-        return self.ray.put(self.store.model_cache_rows())
+        return self.ray.put(cache_snapshot(self.store, self.work.gateway))
 
     def outcomes(self) -> Iterator[CellOutcome]:
         import uuid

@@ -31,6 +31,7 @@ __all__ = [
     "GatewaySettings",
     "SnapshotCache",
     "WorkerState",
+    "cache_snapshot",
     "cell_units",
     "compute_cell",
     "session_batches",
@@ -214,6 +215,15 @@ def worker_state() -> WorkerState:
         if _WORKER is None:
             _WORKER = WorkerState()
         return _WORKER
+
+
+def cache_snapshot(store: Store, gateway: Any) -> pa.Table:
+    """The run's model cache as workers start from it: `gateway`'s answers still queued for the
+    database written first, then every row of `llm_cache` (`Store.model_cache_rows`)."""
+    flush = getattr(getattr(gateway, "cache", None), "flush", None)
+    if flush is not None:
+        flush()
+    return store.model_cache_rows()
 
 
 def compute_cell(
