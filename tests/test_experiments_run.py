@@ -377,8 +377,11 @@ def other_process_default():
     set_default_gateway(previous).close()
 
 
-def test_evaluator_calls_are_cached_in_the_database_and_a_fresh_rerun_spends_nothing(grid_db, other_process_default):
+def test_evaluator_calls_are_cached_in_the_database_and_a_fresh_rerun_spends_nothing(
+    grid_db, other_process_default, monkeypatch
+):
     from workbench.llm import Gateway, MemoryCache, set_default_gateway
+    from workbench.store import DuckDBCache
     from workbench.testing import FakeOpenAI
 
     db, _, ids = grid_db
@@ -389,8 +392,12 @@ def test_evaluator_calls_are_cached_in_the_database_and_a_fresh_rerun_spends_not
         assert first.results["evaluator_calls"].sum() > 0 and first.results["summarizer_calls"].sum() > 0
         assert first.progress.model_calls == asked and first.progress.cost_usd > 0
         set_default_gateway(Gateway(MemoryCache())).close()  # nothing of the first run is left in memory
+        queries = []
+        select = DuckDBCache._select
+        monkeypatch.setattr(DuckDBCache, "_select", lambda cache, keys: queries.append(keys) or select(cache, keys))
         again = run_experiment(_judged_spec(server), db=str(db), fresh=True)
         assert server.request_count == asked  # every answer, the evaluator's too, came from the database
+        assert queries == []  # read once when the run started, not a query per question
     assert again.progress.cells_reused == 0 and again.progress.model_calls == 0
     assert again.progress.cost_usd == 0  # cache hits cost nothing, though the cells' cost metrics price them
     assert again.progress.cache_hits == first.progress.model_calls + first.progress.cache_hits

@@ -245,3 +245,35 @@ def test_duckdb_concurrent_lookups_share_queries_and_stay_correct(tmp_path):
         else:
             assert entry is None
     cache.close()
+
+
+def test_a_preloaded_cache_answers_as_the_database_would_without_a_query(tmp_path, monkeypatch):
+    path = tmp_path / "preloaded.duckdb"
+    setup = DuckDBCache(path, write_behind=False)
+    setup.put("stored", "m", {"n": 1}, CacheEntry("stored answer", 3, 4, 0.5, "stop", 0.25))
+    setup.put("refused", "m", {"n": 2}, CacheEntry("", 1, 0))  # unusable: a later answer replaces it
+    setup.close()
+
+    plain, preloaded = DuckDBCache(path), DuckDBCache(path)
+    assert preloaded.preload() == 2
+    queries = []
+    original = DuckDBCache._select
+    monkeypatch.setattr(DuckDBCache, "_select", lambda self, keys: queries.append(self) or original(self, keys))
+    puts = [
+        ("stored", CacheEntry("a second answer"), False),  # the first usable answer wins
+        ("refused", CacheEntry("a usable answer"), False),
+        ("new", CacheEntry("new answer", 1, 2), False),
+        ("new", CacheEntry("newer answer"), False),
+        ("stored", CacheEntry("forced answer"), True),
+    ]
+    for key, entry, replace in puts:
+        for cache in (plain, preloaded):
+            cache.put(key, "m", {"key": key}, entry, replace=replace)
+        plain.flush()
+        for probe in ("stored", "refused", "new", "absent"):
+            assert preloaded.get(probe) == plain.get(probe), (key, probe)
+    keys = ["stored", "refused", "new", "absent"]
+    assert preloaded.get_many(keys) == plain.get_many(keys)
+    assert all(cache is plain for cache in queries) and queries
+    for cache in (plain, preloaded):
+        cache.close()

@@ -90,3 +90,28 @@ def test_the_process_executor_takes_cells_only(grid_db):
         runner.run_experiment(spec, db=str(db), executor="processes", address="auto")
     with pytest.raises(TypeError, match="BoundCellWork"):
         next(ProcessExecutor().map(lambda task: task, [CellTask("s", None, "c", 0)]))
+
+
+def test_the_rows_of_the_sessions_are_read_many_at_a_time_and_let_go_after_their_last_unit():
+    from workbench.experiments.process_executor import _SessionRows
+
+    class Reads:
+        def __init__(self) -> None:
+            self.batches: list[list[str]] = []
+
+        def session_tables_each(self, ids):
+            self.batches.append(list(ids))
+            return {i: {"sessions": f"rows of {i}"} for i in ids if i != "gone"}
+
+        def session_tables(self, ids):
+            return {"sessions": f"no rows of {ids[0]}"}
+
+    sessions = [f"s{i:02d}" for i in range(20)]
+    units = ["s00", "s00", *sessions[1:18], "gone", "s18", "s19", "s19"]  # the last ones: single cells
+    store = Reads()
+    rows = _SessionRows(store, units, ahead=8)
+    taken = [rows.take(session_id) for session_id in units]
+    assert taken == [{"sessions": f"rows of {s}"} if s != "gone" else {"sessions": "no rows of gone"} for s in units]
+    # a session not stored is asked for again on its own, and its unit gets the store's (empty) rows
+    assert store.batches == [sessions[0:8], sessions[8:16], ["s16", "s17", "gone", "s18", "s19"], ["gone"]]
+    assert rows.read == {}  # every session let go after its last unit

@@ -7,6 +7,7 @@ import json
 import pytest
 from builders import lookahead_misses, pattern_words, text_around, without_lookahead
 from hypothesis import given
+from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality import task_state
@@ -312,3 +313,28 @@ def test_every_kind_of_error_signal_is_searched(text):
 def test_an_observation_is_searched_for_an_error_whenever_it_could_signal_one(text):
     if task_state._ERROR_SIGNAL.search(text):
         assert any(word in text for word in task_state._ERROR_SIGNAL_WORDS)
+
+
+UNIT_WORDS = (
+    "created", "creates", "create", "modified", "modify", "copies", "copy", "api", "Don't", "`config`",
+    "src/app.py", "v1.2-", "Tests.", "passed", "the", "file", "x+", "I", "os", "pass", "a_b",
+)  # fmt: skip
+UNIT_TEXTS = st.lists(
+    st.tuples(st.sampled_from(UNIT_WORDS), st.sampled_from((" ", ". ", "\n", "! ", "? The ", ", "))), max_size=40
+).map(lambda pairs: "".join(word + gap for word, gap in pairs))
+
+
+@given(UNIT_TEXTS, st.data())
+def test_ruling_items_out_by_the_texts_stems_changes_no_answer(text, data):
+    """`_Units.states` first asks whether the text holds enough of the item's terms at all; the answer is
+    the positional check's alone."""
+    stems = sorted({task_state.stem(w) for w in task_state._words(text)} | {"absent", "i", "ap"})
+    terms = data.draw(st.lists(st.frozensets(st.sampled_from(stems), min_size=1, max_size=2), min_size=1, max_size=6))
+    item = task_state.StateItem("progress", "an item", tuple(terms), 0)
+    hits: dict[int, list[tuple[int, int]]] = {}
+    for index, accepted in enumerate(item.terms):
+        for unit, words in enumerate(task_state.stating_units(text)):
+            for position, word in enumerate(words):
+                if word in accepted:
+                    hits.setdefault(unit, []).append((position, index))
+    assert task_state._Units(text).states(item) == task_state._states(item, hits)

@@ -13,7 +13,7 @@ import pytest
 
 from workbench.errors import ConfigError, SessionFilterError, StoreError
 from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall
-from workbench.store import Store, db
+from workbench.store import Store, db, sessions_from_tables
 from workbench.store import writer as store_module
 from workbench.tokens import message_tokens
 
@@ -392,6 +392,31 @@ def test_token_counts_round_trip_primes_the_cache(db_path):
         loaded = store.load_session(session.id)
         assert [m._token_cache.get("heuristic") for m in loaded.messages] == expected
         assert all("cl100k_base" not in m._token_cache for m in loaded.messages)
+
+
+def _as_loaded(session: Session) -> tuple[Session, list[dict[str, int]], list[bool]]:
+    """What a load gives: the session, its messages' token counts and observation flags."""
+    return session, [dict(m._token_cache) for m in session.messages], [m.is_observation for m in session.messages]
+
+
+def test_sessions_built_from_exported_rows_equal_the_loaded_ones(db_path):
+    a, b = rich_session("a"), rich_session("b", n_steps=5)
+    with Store(db_path) as store:
+        store.import_sessions([a, b])
+        store.save_token_counts(a, "cl100k_base")
+        each = store.session_tables_each([b.id, "missing", a.id])
+        assert list(each) == [b.id, a.id]  # the order asked, sessions not stored left out
+        for session_id, tables in each.items():
+            alone = store.session_tables([session_id])
+            assert {name: t.num_rows for name, t in tables.items()} == {name: t.num_rows for name, t in alone.items()}
+            (built,) = sessions_from_tables(tables, pooled=False)
+            assert _as_loaded(built) == _as_loaded(store.load_session(session_id))
+        together = sessions_from_tables(store.session_tables([a.id, b.id]), pooled=False)
+        assert sorted(map(_as_loaded, together), key=lambda s: s[0].id) == sorted(
+            (_as_loaded(store.load_session(i)) for i in (a.id, b.id)), key=lambda s: s[0].id
+        )
+        (built,) = sessions_from_tables(each[a.id], pooled=False)
+        assert all(set(counts) == {"heuristic", "cl100k_base"} for counts in _as_loaded(built)[1])
 
 
 def test_migration_0006_flags_no_op_compactions_and_leaves_older_rows_unknown(tmp_path):

@@ -20,6 +20,7 @@ resumed run computes them.
 
 from __future__ import annotations
 
+import collections
 import gc
 import multiprocessing
 import os
@@ -70,6 +71,7 @@ class ProcessExecutor:
         pool = ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(shared,)
         )
+        rows = _SessionRows(store, [cells[0].session_id for _, cells in units])
         pending: dict[Future[list[CellOutcome]], list[CellTask]] = {}
         position = 0
         try:
@@ -77,7 +79,7 @@ class ProcessExecutor:
                 while position < len(units) and len(pending) < 2 * workers:
                     _, cells = units[position]
                     position += 1
-                    pending[_submit(pool, store, cells)] = cells
+                    pending[_submit(pool, rows, cells)] = cells
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in finished:
                     cells = pending.pop(future)
@@ -92,10 +94,42 @@ class ProcessExecutor:
             pool.shutdown(wait=False, cancel_futures=True)
 
 
-def _submit(pool: ProcessPoolExecutor, store: Store, cells: list[CellTask]) -> Future[list[CellOutcome]]:
+class _SessionRows:
+    """The rows of the sessions of the units to send, in their order: read `ahead` sessions at a time
+    (`Store.session_tables_each`: a query per table for them all) and let go once a session's last unit
+    has taken them."""
+
+    def __init__(self, store: Store, unit_sessions: Sequence[str], ahead: int = 16):
+        self.store = store
+        self.order = list(dict.fromkeys(unit_sessions))
+        self.units_left = collections.Counter(unit_sessions)
+        self.ahead = ahead
+        self.read: dict[str, dict[str, pa.Table]] = {}
+        self.position = 0  # in `order`: the sessions before it were read (or asked for first)
+
+    def take(self, session_id: str) -> dict[str, pa.Table]:
+        tables = self.read.get(session_id)
+        if tables is None:
+            wanted = [session_id]
+            while len(wanted) < self.ahead and self.position < len(self.order):
+                upcoming = self.order[self.position]
+                self.position += 1
+                if upcoming != session_id and upcoming not in self.read and self.units_left[upcoming] > 0:
+                    wanted.append(upcoming)
+            self.read.update(self.store.session_tables_each(wanted))
+            tables = self.read.get(session_id)
+            if tables is None:  # not stored: the unit fails with the store's own error
+                tables = self.store.session_tables([session_id])
+        self.units_left[session_id] -= 1
+        if self.units_left[session_id] <= 0:
+            self.read.pop(session_id, None)
+        return tables
+
+
+def _submit(pool: ProcessPoolExecutor, rows: _SessionRows, cells: list[CellTask]) -> Future[list[CellOutcome]]:
     """Send one unit (cells of one session) with its session's rows; a pool already broken fails it."""
     try:
-        return pool.submit(_compute_unit, store.session_tables([cells[0].session_id]), cells)
+        return pool.submit(_compute_unit, rows.take(cells[0].session_id), cells)
     except Exception as exc:  # BrokenProcessPool: a worker died earlier
         failed: Future[list[CellOutcome]] = Future()
         failed.set_exception(exc)

@@ -479,7 +479,10 @@ def run_experiment(
         from workbench.llm import Gateway
         from workbench.store import DuckDBCache
 
-        gateway = owned_gateway = Gateway(DuckDBCache(hold), concurrency=max(8, calls_in_flight))
+        cache = DuckDBCache(hold)
+        if chosen is None:  # the cells are computed here: one read of the cache, not a query per question
+            cache.preload()
+        gateway = owned_gateway = Gateway(cache, concurrency=max(8, calls_in_flight))
     local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
     try:
         with fewer_collections():

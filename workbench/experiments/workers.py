@@ -2,7 +2,7 @@
 process executor share.
 
 The run's process keeps the database. A worker gets sessions as Arrow tables (`Store.session_tables`)
-and loads them into an in-memory store of its own (`WorkerState`), answers model calls from a snapshot of
+and builds them from those rows (`sessions_from_tables`, kept by `WorkerState`), answers model calls from a snapshot of
 the model cache plus its own answers (`SnapshotCache`), which travel back with each cell's outcome, and
 calls models through a gateway rebuilt from the run's settings (`GatewaySettings`). Cells travel grouped
 by session (`cell_units`), so the worker that reads and analyses a session computes its other cells from
@@ -146,16 +146,13 @@ class SnapshotCache:
 
 
 class WorkerState:
-    """What a worker process keeps between cells: an in-memory database holding the session batches
-    it was sent (the last few), the sessions it read (the last few), and a gateway per run."""
+    """What a worker process keeps between cells: the sessions of the batches it was sent (the last
+    few), built from their rows, and a gateway per run."""
 
     BATCHES_KEPT = 4
-    SESSIONS_KEPT = 8
 
     def __init__(self) -> None:
-        self._store: Store | None = None
-        self._batches: collections.OrderedDict[str, list[str]] = collections.OrderedDict()
-        self._sessions: collections.OrderedDict[str, Session] = collections.OrderedDict()
+        self._batches: collections.OrderedDict[str, dict[str, Session]] = collections.OrderedDict()
         self._run: str | None = None
         self._gateway: Gateway | None = None
         self._cache: SnapshotCache | None = None
@@ -163,34 +160,19 @@ class WorkerState:
     def session(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]], session_id: str) -> Session:
         """The session from this worker's copy of its batch; `fetch` gets the batch (from Ray's object
         store, or as sent with the cells) only when this worker has not loaded it yet."""
-        session = self._sessions.get(session_id)
-        if session is not None:
-            self._sessions.move_to_end(session_id)
-            return session
-        store = self._load_batch(batch_id, fetch)
-        session = store.load_session(session_id)
-        self._sessions[session_id] = session
-        while len(self._sessions) > self.SESSIONS_KEPT:
-            self._sessions.popitem(last=False)
+        from workbench.errors import StoreError
+        from workbench.store import sessions_from_tables
+
+        sessions = self._batches.get(batch_id)
+        if sessions is None:
+            sessions = self._batches[batch_id] = {s.id: s for s in sessions_from_tables(fetch())}
+            while len(self._batches) > self.BATCHES_KEPT:
+                self._batches.popitem(last=False)
+        self._batches.move_to_end(batch_id)
+        session = sessions.get(session_id)
+        if session is None:
+            raise StoreError(f"no session {session_id!r} in the rows sent with its cells")
         return session
-
-    def _load_batch(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]]) -> Store:
-        from workbench.store import Store
-
-        if self._store is None:
-            self._store = Store(":memory:")
-        if batch_id in self._batches:
-            self._batches.move_to_end(batch_id)
-            return self._store
-        ids = self._store.load_session_tables(fetch())
-        incoming = set(ids)
-        for kept in self._batches.values():  # a session sent again (another run) now belongs to this batch
-            kept[:] = [i for i in kept if i not in incoming]
-        self._batches[batch_id] = ids
-        while len(self._batches) > self.BATCHES_KEPT:
-            _, evicted = self._batches.popitem(last=False)
-            self._store.delete_sessions(evicted)
-        return self._store
 
     def gateway(
         self, run: str, snapshot: Callable[[], pa.Table], settings: GatewaySettings

@@ -196,8 +196,13 @@ def stem(word: str) -> str:
     return word
 
 
+def _normalized(text: str) -> str:
+    """The text as words are read from it: lower case, without backticks and apostrophes."""
+    return text.lower().replace("`", "").replace("'", "")
+
+
 def _words(text: str) -> list[str]:
-    return [w.rstrip(".-+") for w in _WORD.findall(text.lower().replace("`", "").replace("'", ""))]
+    return [w.rstrip(".-+") for w in _WORD.findall(_normalized(text))]
 
 
 _ACTION_STEMS = {name: frozenset(map(stem, verbs)) for name, verbs in ACTIONS.items()}
@@ -623,21 +628,47 @@ def _state(session: Session, end: int, call_index: int) -> TaskState:
 # -- coverage ------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, eq=False)
 class _Units:
     """A message's sentences and lines as stems, with where each stem occurs: (unit, position).
 
-    Compared by identity: the per-session cache of `covered_items` keys on it, and one message's
-    units are computed once (`_units`)."""
+    Compared by identity: the per-session cache of `covered_items` keys on it. Built in two steps, each
+    once per message and only when asked: first the set of the text's stems, which rules out most
+    items (a unit cannot hold `needed` terms the whole text lacks), then the positions."""
 
-    postings: Mapping[str, tuple[tuple[int, int], ...]]
+    __slots__ = ("text", "_stems", "_postings")
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+        self._stems: frozenset[str] | None = None
+        self._postings: dict[str, tuple[tuple[int, int], ...]] | None = None
+
+    @property
+    def stems(self) -> frozenset[str]:
+        """Every stem of the text: its units' words, as the units read them."""
+        if self._stems is None:
+            self._stems = frozenset(map(stem, set(_WORD.findall(_normalized(self.text)))))
+        return self._stems
+
+    @property
+    def postings(self) -> Mapping[str, tuple[tuple[int, int], ...]]:
+        if self._postings is None:
+            postings: dict[str, list[tuple[int, int]]] = {}
+            for unit, words in enumerate(stating_units(self.text)):
+                for position, word in enumerate(words):
+                    postings.setdefault(word, []).append((unit, position))
+            self._postings = {w: tuple(p) for w, p in postings.items()}
+        return self._postings
 
     def states(self, item: StateItem) -> bool:
         """Whether one of these units states `item` (see `_states`)."""
+        stems = self.stems
+        if sum(1 for accepted in item.terms if not accepted.isdisjoint(stems)) < item.needed:
+            return False
+        postings = self.postings
         hits: dict[int, list[tuple[int, int]]] = {}
         for index, accepted in enumerate(item.terms):
             for word in accepted:
-                for unit, position in self.postings.get(word, ()):
+                for unit, position in postings.get(word, ()):
                     hits.setdefault(unit, []).append((position, index))
         return _states(item, hits)
 
@@ -671,11 +702,7 @@ def _units(message: Message, by_text: dict[str, _Units] | None = None) -> _Units
     text = message.text
     found = by_text.get(text) if by_text is not None else None
     if found is None:
-        postings: dict[str, list[tuple[int, int]]] = {}
-        for unit, words in enumerate(stating_units(text)):
-            for position, word in enumerate(words):
-                postings.setdefault(word, []).append((unit, position))
-        found = _Units({w: tuple(p) for w, p in postings.items()})
+        found = _Units(text)
         if by_text is not None:
             found = by_text.setdefault(text, found)
     with _UNITS_LOCK:

@@ -25,7 +25,7 @@ from workbench.store.results import (
     open_results,
     shown_status,
 )
-from workbench.store.sessions import COUNTABLE, Store, held_store
+from workbench.store.sessions import COUNTABLE, Store, held_store, sessions_from_tables
 from workbench.store.writer import check_dataset_name, continues
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "held_results",
     "held_store",
     "open_results",
+    "sessions_from_tables",
     "shown_status",
     "summary_labels_frame",
 ]

@@ -95,6 +95,9 @@ class DuckDBCache:
         self._db_lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: dict[str, tuple[list[Any], CacheEntry, bool]] = {}  # key -> (row, entry, replace)
+        self._snapshot: Any = None  # `preload`'s Arrow table of the stored answers
+        self._snapshot_rows: dict[str, int] = {}
+        self._since: dict[str, CacheEntry] = {}  # after a preload: the answers that count, put since
         self._read_lock = threading.Lock()
         self._open_read: _ReadBatch | None = None
         self._reading = False
@@ -110,10 +113,38 @@ class DuckDBCache:
         self._atexit = functools.partial(_close_if_alive, weakref.ref(self))  # one registration per cache
         atexit.register(self._atexit)
 
+    def preload(self) -> int:
+        """Read every stored answer now, in one query; returns how many.
+
+        From then on lookups are answered from memory: that snapshot and the answers put since, by
+        the first-answer-wins rule. A grid asks the cache thousands of times, and a query each cost a
+        good share of an offline grid. What other processes store afterwards is not seen."""
+        self.flush()
+        with self._database() as cursor:
+            table = cursor.sql(f"SELECT key, {self._COLUMNS} FROM llm_cache").to_arrow_table()
+        rows = {key: row for row, key in enumerate(table.column("key").to_pylist())}
+        with self._pending_lock:
+            self._snapshot, self._snapshot_rows = table, rows
+        return int(table.num_rows)
+
+    def _preloaded(self, key: str) -> CacheEntry | None:
+        """The answer the preloaded view holds under `key` (caller holds `_pending_lock`)."""
+        entry = self._since.get(key)
+        if entry is not None:
+            return entry
+        row = self._snapshot_rows.get(key)
+        if row is None:
+            return None
+        values = self._snapshot.slice(row, 1).to_pylist()[0]
+        return CacheEntry.from_row([values[column] for column in ENTRY_COLUMNS])
+
     def get(self, key: str) -> CacheEntry | None:
         """One key. Lookups made at the same time from several threads share one query (a DuckDB
-        query costs ~0.5 ms whatever its size): the first caller reads, the others join the next batch."""
+        query costs ~0.5 ms whatever its size): the first caller reads, the others join the next batch.
+        After `preload`, no query."""
         with self._pending_lock:
+            if self._snapshot is not None:
+                return self._preloaded(key)
             pending = self._pending.get(key)
         if pending is not None:
             return pending[1]
@@ -173,6 +204,8 @@ class DuckDBCache:
         unique = list(dict.fromkeys(keys))
         found: dict[str, CacheEntry] = {}
         with self._pending_lock:
+            if self._snapshot is not None:
+                return {key: entry for key in unique if (entry := self._preloaded(key)) is not None}
             for key in unique:
                 if key in self._pending:
                     found[key] = self._pending[key][1]
@@ -196,6 +229,10 @@ class DuckDBCache:
             entry.finish_reason,
             entry.duration_s,
         ]
+        if self._snapshot is not None:
+            with self._pending_lock:
+                if replace or replaces(self._preloaded(key), entry):
+                    self._since[key] = entry
         if not self.write_behind or self._closed:
             self._insert([(row, replace)])
             return

@@ -386,6 +386,22 @@ class Store:
         finally:
             cursor.close()
 
+    def session_tables_each(self, ids: Sequence[str]) -> dict[str, dict[str, pa.Table]]:
+        """`session_tables` of each of the sessions `ids` (those stored), read together: one query per
+        table for them all, where a session at a time cost a query per table each."""
+        import pyarrow.compute as pc
+
+        tables = self.session_tables(ids)
+        stored = set(tables["sessions"].column("id").to_pylist())
+        return {
+            session_id: {
+                table: tables[table].filter(pc.equal(tables[table].column(column), session_id))
+                for table, column in SESSION_TABLES
+            }
+            for session_id in dict.fromkeys(ids)
+            if session_id in stored
+        }
+
     def load_session_tables(self, tables: Mapping[str, pa.Table]) -> list[str]:
         """Store sessions exported by `session_tables`, replacing stored ones with the same ids, in
         one transaction; returns their ids."""
@@ -663,75 +679,26 @@ class Store:
         (`workbench.session_pool`), else objects of their own, kept by nobody else."""
         if not ids:
             return []
-        heads = {
-            row[0]: row
-            for row in self._query(
-                "SELECT id, dataset, format, tools, metadata FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
-                [list(ids)],
-            )
-        }
-        messages: dict[str, list[Message]] = {i: [] for i in heads}
-        underived: set[str] = set()
-        for row in self._query(
-            """
-                SELECT session_id, idx, role, content, parts, tool_calls, tool_call_id, name, origin,
-                       importance, metadata, observation
-                FROM messages WHERE session_id IN (SELECT unnest(?::VARCHAR[]))
-                ORDER BY session_id, idx""",
-            [list(heads)],
-        ):
-            sid, _idx, role, text, parts, calls, call_id, name, origin, importance, meta, observation = row
-            content: Any = text if parts is None else json.loads(parts)
-            tool_calls = tuple(ToolCall.from_openai(c) for c in json.loads(calls)) if calls else ()
-            if observation is None:
-                underived.add(sid)
-            messages[sid].append(
-                Message(
-                    role=role,
-                    content=content,
-                    tool_calls=tool_calls,
-                    tool_call_id=call_id,
-                    name=name,
-                    origin=origin,
-                    importance=importance,
-                    metadata=json.loads(meta) if meta else {},
-                    observation=bool(observation) and role == "user",
-                )
-            )
-        for sid in underived:  # stored before observations were: the format's rule, as at import
-            messages[sid] = mark_observations(heads[sid][2], messages[sid])
-        probes: dict[str, list[Probe]] = {i: [] for i in heads}
-        for sid, question, expected, kind, from_call in self._query(
-            "SELECT session_id, question, expected, kind, from_call FROM probes "
-            "WHERE session_id IN (SELECT unnest(?::VARCHAR[])) ORDER BY session_id, idx",
-            [list(heads)],
-        ):
-            probes[sid].append(Probe(question=question, expected=expected, kind=kind, from_call=from_call))
-        for sid, idx, tokenizer, count in self._query(
-            "SELECT session_id, idx, tokenizer, tokens FROM token_counts "
-            "WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
-            [list(heads)],
-        ):
-            stored = messages.get(sid)
-            if stored is not None and 0 <= idx < len(stored):
-                stored[idx]._token_cache[tokenizer] = int(count)
-        out = []
-        for sid in ids:
-            head = heads.get(sid)
-            if head is None:
-                continue
-            _, dataset, fmt, tools, meta = head
-            session = Session(
-                messages=tuple(messages[sid]),
-                id=sid,
-                dataset=dataset,
-                format=fmt,
-                tools=tuple(json.loads(tools)) if tools else (),
-                probes=tuple(probes[sid]),
-                metadata=json.loads(meta) if meta else {},
-            )
-            out.append(canonical(session) if pooled else session)
-        return out
+        heads = self._query(
+            "SELECT id, dataset, format, tools, metadata FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
+            [list(ids)],
+        )
+        found = [row[0] for row in heads]
+        messages = self._query(
+            f"SELECT {', '.join(_MESSAGE_COLUMNS)} FROM messages WHERE session_id IN (SELECT unnest(?::VARCHAR[])) "
+            "ORDER BY session_id, idx",
+            [found],
+        )
+        probes = self._query(
+            f"SELECT {', '.join(_PROBE_COLUMNS)} FROM probes WHERE session_id IN (SELECT unnest(?::VARCHAR[])) "
+            "ORDER BY session_id, idx",
+            [found],
+        )
+        counts = self._query(
+            f"SELECT {', '.join(_COUNT_COLUMNS)} FROM token_counts WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+            [found],
+        )
+        return _assemble(ids, heads, messages, probes, counts, pooled=pooled)
 
     # -- human labels of summaries (`summary_labels`; see `SummaryLabel`) ----------------------------
     def set_summary_label(
@@ -806,3 +773,94 @@ def held_store(hold: db.FileHold) -> Iterator[Store]:
         finally:
             store._con = None  # the hold's: it closes it
             store._closed = True
+
+
+_HEAD_COLUMNS = ("id", "dataset", "format", "tools", "metadata")
+_MESSAGE_COLUMNS = (
+    "session_id", "idx", "role", "content", "parts", "tool_calls", "tool_call_id", "name", "origin",
+    "importance", "metadata", "observation",
+)  # fmt: skip
+_PROBE_COLUMNS = ("session_id", "question", "expected", "kind", "from_call")
+_COUNT_COLUMNS = ("session_id", "idx", "tokenizer", "tokens")
+
+
+def sessions_from_tables(tables: Mapping[str, pa.Table], *, pooled: bool = True) -> list[Session]:
+    """The sessions that `Store.session_tables` exported, built from its Arrow tables as `load_session`
+    builds them from the database's rows (a worker process reads its sessions so, with no database)."""
+
+    def rows(table: str, columns: Sequence[str], order: bool = True) -> Iterable[tuple[Any, ...]]:
+        found = tables[table]
+        if order:
+            found = found.sort_by([("session_id", "ascending"), ("idx", "ascending")])
+        return zip(*(found.column(column).to_pylist() for column in columns), strict=True)
+
+    heads = list(rows("sessions", _HEAD_COLUMNS, order=False))
+    return _assemble(
+        [head[0] for head in heads],
+        heads,
+        rows("messages", _MESSAGE_COLUMNS),
+        rows("probes", _PROBE_COLUMNS),
+        rows("token_counts", _COUNT_COLUMNS, order=False),
+        pooled=pooled,
+    )
+
+
+def _assemble(
+    ids: Sequence[str],
+    head_rows: Iterable[Sequence[Any]],
+    message_rows: Iterable[Sequence[Any]],
+    probe_rows: Iterable[Sequence[Any]],
+    count_rows: Iterable[Sequence[Any]],
+    *,
+    pooled: bool,
+) -> list[Session]:
+    """Sessions `ids` (those with a head, in that order) from their rows: heads (`_HEAD_COLUMNS`),
+    messages and probes (their columns, in session and index order) and token counts."""
+    heads = {row[0]: row for row in head_rows}
+    messages: dict[str, list[Message]] = {i: [] for i in heads}
+    underived: set[str] = set()
+    for row in message_rows:
+        sid, _idx, role, text, parts, calls, call_id, name, origin, importance, meta, observation = row
+        content: Any = text if parts is None else json.loads(parts)
+        tool_calls = tuple(ToolCall.from_openai(c) for c in json.loads(calls)) if calls else ()
+        if observation is None:
+            underived.add(sid)
+        messages[sid].append(
+            Message(
+                role=role,
+                content=content,
+                tool_calls=tool_calls,
+                tool_call_id=call_id,
+                name=name,
+                origin=origin,
+                importance=importance,
+                metadata=json.loads(meta) if meta else {},
+                observation=bool(observation) and role == "user",
+            )
+        )
+    for sid in underived:  # stored before observations were: the format's rule, as at import
+        messages[sid] = mark_observations(heads[sid][2], messages[sid])
+    probes: dict[str, list[Probe]] = {i: [] for i in heads}
+    for sid, question, expected, kind, from_call in probe_rows:
+        probes[sid].append(Probe(question=question, expected=expected, kind=kind, from_call=from_call))
+    for sid, idx, tokenizer, count in count_rows:
+        stored = messages.get(sid)
+        if stored is not None and 0 <= idx < len(stored):
+            stored[idx]._token_cache[tokenizer] = int(count)
+    out = []
+    for sid in ids:
+        head = heads.get(sid)
+        if head is None:
+            continue
+        _, dataset, fmt, tools, meta = head
+        session = Session(
+            messages=tuple(messages[sid]),
+            id=sid,
+            dataset=dataset,
+            format=fmt,
+            tools=tuple(json.loads(tools)) if tools else (),
+            probes=tuple(probes[sid]),
+            metadata=json.loads(meta) if meta else {},
+        )
+        out.append(canonical(session) if pooled else session)
+    return out
