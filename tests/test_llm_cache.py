@@ -277,3 +277,18 @@ def test_a_preloaded_cache_answers_as_the_database_would_without_a_query(tmp_pat
     assert all(cache is plain for cache in queries) and queries
     for cache in (plain, preloaded):
         cache.close()
+
+
+def test_a_cache_too_large_to_hold_is_not_preloaded_and_keeps_querying(tmp_path, monkeypatch):
+    cache = DuckDBCache(tmp_path / "large.duckdb", write_behind=False)
+    cache.put("k", "m", {"n": 1}, CacheEntry("x" * 50))
+    queries = []
+    select = DuckDBCache._select
+    monkeypatch.setattr(DuckDBCache, "_select", lambda self, keys: queries.append(keys) or select(self, keys))
+    monkeypatch.setattr(DuckDBCache, "PRELOAD_MAX_CHARS", 49)
+    assert cache.preload() == 0
+    assert cache.get("k") == CacheEntry("x" * 50) and queries == [["k"]]
+    monkeypatch.setattr(DuckDBCache, "PRELOAD_MAX_CHARS", 50)
+    assert cache.preload() == 1
+    assert cache.get("k") == CacheEntry("x" * 50) and queries == [["k"]]
+    cache.close()

@@ -480,7 +480,7 @@ def run_experiment(
         from workbench.store import DuckDBCache
 
         cache = DuckDBCache(hold)
-        if chosen is None:  # the cells are computed here: one read of the cache, not a query per question
+        if chosen is None or isinstance(chosen, LocalExecutor):  # cells computed here: one read, not a query each
             cache.preload()
         gateway = owned_gateway = Gateway(cache, concurrency=max(8, calls_in_flight))
     local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)

@@ -113,14 +113,21 @@ class DuckDBCache:
         self._atexit = functools.partial(_close_if_alive, weakref.ref(self))  # one registration per cache
         atexit.register(self._atexit)
 
+    #: `preload` reads no cache whose answers hold more text than this: lookups keep querying.
+    PRELOAD_MAX_CHARS = 256_000_000
+
     def preload(self) -> int:
-        """Read every stored answer now, in one query; returns how many.
+        """Read every stored answer now, in one query; returns how many (0 for a cache whose answers
+        exceed `PRELOAD_MAX_CHARS`, left unread).
 
         From then on lookups are answered from memory: that snapshot and the answers put since, by
         the first-answer-wins rule. A grid asks the cache thousands of times, and a query each cost a
         good share of an offline grid. What other processes store afterwards is not seen."""
         self.flush()
         with self._database() as cursor:
+            chars = cursor.execute("SELECT coalesce(sum(length(response_text)), 0) FROM llm_cache").fetchall()[0][0]
+            if chars > self.PRELOAD_MAX_CHARS:
+                return 0
             table = cursor.sql(f"SELECT key, {self._COLUMNS} FROM llm_cache").to_arrow_table()
         rows = {key: row for row, key in enumerate(table.column("key").to_pylist())}
         with self._pending_lock:
