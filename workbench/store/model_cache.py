@@ -114,7 +114,7 @@ class DuckDBCache:
         atexit.register(self._atexit)
 
     #: `preload` reads no cache whose answers hold more text than this: lookups keep querying.
-    PRELOAD_MAX_CHARS = 256_000_000
+    PRELOAD_MAX_CHARS = 64_000_000
 
     def preload(self) -> int:
         """Read every stored answer now, in one query; returns how many (0 for a cache whose answers
