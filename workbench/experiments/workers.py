@@ -96,24 +96,17 @@ class SnapshotCache:
     made in this process since, which `drain()` hands over (once each) for the driver to commit."""
 
     def __init__(self, snapshot: pa.Table):
-        self._snapshot = snapshot
-        self._rows = {key: row for row, key in enumerate(snapshot.column("key").to_pylist())}
+        from workbench.llm.cache import AnswerTable
+
+        self._stored = AnswerTable(snapshot)
         self._lock = threading.Lock()
         self._made: dict[str, CacheEntry] = {}
         self._unsent: list[tuple[str, str, str, CacheEntry, bool]] = []
 
     def get(self, key: str) -> CacheEntry | None:
-        from workbench.llm.cache import ENTRY_COLUMNS, CacheEntry
-
         with self._lock:
             made = self._made.get(key)
-        if made is not None:
-            return made
-        row = self._rows.get(key)
-        if row is None:
-            return None
-        values = self._snapshot.slice(row, 1).to_pylist()[0]
-        return CacheEntry.from_row([values[column] for column in ENTRY_COLUMNS])
+        return made if made is not None else self._stored.get(key)
 
     def get_many(self, keys: Sequence[str]) -> dict[str, CacheEntry]:
         found = {}
@@ -131,7 +124,7 @@ class SnapshotCache:
         from workbench.llm.cache import request_json
 
         with self._lock:
-            if not replace and (key in self._made or key in self._rows):
+            if not replace and (key in self._made or key in self._stored):
                 return
             self._made[key] = entry
             self._unsent.append((key, model, request_json(request), entry, replace))

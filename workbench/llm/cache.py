@@ -117,6 +117,28 @@ class CacheEntry:
 ENTRY_COLUMNS = ("response_text", "input_tokens", "output_tokens", "cost_usd", "finish_reason", "duration_s")
 
 
+class AnswerTable:
+    """Answers read from `llm_cache` in one go (an Arrow table of `key` and the `ENTRY_COLUMNS`), looked
+    up by key; an entry is built only when asked for."""
+
+    def __init__(self, table: Any):
+        self.table = table
+        self._rows = {key: row for row, key in enumerate(table.column("key").to_pylist())}
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._rows
+
+    def get(self, key: str) -> CacheEntry | None:
+        row = self._rows.get(key)
+        if row is None:
+            return None
+        values = self.table.slice(row, 1).to_pylist()[0]
+        return CacheEntry.from_row([values[column] for column in ENTRY_COLUMNS])
+
+
 @runtime_checkable
 class Cache(Protocol):
     def get(self, key: str) -> CacheEntry | None: ...

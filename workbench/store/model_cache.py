@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from workbench.compaction import REFUSED_FINISH_REASONS
-from workbench.llm.cache import ENTRY_COLUMNS, CacheEntry, replaces, request_json
+from workbench.llm.cache import ENTRY_COLUMNS, AnswerTable, CacheEntry, replaces, request_json
 from workbench.llm.options import redact
 from workbench.store import db
 
@@ -95,8 +95,7 @@ class DuckDBCache:
         self._db_lock = threading.Lock()
         self._pending_lock = threading.Lock()
         self._pending: dict[str, tuple[list[Any], CacheEntry, bool]] = {}  # key -> (row, entry, replace)
-        self._snapshot: Any = None  # `preload`'s Arrow table of the stored answers
-        self._snapshot_rows: dict[str, int] = {}
+        self._snapshot: AnswerTable | None = None  # `preload`'s answers
         self._since: dict[str, CacheEntry] = {}  # after a preload: the answers that count, put since
         self._read_lock = threading.Lock()
         self._open_read: _ReadBatch | None = None
@@ -129,21 +128,17 @@ class DuckDBCache:
             if chars > self.PRELOAD_MAX_CHARS:
                 return 0
             table = cursor.sql(f"SELECT key, {self._COLUMNS} FROM llm_cache").to_arrow_table()
-        rows = {key: row for row, key in enumerate(table.column("key").to_pylist())}
+        snapshot = AnswerTable(table)
         with self._pending_lock:
-            self._snapshot, self._snapshot_rows = table, rows
-        return int(table.num_rows)
+            self._snapshot = snapshot
+        return len(snapshot)
 
     def _preloaded(self, key: str) -> CacheEntry | None:
         """The answer the preloaded view holds under `key` (caller holds `_pending_lock`)."""
         entry = self._since.get(key)
-        if entry is not None:
+        if entry is not None or self._snapshot is None:
             return entry
-        row = self._snapshot_rows.get(key)
-        if row is None:
-            return None
-        values = self._snapshot.slice(row, 1).to_pylist()[0]
-        return CacheEntry.from_row([values[column] for column in ENTRY_COLUMNS])
+        return self._snapshot.get(key)
 
     def get(self, key: str) -> CacheEntry | None:
         """One key. Lookups made at the same time from several threads share one query (a DuckDB
