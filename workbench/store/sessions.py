@@ -372,9 +372,9 @@ class Store:
         return int(existing)
 
     def session_tables(self, ids: Sequence[str]) -> dict[str, pa.Table]:
-        """Every row of the sessions `ids` in each of `SESSION_TABLES`, as Arrow tables: what
-        `load_session_tables` stores elsewhere (Ray workers get sessions this way). Read through a
-        cursor of its own, so other threads may use the store meanwhile."""
+        """Every row of the sessions `ids` in each of `SESSION_TABLES`, as Arrow tables, which
+        `sessions_from_tables` builds the sessions from (worker processes and Ray get sessions this
+        way). Read through a cursor of its own, so other threads may use the store meanwhile."""
         cursor = self.connection.cursor()
         try:
             return {
@@ -401,23 +401,6 @@ class Store:
             for session_id in dict.fromkeys(ids)
             if session_id in stored
         }
-
-    def load_session_tables(self, tables: Mapping[str, pa.Table]) -> list[str]:
-        """Store sessions exported by `session_tables`, replacing stored ones with the same ids, in
-        one transaction; returns their ids."""
-        ids = [str(i) for i in tables["sessions"].column("id").to_pylist()]
-        con = self.connection
-        con.execute("BEGIN TRANSACTION")
-        try:
-            for table, column in reversed(SESSION_TABLES):
-                con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
-            for table, _ in SESSION_TABLES:
-                db.insert_rows(con, table, tables[table])
-            con.execute("COMMIT")
-        except BaseException:
-            db.rollback_quietly(con)
-            raise
-        return ids
 
     def model_cache_rows(self) -> pa.Table:
         """The model cache's answers (`key` and the `CacheEntry` columns) as one Arrow table."""
