@@ -148,9 +148,10 @@ def run() -> None:
     for (executor, mode), seconds in timed.items():
         goal = COLD_GOAL if mode == "cold" else WARM_GOAL
         median = statistics.median(seconds)
+        verdict = "OK" if median / floor <= goal else "ABOVE GOAL"
         print(
             f"{mode} grid, {executor} executor: median {median:.2f} s of {[round(s, 2) for s in seconds]}; "
-            f"{median / floor:.1f}x the floor (goal <= {goal:g}x)"
+            f"{median / floor:.1f}x the floor (goal <= {goal:g}x) {verdict}"
         )
     again = statistics.median(same_process)
     print(
