@@ -199,11 +199,12 @@ def _tagged(text: str) -> _Tagged:
     if not transcripts and not existing:
         return _Tagged(text, (), (), text)
     without_transcripts = _without(text, transcripts)
+    left = _tag_spans(without_transcripts, "existing_summary") if transcripts else existing
     return _Tagged(
         text,
         tuple(c for _, _, c in transcripts),
         tuple(c for _, _, c in existing),
-        _without(without_transcripts, _tag_spans(without_transcripts, "existing_summary")),
+        _without(without_transcripts, left),
     )
 
 
