@@ -276,7 +276,7 @@ def wait_for_jobs(at: AppTest, key: str = "exp_jobs") -> None:
     raise AssertionError("the page never took note of the finished job")
 
 
-@pytest.mark.parametrize("executor", ["local", "processes"])
+@pytest.mark.parametrize("executor", ["auto", "local", "processes"])
 def test_launching_a_pasted_spec_runs_in_a_worker_and_lists_the_run(tmp_path, monkeypatch, executor):
     from workbench.experiments.process_executor import ProcessExecutor
 
@@ -308,6 +308,12 @@ def test_launching_a_pasted_spec_runs_in_a_worker_and_lists_the_run(tmp_path, mo
     assert list(listed["name"]) == ["app-launch"]
     assert list(listed["cells_done"]) == [1]
     assert bool(in_processes) is (executor == "processes")
+    said = [c.value for c in at.caption if c.value.startswith("Cells computed")]
+    if executor == "auto":  # one small cell: the threads, and why
+        assert len(said) == 1 and said[0].startswith("Cells computed in the app's process (auto: ")
+        assert "messages to replay" in said[0]
+    else:
+        assert said == []
 
 
 def test_an_invalid_pasted_spec_is_a_readable_error(tmp_path, monkeypatch):

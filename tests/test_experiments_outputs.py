@@ -478,11 +478,13 @@ def test_cli_run_export_compare_regress(grid_db, tmp_path):
     assert first.returncode == 0, first.stderr
     run = json.loads(first.stdout)
     assert run["cells"] == 9 and run["cells_reused"] == 0
+    assert run["executor"] == "local" and "477 messages to replay" in run["executor_reason"]  # auto: too little work
     again = json.loads(_in_process("run", str(spec), "--db", str(db), "--json").stdout)
     assert again["run_id"] == run["run_id"] and again["cells_reused"] == 9 and again["model_calls"] == 0
     text = _in_process("run", str(spec), "--db", str(db))
     assert run["run_id"] in text.stdout and "clear-4" in text.stdout
     assert "the offline extractive baseline" in text.stdout and run["note"] in text.stdout
+    assert "--executor auto" not in text.stderr  # every cell reused: nothing was computed anywhere
     dry = _in_process("run", str(spec), "--db", str(db), "--dry-run")
     assert "9 cells, 9 already done, 0 to run" in dry.stdout
     out = tmp_path / "report.html"

@@ -760,3 +760,101 @@ def test_workbench_run_prints_the_noop_warning_once(chats_db, tmp_path):
     assert len(data["noop_configs"]) == 1 and data["noop_configs"][0] == lines[0].removeprefix("warning: ")
     quiet = CliRunner().invoke(main, ["run", str(spec), "--db", str(chats_db), "-q"])
     assert "found nothing" not in quiet.stderr
+
+
+# -- executor="auto" ---------------------------------------------------------------------------------
+
+MASKING = {"name": "mask", "trigger": {"kind": "pressure", "turns": 1}, "strategy": {"kind": "observation_masking"}}
+SUMMARY = {
+    "name": "sum",
+    "trigger": {"kind": "utilization", "ratio": 0.5},
+    "strategy": {"kind": "summarize_progressive"},
+}
+REMOTE = "openai/gpt-4o-mini"
+
+
+@pytest.mark.parametrize(
+    ("configs", "defaults", "messages", "options", "expected", "reason"),
+    [
+        ([MASKING, SUMMARY], {}, 7_000, {}, "processes", "offline CPU work, 7,000 messages to replay on 2 CPUs"),
+        ([MASKING, SUMMARY], {}, 5_000, {}, "local", "5,000 messages to replay"),
+        ([MASKING, SUMMARY], {"summarizer": REMOTE}, 7_000, {}, "local", f"config 'sum' calls {REMOTE}"),
+        ([MASKING], {"summarizer": REMOTE}, 7_000, {}, "processes", "offline CPU work"),  # masking never summarizes
+        ([MASKING], {"evaluator": REMOTE}, 7_000, {}, "local", f"config 'mask' calls {REMOTE}"),
+        ([MASKING, SUMMARY], {}, 7_000, {"gateway_given": True}, "local", "a gateway was given"),
+        ([MASKING, SUMMARY], {}, 7_000, {"cpus": 1}, "local", "one CPU"),
+    ],
+)
+def test_auto_takes_worker_processes_for_offline_cpu_work_worth_their_start(
+    monkeypatch, configs, defaults, messages, options, expected, reason
+):
+    from workbench.experiments import load_experiment
+    from workbench.experiments.cells import CellTask
+    from workbench.experiments.run import AUTO_PROCESS_MESSAGES, choose_executor
+
+    assert 5_000 < AUTO_PROCESS_MESSAGES <= 7_000
+    _as_in_a_notebook(monkeypatch)
+    spec = load_experiment({"name": "auto", "dataset": "grid", "defaults": defaults, "config": configs})
+    todo = [CellTask(f"s{i}", "grid", c["name"], 0) for i in range(10) for c in configs]
+    sizes = {f"s{i}": messages // len(todo) for i in range(10)}
+    choice = choose_executor(spec, todo, sizes, **{"cpus": 2, **options})
+    assert (choice.name, reason in choice.reason) == (expected, True), choice
+
+
+def _as_in_a_notebook(monkeypatch) -> None:
+    """This process as a notebook's: a main module without a file (a test process's may be a page that an
+    app test ran), and only the workbench's kinds (other test modules register their own)."""
+    import sys
+    import types
+
+    monkeypatch.setitem(sys.modules, "__main__", types.ModuleType("__main__"))
+    monkeypatch.setattr("workbench.registry.kinds_only_here", list)
+
+
+def test_auto_keeps_the_threads_while_a_kind_is_registered_only_in_this_process(monkeypatch):
+    from dataclasses import dataclass
+
+    import workbench as wb
+    from workbench import registry
+    from workbench.experiments import load_experiment
+    from workbench.experiments.cells import CellTask
+    from workbench.experiments.run import choose_executor
+
+    everywhere = registry.kinds_only_here  # other test modules' kinds, left out
+    others = set(everywhere())
+    _as_in_a_notebook(monkeypatch)
+    monkeypatch.setattr(registry, "kinds_only_here", lambda: [k for k in everywhere() if k not in others])
+    spec = load_experiment({"name": "auto", "dataset": "grid", "config": [MASKING]})
+    todo = [CellTask("s", "grid", "mask", 0)]
+
+    @dataclass(frozen=True)
+    class Mine:
+        def compact(self, context, env):
+            return context
+
+    assert choose_executor(spec, todo, {"s": 7_000}, cpus=2).name == "processes"
+    wb.register_strategy("mine_auto_test")(Mine)
+    try:
+        choice = choose_executor(spec, todo, {"s": 7_000}, cpus=2)
+    finally:
+        wb.registry.unregister("strategy", "mine_auto_test")
+    assert choice.name == "local" and "strategy:mine_auto_test" in choice.reason
+
+
+def test_a_run_says_where_auto_computed_its_cells_and_workers_compute_them_alike(grid_db, monkeypatch):
+    from run_support import stored_levels, twin_of
+
+    from workbench.experiments import run as runner
+
+    db, spec, ids = grid_db
+    twin = twin_of(db)
+    small = run_experiment(spec, db=str(twin))
+    assert small.executor.name == "local" and "messages to replay" in small.executor.reason
+    monkeypatch.setattr(runner, "AUTO_PROCESS_MESSAGES", 1)
+    _as_in_a_notebook(monkeypatch)
+    big = run_experiment(spec, db=str(db))
+    assert big.executor.name == "processes" and big.status == "finished" and big.progress.failed_cells == 0
+    levels, twin_levels = stored_levels(db, big.id), stored_levels(twin, small.id)
+    assert len(levels["cells"]) == len(ids) * 3
+    assert levels == twin_levels
+    assert run_experiment(spec, db=str(db), executor="local", fresh=True).executor == runner.ExecutorChoice("local", "")

@@ -115,3 +115,70 @@ def test_the_rows_of_the_sessions_are_read_many_at_a_time_and_let_go_after_their
     # a session not stored is asked for again on its own, and its unit gets the store's (empty) rows
     assert store.batches == [sessions[0:8], sessions[8:16], ["s16", "s17", "gone", "s18", "s19"], ["gone"]]
     assert rows.read == {}  # every session let go after its last unit
+
+
+GUARDED = '''"""A guarded script."""
+from __future__ import annotations
+import sys
+LIMIT: int = 3
+NAMES = ("a", "b")
+def main() -> None:
+    print(sys.argv)
+class Thing:
+    pass
+if __name__ == "__main__":
+    main()
+'''
+
+
+@pytest.mark.parametrize(
+    ("source", "safe"),
+    [
+        (GUARDED, True),
+        (GUARDED.replace('if __name__ == "__main__":', "if '__main__' == __name__:"), True),
+        (GUARDED + "main()\n", False),  # work at the top level
+        ("import sys\nsys.path.insert(0, '.')\n", False),
+        ("import os\nDB = os.environ['DB']\n", False),  # not a literal
+        ('if __name__ == "__main__":\n    pass\nelse:\n    print("imported")\n', False),
+        ("try:\n    import tomllib\nexcept ImportError:\n    tomllib = None\n", False),  # erring on the safe side
+        ("def broken(:\n", False),
+    ],
+)
+def test_workers_start_only_from_a_main_script_whose_top_level_only_defines_things(tmp_path, monkeypatch, source, safe):
+    import sys
+    import types
+
+    from workbench.experiments.process_executor import main_reruns_safely
+
+    script = tmp_path / "script.py"
+    script.write_text(source)
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    main.__spec__ = None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert main_reruns_safely() is safe
+
+
+@pytest.mark.parametrize(
+    ("file", "spec_name", "safe"),
+    [
+        (None, None, True),  # an interactive session, python -c
+        ("<stdin>", None, False),  # no file a worker could run
+        (None, "workbench.__main__", True),  # python -m workbench: not run again
+        (None, "this", False),  # python -m on a module whose top level computes (it prints)
+        (None, "no_such_module_anywhere", False),
+    ],
+)
+def test_a_main_module_without_a_script_is_judged_by_what_a_worker_would_run(monkeypatch, file, spec_name, safe):
+    import importlib.machinery
+    import sys
+    import types
+
+    from workbench.experiments.process_executor import main_reruns_safely
+
+    main = types.ModuleType("__main__")
+    if file is not None:
+        main.__file__ = file
+    main.__spec__ = importlib.machinery.ModuleSpec(spec_name, None) if spec_name else None
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    assert main_reruns_safely() is safe

@@ -613,3 +613,34 @@ def test_the_readme_strategy_example_handles_any_context(messages):
     assert len(after) == len(set(map(id, after))) <= len(before)  # no message twice
     if len(before) > len(system):
         assert after[len(system)] == before[len(system)] and after[-1] == before[-1]
+
+
+def test_kinds_only_here_are_those_a_fresh_process_would_not_load(monkeypatch):
+    """The built-in kinds and a plugin's (its entry point's package) load in any process; a kind defined
+    in a script, a notebook or a test module does not."""
+
+    @dataclass(frozen=True)
+    class Here:
+        def compact(self, context, env):
+            return context
+
+    @dataclass(frozen=True)
+    class FromPlugin:
+        def compact(self, context, env):
+            return context
+
+    FromPlugin.__module__ = "acme_kinds.strategies"
+    registry.load_kinds()
+    entry = type("Entry", (), {"name": "acme", "value": "acme_kinds:register"})()
+    monkeypatch.setattr(registry, "_plugin_entry_points", lambda: [entry])
+    before = registry.kinds_only_here()  # this module's own kinds, registered when it was imported
+    assert "trigger:every_nth_call_registry_test" in before
+    assert "strategy:observation_masking" not in before and "metric:task_state_coverage" not in before
+    wb.register_strategy("here_only_test")(Here)
+    wb.register_strategy("plugin_only_test")(FromPlugin)
+    try:
+        assert sorted(registry.kinds_only_here()) == sorted([*before, "strategy:here_only_test"])
+    finally:
+        registry.unregister("strategy", "here_only_test")
+        registry.unregister("strategy", "plugin_only_test")
+    assert registry.kinds_only_here() == before

@@ -723,6 +723,24 @@ def _load_kinds() -> None:
             )
 
 
+def kinds_only_here() -> list[str]:
+    """The registered kinds a fresh process would not know, as "family:name": those defined neither in
+    the workbench nor in the package of a `workbench.plugins` entry point (a script's or a notebook's
+    own kinds). Worker processes load the built-in kinds and the plugins, nothing else."""
+    load_kinds()
+    try:
+        packages = {entry.value.split(":")[0].split(".")[0] for entry in _plugin_entry_points()}
+    except Exception:  # the plugins cannot be listed: none is known to a fresh process either
+        packages = set()
+    packages.add("workbench")
+    return [
+        f"{family}:{name}"
+        for family, registered in _REGISTRIES.items()
+        for name, cls in registered.items()
+        if cls.__module__.split(".")[0] not in packages
+    ]
+
+
 def _builtin_rank(cls: type) -> int:
     """Where a kind's module comes in `BUILTIN_MODULES` (the others after them)."""
     module = cls.__module__
@@ -1026,6 +1044,7 @@ __all__ = [
     "evaluate_metrics",
     "fresh",
     "kinds",
+    "kinds_only_here",
     "load_kinds",
     "lookup",
     "param",

@@ -119,11 +119,12 @@ DEFAULT_COLUMNS = [
 @click.option("--fresh", is_flag=True, help="Recompute every cell of the run (model calls still come from the cache).")
 @click.option(
     "--executor",
-    type=click.Choice(["local", "processes", "ray"]),
-    default="local",
+    type=click.Choice(["auto", "local", "processes", "ray"]),
+    default="auto",
     show_default=True,
-    help="Where cells run: threads of this process, a worker process per CPU (for CPU-bound grids: "
-    "offline summaries, quality metrics), or Ray workers (the `ray` extra).",
+    help="Where cells run: threads of this process (local), a worker process per CPU (processes: for "
+    "CPU-bound grids, offline summaries and quality metrics), Ray workers (the `ray` extra), or auto: "
+    "processes for an offline grid big enough to pay for their start, else local.",
 )
 @click.option(
     "--address",
@@ -205,6 +206,8 @@ def run_cmd(
                 "priced_cost_usd": run.progress.cost_usd,
                 "unpriced_calls": run.progress.unpriced_calls,
                 "failed_cells": run.progress.failed_cells,
+                "executor": run.executor.name,
+                "executor_reason": run.executor.reason or None,
                 "note": run.summaries_note(),
                 "complete_pairs": None if pairs is None else pairs.to_dict(),
                 "noop_configs": noop_notes,
@@ -214,6 +217,8 @@ def run_cmd(
         )
     else:
         click.echo(f"run {run.id}: {run.status}, {run.progress.line()}")
+        if run.executor.reason:
+            note(f"cells computed {_WHERE[run.executor.name]} (--executor auto: {run.executor.reason})")
         rows, columns = _leaderboard_rows(frame, [*run.spec.metrics, *DEFAULT_COLUMNS], pairs)
         print_table(rows, columns)
         if pairs is not None and pairs.note:
@@ -233,6 +238,10 @@ def run_cmd(
             note(f"note: {line}")
     if run.progress.failed_cells:
         raise CommandFailed(f"{run.progress.failed_cells} cell(s) failed; run again to retry them")
+
+
+#: How `run` names where `--executor auto` computed the cells.
+_WHERE = {"local": "in this process", "processes": "in a worker process per CPU"}
 
 
 def _reductions(run: Any, frame: Any) -> list[Any] | None:

@@ -28,7 +28,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar
 
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
 from workbench.experiments.workers import GatewaySettings, cache_snapshot, cell_units, compute_cell, session_batches
@@ -49,6 +49,7 @@ class ProcessExecutor:
     Units of cells in flight are bounded (twice the workers), so the sessions exported and the
     outcomes waiting to be written stay few whatever the grid's size."""
 
+    name: ClassVar[str] = "processes"
     processes: int | None = None
 
     def map(self, work: Callable[[CellTask], CellOutcome], tasks: Iterable[CellTask]) -> Iterator[CellOutcome]:
@@ -92,6 +93,67 @@ class ProcessExecutor:
             # Workers exit on their own once their queue closes: tearing down a worker's memos takes
             # a good part of a second, which the run need not wait for.
             pool.shutdown(wait=False, cancel_futures=True)
+
+
+def main_reruns_safely() -> bool:
+    """Whether workers can start from this process without side effects: each one re-runs the main
+    module's top level (`spawn`), which must then only define things.
+
+    True when the main module has no file (an interactive session, `python -c`), or when its file's
+    top level holds only imports, definitions, literal assignments and `if __name__ == "__main__":`
+    blocks (the `workbench` and `streamlit` commands, a notebook kernel's launcher, a guarded script).
+    A script that computes at its top level would compute again in every worker."""
+    import ast
+    import importlib.util
+    import sys
+
+    main = sys.modules.get("__main__")
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name == "__main__" or (name or "").endswith(".__main__"):  # `python -m package`: not re-run
+        return True
+    if name is not None:
+        try:
+            spec = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            return False
+        path = spec.origin if spec is not None else None
+    else:
+        path = getattr(main, "__file__", None)
+        if path is None:
+            return True
+    try:
+        with open(str(path), "rb") as handle:
+            tree = ast.parse(handle.read())
+    except (OSError, SyntaxError, ValueError):  # e.g. "<stdin>": nothing a worker could re-run
+        return False
+    return all(_defines_only(statement) for statement in tree.body)
+
+
+def _defines_only(statement: object) -> bool:
+    import ast
+
+    if isinstance(statement, (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return True
+    if isinstance(statement, ast.Expr):  # a docstring
+        return isinstance(statement.value, ast.Constant)
+    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+        if statement.value is None:
+            return True
+        try:
+            ast.literal_eval(statement.value)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):  # not a literal
+            return False
+        return True
+    if isinstance(statement, ast.If):
+        test = statement.test
+        return (
+            isinstance(test, ast.Compare)
+            and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)
+            and {ast.unparse(test.left), ast.unparse(test.comparators[0])} == {"__name__", "'__main__'"}
+            and all(_defines_only(s) for s in statement.orelse)
+        )
+    return False
 
 
 class _SessionRows:

@@ -54,7 +54,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
 from workbench.experiments.workers import (
@@ -137,6 +137,7 @@ class RayExecutor:
     `runtime_env`).
     """
 
+    name: ClassVar[str] = "ray"
     address: str | None = None
     num_cpus: int | None = None
     max_in_flight: int | None = None

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, cast
 
 from workbench.collector import fewer_collections
 from workbench.errors import ConfigError, SessionFilterError, StoreError, did_you_mean
@@ -84,6 +84,7 @@ class LocalExecutor:
     fast the consumer of the outcomes (the database writer) keeps up.
     """
 
+    name: ClassVar[str] = "local"
     concurrency: int = 4
 
     def map(self, work: Callable[[CellTask], CellOutcome], tasks: Iterable[CellTask]) -> Iterator[CellOutcome]:
@@ -156,6 +157,16 @@ class RunProgress:
         )
 
 
+@dataclass(frozen=True)
+class ExecutorChoice:
+    """Where a run computed its cells: the executor's name (`local`, `processes`, `ray`, or an executor
+    object's class) and, when `executor="auto"` chose it, why (empty when it was named, or when no cell
+    was left to compute)."""
+
+    name: str
+    reason: str
+
+
 @dataclass
 class Run:
     """A run of an experiment: its id and, once read, its results (one row per cell)."""
@@ -165,6 +176,7 @@ class Run:
     db: str
     progress: RunProgress
     status: str = "finished"
+    executor: ExecutorChoice = field(default_factory=lambda: ExecutorChoice("local", ""))
     _results: pd.DataFrame | None = field(default=None, repr=False)
 
     @property
@@ -420,7 +432,7 @@ def run_experiment(
     db: str | None = None,
     *,
     concurrency: int | None = None,
-    executor: Executor | str | None = None,
+    executor: Executor | str | None = "auto",
     gateway: Any = None,
     progress: Callable[[RunProgress], None] | None = None,
     fresh: bool = False,
@@ -428,10 +440,11 @@ def run_experiment(
 ) -> Run:
     """Run (or resume) an experiment; returns the `Run` with its id and results.
 
-    `concurrency` overrides the spec's; `executor` replaces the local thread executor: an
-    `Executor`, or a name, `"local"` (the default), `"processes"` (cells in a worker process per
-    CPU: for grids whose cells are CPU work, such as offline summaries and quality metrics) or
-    `"ray"` (cells on a Ray cluster, the
+    `concurrency` overrides the spec's; `executor` says where cells are computed: an `Executor`, or a
+    name, `"local"` (threads of this process), `"processes"` (a worker process per CPU: for grids
+    whose cells are CPU work, such as offline summaries and quality metrics), `"auto"` (the default,
+    also None: `processes` for a grid that is CPU work and big enough, else `local`; see
+    `choose_executor`, and `Run.executor` for what ran) or `"ray"` (cells on a Ray cluster, the
     optional `ray` extra; `address` names the cluster, e.g. `"auto"` or `"ray://host:10001"`,
     default: a local one); `gateway` replaces the one caching into the database; `progress` is
     called after every cell.
@@ -467,7 +480,15 @@ def run_experiment(
         if fresh:
             store.results.delete_cells(run_id)
         done = store.results.finished_cells(run_id)
-    todo = [CellTask(s, dataset_of.get(s), c, r) for s, c, r in all_cells if (s, c, r) not in done]
+        todo = [CellTask(s, dataset_of.get(s), c, r) for s, c, r in all_cells if (s, c, r) not in done]
+        if chosen is _AUTO and not todo:
+            chosen, choice = None, ExecutorChoice("local", "")
+        elif chosen is _AUTO:
+            sizes = store.message_counts(sorted({t.session_id for t in todo}))
+            choice = choose_executor(experiment, todo, sizes, gateway_given=gateway is not None)
+            chosen = _choose_executor(choice.name, None)
+        else:
+            choice = ExecutorChoice(_executor_name(chosen), "")
     state = RunProgress(cells_total=len(all_cells), cells_reused=len(done), cells_done=len(done))
     if progress:
         progress(state)
@@ -501,13 +522,92 @@ def run_experiment(
     with Store(db_path) as store:
         _warn_noop_configs(experiment, store.results.noop_configs(run_id))
         _warn_nothing_recorded(experiment, store)
-    return Run(id=run_id, spec=experiment, db=db_path, progress=state, status=status)
+    return Run(id=run_id, spec=experiment, db=db_path, progress=state, status=status, executor=choice)
+
+
+#: The least work for which `executor="auto"` starts worker processes, in messages replayed (each cell's
+#: session length, summed over the cells to compute): below it, starting them (about a second) costs
+#: more than the other cores save. On 2 CPUs, warm grids of the corpus's configs ran 15 % slower in
+#: processes with 3,750 messages and 14 % quicker with 6,900; the whole corpus grid is 25,800.
+AUTO_PROCESS_MESSAGES = 6_000
+
+
+def choose_executor(
+    experiment: ExperimentSpec,
+    todo: Sequence[CellTask],
+    messages: Mapping[str, int],
+    *,
+    gateway_given: bool = False,
+    cpus: int | None = None,
+) -> ExecutorChoice:
+    """What `executor="auto"` runs `todo` with: `processes` when the grid is CPU work worth spreading
+    over the cores, else `local`.
+
+    CPU work: every model a config may call (its summarizer, when its strategy summarizes, and its
+    evaluator) is the in-process offline one; with a remote model the cells wait on answers, which
+    the local threads overlap. Worth spreading: at least `AUTO_PROCESS_MESSAGES` messages to replay
+    (`messages`: each session's length) and two CPUs. It stays `local` when a gateway is given (the
+    workers could not use it), a kind is registered only in this process (a script's or a notebook's
+    own: the workers would not know it, `registry.kinds_only_here`), or the main script would compute
+    again in each worker (`process_executor.main_reruns_safely`)."""
+    from workbench.extractive import MODEL_STRING as OFFLINE_MODEL
+    from workbench.registry import kinds_only_here
+
+    if gateway_given:
+        return ExecutorChoice("local", "a gateway was given: the cells use it in this process")
+    for cell in experiment.configs:
+        config = cell.config
+        summarizer = config.summarizer if may_summarize(config.built_strategy) else None
+        remote = [m for m in (summarizer, config.evaluator) if m and m != OFFLINE_MODEL]
+        if remote:
+            return ExecutorChoice("local", f"config {cell.name!r} calls {remote[0]}: threads overlap its calls")
+    cpus = cpus or _usable_cpus()
+    if cpus < 2:
+        return ExecutorChoice("local", "one CPU")
+    work = sum(messages.get(task.session_id, 0) for task in todo)
+    if work < AUTO_PROCESS_MESSAGES:
+        return ExecutorChoice(
+            "local", f"{work:,} messages to replay: fewer than worker processes take to start pay for"
+        )
+    own = kinds_only_here()
+    if own:
+        return ExecutorChoice("local", f"kinds defined in this process ({', '.join(own[:3])}) are unknown to workers")
+    from workbench.experiments.process_executor import main_reruns_safely
+
+    if not main_reruns_safely():
+        return ExecutorChoice(
+            "local", "the main script computes at its top level, which every worker process would run again"
+        )
+    return ExecutorChoice("processes", f"offline CPU work, {work:,} messages to replay on {cpus} CPUs")
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _executor_name(executor: Executor | None) -> str:
+    """The name an executor goes by (`name`, as the built-in ones say it), else its class's."""
+    return "local" if executor is None else str(getattr(executor, "name", type(executor).__name__))
+
+
+#: What `_choose_executor` returns for `"auto"`: the choice waits for the cells to compute.
+_AUTO = cast("Executor", object())
 
 
 def _choose_executor(executor: Executor | str | None, address: str | None) -> Executor | None:
-    """The executor named or given (None: the local one, built once the concurrency is known)."""
+    """The executor named or given (None: the local one, built once the concurrency is known; `_AUTO`
+    for "auto", chosen once the cells are known)."""
+    if executor is None:
+        executor = "auto"
     if isinstance(executor, str):
         name = executor.strip().lower()
+        if name == "auto":
+            if address is not None:
+                raise ConfigError("address= names a Ray cluster: it goes with executor='ray', not 'auto'")
+            return _AUTO
         if name == "ray":
             from workbench.experiments.ray_executor import RayExecutor, ray_available
 
@@ -524,7 +624,7 @@ def _choose_executor(executor: Executor | str | None, address: str | None) -> Ex
             return ProcessExecutor()
         if name != "local":
             raise ConfigError(
-                f"unknown executor {executor!r}: expected 'local', 'processes' or 'ray' (or an Executor object)"
+                f"unknown executor {executor!r}: expected 'auto', 'local', 'processes' or 'ray' (or an Executor object)"
             )
         executor = None
     if address is not None:

@@ -548,6 +548,13 @@ class Store:
         )
         return {str(session_id): int(characters) for session_id, characters in rows}
 
+    def message_counts(self, ids: Sequence[str]) -> dict[str, int]:
+        """The message count of each stored session of `ids`, by id (the others are left out)."""
+        rows = self._query(
+            "SELECT id, message_count FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)]
+        )
+        return {str(session_id): int(count) for session_id, count in rows}
+
     def sessions(self, dataset: str | None = None, where: str | None = None) -> pd.DataFrame:
         """A DataFrame with one row per session: id, dataset, format, messages, calls, observations,
         recorded_compactions, probes, source, imported_at."""

@@ -398,12 +398,13 @@ def running() -> bool:
 
 #: Where a launched run computes its cells (`run_experiment`'s `executor`), as the launch form offers it.
 EXECUTORS = {
+    "auto": "chosen for the grid: worker processes for a big offline one, else threads",
     "local": "threads of the app's process",
     "processes": "a worker process per CPU (CPU-bound grids: offline summaries, quality metrics)",
 }
 
 
-def start_experiment(spec: Any, path: str, executor: str = "local") -> Job:
+def start_experiment(spec: Any, path: str, executor: str = "auto") -> Job:
     """Launch `run_experiment(spec)` into the database at `path` in a worker thread, its cells computed
     by `executor` (a name of `EXECUTORS`)."""
     from workbench.experiments import run_experiment
@@ -488,6 +489,9 @@ def show_job(job: Job) -> None:
         if shown not in (None, getattr(run, "id", None)):
             return  # another run is shown: its banner would read as this one's
         st.success(f"Run of {state.label} {getattr(run, 'status', 'finished')}: {run.progress.line()} · {run.id}")
+        if run.executor.reason:
+            where = "in worker processes" if run.executor.name == "processes" else "in the app's process"
+            st.caption(f"Cells computed {where} (auto: {run.executor.reason}).")
         for line in run.spec.notes:
             st.info(line)
     elif state.progress is None:
