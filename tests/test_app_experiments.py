@@ -502,3 +502,23 @@ def test_a_worker_process_importing_the_page_starts_no_app(monkeypatch):
     assert not started
     runpy.run_path(APP, run_name="__main__")  # as Streamlit runs it
     assert started == ["defaults", "app"]
+
+
+def test_a_worker_process_imports_nothing_of_the_app_and_auto_may_start_workers_from_it(monkeypatch):
+    """Workers run the page's top level (as `__mp_main__`) at their start: it imports neither Streamlit
+    nor the pages, and only defines things, so `executor="auto"` may start workers from the app."""
+    import subprocess
+    import sys
+    import types
+
+    from workbench.experiments.process_executor import main_reruns_safely
+
+    run_page = f"runpy.run_path({APP!r}, run_name='__mp_main__')"
+    probe = f"import json, runpy, sys; {run_page}; print(json.dumps([*sys.modules]))"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
+    imported = json.loads(done.stdout)
+    assert not [m for m in imported if m.startswith(("streamlit", "workbench"))]
+    page = types.ModuleType("__main__")
+    page.__file__ = APP  # what Streamlit sets as `__main__` while it runs the page
+    monkeypatch.setitem(sys.modules, "__main__", page)
+    assert main_reruns_safely()
