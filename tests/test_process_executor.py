@@ -182,3 +182,22 @@ def test_a_main_module_without_a_script_is_judged_by_what_a_worker_would_run(mon
     main.__spec__ = importlib.machinery.ModuleSpec(spec_name, None) if spec_name else None
     monkeypatch.setitem(sys.modules, "__main__", main)
     assert main_reruns_safely() is safe
+
+
+def test_a_worker_ends_without_tearing_down_its_memory_and_keeps_what_it_printed(tmp_path):
+    """`exit_without_teardown`, a worker's last act: what it wrote to a piped (block-buffered) stdout
+    still arrives, and nothing after it runs."""
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, sys\n"
+        "from workbench.experiments.process_executor import exit_without_teardown\n"
+        "atexit.register(print, 'torn down')\n"  # an exit handler of the interpreter's own end: never runs
+        "sys.stdout.write('computed, no newline')\n"
+        "exit_without_teardown()\n"
+        "print('after the end')\n"
+    )
+    buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout as a worker's: a pipe
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=buffered)
+    assert (done.returncode, done.stdout) == (0, "computed, no newline")
