@@ -201,3 +201,40 @@ def test_a_worker_ends_without_tearing_down_its_memory_and_keeps_what_it_printed
     buffered = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # stdout as a worker's: a pipe
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=buffered)
     assert (done.returncode, done.stdout) == (0, "computed, no newline")
+
+
+WORKERS_CANNOT_START = """
+import json, sys
+from workbench.experiments import run_experiment
+from workbench.llm.cache import CacheEntry
+from workbench.store import Store
+
+with Store(sys.argv[1]) as store:  # a model cache of megabytes: more than a pipe holds
+    cache = store.model_cache()
+    for n in range(8):
+        cache.put(f"padding-{n}", "workbench/extractive", "{}", CacheEntry("x" * 250_000))
+    cache.close()
+sys.modules["__main__"].__file__ = "/no/such/script.py"  # what each worker must run again before its work
+run = run_experiment(sys.argv[2], db=sys.argv[1], executor="processes")
+print(json.dumps({"status": run.status, "failed": run.progress.failed_cells, "total": run.progress.cells_total}))
+"""
+
+
+def test_workers_that_cannot_start_fail_the_cells_instead_of_hanging_the_run(grid_db):
+    """Workers start from a few kilobytes, the model cache's snapshot being a file: with the snapshot in
+    what `spawn` pipes to a worker, the run's process waited forever on a worker that died before
+    reading it all."""
+    import subprocess
+    import sys
+
+    db, spec, session_ids = grid_db
+    done = subprocess.run(
+        [sys.executable, "-c", WORKERS_CANNOT_START, str(db), str(spec)],
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    outcome = json.loads(done.stdout.strip().splitlines()[-1])
+    assert outcome == {"status": "finished_with_errors", "failed": len(session_ids) * 3, "total": len(session_ids) * 3}
+    assert "BrokenProcessPool" in done.stderr and "/no/such/script.py" in done.stderr

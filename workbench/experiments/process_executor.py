@@ -9,13 +9,14 @@ metrics) runs on one core however many the machine has. These workers run on all
 
 They work as the Ray executor's do (see `workers`): the run's process keeps the database and writes
 every cell; a worker gets each session's rows as Arrow tables with that session's cells, the model
-cache as a snapshot taken when the run starts, and sends back each outcome with the model answers it
-made, which the run's process commits to the cache. Workers are started fresh (`spawn`: nothing of
-this process's threads or open files is inherited), which costs each about a second of imports: for
-a handful of cells, the local executor is quicker.
+cache as a snapshot taken when the run starts (a file each worker maps), and sends back each outcome
+with the model answers it made, which the run's process commits to the cache. Workers are started
+fresh (`spawn`: nothing of this process's threads or open files is inherited), all at once when the
+run starts, while it reads its first sessions; each takes about half a second of imports: for a
+handful of cells, the local executor is quicker (`executor="auto"` weighs it, `run.choose_executor`).
 
-A worker that dies (killed, out of memory) fails the cells it held and those not yet started; a
-resumed run computes them.
+A worker that dies (killed, out of memory, or unable to start) fails the cells it held and those not
+yet started; a resumed run computes them.
 """
 
 from __future__ import annotations
@@ -23,10 +24,13 @@ from __future__ import annotations
 import atexit
 import collections
 import contextlib
+import functools
 import gc
 import multiprocessing
 import os
+import shutil
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
@@ -69,12 +73,15 @@ class ProcessExecutor:
             return
         workers = max(1, self.processes or os.cpu_count() or 1)
         units = cell_units([cells for _, cells in session_batches(todo, 1)], workers)
-        shared = _RunShared(
-            uuid.uuid4().hex, cache_snapshot(store, work.gateway), GatewaySettings.of(work.gateway), work.cell
-        )
+        folder = tempfile.mkdtemp(prefix="workbench-run-")
+        snapshot = os.path.join(folder, "model-cache.arrow")
+        _write_table(cache_snapshot(store, work.gateway), snapshot)
+        shared = _RunShared(uuid.uuid4().hex, snapshot, GatewaySettings.of(work.gateway), work.cell)
         pool = ProcessPoolExecutor(
             workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(shared,)
         )
+        for _ in range(workers):  # each submit starts a worker: all start now, while the first rows are read
+            pool.submit(_get_ready)
         rows = _SessionRows(store, [cells[0].session_id for _, cells in units])
         pending: dict[Future[list[CellOutcome]], list[CellTask]] = {}
         position = 0
@@ -96,6 +103,7 @@ class ProcessExecutor:
             # Workers exit on their own once their queue closes: tearing down a worker's memos takes
             # a good part of a second, which the run need not wait for.
             pool.shutdown(wait=False, cancel_futures=True)
+            shutil.rmtree(folder, ignore_errors=True)  # a worker reads the snapshot at its first cell, or never
 
 
 def main_reruns_safely() -> bool:
@@ -202,10 +210,15 @@ def _submit(pool: ProcessPoolExecutor, rows: _SessionRows, cells: list[CellTask]
 
 @dataclass(frozen=True)
 class _RunShared:
-    """What every cell of a run shares, sent once to each worker when it starts."""
+    """What every cell of a run shares, sent once to each worker when it starts: a few kilobytes, the
+    model cache's snapshot being a file (`snapshot`, Arrow IPC) that each worker maps at its first cell.
+
+    `spawn` writes what a worker starts with into a pipe the worker reads once its interpreter is up:
+    the run's process waited for each worker's start in turn while the snapshot (megabytes) went
+    through, and forever when a worker died before reading all of it."""
 
     run: str
-    snapshot: pa.Table
+    snapshot: str
     settings: GatewaySettings
     cell: CellWork
 
@@ -236,12 +249,33 @@ def exit_without_teardown() -> None:
     os._exit(0)
 
 
+def _get_ready() -> None:
+    """A worker's first job, sent as the pool starts: the kinds' modules imported before the first cell
+    arrives (the run's process reads its sessions meanwhile)."""
+    from workbench.registry import load_kinds
+
+    load_kinds()
+
+
+def _write_table(table: pa.Table, path: str) -> None:
+    import pyarrow as pa
+
+    with pa.OSFile(path, "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+
+
+def _read_table(path: str) -> pa.Table:
+    import pyarrow as pa
+
+    return pa.ipc.open_file(pa.memory_map(path, "r")).read_all()
+
+
 def _compute_unit(tables: Mapping[str, pa.Table], cells: Sequence[CellTask]) -> list[CellOutcome]:
     """The cells of one session, in a worker: the first loads and analyses the session, the others
     find it in this worker's memory."""
     shared = _RUN[0]
     batch = f"{shared.run}-{cells[0].session_id}"
+    snapshot = functools.partial(_read_table, shared.snapshot)
     return [
-        compute_cell(shared.cell, task, shared.run, batch, lambda: tables, lambda: shared.snapshot, shared.settings)
-        for task in cells
+        compute_cell(shared.cell, task, shared.run, batch, lambda: tables, snapshot, shared.settings) for task in cells
     ]
