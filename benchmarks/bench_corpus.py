@@ -15,9 +15,9 @@ tool that reads every message once must pay.
   the app or a notebook re-runs a grid): the session pool (`workbench.session_pool`) keeps each
   session's quality analysis. Printed for what it shows; the goal is the warm figure's.
 
-Cold and warm are measured with each executor: `local` (threads of the run's process, the default)
-and `processes` (a worker process per CPU, `executor="processes"`), the first on the imported database
-and the second on a copy of it made before any run.
+Cold and warm are measured with each executor: `local` (threads of the run's process) and `processes`
+(a worker process per CPU), the first on the imported database and the second on a copy of it made
+before any run. The bench also prints which of them the default, `executor="auto"`, picks for the grid.
 
 Each is printed as seconds and as a ratio to the floor; goals (issue 39): cold <= 6x, warm <= 2x.
 The runs are repeated (`CORPUS_BENCH_RUNS`, default 3) and the median printed: the machine is shared.
@@ -99,6 +99,23 @@ def imported_database(folder: str) -> tuple[str, float]:
     return path, time.perf_counter() - started
 
 
+def auto_choice(db: str) -> str:
+    """What `executor="auto"` (the default) runs the whole grid with on this machine, and why."""
+    from workbench.experiments import load_experiment
+    from workbench.experiments.cells import CellTask
+    from workbench.experiments.run import choose_executor, select_sessions
+    from workbench.experiments.spec import grid
+    from workbench.store import Store
+
+    experiment = load_experiment(grid_spec())
+    with Store(db, read_only=True) as store:
+        pairs = select_sessions(store, experiment)
+        sizes = store.message_counts([session_id for session_id, _ in pairs])
+    todo = [CellTask(s, "corpus", c, r) for s, c, r in grid(experiment, [session_id for session_id, _ in pairs])]
+    choice = choose_executor(experiment, todo, sizes)
+    return f"{choice.name} ({choice.reason})"
+
+
 def grid_seconds(db: str, mode: str, executor: str = "local") -> float:
     """Seconds of the grid in a process of its own; `mode`: "resume", "fresh" or "fresh-twice" (the
     second of two fresh runs in that process)."""
@@ -127,6 +144,7 @@ def run() -> None:
         return
     runs = int(os.environ.get("CORPUS_BENCH_RUNS", "3"))
     floors, same_process, imports = [], [], []
+    default = ""
     timed: dict[tuple[str, str], list[float]] = {(e, m): [] for e in EXECUTORS for m in ("cold", "warm")}
     for _ in range(runs):
         floor, messages, characters = floor_seconds()
@@ -134,6 +152,7 @@ def run() -> None:
         with tempfile.TemporaryDirectory() as folder:
             db, imported = imported_database(folder)
             imports.append(imported)
+            default = default or auto_choice(db)
             copies = {executor: db for executor in EXECUTORS}
             for executor in EXECUTORS[1:]:
                 copies[executor] = shutil.copy(db, os.path.join(folder, f"{executor}.duckdb"))
@@ -145,6 +164,7 @@ def run() -> None:
     print(f"corpus: {messages:,} messages, {characters:,} characters; grid: {len(CONFIGS)} configs")
     print(f"floor (one batched cl100k pass): median {floor:.2f} s of {[round(f, 2) for f in floors]}")
     print(f"import (counts stored): median {statistics.median(imports):.2f} s")
+    print(f"the default executor (auto) runs this grid with: {default}")
     for (executor, mode), seconds in timed.items():
         goal = COLD_GOAL if mode == "cold" else WARM_GOAL
         median = statistics.median(seconds)
