@@ -237,4 +237,21 @@ def test_workers_that_cannot_start_fail_the_cells_instead_of_hanging_the_run(gri
     assert done.returncode == 0, done.stderr[-2000:]
     outcome = json.loads(done.stdout.strip().splitlines()[-1])
     assert outcome == {"status": "finished_with_errors", "failed": len(session_ids) * 3, "total": len(session_ids) * 3}
-    assert "BrokenProcessPool" in done.stderr and "/no/such/script.py" in done.stderr
+    assert "BrokenProcessPool: its worker process ended abruptly" in done.stderr
+    assert "/no/such/script.py" in done.stderr  # the worker's own error
+    assert "runs the main script's top level again" in done.stderr
+
+
+def test_workers_from_a_script_that_computes_at_its_top_level_are_warned_of(grid_db, tmp_path, monkeypatch):
+    import sys
+    import types
+
+    db, spec, session_ids = grid_db
+    script = tmp_path / "analysis.py"
+    script.write_text("WIDTH = len('four')\n")  # work, if harmless: each worker runs it again
+    main = types.ModuleType("__main__")
+    main.__file__ = str(script)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    with pytest.warns(RuntimeWarning, match="runs the main script's top level again"):
+        run = runner.run_experiment(spec, db=str(db), executor="processes")
+    assert run.status == "finished" and run.progress.cells_done == len(session_ids) * 3

@@ -32,8 +32,10 @@ import shutil
 import sys
 import tempfile
 import uuid
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -46,6 +48,18 @@ if TYPE_CHECKING:
     from workbench.store import Store
 
 __all__ = ["ProcessExecutor"]
+
+
+#: What a cell says when its worker process ended before sending it back.
+WORKER_LOST = (
+    "its worker process ended abruptly (killed, out of memory, or unable to start: a worker's own error "
+    "goes to this process's stderr); run again to compute the cell"
+)
+#: What a run with worker processes says when the main script would compute again in each of them.
+RERUN_WARNING = (
+    "every worker process runs the main script's top level again as it starts, and this script's does more "
+    'than define things (or cannot be read again): put its work under `if __name__ == "__main__":`'
+)
 
 
 @dataclass
@@ -71,6 +85,8 @@ class ProcessExecutor:
         todo = list(tasks)
         if not todo:
             return
+        if not main_reruns_safely():
+            warnings.warn(RERUN_WARNING, RuntimeWarning, stacklevel=2)
         workers = max(1, self.processes or os.cpu_count() or 1)
         units = cell_units([cells for _, cells in session_batches(todo, 1)], workers)
         folder = tempfile.mkdtemp(prefix="workbench-run-")
@@ -96,7 +112,9 @@ class ProcessExecutor:
                     cells = pending.pop(future)
                     try:
                         outcomes = future.result()
-                    except Exception as exc:  # the worker died, or the outcome did not travel back
+                    except BrokenProcessPool:
+                        outcomes = [CellOutcome(task, None, 0.0, BrokenProcessPool(WORKER_LOST)) for task in cells]
+                    except Exception as exc:  # the outcome did not travel back
                         outcomes = [CellOutcome(task, None, 0.0, exc) for task in cells]
                     yield from outcomes
         finally:
