@@ -90,18 +90,19 @@ class ProcessExecutor:
         workers = max(1, self.processes or os.cpu_count() or 1)
         units = cell_units([cells for _, cells in session_batches(todo, 1)], workers)
         folder = tempfile.mkdtemp(prefix="workbench-run-")
-        snapshot = os.path.join(folder, "model-cache.arrow")
-        _write_table(cache_snapshot(store, work.gateway), snapshot)
-        shared = _RunShared(uuid.uuid4().hex, snapshot, GatewaySettings.of(work.gateway), work.cell)
-        pool = ProcessPoolExecutor(
-            workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(shared,)
-        )
-        for _ in range(workers):  # each submit starts a worker: all start now, while the first rows are read
-            pool.submit(_get_ready)
-        rows = _SessionRows(store, [cells[0].session_id for _, cells in units])
-        pending: dict[Future[list[CellOutcome]], list[CellTask]] = {}
-        position = 0
+        pool: ProcessPoolExecutor | None = None
         try:
+            snapshot = os.path.join(folder, "model-cache.arrow")
+            _write_table(cache_snapshot(store, work.gateway), snapshot)
+            shared = _RunShared(uuid.uuid4().hex, snapshot, GatewaySettings.of(work.gateway), work.cell)
+            pool = ProcessPoolExecutor(
+                workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(shared,)
+            )
+            for _ in range(workers):  # each submit starts a worker: all start now, while the first rows are read
+                pool.submit(_get_ready)
+            rows = _SessionRows(store, [cells[0].session_id for _, cells in units])
+            pending: dict[Future[list[CellOutcome]], list[CellTask]] = {}
+            position = 0
             while position < len(units) or pending:
                 while position < len(units) and len(pending) < 2 * workers:
                     _, cells = units[position]
@@ -118,9 +119,10 @@ class ProcessExecutor:
                         outcomes = [CellOutcome(task, None, 0.0, exc) for task in cells]
                     yield from outcomes
         finally:
-            # Workers exit on their own once their queue closes: tearing down a worker's memos takes
-            # a good part of a second, which the run need not wait for.
-            pool.shutdown(wait=False, cancel_futures=True)
+            # Workers exit on their own once their queue closes (`exit_without_teardown`): the run does
+            # not wait for them.
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
             shutil.rmtree(folder, ignore_errors=True)  # a worker reads the snapshot at its first cell, or never
 
 

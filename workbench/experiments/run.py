@@ -566,9 +566,7 @@ def choose_executor(
         return ExecutorChoice("local", "one CPU")
     work = sum(messages.get(task.session_id, 0) for task in todo)
     if work < AUTO_PROCESS_MESSAGES:
-        return ExecutorChoice(
-            "local", f"{work:,} messages to replay: fewer than worker processes take to start pay for"
-        )
+        return ExecutorChoice("local", f"{work:,} messages to replay: too few to pay for starting worker processes")
     own = kinds_only_here()
     if own:
         return ExecutorChoice("local", f"kinds defined in this process ({', '.join(own[:3])}) are unknown to workers")
