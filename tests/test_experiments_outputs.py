@@ -486,7 +486,7 @@ def test_cli_run_export_compare_regress(grid_db, tmp_path):
     assert "the offline extractive baseline" in text.stdout and run["note"] in text.stdout
     assert "--executor auto" not in text.stderr  # every cell reused: nothing was computed anywhere
     dry = _in_process("run", str(spec), "--db", str(db), "--dry-run")
-    assert "9 cells, 9 already done, 0 to run" in dry.stdout
+    assert "9 cells, 9 already done, 0 to run" in dry.stdout and "--executor auto: local (no cell left" in dry.stdout
     out = tmp_path / "report.html"
     assert _in_process("export", run["run_id"], "-o", str(out), "--db", str(db)).returncode == 0  # html, from the name
     assert out.stat().st_size > 1_000_000 and out.read_text().startswith("<!DOCTYPE html>")

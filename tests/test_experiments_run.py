@@ -80,8 +80,13 @@ def test_dry_run_lists_the_cells_without_running_them(grid_db):
     assert plan["cells"] == 9 and plan["cells_to_run"] == 9 and plan["sessions"] == 3
     assert [c["config"] for c in plan["configs"]] == ["clear-4", "clear-12", "split"]
     assert [c["models"] for c in plan["configs"]] == [[], [], ["workbench/extractive"]]  # hard_clear calls no model
+    assert (plan["executor"], plan["executor_reason"]) == (
+        "local",
+        "477 messages to replay: too few to pay for starting worker processes",
+    )
     run_experiment(spec, db=str(db))
-    assert dry_run(spec, db=str(db))["cells_to_run"] == 0
+    again = dry_run(spec, db=str(db))
+    assert (again["cells_to_run"], again["executor_reason"]) == (0, "no cell left to compute")
     assert plan["notes"] == []
 
 

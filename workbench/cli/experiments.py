@@ -157,6 +157,7 @@ def run_cmd(
             f"{plan['repeats']} repeat(s) = {plan['cells']} cells, {plan['cells_done']} already done, "
             f"{plan['cells_to_run']} to run"
         )
+        click.echo(f"--executor auto: {plan['executor']} ({plan['executor_reason']})")
         print_table(
             [
                 {

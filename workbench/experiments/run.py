@@ -888,7 +888,8 @@ def save_replay(result: ReplayResult, db: str | None = None, *, dataset: str | N
 
 
 def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], db: str | None = None) -> dict[str, Any]:
-    """What a run would do, without doing it: sessions, cells (and how many are already done), models."""
+    """What a run would do, without doing it: sessions, cells (and how many are already done), models,
+    and where `executor="auto"` would compute the cells left (`executor`, `executor_reason`)."""
     from workbench.store import Store
     from workbench.store import db as database
 
@@ -904,7 +905,11 @@ def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], d
             done = store.results.finished_cells(run_id)
         except Exception:  # a database from before the results tables
             done = set()
-    cells = grid(experiment, [s for s, _ in pairs])
+        cells = grid(experiment, [s for s, _ in pairs])
+        dataset_of = dict(pairs)
+        todo = [CellTask(s, dataset_of.get(s), c, r) for s, c, r in cells if (s, c, r) not in done]
+        sizes = store.message_counts(sorted({t.session_id for t in todo})) if todo else {}
+    choice = choose_executor(experiment, todo, sizes) if todo else ExecutorChoice("local", "no cell left to compute")
     per_config = []
     for cell in experiment.configs:
         config = cell.config
@@ -928,5 +933,7 @@ def dry_run(spec: ExperimentSpec | Mapping[str, Any] | str | os.PathLike[str], d
         "cells": len(cells),
         "cells_done": len(done & set(cells)),
         "cells_to_run": len(set(cells) - done),
+        "executor": choice.name,
+        "executor_reason": choice.reason,
         "notes": list(experiment.notes),
     }
