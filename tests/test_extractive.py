@@ -488,6 +488,18 @@ def test_each_kind_of_term_is_found(text: str, term: str) -> None:
     assert term in files + names
 
 
+PATH_TEXTS = text_around(
+    ["src/app.py", "a/b", "./x", "../y/z", "~/.bashrc", "/etc/hosts", "setup.py", "x.tar.gz", "and/or", "v1.2"]
+    + ["1/2", "e.g.", "foo@bar/baz", "a+b/c", "x:/y", "http://h/p", "Makefile", "README", "MyMakefile"]
+    + ["\x1c", "\u2028", "\u00a0", "(", ")", ",", "`", '"', "'"]
+)
+
+
+@given(PATH_TEXTS)
+def test_paths_searched_word_by_word_are_those_of_the_whole_text(text: str) -> None:
+    assert list(extractive._path_matches(text)) == [m.group(0) for m in extractive._PATH.finditer(text)]
+
+
 @given(TERM_TEXTS)
 def test_a_term_pattern_is_skipped_only_on_text_it_cannot_match(text: str) -> None:
     for pattern, held in extractive._IDENT_PATTERNS:
