@@ -670,8 +670,7 @@ class Store:
         if not ids:
             return []
         heads = self._query(
-            "SELECT id, dataset, format, tools, metadata FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))",
-            [list(ids)],
+            f"SELECT {', '.join(_HEAD_COLUMNS)} FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [list(ids)]
         )
         found = [row[0] for row in heads]
         messages = self._query(
