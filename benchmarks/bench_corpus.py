@@ -9,8 +9,12 @@ tool that reads every message once must pay.
 
 - cold: the first run on a freshly imported database (the import stored the default tokenizer's
   counts; the model cache is empty), in a process of its own;
-- warm: the same grid recomputed (`fresh=True`: every cell again) with counts stored and the model
-  cache filled, in another process (so no memo of the first run's process helps);
+- warm: the same grid recomputed (`fresh=True`: every cell again) with counts stored, the model
+  cache filled and the quality measures of the first run stored (`workbench.quality.measure_memo`:
+  every replay comes out as before, so none is measured again), in another process (so no memo of
+  the first run's process helps);
+- warm, measured again: the same with `remeasure=True` (every replay's quality measured), printed for
+  what it shows;
 - warm, same process: that grid recomputed a second time in the process that just recomputed it (as
   the app or a notebook re-runs a grid): the session pool (`workbench.session_pool`) keeps each
   session's quality analysis. Printed for what it shows; the goal is the warm figure's.
@@ -49,7 +53,9 @@ from workbench.experiments import run_experiment
 spec = json.loads(sys.argv[2])
 for _ in range(2 if sys.argv[3] == "fresh-twice" else 1):  # the second of two: the process's memos in place
     started = time.perf_counter()
-    run = run_experiment(spec, db=sys.argv[1], fresh=sys.argv[3] != "resume", executor=sys.argv[4])
+    run = run_experiment(
+        spec, db=sys.argv[1], fresh=sys.argv[3] != "resume", executor=sys.argv[4], remeasure=sys.argv[5] == "remeasure"
+    )
 print(json.dumps({"seconds": time.perf_counter() - started, "cells": run.progress.cells_done,
                   "status": run.status}))
 """
@@ -116,15 +122,15 @@ def auto_choice(db: str) -> str:
     return f"{choice.name} ({choice.reason})"
 
 
-def grid_seconds(db: str, mode: str, executor: str = "local") -> float:
+def grid_seconds(db: str, mode: str, executor: str = "local", remeasure: bool = False) -> float:
     """Seconds of the grid in a process of its own; `mode`: "resume", "fresh" or "fresh-twice" (the
-    second of two fresh runs in that process)."""
+    second of two fresh runs in that process); `remeasure`: every replay's quality measured again."""
     import json
 
     spec = json.dumps(grid_spec())
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     done = subprocess.run(
-        [sys.executable, "-c", RUN_GRID, db, spec, mode, executor],
+        [sys.executable, "-c", RUN_GRID, db, spec, mode, executor, "remeasure" if remeasure else "reuse"],
         capture_output=True,
         text=True,
         env=env,
@@ -143,7 +149,7 @@ def run() -> None:
         print(f"skipped: no corpus at {CORPUS}")
         return
     runs = int(os.environ.get("CORPUS_BENCH_RUNS", "3"))
-    floors, same_process, imports = [], [], []
+    floors, same_process, imports, remeasured = [], [], [], []
     default = ""
     timed: dict[tuple[str, str], list[float]] = {(e, m): [] for e in EXECUTORS for m in ("cold", "warm")}
     for _ in range(runs):
@@ -159,6 +165,7 @@ def run() -> None:
             for executor, path in copies.items():
                 timed[executor, "cold"].append(grid_seconds(path, "resume", executor))
                 timed[executor, "warm"].append(grid_seconds(path, "fresh", executor))
+            remeasured.append(grid_seconds(copies["processes"], "fresh", "processes", remeasure=True))
             same_process.append(grid_seconds(db, "fresh-twice"))
     floor = statistics.median(floors)
     print(f"corpus: {messages:,} messages, {characters:,} characters; grid: {len(CONFIGS)} configs")
@@ -173,6 +180,11 @@ def run() -> None:
             f"{mode} grid, {executor} executor: median {median:.2f} s of {[round(s, 2) for s in seconds]}; "
             f"{median / floor:.1f}x the floor (goal <= {goal:g}x) {verdict}"
         )
+    measured = statistics.median(remeasured)
+    print(
+        f"warm grid, measured again (processes, remeasure=True): median {measured:.2f} s of "
+        f"{[round(m, 2) for m in remeasured]}; {measured / floor:.1f}x the floor"
+    )
     again = statistics.median(same_process)
     print(
         f"warm grid, same process (local): median {again:.2f} s of {[round(a, 2) for a in same_process]}; "

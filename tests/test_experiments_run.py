@@ -13,9 +13,12 @@ from pathlib import Path
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 
+from workbench.cli import main
 from workbench.errors import ConfigError
 from workbench.experiments import dry_run, results, run_experiment, runs, save_replay
+from workbench.experiments.run import code_version
 from workbench.replay import replay
 from workbench.store import Store
 
@@ -72,6 +75,54 @@ def test_a_second_run_resumes_with_every_cell_reused_and_no_model_call(grid_db):
     assert second.progress.cells_reused == second.progress.cells_total == 9
     assert second.progress.model_calls == 0
     assert len(second.results) == 9
+
+
+def test_a_fresh_run_reads_each_replays_measures_back_and_stores_the_same_cells(grid_db, monkeypatch):
+    from run_support import stored_levels
+
+    from workbench.quality import retention, task_state
+
+    db, spec, ids = grid_db
+    first = run_experiment(spec, db=str(db))
+    assert first.progress.measures_reused == 0
+    with Store(str(db)) as store:
+        kept = store.results.stored_measures(ids, code_version()).num_rows
+    assert kept == 9  # every cell compacts, each its own way
+    expected = stored_levels(db, first.id)
+    analysed: list[str] = []
+    for module in (task_state, retention):
+        original = module.analyse
+        monkeypatch.setattr(module, "analyse", lambda r, f=original, n=module.__name__: analysed.append(n) or f(r))
+
+    again = run_experiment(spec, db=str(db), fresh=True)
+    assert again.progress.cells_reused == 0 and again.progress.measures_reused == 9
+    assert "9 with their measures reused" in again.progress.line()
+    assert analysed == [] and stored_levels(db, again.id) == expected
+
+    remeasured = run_experiment(spec, db=str(db), fresh=True, remeasure=True)
+    assert remeasured.progress.measures_reused == 0 and len(analysed) >= 9
+    assert stored_levels(db, remeasured.id) == expected
+
+    for flags, reused in ((["--fresh"], 9), (["--fresh", "--remeasure"], 0)):
+        out = CliRunner().invoke(main, ["run", str(spec), "--db", str(db), "--json", *flags], catch_exceptions=False)
+        assert out.exit_code == 0, out.output
+        assert json.loads(out.stdout)["measures_reused"] == reused
+
+
+def test_a_run_forgets_the_measures_of_other_code_versions_and_a_deleted_sessions(grid_db, monkeypatch):
+    from workbench.experiments import run as runner
+
+    db, spec, ids = grid_db
+    run_experiment(spec, db=str(db))
+    before = code_version()
+    monkeypatch.setattr(runner, "code_version", lambda: "an edit later")
+    edited = run_experiment(spec, db=str(db))
+    assert edited.progress.cells_reused == 0 and edited.progress.measures_reused == 0  # another version: all anew
+    with Store(str(db)) as store:
+        assert store.results.stored_measures(ids, before).num_rows == 0
+        assert store.results.stored_measures(ids, "an edit later").num_rows == 9
+        store.delete_sessions(ids[:1])
+        assert store.results.stored_measures(ids, "an edit later").num_rows == 6
 
 
 def test_dry_run_lists_the_cells_without_running_them(grid_db):

@@ -43,6 +43,7 @@ def test_worker_processes_compute_every_cell_as_the_local_executor_does(grid_db)
 
     again = runner.run_experiment(spec, db=str(db), executor="processes", fresh=True)
     assert again.progress.model_calls == 0 and again.progress.cache_hits == asked  # all committed
+    assert again.progress.measures_reused == len(session_ids) * 3  # the workers' measures, stored and read back
     assert stored_levels(db, again.id) == local_levels
 
     resumed = CliRunner().invoke(

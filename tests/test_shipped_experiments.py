@@ -130,3 +130,20 @@ def test_the_complexity_trap_on_the_corpus_prints_the_readme_table_and_passes_it
         assert f"{100 * measured[config]['cost_reduction']:.1f} %" == cost_reduction, config
     report = regress(EXPERIMENTS / "complexity-trap.toml", db=corpus_db)
     assert report.ok, report.text()
+
+
+@pytest.mark.shared
+@pytest.mark.slow
+def test_on_the_corpus_measures_read_back_are_those_measuring_again_gives_cell_by_cell(corpus_db):
+    """A fresh run reads back the quality measures of every replay measured before; measured again
+    (`remeasure=True`), every stored level of every cell is the same."""
+    from run_support import stored_levels
+
+    spec = EXPERIMENTS / "complexity-trap.toml"
+    first = run_experiment(spec, db=corpus_db)  # resumes the run of the test above when it ran
+    compacted = int((first.results["compactions"] > 0).sum())
+    reread = run_experiment(spec, db=corpus_db, fresh=True)
+    assert reread.progress.measures_reused == compacted > 100
+    remeasured = run_experiment(spec, db=corpus_db, fresh=True, remeasure=True)
+    assert remeasured.progress.measures_reused == 0
+    assert stored_levels(Path(corpus_db), remeasured.id) == stored_levels(Path(corpus_db), reread.id)

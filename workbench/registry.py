@@ -634,6 +634,9 @@ def register_metric(name: str, *, direction: str, unit: str = "", level: str = "
     `per_compaction(result) -> list[Mapping]` (one row of columns per compaction event). A class
     attribute `requires_model = True` makes it run only when asked for by name; `reads_context =
     False` says its value does not depend on the compacted context (the metric audit leaves it out).
+    `reusable = True` says its values are a function of the recording, the compaction contexts, the
+    calls' positions and the tokenizer only (`MetricMemo`): for the workbench's own metrics, whose
+    code the memo's version covers, an experiment reuses them for a replay that produced the same.
     An optional `unavailable(result) -> str | None` says why the metric cannot be measured for a
     result (e.g. its config names no model, so `compute` gives None): asked for by name, that is a
     warning. `METRICS` is the family typed by this contract (`Metric`).
@@ -645,7 +648,7 @@ def register_metric(name: str, *, direction: str, unit: str = "", level: str = "
     return _register(
         "metric",
         name,
-        defaults={"requires_model": False, "reads_context": True},
+        defaults={"requires_model": False, "reads_context": True, "reusable": False},
         direction=direction,
         unit=unit,
         level=level,
@@ -917,6 +920,7 @@ class Metric(Protocol):
     level: ClassVar[str]
     requires_model: ClassVar[bool]
     reads_context: ClassVar[bool]
+    reusable: ClassVar[bool]
 
     def compute(self, result: Any) -> Any: ...
 
@@ -978,7 +982,32 @@ def fresh(obj: T) -> T:
 MetricValues = tuple[dict[str, Any], dict[str, list[Mapping[str, Any]]]]
 
 
-def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricValues:
+class MetricMemo(Protocol):
+    """Values of the reusable metrics measured before, for replays that came out the same
+    (`workbench.quality.measure_memo.StoredMeasures` is the experiments' own).
+
+    `get(result)` answers the values stored for a replay like `result` (None: none, or `result`
+    cannot be told apart from others, and is measured); `put(result, values)` stores those just measured."""
+
+    def get(self, result: Any) -> MetricValues | None: ...
+
+    def put(self, result: Any, values: MetricValues) -> None: ...
+
+
+def reusable_metrics(kinds: Mapping[str, type[Any]] | None = None) -> frozenset[str]:
+    """The metrics a `MetricMemo` may answer: `reusable`, needing no model, and the workbench's own
+    (a memo's version is the workbench's code; a plugin's or a notebook's metric is measured every time)."""
+    kinds = METRICS.kinds() if kinds is None else kinds
+    return frozenset(
+        name
+        for name, cls in kinds.items()
+        if getattr(cls, "reusable", False)
+        and not getattr(cls, "requires_model", False)
+        and cls.__module__.startswith("workbench.")
+    )
+
+
+def evaluate_metrics(result: Any, names: Iterable[str] | None = None, memo: MetricMemo | None = None) -> MetricValues:
     """Compute the metrics of a replay result: every registered metric without `requires_model`,
     plus those named in `names`.
 
@@ -986,14 +1015,22 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
     that define `per_compaction`). A metric that fails is a warning naming it and a None value.
     The metrics asked for by name that are `unavailable` for this result are one warning per
     reason, naming them: asking for what cannot be measured is not silently an empty column.
+
+    With `memo`, the reusable metrics (`reusable_metrics`) of a result whose fingerprint the memo
+    holds are read from it instead of measured, and stored in it once measured (unless one failed).
     """
     registry = METRICS.kinds()
     wanted = list(dict.fromkeys(names or ()))
     for name in wanted:
         METRICS.lookup(name)
+    reusable = reusable_metrics(registry) if memo is not None else frozenset()
+    stored = memo.get(result) if memo is not None and reusable else None
+    if stored is not None and not reusable <= stored[0].keys():
+        stored = None  # measured when fewer metrics were reusable
     values: dict[str, Any] = {}
     columns: dict[str, list[Mapping[str, Any]]] = {}
     unavailable: dict[str, list[str]] = {}
+    failed: set[str] = set()
     for name, cls in registry.items():
         if cls.requires_model and name not in wanted:
             continue
@@ -1003,6 +1040,11 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
             reason = why(result) if name in wanted and callable(why) else None
             if reason:
                 unavailable.setdefault(str(reason), []).append(name)
+            if stored is not None and name in reusable:
+                values[name] = stored[0][name]
+                if name in stored[1]:
+                    columns[name] = [dict(row) for row in stored[1][name]]
+                continue
             values[name] = metric.compute(result)
             per_compaction = getattr(metric, "per_compaction", None)
             if callable(per_compaction):
@@ -1014,12 +1056,15 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None) -> MetricV
                 stacklevel=2,
             )
             values[name] = None
+            failed.add(name)
     for reason, named in unavailable.items():
         warnings.warn(
             f"{', '.join(named)} cannot be measured and {'is' if len(named) == 1 else 'are'} None: {reason}",
             UserWarning,
             stacklevel=2,
         )
+    if memo is not None and reusable and stored is None and not failed & reusable:
+        memo.put(result, ({n: values[n] for n in reusable}, {n: columns[n] for n in reusable if n in columns}))
     return values, columns
 
 
@@ -1032,6 +1077,7 @@ __all__ = [
     "PLUGIN_GROUP",
     "Family",
     "Metric",
+    "MetricMemo",
     "Nested",
     "Param",
     "PluginWarning",
@@ -1054,6 +1100,7 @@ __all__ = [
     "register_metric",
     "register_strategy",
     "register_trigger",
+    "reusable_metrics",
     "spec_of",
     "type_name",
     "unregister",

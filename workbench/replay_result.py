@@ -17,7 +17,7 @@ from workbench.calibration import CalibrationFit
 from workbench.compaction import Completion
 from workbench.config import ReplayConfig
 from workbench.errors import ConfigError
-from workbench.registry import METRICS, Metric, evaluate_metrics
+from workbench.registry import METRICS, Metric, MetricMemo, evaluate_metrics
 from workbench.replay_fast import fast_constructor
 from workbench.session import Message, Session, recorded_input_tokens
 
@@ -295,12 +295,13 @@ class ReplayResult:
         parts.append("<div><small>result.metrics, result.to_frame(), result.compactions_frame()</small></div></div>")
         return "".join(parts)
 
-    def measure(self, names: Sequence[str] = ()) -> ReplayResult:
+    def measure(self, names: Sequence[str] = (), memo: MetricMemo | None = None) -> ReplayResult:
         """Compute the metrics into `metrics` and `compaction_metrics` (every registered metric that
         needs no model, plus the model metrics named in `names`) and return this result.
 
-        `replay()` does it unless told `measure=False`."""
-        values, columns = evaluate_metrics(self, names)
+        `replay()` does it unless told `measure=False`; an experiment passes its `memo` (see
+        `evaluate_metrics`)."""
+        values, columns = evaluate_metrics(self, names, memo)
         self.metrics = values
         rows: list[dict[str, Any]] = [{} for _ in self.compactions]
         for metric_rows in columns.values():
@@ -347,6 +348,14 @@ class ReplayResult:
             )
         (before, before_length), (after, after_length) = self._exchanges[event_index]
         return before[:before_length], after[:after_length]
+
+    def snapshots(self) -> tuple[list[tuple[int, list[Message]]], list[tuple[Snapshot, Snapshot]]]:
+        """The lists `context_at` and `compaction_contexts` cut: (the context from each call on, as
+        (first call, list); per compaction event, ((list, length) the strategy received, (list, length)
+        it returned)). A list is shared by the calls and events that saw it grow (the engine appends to
+        the context a strategy returned). Read, never changed, they fingerprint a replay's contexts
+        without copying them (`workbench.quality.measure_memo`)."""
+        return list(self._sent), list(self._exchanges)
 
     def detached(self) -> ReplayResult:
         """This result without the session, the context snapshots and the final context (what

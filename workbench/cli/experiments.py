@@ -116,7 +116,13 @@ DEFAULT_COLUMNS = [
 @click.argument("experiment", metavar="EXPERIMENT.toml")
 @click.option("--concurrency", type=click.IntRange(min=1), default=None, help="Cells in flight [default: the spec's].")
 @click.option("--dry-run", is_flag=True, help="Print the expanded cells and the models they call; run nothing.")
-@click.option("--fresh", is_flag=True, help="Recompute every cell of the run (model calls still come from the cache).")
+@click.option(
+    "--fresh",
+    is_flag=True,
+    help="Recompute every cell of the run (model calls still come from the cache, and the quality measures of "
+    "a replay that came out as one measured before with this code from the database).",
+)
+@click.option("--remeasure", is_flag=True, help="Measure the quality of every replay again, even one measured before.")
 @click.option(
     "--executor",
     type=click.Choice(["auto", "local", "processes", "ray"]),
@@ -139,6 +145,7 @@ def run_cmd(
     concurrency: int | None,
     dry_run: bool,
     fresh: bool,
+    remeasure: bool,
     executor: str,
     address: str | None,
     all_sessions: bool,
@@ -184,6 +191,7 @@ def run_cmd(
                 db=_db_must_exist(),
                 concurrency=concurrency,
                 fresh=fresh,
+                remeasure=remeasure,
                 progress=bar,
                 executor=executor,
                 address=address,
@@ -207,6 +215,7 @@ def run_cmd(
                 "priced_cost_usd": run.progress.cost_usd,
                 "unpriced_calls": run.progress.unpriced_calls,
                 "failed_cells": run.progress.failed_cells,
+                "measures_reused": run.progress.measures_reused,
                 "executor": run.executor.name,
                 "executor_reason": run.executor.reason or None,
                 "note": run.summaries_note(),

@@ -8,6 +8,7 @@ cell's `CellSpend` (what its model calls cost in this run).
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from workbench.errors import WorkbenchError
 
 if TYPE_CHECKING:
     from workbench.llm import CacheEntry
+    from workbench.quality.measure_memo import MeasureRow, StoredMeasures
     from workbench.replay import ReplayResult
     from workbench.session import Session
     from workbench.store import Store
@@ -95,7 +97,10 @@ class CellSpend:
 class CellOutcome:
     """A computed cell. `cache_entries` are the model answers a worker outside this process made
     (key, model, request as canonical JSON, entry): the driver commits them to the database's `llm_cache`.
-    `spend` is what the cell's model calls cost, also when it failed after making some."""
+    `spend` is what the cell's model calls cost, also when it failed after making some. `measures` are
+    the reusable quality measures the cell's process took since its last outcome
+    (`workbench.quality.measure_memo`), which the driver stores with the cells; `measures_reused`, whether
+    the cell's own were read from the run's memo."""
 
     task: CellTask
     result: ReplayResult | None
@@ -103,6 +108,8 @@ class CellOutcome:
     error: BaseException | None = None
     cache_entries: tuple[tuple[str, str, str, CacheEntry, bool], ...] = ()  # (key, model, request, entry, replace)
     spend: CellSpend = CellSpend()
+    measures: tuple[MeasureRow, ...] = ()
+    measures_reused: bool = False
 
 
 @dataclass(frozen=True)
@@ -120,14 +127,20 @@ class CellWork:
     configs: Mapping[str, ReplayConfig]
     metrics: tuple[str, ...] = ()
 
-    def compute(self, task: CellTask, session: Callable[[], Session], gateway: Any) -> CellOutcome:
+    def compute(
+        self, task: CellTask, session: Callable[[], Session], gateway: Any, measures: StoredMeasures | None = None
+    ) -> CellOutcome:
+        """The cell's outcome; `measures` answers the reusable quality measures of a replay measured
+        before (`registry.evaluate_metrics`)."""
         from workbench.quality.evaluator import EvaluatorFailed, check_evaluator
+        from workbench.registry import METRICS
         from workbench.replay import replay
 
         started = time.perf_counter()
         try:
             config = repeat_config(self.configs[task.config_name], task.repeat)
-            result = replay(session(), config, gateway=gateway, metrics=list(self.metrics) or None)
+            result = replay(session(), config, gateway=gateway, measure=False)
+            result.measure(tuple(METRICS.lookup(name).kind for name in self.metrics), measures)
         except Exception as exc:  # a cell that raises is reported, the run goes on
             return CellOutcome(task, None, time.perf_counter() - started, exc)
         failed: WorkbenchError | None = None
@@ -142,7 +155,12 @@ class CellWork:
             except EvaluatorFailed as exc:
                 failed = exc
         return CellOutcome(
-            task, result if failed is None else None, time.perf_counter() - started, failed, spend=CellSpend.of(result)
+            task,
+            result if failed is None else None,
+            time.perf_counter() - started,
+            failed,
+            spend=CellSpend.of(result),
+            measures_reused=measures is not None and measures.answered(result),
         )
 
 
@@ -157,7 +175,9 @@ class BoundCellWork:
     holds no file) and
     `gateway` are there for an executor that computes cells elsewhere: it exports sessions and a
     snapshot of the model cache from `store`, rebuilds a gateway from `gateway`'s settings on its
-    workers, and commits the answers they bring back through `gateway.cache`.
+    workers, and commits the answers they bring back through `gateway.cache`. `measures` is the run's
+    memo of quality measures (None: every replay measured): the local executor's threads share it, and
+    another executor sends its stored rows (`measures.stored_table()`) to its workers.
     """
 
     cell: CellWork
@@ -165,10 +185,14 @@ class BoundCellWork:
     gateway: Any
     load: Callable[[str], Session]
     release: Callable[[str], None] | None = None
+    measures: StoredMeasures | None = None
 
     def __call__(self, task: CellTask) -> CellOutcome:
         try:
-            return self.cell.compute(task, lambda: self.load(task.session_id), self.gateway)
+            outcome = self.cell.compute(task, lambda: self.load(task.session_id), self.gateway, self.measures)
+            if self.measures is None:
+                return outcome
+            return dataclasses.replace(outcome, measures=self.measures.drain())
         finally:
             if self.release is not None:
                 self.release(task.session_id)

@@ -45,6 +45,7 @@ from workbench.experiments.workers import GatewaySettings, cache_snapshot, cell_
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from workbench.quality.measure_memo import StoredMeasures
     from workbench.store import Store
 
 __all__ = ["ProcessExecutor"]
@@ -94,7 +95,11 @@ class ProcessExecutor:
         try:
             snapshot = os.path.join(folder, "model-cache.arrow")
             _write_table(cache_snapshot(store, work.gateway), snapshot)
-            shared = _RunShared(uuid.uuid4().hex, snapshot, GatewaySettings.of(work.gateway), work.cell)
+            measures = None
+            if work.measures is not None:
+                measures = (os.path.join(folder, "measures.arrow"), work.measures.version)
+                _write_table(work.measures.stored_table(), measures[0])
+            shared = _RunShared(uuid.uuid4().hex, snapshot, GatewaySettings.of(work.gateway), work.cell, measures)
             pool = ProcessPoolExecutor(
                 workers, mp_context=multiprocessing.get_context("spawn"), initializer=_start_worker, initargs=(shared,)
             )
@@ -241,6 +246,7 @@ class _RunShared:
     snapshot: str
     settings: GatewaySettings
     cell: CellWork
+    measures: tuple[str, str] | None = None  # (file of the stored measures, the code's version)
 
 
 _RUN: list[_RunShared] = []  # this worker's run (one per worker process: the pool lives for one run)
@@ -296,6 +302,14 @@ def _compute_unit(tables: Mapping[str, pa.Table], cells: Sequence[CellTask]) -> 
     shared = _RUN[0]
     batch = f"{shared.run}-{cells[0].session_id}"
     snapshot = functools.partial(_read_table, shared.snapshot)
+    measures = functools.partial(_read_measures, *shared.measures) if shared.measures is not None else None
     return [
-        compute_cell(shared.cell, task, shared.run, batch, lambda: tables, snapshot, shared.settings) for task in cells
+        compute_cell(shared.cell, task, shared.run, batch, lambda: tables, snapshot, shared.settings, measures)
+        for task in cells
     ]
+
+
+def _read_measures(path: str, version: str) -> StoredMeasures:
+    from workbench.quality.measure_memo import StoredMeasures
+
+    return StoredMeasures(version, _read_table(path))

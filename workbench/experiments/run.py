@@ -50,6 +50,7 @@ from workbench.strategies.common import may_summarize
 if TYPE_CHECKING:
     import pandas as pd
 
+    from workbench.quality.measure_memo import StoredMeasures
     from workbench.replay import ReplayResult
     from workbench.session import Session
     from workbench.store import Store
@@ -132,7 +133,9 @@ class RunProgress:
     """What a progress bar shows: cells done (reused included), and of the cells computed in this
     run (failed ones included) the model calls made, the cache hits and the money spent, the
     summarizer's and the evaluator's together (`CellSpend`: a cache hit costs nothing; the
-    `unpriced_calls` are not in `cost_usd`, their price being unknown)."""
+    `unpriced_calls` are not in `cost_usd`, their price being unknown), and how many had their quality
+    measures read back from the database (`measures_reused`: replays that came out as one measured
+    before with the same code, `workbench.quality.measure_memo`)."""
 
     cells_total: int
     cells_reused: int = 0
@@ -142,6 +145,7 @@ class RunProgress:
     cost_usd: float = 0.0
     failed_cells: int = 0
     unpriced_calls: int = 0
+    measures_reused: int = 0
 
     @property
     def cost(self) -> str:
@@ -151,8 +155,10 @@ class RunProgress:
 
     def line(self) -> str:
         failed = f", {self.failed_cells} failed" if self.failed_cells else ""
+        measured = f", {self.measures_reused} with their measures reused" if self.measures_reused else ""
         return (
-            f"{self.cells_done - self.failed_cells}/{self.cells_total} cells ({self.cells_reused} reused{failed}), "
+            f"{self.cells_done - self.failed_cells}/{self.cells_total} cells ({self.cells_reused} reused{failed}"
+            f"{measured}), "
             f"{self.model_calls} model calls, {self.cache_hits} cache hits, {self.cost}"
         )
 
@@ -437,6 +443,7 @@ def run_experiment(
     progress: Callable[[RunProgress], None] | None = None,
     fresh: bool = False,
     address: str | None = None,
+    remeasure: bool = False,
 ) -> Run:
     """Run (or resume) an experiment; returns the `Run` with its id and results.
 
@@ -449,7 +456,9 @@ def run_experiment(
     default: a local one); `gateway` replaces the one caching into the database; `progress` is
     called after every cell.
     `fresh=True` deletes the run's stored cells first, so everything is recomputed (model calls
-    still come from the cache). A config whose trigger fired but whose strategy changed no context
+    still come from the cache, and the quality measures of a replay that came out as one measured
+    before with this code from the database: `workbench.quality.measure_memo`; `remeasure=True`
+    measures every replay again). A config whose trigger fired but whose strategy changed no context
     in any cell (e.g. masking on sessions without observations) is named once in a
     `NoopCompactionsWarning` at the end.
     """
@@ -481,6 +490,7 @@ def run_experiment(
             store.results.delete_cells(run_id)
         done = store.results.finished_cells(run_id)
         todo = [CellTask(s, dataset_of.get(s), c, r) for s, c, r in all_cells if (s, c, r) not in done]
+        measures = None if remeasure or not todo else run_measures(store, todo, code)
         if chosen is _AUTO and not todo:
             chosen, choice = None, ExecutorChoice("local", "")
         elif chosen is _AUTO:
@@ -507,7 +517,7 @@ def run_experiment(
     local = LocalExecutor(calls_in_flight * CELLS_PER_CALL_SLOT)
     try:
         with fewer_collections():
-            _execute(experiment, todo, db_path, hold, gateway, chosen or local, run_id, state, progress)
+            _execute(experiment, todo, db_path, hold, gateway, chosen or local, run_id, state, progress, measures)
     except BaseException:  # Ctrl-C, or the run itself failed (a write, the progress callback...)
         status = "interrupted"
         raise
@@ -523,6 +533,15 @@ def run_experiment(
         _warn_noop_configs(experiment, store.results.noop_configs(run_id))
         _warn_nothing_recorded(experiment, store)
     return Run(id=run_id, spec=experiment, db=db_path, progress=state, status=status, executor=choice)
+
+
+def run_measures(store: Store, todo: Sequence[CellTask], version: str) -> StoredMeasures:
+    """The memo of quality measures for the cells `todo` under the code's `version`: those stored for
+    their sessions, after forgetting the other versions' (`workbench.quality.measure_memo`)."""
+    from workbench.quality.measure_memo import StoredMeasures
+
+    store.results.forget_measures(version)
+    return StoredMeasures(version, store.results.stored_measures(sorted({t.session_id for t in todo}), version))
 
 
 #: The least work for which `executor="auto"` starts worker processes, in messages replayed (each cell's
@@ -659,8 +678,10 @@ def _execute(
     run_id: str,
     state: RunProgress,
     progress: Callable[[RunProgress], None] | None,
+    measures: StoredMeasures | None = None,
 ) -> None:
-    """Compute the cells of `todo` and write them. The local executor reads sessions and writes cells
+    """Compute the cells of `todo` and write them, with the quality measures taken (`measures`: the
+    run's memo, None to measure every replay). The local executor reads sessions and writes cells
     through brief opens of the file; another executor (Ray) is given a store it holds while it runs."""
     from workbench.store import Store
 
@@ -676,8 +697,8 @@ def _execute(
         store = None if isinstance(executor, LocalExecutor) else stack.enter_context(Store(db_path))
         if store is not None:
             sessions.store_lacking_counts(list(dict.fromkeys(task.session_id for task in todo)))
-        work = BoundCellWork(cell, store, gateway, sessions.get, sessions.done)  # the cache locks itself
-        writer = _CellWriter(hold, run_id, state, progress)
+        work = BoundCellWork(cell, store, gateway, sessions.get, sessions.done, measures)  # the cache locks itself
+        writer = _CellWriter(hold, run_id, state, progress, measures.version if measures is not None else "")
         try:
             _write_outcomes(executor.map(work, todo), gateway, writer)
         finally:
@@ -708,9 +729,17 @@ class _CellWriter:
     and re-raises a write error.
     """
 
-    def __init__(self, hold: FileHold, run_id: str, state: RunProgress, progress: Callable[[RunProgress], None] | None):
+    def __init__(
+        self,
+        hold: FileHold,
+        run_id: str,
+        state: RunProgress,
+        progress: Callable[[RunProgress], None] | None,
+        version: str = "",
+    ):
         self._hold = hold
         self._run_id = run_id
+        self._version = version
         self._state = state
         self._progress = progress
         self._queue: queue.Queue[CellOutcome | None] = queue.Queue()
@@ -745,10 +774,11 @@ class _CellWriter:
                 for o in outcomes
                 if o.result is not None
             ]
+            measures = [row for o in outcomes for row in o.measures]
             try:
-                if finished:
+                if finished or measures:
                     with held_results(self._hold) as stored:
-                        stored.save_cells(self._run_id, finished)
+                        stored.save_cells(self._run_id, finished, measures, self._version)
             except BaseException as exc:  # reported by put() or close() in the caller's thread
                 self._error = exc
                 continue
@@ -756,6 +786,7 @@ class _CellWriter:
                 if outcome.result is None:
                     self._state.failed_cells += 1
                 _count_calls(self._state, outcome.spend)
+                self._state.measures_reused += outcome.measures_reused
                 self._state.cells_done += 1
                 if self._progress and self._error is None:
                     try:

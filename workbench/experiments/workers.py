@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
     from workbench.llm import CacheEntry, Gateway
+    from workbench.quality.measure_memo import StoredMeasures
     from workbench.session import Session
     from workbench.store import Store
 
@@ -149,6 +150,7 @@ class WorkerState:
         self._run: str | None = None
         self._gateway: Gateway | None = None
         self._cache: SnapshotCache | None = None
+        self._measures: tuple[str, StoredMeasures] | None = None
 
     def session(self, batch_id: str, fetch: Callable[[], Mapping[str, pa.Table]], session_id: str) -> Session:
         """The session from this worker's copy of its batch; `fetch` gets the batch (from Ray's object
@@ -178,6 +180,12 @@ class WorkerState:
             self._gateway = settings.gateway(self._cache)
             self._run = run
         return self._gateway, self._cache
+
+    def measures(self, run: str, stored: Callable[[], StoredMeasures]) -> StoredMeasures:
+        """Run `run`'s memo of quality measures (`stored()` gets it, once per run)."""
+        if self._measures is None or self._measures[0] != run:
+            self._measures = (run, stored())
+        return self._measures[1]
 
 
 _WORKER: WorkerState | None = None
@@ -209,16 +217,21 @@ def compute_cell(
     batch: Callable[[], Mapping[str, pa.Table]],
     snapshot: Callable[[], pa.Table],
     settings: GatewaySettings,
+    measures: Callable[[], StoredMeasures] | None = None,
 ) -> CellOutcome:
     """A cell in a worker: the session from its batch (`batch()` gets the batch's tables, only when this
-    worker has not loaded it), the gateway on the cache snapshot; returns the outcome, its result
-    `detached()`, with the model answers this cell obtained."""
+    worker has not loaded it), the gateway on the cache snapshot, the run's memo of quality measures
+    (`measures()` gets it; None: none); returns the outcome, its result `detached()`, with the model
+    answers and the measures this cell obtained."""
     state = worker_state()
     gateway, cache = state.gateway(run, snapshot, settings)
     cache.drain()  # answers of an earlier cell whose outcome never left this process (none, normally)
-    outcome = work.compute(task, lambda: state.session(batch_id, batch, task.session_id), gateway)
+    memo = state.measures(run, measures) if measures is not None else None
+    outcome = work.compute(task, lambda: state.session(batch_id, batch, task.session_id), gateway, memo)
     result = outcome.result.detached() if outcome.result is not None else None
-    return dataclasses.replace(outcome, result=result, cache_entries=cache.drain())
+    return dataclasses.replace(
+        outcome, result=result, cache_entries=cache.drain(), measures=memo.drain() if memo is not None else ()
+    )
 
 
 def cell_units(batches: Sequence[Sequence[CellTask]], slots: int) -> list[tuple[int, list[CellTask]]]:

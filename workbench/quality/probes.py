@@ -152,25 +152,29 @@ def asked_probes(result: Any) -> list[AskedProbe]:
                 for p in session.probes
                 if p.from_call <= last
             ]
-        index = session_index(session)
-        replayed = len(result.calls)
-        generated = 0
-        for analysis in analyse(result).compactions:
-            for key in _earliest_needed(analysis, index, GENERATED_PER_COMPACTION):
-                call = _next_use(index, key, analysis.call_index)
-                if call is None or call >= replayed or generated >= MAX_GENERATED:
-                    continue
-                fact, source = analysis.first_mention(key)
-                probes.append(
-                    AskedProbe(
-                        _question(index, fact, source), fact.text, "recall", call, "generated", analysis.event_index
-                    )
-                )
-                generated += 1
+        analyses = analyse(result).compactions
+        if analyses:  # a replay that compacted nothing reads no fact
+            probes += _generated(session_index(session), analyses, len(result.calls))
         return probes
 
     found: list[AskedProbe] = memo(result, "quality_probes", compute)
     return found
+
+
+def _generated(index: FactIndex, analyses: Sequence[CompactionFacts], replayed: int) -> list[AskedProbe]:
+    """The probes generated from the needed facts each compaction removed, asked at their next use
+    (at most `GENERATED_PER_COMPACTION` per compaction, `MAX_GENERATED` in all, before call `replayed`)."""
+    probes: list[AskedProbe] = []
+    for analysis in analyses:
+        for key in _earliest_needed(analysis, index, GENERATED_PER_COMPACTION):
+            call = _next_use(index, key, analysis.call_index)
+            if call is None or call >= replayed or len(probes) >= MAX_GENERATED:
+                continue
+            fact, source = analysis.first_mention(key)
+            probes.append(
+                AskedProbe(_question(index, fact, source), fact.text, "recall", call, "generated", analysis.event_index)
+            )
+    return probes
 
 
 def _question(index: FactIndex, fact: Fact, source: Message) -> str:
@@ -276,6 +280,7 @@ class ProbeAnswerable:
     facts (at their next use) whose expected answer is in the context sent at that call."""
 
     requires_model: ClassVar[bool] = False
+    reusable: ClassVar[bool] = True
 
     def compute(self, result: Any) -> float | None:
         return _mean([1.0 if ok else 0.0 for ok in answerable(result)])

@@ -396,6 +396,9 @@ def analyse(result: Any) -> RunFacts:
 
     def compute() -> RunFacts:
         session = session_of(result)
+        applied = applied_events(result)
+        if not applied:  # nothing to account: the session's facts are not read
+            return RunFacts(compactions=(), dangling_references=0)
         index = session_index(session)
         calls = len(assistant_positions(session))
         tokenizer = getattr(result.config, "tokenizer", "heuristic")
@@ -403,7 +406,7 @@ def analyse(result: Any) -> RunFacts:
         analyses: list[CompactionFacts] = []
         seen = index.seen()
         unions = _PrefixUnions(index, seen)
-        for event_index in applied_events(result):
+        for event_index in applied:
             before, after = compaction_contexts(result, event_index)
             call = result.compactions[event_index].call_index
             used_later = used_from[call] if 0 <= call < len(used_from) else 0
@@ -440,6 +443,7 @@ class FactRetention:
     counts the rest and `lost_facts` lists the first `MAX_LISTED` of them, in order of mention."""
 
     requires_model: ClassVar[bool] = False
+    reusable: ClassVar[bool] = True
 
     def compute(self, result: Any) -> float | None:
         return analyse(result).weighted("fact_retention")
@@ -463,6 +467,7 @@ class NeededFactRetention:
     compaction `lost_needed_count` counts the others and `lost_needed_facts` lists the first `MAX_LISTED`."""
 
     requires_model: ClassVar[bool] = False
+    reusable: ClassVar[bool] = True
 
     def compute(self, result: Any) -> float | None:
         return analyse(result).weighted("needed_fact_retention")
@@ -485,6 +490,7 @@ class DanglingReferences:
     sent at their call no longer holds."""
 
     requires_model: ClassVar[bool] = False
+    reusable: ClassVar[bool] = True
 
     def compute(self, result: Any) -> int:
         return analyse(result).dangling_references

@@ -832,6 +832,7 @@ class _TaskStateMetric:
     """A task-state coverage metric: `dimension` "" is the overall one."""
 
     requires_model: ClassVar[bool] = False
+    reusable: ClassVar[bool] = True
     dimension: ClassVar[str] = ""
 
     @property

@@ -271,6 +271,21 @@ MIGRATIONS: tuple[tuple[str, str], ...] = (
     ALTER TABLE runs ADD COLUMN pid INTEGER;
 """,
     ),
+    # The reusable quality measures of replays, by a fingerprint of what they read
+    # (`workbench.quality.measure_memo`): the values as JSON, the session (its rows go with it) and the
+    # code's version (a run keeps only its own version's).
+    (
+        "0009_measure_memo",
+        """
+    CREATE TABLE measure_memo (
+        fingerprint VARCHAR PRIMARY KEY,
+        session_id VARCHAR NOT NULL,
+        version VARCHAR NOT NULL,
+        measures VARCHAR NOT NULL,
+        measured_at TIMESTAMP NOT NULL
+    );
+""",
+    ),
 )
 
 
@@ -315,15 +330,17 @@ def set_memory_limit(connection: AnyConnection, limit: str) -> None:
 python_scans = threading.RLock()
 
 
-def insert_rows(connection: AnyConnection, table: str, rows: Any) -> None:
-    """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan).
+def insert_rows(connection: AnyConnection, table: str, rows: Any, existing: str = "fail") -> None:
+    """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan);
+    `existing="ignore"` keeps a stored row where a new one repeats its primary key.
 
     DuckDB finds `_wb_insert_rows` among this function's local variables (a replacement scan):
     one statement, where registering the rows under a name and removing it again took three.
     """
     _wb_insert_rows = rows  # read by DuckDB's replacement scan in the statement below
+    verb = {"fail": "INSERT", "ignore": "INSERT OR IGNORE"}[existing]
     with python_scans:
-        raw(connection).execute(f"INSERT INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
+        raw(connection).execute(f"{verb} INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
 
 
 _LOCK_PID = re.compile(r"PID (\d+)")

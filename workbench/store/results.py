@@ -40,7 +40,9 @@ from workbench.store.hub import Connection
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
+    from workbench.quality.measure_memo import MeasureRow
     from workbench.replay import ReplayResult
 
 CELL_KEY = ("run_id", "session_id", "config", "repeat")
@@ -299,15 +301,20 @@ class RunResults:
         """Write one finished cell (all four levels) in one transaction."""
         self.save_cells(run_id, [FinishedCell(result, config, repeat, dataset, duration_s)])
 
-    def save_cells(self, run_id: str, cells: Sequence[FinishedCell]) -> int:
+    def save_cells(
+        self, run_id: str, cells: Sequence[FinishedCell], measures: Sequence[MeasureRow] = (), version: str = ""
+    ) -> int:
         """Write finished cells (all four levels) in one transaction; cells already stored are left alone.
 
         Returns how many were written. Rows are built as columns and inserted as Arrow tables, one
-        statement per table, so a batch costs about what one cell does.
+        statement per table, so a batch costs about what one cell does. `measures` (fingerprint,
+        session id, JSON), measured under the code's `version`, go to `measure_memo` in the same
+        transaction (one already there is kept).
         """
         import pyarrow as pa
 
         if not cells:
+            self._save_measures(measures, version)
             return 0
         stored = {
             (s, c, int(r))
@@ -324,6 +331,7 @@ class RunResults:
                 stored.add(cell_key)
                 fresh.append(cell)
         if not fresh:
+            self._save_measures(measures, version)
             return 0
         now = _now()
         rows: dict[str, dict[str, list[Any]]] = {
@@ -399,6 +407,7 @@ class RunResults:
                 if not columns:
                     continue
                 insert_rows(self._con, table, pa.table(columns))
+            self._save_measures(measures, version)
             self._con.execute("COMMIT")
         except BaseException:
             self._con.execute("ROLLBACK")
@@ -410,6 +419,37 @@ class RunResults:
             return self._con.execute(sql, list(params)).df()
         except duckdb.Error as exc:
             raise StoreError(f"reading results failed: {exc}") from exc
+
+    def _save_measures(self, measures: Sequence[MeasureRow], version: str) -> None:
+        import pyarrow as pa
+
+        if not measures:
+            return
+        unique = {fingerprint: (session_id, text) for fingerprint, session_id, text in measures}
+        rows = {
+            "fingerprint": list(unique),
+            "session_id": [session_id for session_id, _ in unique.values()],
+            "version": [version] * len(unique),
+            "measures": [text for _, text in unique.values()],
+            "measured_at": [_now()] * len(unique),
+        }
+        insert_rows(self._con, "measure_memo", pa.table(rows), existing="ignore")
+
+    def stored_measures(self, session_ids: Sequence[str], version: str) -> pa.Table:
+        """The measures stored for the sessions `session_ids` under the code's `version`: an Arrow table of
+        `fingerprint` and `measures` (`workbench.quality.measure_memo.StoredMeasures` reads it)."""
+        return self._con.sql(
+            "SELECT fingerprint, measures FROM measure_memo WHERE version = $version "
+            "AND session_id IN (SELECT unnest($ids::VARCHAR[]))",
+            params={"version": version, "ids": list(session_ids)},
+        ).to_arrow_table()
+
+    def forget_measures(self, keep_version: str) -> int:
+        """Delete the measures of every code version but `keep_version` (each edit of the code is one, so
+        they would pile up); returns how many went."""
+        return len(
+            self._con.execute("DELETE FROM measure_memo WHERE version <> ? RETURNING 1", [keep_version]).fetchall()
+        )
 
     def delete_cells(self, run_id: str) -> None:
         """Delete a run's cells at every level (the run and its configs stay), in one transaction."""

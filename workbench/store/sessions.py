@@ -353,7 +353,7 @@ class Store:
         return match
 
     def delete_sessions(self, ids: Iterable[str]) -> int:
-        """Delete sessions (with their messages, probes and token counts); returns how many existed."""
+        """Delete sessions (with their messages, probes, token counts and measures); returns how many existed."""
         ids = list(dict.fromkeys(ids))
         if not ids:
             return 0
@@ -363,7 +363,7 @@ class Store:
             existing = con.execute(
                 "SELECT count(*) FROM sessions WHERE id IN (SELECT unnest(?::VARCHAR[]))", [ids]
             ).fetchall()[0][0]
-            for table, column in reversed(SESSION_TABLES):
+            for table, column in (*reversed(SESSION_TABLES), ("measure_memo", "session_id")):
                 con.execute(f"DELETE FROM {table} WHERE {column} IN (SELECT unnest(?::VARCHAR[]))", [ids])
             con.execute("COMMIT")
         except duckdb.Error as exc:
@@ -388,19 +388,30 @@ class Store:
 
     def session_tables_each(self, ids: Sequence[str]) -> dict[str, dict[str, pa.Table]]:
         """`session_tables` of each of the sessions `ids` (those stored), read together: one query per
-        table for them all, where a session at a time cost a query per table each."""
-        import pyarrow.compute as pc
+        table for them all, where a session at a time cost a query per table each. Each session's rows
+        are taken by their positions, found in one pass over a table (a comparison of the whole table
+        per session cost five times more), in the order the table holds them."""
+        import array
+
+        import pyarrow as pa
 
         tables = self.session_tables(ids)
         stored = set(tables["sessions"].column("id").to_pylist())
-        return {
-            session_id: {
-                table: tables[table].filter(pc.equal(tables[table].column(column), session_id))
-                for table, column in SESSION_TABLES
-            }
-            for session_id in dict.fromkeys(ids)
-            if session_id in stored
-        }
+        wanted = [session_id for session_id in dict.fromkeys(ids) if session_id in stored]
+        out: dict[str, dict[str, pa.Table]] = {session_id: {} for session_id in wanted}
+        for table, column in SESSION_TABLES:
+            rows: dict[str, array.array[int]] = {}
+            for position, session_id in enumerate(tables[table].column(column).to_pylist()):
+                found = rows.get(session_id)
+                if found is None:
+                    found = rows[session_id] = array.array("q")
+                found.append(position)
+            for session_id in wanted:
+                positions = rows.get(session_id, array.array("q"))
+                # from the buffer: `pa.array` of Python values imports pandas (a fifth of a second) to check for it
+                taken = pa.Array.from_buffers(pa.int64(), len(positions), [None, pa.py_buffer(positions)])
+                out[session_id][table] = tables[table].take(taken)
+        return out
 
     def model_cache_rows(self) -> pa.Table:
         """The model cache's answers (`key` and the `CacheEntry` columns) as one Arrow table."""
