@@ -10,6 +10,8 @@ from dataclasses import replace
 
 import duckdb
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from workbench.errors import ConfigError, SessionFilterError, StoreError
 from workbench.session import NO_RESULT_TEXT, Message, Probe, Session, ToolCall
@@ -542,3 +544,28 @@ def test_closed_store_raises(db_path):
     with pytest.raises(StoreError, match="closed"):
         store.count()
     assert isinstance(duckdb.__version__, str)
+
+
+_JSON_LEAVES = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=5),
+)
+_JSON_VALUES = st.recursive(
+    _JSON_LEAVES,
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=4), st.tuples(inner, inner), st.dictionaries(st.text(max_size=3), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@given(_JSON_VALUES)
+def test_a_compactions_details_are_written_as_the_cleaned_value_would_be(value):
+    """The encoder is tried first and the walk that replaces NaN and infinities runs only when it refuses:
+    the text is the same either way."""
+    from workbench.store.results import _clean, _clean_json, _json
+
+    assert _clean_json(value, sort_keys=True) == _json(_clean(value), sort_keys=True)

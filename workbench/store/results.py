@@ -88,6 +88,15 @@ def _finite(value: Any) -> float | None:
     return None
 
 
+def _clean_json(value: Any, *, sort_keys: bool = False) -> str:
+    """`_json(_clean(value))`: the walk through every list and mapping only when the value holds a NaN or
+    an infinity, which the encoder refuses (a compaction's details are thousands of small values)."""
+    try:
+        return _json(value, sort_keys=sort_keys)
+    except ValueError:
+        return _json(_clean(value), sort_keys=sort_keys)
+
+
 def _clean(value: Any) -> Any:
     """A metric's value (or a compaction's details) as JSON can hold it: NaN and infinities become
     None wherever they sit, in lists and mappings too (a user's metric may return any of them)."""
@@ -399,7 +408,7 @@ class RunResults:
                     summarizer_input_tokens=usage.get("input_tokens"),
                     summarizer_output_tokens=usage.get("output_tokens"),
                     summarizer_cost_usd=_finite(usage.get("cost_usd")),
-                    details=_json(_clean(details[index]), sort_keys=True) if details[index] else None,
+                    details=_clean_json(details[index], sort_keys=True) if details[index] else None,
                 )
         self._con.execute("BEGIN TRANSACTION")
         try:
