@@ -638,6 +638,23 @@ def test_a_change_to_a_users_kind_is_another_run(grid_db):
     assert billed[1] < billed[0]
 
 
+def test_a_run_leaves_pandas_unimported(grid_db):
+    """A run writes its cells as numpy columns: an Arrow table built from Python lists imports pandas,
+    a fifth of a second that a command or a notebook not reading frames does not need."""
+    db, spec, _ = grid_db
+    script = textwrap.dedent(
+        f"""
+        import sys
+        from workbench.experiments import run_experiment
+        run = run_experiment({str(spec)!r}, db={str(db)!r}, executor="local")
+        print(run.status, run.progress.cells_done, "pandas" in sys.modules)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.split() == ["finished", "9", "False"]
+
+
 def test_every_uncommitted_change_to_the_package_is_another_code_version(tmp_path):
     from workbench import __version__
     from workbench.experiments.run import code_version

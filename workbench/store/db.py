@@ -21,7 +21,7 @@ import random
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -341,6 +341,15 @@ def insert_rows(connection: AnyConnection, table: str, rows: Any, existing: str 
     verb = {"fail": "INSERT", "ignore": "INSERT OR IGNORE"}[existing]
     with python_scans:
         raw(connection).execute(f"{verb} INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
+
+
+def object_columns(columns: Mapping[str, Sequence[Any]]) -> dict[str, Any]:
+    """Columns of Python values (None for NULL) as numpy object arrays, which `insert_rows` scans as they
+    are, each into its column's type: an Arrow table built from Python lists imports pandas (a fifth of
+    a second) to check whether they are pandas objects."""
+    import numpy as np
+
+    return {name: np.fromiter(values, dtype=object, count=len(values)) for name, values in columns.items()}
 
 
 _LOCK_PID = re.compile(r"PID (\d+)")

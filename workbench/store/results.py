@@ -35,7 +35,7 @@ import duckdb
 
 from workbench.errors import StoreError
 from workbench.replay import call_column
-from workbench.store.db import FileHold, connect, default_path, insert_rows
+from workbench.store.db import FileHold, connect, default_path, insert_rows, object_columns
 from workbench.store.hub import Connection
 
 if TYPE_CHECKING:
@@ -315,13 +315,11 @@ class RunResults:
     ) -> int:
         """Write finished cells (all four levels) in one transaction; cells already stored are left alone.
 
-        Returns how many were written. Rows are built as columns and inserted as Arrow tables, one
-        statement per table, so a batch costs about what one cell does. `measures` (fingerprint,
-        session id, JSON), measured under the code's `version`, go to `measure_memo` in the same
-        transaction (one already there is kept).
+        Returns how many were written. Rows are built as columns and inserted as numpy arrays
+        (`object_columns`), one statement per table, so a batch costs about what one cell does.
+        `measures` (fingerprint, session id, JSON), measured under the code's `version`, go to
+        `measure_memo` in the same transaction (one already there is kept).
         """
-        import pyarrow as pa
-
         if not cells:
             self._save_measures(measures, version)
             return 0
@@ -415,7 +413,7 @@ class RunResults:
             for table, columns in rows.items():
                 if not columns:
                     continue
-                insert_rows(self._con, table, pa.table(columns))
+                insert_rows(self._con, table, object_columns(columns))
             self._save_measures(measures, version)
             self._con.execute("COMMIT")
         except BaseException:
@@ -430,19 +428,17 @@ class RunResults:
             raise StoreError(f"reading results failed: {exc}") from exc
 
     def _save_measures(self, measures: Sequence[MeasureRow], version: str) -> None:
-        import pyarrow as pa
-
         if not measures:
             return
         unique = {fingerprint: (session_id, text) for fingerprint, session_id, text in measures}
-        rows = {
+        rows: dict[str, list[Any]] = {
             "fingerprint": list(unique),
             "session_id": [session_id for session_id, _ in unique.values()],
             "version": [version] * len(unique),
             "measures": [text for _, text in unique.values()],
             "measured_at": [_now()] * len(unique),
         }
-        insert_rows(self._con, "measure_memo", pa.table(rows), existing="ignore")
+        insert_rows(self._con, "measure_memo", object_columns(rows), existing="ignore")
 
     def stored_measures(self, session_ids: Sequence[str], version: str) -> pa.Table:
         """The measures stored for the sessions `session_ids` under the code's `version`: an Arrow table of
