@@ -149,6 +149,13 @@ def without_lookahead(pattern: re.Pattern[str]) -> re.Pattern[str]:
     return re.compile(plain, pattern.flags)
 
 
+def without_possessive(pattern: re.Pattern[str]) -> re.Pattern[str]:
+    """`pattern` with its possessive quantifiers (`*+`, `++`) made greedy: the plain pattern a possessive one
+    must equal."""
+    plain = re.sub(r"(?<=[*+?}])\+", "", pattern.pattern)
+    return re.compile(plain, pattern.flags)
+
+
 def pattern_words(pattern: re.Pattern[str]) -> list[str]:
     """The words a pattern's alternatives are made of (its letters, apostrophes and spaces, in runs)."""
     return [w.strip() for w in re.findall(r"[A-Za-z][A-Za-z' ]*", pattern.pattern.replace("?:", "")) if w.strip()]

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from builders import lookahead_misses, pattern_words, text_around, without_lookahead
+from builders import lookahead_misses, pattern_words, text_around, without_lookahead, without_possessive
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -513,6 +513,33 @@ def test_a_term_pattern_is_skipped_only_on_text_it_cannot_match(text: str) -> No
         assert "-" in text and extractive._DIGIT_NAME_HOLDS.search(text)
     if any(extractive._NUMBER_TOKEN.match(word) for word in text.split()):
         assert extractive._DIGIT.search(text)
+
+
+#: The term patterns as they were written before their runs became possessive: the reference.
+PLAIN_TERM_PATTERNS = [
+    r"\b[A-Z][a-z0-9]+(?:[A-Z][a-z0-9]*)+\b",
+    r"\b[a-z][a-z0-9]*(?:[A-Z][a-z0-9]*)+\b",
+    r"\b_{0,2}[A-Za-z][A-Za-z0-9]*(?:_[A-Za-z0-9]+)+_{0,2}\b",
+    r"\b[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)+\b",
+    r"\b[A-Za-z_][A-Za-z0-9_]*(?:::[A-Za-z_][A-Za-z0-9_]*)+\b",
+    r"\b([A-Za-z_][A-Za-z0-9_]*)\(",
+]
+
+
+def test_the_term_patterns_are_the_plain_ones_with_possessive_runs() -> None:
+    assert [without_possessive(p).pattern for p, _ in extractive._IDENT_PATTERNS] == PLAIN_TERM_PATTERNS
+
+
+#: Terms of several parts, each of which may end against a letter outside ASCII (`_TRICKY`): where giving
+#: back a part could matter.
+PARTED_TERMS = text_around(["a.b.c", "os.path.join", "a::b::c", "foo_bar_baz_", "__x__", "FooBarBaz", "fooBar2Baz"])
+
+
+@settings(max_examples=500)
+@given(PARTED_TERMS)
+def test_the_term_patterns_find_what_the_plain_ones_find(text: str) -> None:
+    for (pattern, _), plain in zip(extractive._IDENT_PATTERNS, PLAIN_TERM_PATTERNS, strict=True):
+        assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in re.finditer(plain, text)], plain
 
 
 @given(text_around(pattern_words(extractive._DECISION)))
