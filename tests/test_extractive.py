@@ -526,19 +526,30 @@ PLAIN_TERM_PATTERNS = [
 ]
 
 
+PLAIN_DIGIT_NAME = r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b"
+
+
 def test_the_term_patterns_are_the_plain_ones_with_possessive_runs() -> None:
     assert [without_possessive(p).pattern for p, _ in extractive._IDENT_PATTERNS] == PLAIN_TERM_PATTERNS
+    assert without_possessive(extractive._DIGIT_NAME).pattern == PLAIN_DIGIT_NAME
 
 
 #: Terms of several parts, each of which may end against a letter outside ASCII (`_TRICKY`): where giving
 #: back a part could matter.
-PARTED_TERMS = text_around(["a.b.c", "os.path.join", "a::b::c", "foo_bar_baz_", "__x__", "FooBarBaz", "fooBar2Baz"])
+PARTED_TERMS = text_around(
+    ["a.b.c", "os.path.join", "a::b::c", "foo_bar_baz_", "__x__", "FooBarBaz", "fooBar2Baz"]
+    + ["spotter-dov.1.2", "gpt-4o", "issue-12-b", "a-b-1.2", "x-1.y", "-3", ".4"]
+)
 
 
 @settings(max_examples=500)
 @given(PARTED_TERMS)
 def test_the_term_patterns_find_what_the_plain_ones_find(text: str) -> None:
-    for (pattern, _), plain in zip(extractive._IDENT_PATTERNS, PLAIN_TERM_PATTERNS, strict=True):
+    pairs = [
+        *zip([p for p, _ in extractive._IDENT_PATTERNS], PLAIN_TERM_PATTERNS, strict=True),
+        (extractive._DIGIT_NAME, PLAIN_DIGIT_NAME),
+    ]
+    for pattern, plain in pairs:
         assert [m.span() for m in pattern.finditer(text)] == [m.span() for m in re.finditer(plain, text)], plain
 
 

@@ -561,9 +561,9 @@ class _Terms:
 _HASH = re.compile(r"\b[0-9a-f]{7,40}\b")  # kept when it mixes digits and letters (commit ids)
 _ARITY = re.compile(r"\b([a-z_][A-Za-z0-9_]*[?!]?/\d)\b")
 _SLASH_DIGIT = re.compile(r"/\d")  # what every `_ARITY` match holds, found by a fast literal search
-_DIGIT_NAME = re.compile(
-    r"\b[A-Za-z][A-Za-z0-9]*(?:-[A-Za-z0-9]+)+(?:\.\d+)+\b"  # spotter-dov.1
-    r"|\b[A-Za-z]+(?:-[A-Za-z0-9]+)*-\d[\w.]*\b"
+_DIGIT_NAME = re.compile(  # runs taken possessively where giving back cannot help, as in `_IDENT_PATTERNS`
+    r"\b[A-Za-z][A-Za-z0-9]*+(?:-[A-Za-z0-9]++)++(?:\.\d++)+\b"  # spotter-dov.1
+    r"|\b[A-Za-z]++(?:-[A-Za-z0-9]++)*-\d[\w.]*\b"
 )  # gpt-4o, issue-12
 _DIGIT_NAME_HOLDS = re.compile(r"-\d|\.\d")  # besides a "-", what every `_DIGIT_NAME` match holds
 
