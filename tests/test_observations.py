@@ -156,8 +156,10 @@ def test_a_database_stored_before_observations_is_derived_again(tmp_path):
         store.import_paths([str(_trajectory(tmp_path))])
         [row] = store.session_rows()
         store.connection.execute("UPDATE messages SET observation = NULL")
+        store.results.save_cells("a-run", [], [("f1", row["id"], "[{}, {}]")], "v1")  # measured before
     with Store(db) as store:
         assert store.connection.execute("SELECT count(*) FROM messages WHERE observation IS NULL").fetchall() == [(0,)]
+        assert store.results.stored_measures([row["id"]], "v1").num_rows == 0, "measured on other messages"
         assert store.session_rows()[0]["observations"] == 14
         assert sum(m.observation for m in store.load_session(row["id"]).messages) == 14
         assert store.derive_observations() == 0, "nothing is left to derive"

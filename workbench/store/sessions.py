@@ -250,6 +250,10 @@ class Store:
                     raw(con).execute("""UPDATE messages SET observation = o.observation
                                    FROM (SELECT * FROM _wb_observations) o
                                    WHERE messages.session_id = o.session_id AND messages.idx = o.idx""")
+                con.execute(  # measured on messages that read otherwise now
+                    "DELETE FROM measure_memo WHERE session_id IN (SELECT unnest(?::VARCHAR[]))",
+                    [[s.id for s in derived]],
+                )
                 con.execute("COMMIT")
             except BaseException:
                 db.rollback_quietly(con)
