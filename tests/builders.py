@@ -84,6 +84,18 @@ class ScriptedSummarizer:
         )
 
 
+#: Strategies that compact the small random conversations of `conversations` at a low threshold, one of each
+#: family (windows, clearing, masking, summaries).
+SMALL_STRATEGIES = st.sampled_from(
+    [
+        {"kind": "sliding_window", "window": 2},
+        {"kind": "hard_clear", "keep_recent": 2},
+        {"kind": "observation_masking", "keep_recent": 1},
+        {"kind": "summarize_full"},
+        {"kind": "summarize_progressive"},
+    ]
+)
+
 #: The draws of `conversations`, built once: hypothesis validates a strategy object on its first draw, and
 #: a list argument (unhashable) gave a new object, validated again, at every draw of every example.
 _SYSTEM_PROMPTS = st.integers(0, 2)

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from builders import assistant, conversations, system, tool, user
+from builders import SMALL_STRATEGIES, assistant, conversations, system, tool, user
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality.facts import message_facts
@@ -235,17 +234,7 @@ def test_facts_of_kept_messages_are_shared_across_replays(grid):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    conversations(max_steps=30),
-    st.sampled_from(
-        [
-            {"kind": "sliding_window", "window": 2},
-            {"kind": "hard_clear", "keep_recent": 2},
-            {"kind": "observation_masking", "keep_recent": 1},
-            {"kind": "summarize_full"},
-        ]
-    ),
-)
+@given(conversations(max_steps=30), SMALL_STRATEGIES)
 def test_retention_invariants_on_random_conversations(messages, strategy):
     if not any(m.role == "assistant" for m in messages):
         return

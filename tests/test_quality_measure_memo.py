@@ -9,9 +9,8 @@ import math
 from typing import ClassVar
 
 import pytest
-from builders import ScriptedSummarizer, assistant, conversation, conversations, user
+from builders import SMALL_STRATEGIES, ScriptedSummarizer, assistant, conversation, conversations, user
 from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 
 import workbench as wb
 from workbench.quality import retention, task_state
@@ -118,18 +117,7 @@ def _measured(result, memo=None):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(
-    conversations(max_steps=30),
-    st.sampled_from(
-        [
-            {"kind": "sliding_window", "window": 2},
-            {"kind": "hard_clear", "keep_recent": 2},
-            {"kind": "observation_masking", "keep_recent": 1},
-            {"kind": "summarize_full"},
-            {"kind": "summarize_progressive"},
-        ]
-    ),
-)
+@given(conversations(max_steps=30), SMALL_STRATEGIES)
 def test_measures_read_back_are_those_measuring_gives_on_random_conversations(messages, strategy):
     if not any(m.role == "assistant" for m in messages):
         return
