@@ -172,7 +172,7 @@ def test_values_json_cannot_hold_exactly_are_not_kept():
     rows = memo.drain()
     assert [row[:2] for row in rows] == [(replay_fingerprint(replays[2], "v1"), session.id)]
     assert json.loads(rows[0][2]) == [{"fact_retention": 0.25}, {"fact_retention": [{"lost_facts": ["a.py"]}]}]
-    assert memo.get(replays[0]) is None and memo.get(replays[1]) is None
+    assert memo.get(replays[0], frozenset()) is None and memo.get(replays[1], frozenset()) is None
 
 
 def test_a_users_metric_is_measured_every_time_even_when_it_says_it_could_be_reused():
@@ -217,3 +217,16 @@ def test_only_the_replay_whose_measures_were_read_counts_as_reused():
     assert _measured(first, memo) == _measured(second, memo)
     assert not memo.answered(first) and memo.answered(second)
     assert len(memo.drain()) == 1
+
+
+def test_values_stored_for_fewer_metrics_than_are_reusable_now_are_measured_again():
+    session = _session()
+    taking = StoredMeasures("v1")
+    expected = _measured(wb.replay(session, MASKING, measure=False), taking)
+    fingerprint, session_id, text = taking.drain()[0]
+    values, columns = json.loads(text)
+    del values["probe_answerable"]
+    reading = StoredMeasures("v1", {fingerprint: json.dumps([values, columns])})
+    again = wb.replay(session, MASKING, measure=False)
+    assert _measured(again, reading) == expected
+    assert not reading.answered(again) and len(reading.drain()) == 1

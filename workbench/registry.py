@@ -986,10 +986,11 @@ class MetricMemo(Protocol):
     """Values of the reusable metrics measured before, for replays that came out the same
     (`workbench.quality.measure_memo.StoredMeasures` is the experiments' own).
 
-    `get(result)` answers the values stored for a replay like `result` (None: none, or `result`
-    cannot be told apart from others, and is measured); `put(result, values)` stores those just measured."""
+    `get(result, names)` answers the values of the metrics `names` stored for a replay like `result`
+    (None: none stored, or not of every name, or `result` cannot be told apart from others: it is then
+    measured); `put(result, values)` stores those just measured."""
 
-    def get(self, result: Any) -> MetricValues | None: ...
+    def get(self, result: Any, names: frozenset[str]) -> MetricValues | None: ...
 
     def put(self, result: Any, values: MetricValues) -> None: ...
 
@@ -1024,9 +1025,7 @@ def evaluate_metrics(result: Any, names: Iterable[str] | None = None, memo: Metr
     for name in wanted:
         METRICS.lookup(name)
     reusable = reusable_metrics(registry) if memo is not None else frozenset()
-    stored = memo.get(result) if memo is not None and reusable else None
-    if stored is not None and not reusable <= stored[0].keys():
-        stored = None  # measured when fewer metrics were reusable
+    stored = memo.get(result, reusable) if memo is not None and reusable else None
     values: dict[str, Any] = {}
     columns: dict[str, list[Mapping[str, Any]]] = {}
     unavailable: dict[str, list[str]] = {}

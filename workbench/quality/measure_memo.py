@@ -143,18 +143,11 @@ class StoredMeasures:
         if self._texts is None:
             with self._lock:
                 if self._texts is None:
-                    table = self.table
-                    self._texts = (
-                        dict(
-                            zip(
-                                table.column("fingerprint").to_pylist(),
-                                table.column("measures").to_pylist(),
-                                strict=True,
-                            )
-                        )
-                        if table is not None
-                        else {}
-                    )
+                    table, texts = self.table, {}
+                    if table is not None:
+                        keys, values = table.column("fingerprint").to_pylist(), table.column("measures").to_pylist()
+                        texts = dict(zip(keys, values, strict=True))
+                    self._texts = texts
         return self._texts
 
     def stored_table(self) -> pa.Table:
@@ -169,9 +162,6 @@ class StoredMeasures:
             {"fingerprint": pa.array(list(texts), pa.string()), "measures": pa.array(list(texts.values()), pa.string())}
         )
 
-    def __len__(self) -> int:
-        return len(self._stored()) + len(self._made)
-
     def fingerprint(self, result: Any) -> str | None:
         """`replay_fingerprint` under this memo's version (kept per result)."""
         found: str | None = memo(
@@ -179,7 +169,7 @@ class StoredMeasures:
         )
         return found
 
-    def get(self, result: Any) -> MetricValues | None:
+    def get(self, result: Any, names: frozenset[str]) -> MetricValues | None:
         fingerprint = self.fingerprint(result)
         if fingerprint is None:
             return None
@@ -191,6 +181,8 @@ class StoredMeasures:
                 return None
             values, columns = json.loads(text)
             made = (values, columns)
+        if not names <= made[0].keys():  # measured when fewer metrics were reusable
+            return None
         self._read[id(result)] = weakref.ref(result)
         return made
 

@@ -332,13 +332,13 @@ python_scans = threading.RLock()
 
 def insert_rows(connection: AnyConnection, table: str, rows: Any, existing: str = "fail") -> None:
     """`INSERT INTO table BY NAME` the rows of `rows` (an Arrow table, or anything DuckDB can scan);
-    `existing="ignore"` keeps a stored row where a new one repeats its primary key.
+    `existing="replace"` replaces a stored row whose primary key a new one repeats.
 
     DuckDB finds `_wb_insert_rows` among this function's local variables (a replacement scan):
     one statement, where registering the rows under a name and removing it again took three.
     """
     _wb_insert_rows = rows  # read by DuckDB's replacement scan in the statement below
-    verb = {"fail": "INSERT", "ignore": "INSERT OR IGNORE"}[existing]
+    verb = {"fail": "INSERT", "replace": "INSERT OR REPLACE"}[existing]
     with python_scans:
         raw(connection).execute(f"{verb} INTO {table} BY NAME SELECT * FROM _wb_insert_rows")
 

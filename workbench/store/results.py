@@ -318,7 +318,7 @@ class RunResults:
         Returns how many were written. Rows are built as columns and inserted as numpy arrays
         (`object_columns`), one statement per table, so a batch costs about what one cell does.
         `measures` (fingerprint, session id, JSON), measured under the code's `version`, go to
-        `measure_memo` in the same transaction (one already there is kept).
+        `measure_memo` in the same transaction (replacing one stored under the same fingerprint).
         """
         if not cells:
             self._save_measures(measures, version)
@@ -438,7 +438,7 @@ class RunResults:
             "measures": [text for _, text in unique.values()],
             "measured_at": [_now()] * len(unique),
         }
-        insert_rows(self._con, "measure_memo", object_columns(rows), existing="ignore")
+        insert_rows(self._con, "measure_memo", object_columns(rows), existing="replace")
 
     def stored_measures(self, session_ids: Sequence[str], version: str) -> pa.Table:
         """The measures stored for the sessions `session_ids` under the code's `version`: an Arrow table of
