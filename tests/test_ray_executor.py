@@ -123,6 +123,8 @@ def test_model_answers_from_workers_are_committed_so_a_rerun_asks_nothing(ray_cl
         rerun = runner.run_experiment(spec, db=str(db), executor="ray", fresh=True)
         assert server.request_count == asked  # all from the committed cache
         assert rerun.progress.cells_done == len(session_ids) * 2 and rerun.progress.failed_cells == 0
+        compacted = int((rerun.results["compactions"] > 0).sum())
+        assert compacted > 0 and rerun.progress.measures_reused == compacted  # the workers' measures, read back
         local = runner.run_experiment(spec, db=str(twin))
     assert stored_levels(db, rerun.id) == stored_levels(twin, local.id)
 

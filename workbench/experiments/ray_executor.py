@@ -39,7 +39,9 @@ question on different workers both call the model (a local run asks once): resul
 only the cache-hit counters differ, and the first answer stored wins.
 
 The snapshot is the whole `llm_cache` table of the run's database (a gateway passed to
-`run_experiment` still receives the new answers, through its own cache).
+`run_experiment` still receives the new answers, through its own cache). The quality measures stored
+for the run's sessions travel the same way (`workbench.quality.measure_memo`): a worker reads back
+those of a replay measured before, and returns the ones it took with the cell's outcome.
 
 Cluster set-up: workers import `workbench`, so it must be installed in the cluster's Python
 environment (or shipped with `init_options={"runtime_env": {...}}`), together with any plugin
@@ -54,7 +56,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from workbench.experiments.cells import BoundCellWork, CellOutcome, CellTask, CellWork
 from workbench.experiments.workers import (
@@ -65,6 +67,9 @@ from workbench.experiments.workers import (
     compute_cell,
     session_batches,
 )
+
+if TYPE_CHECKING:
+    from workbench.quality.measure_memo import StoredMeasures
 
 __all__ = ["GatewaySettings", "RayExecutor", "SnapshotCache", "ray_available", "run_cell", "run_cells"]
 
@@ -94,18 +99,31 @@ def run_cell(
     batch: Sequence[Any],
     snapshot: Sequence[Any],
     settings: GatewaySettings,
+    measures: Sequence[Any] = (),
 ) -> CellOutcome:
     """A cell on a worker (the body of the Ray task): the session from its batch, the gateway on the
-    cache snapshot; returns the outcome with the model answers this cell obtained.
+    cache snapshot, the run's memo of quality measures; returns the outcome with the model answers and
+    the measures this cell obtained.
 
     `batch` and `snapshot` each hold one object reference, in a list so that Ray does not fetch
-    and deserialise the object for every cell: a worker gets each once (`ray.get`) and keeps it."""
+    and deserialise the object for every cell: a worker gets each once (`ray.get`) and keeps it.
+    `measures` holds the reference of the stored measures and the code's version (empty: none)."""
     from workbench.tokens import set_counting_threads
 
     ray = _import_ray()
     reserved = ray.get_runtime_context().get_assigned_resources().get("CPU")
     set_counting_threads(max(1, int(reserved)) if reserved else 1)  # the cell's share of the machine
-    return compute_cell(work, task, run, batch_id, lambda: ray.get(batch[0]), lambda: ray.get(snapshot[0]), settings)
+    memo: Callable[[], StoredMeasures] | None = None
+    if measures:
+
+        def memo() -> StoredMeasures:
+            from workbench.quality.measure_memo import StoredMeasures
+
+            return StoredMeasures(measures[1], ray.get(measures[0]))
+
+    return compute_cell(
+        work, task, run, batch_id, lambda: ray.get(batch[0]), lambda: ray.get(snapshot[0]), settings, memo
+    )
 
 
 def run_cells(
@@ -116,10 +134,11 @@ def run_cells(
     batch: Sequence[Any],
     snapshot: Sequence[Any],
     settings: GatewaySettings,
+    measures: Sequence[Any] = (),
 ) -> list[CellOutcome]:
     """Cells of one session on one worker (the body of the Ray task): `run_cell` for each, in order.
     The first reads and analyses the session; the others find it in this worker's memory."""
-    return [run_cell(work, task, run, batch_id, batch, snapshot, settings) for task in tasks]
+    return [run_cell(work, task, run, batch_id, batch, snapshot, settings, measures) for task in tasks]
 
 
 @dataclass
@@ -206,6 +225,8 @@ class _RayRun:
         )
         work_ref = ray.put(self.work.cell)
         snapshot = [self._snapshot()]  # in a list: workers fetch it once per run, not with every cell
+        memo = self.work.measures
+        measures = [ray.put(memo.stored_table()), memo.version] if memo is not None else []
         settings = GatewaySettings.of(self.work.gateway)
         pending: dict[Any, tuple[list[CellTask], int]] = {}
         batch_refs: dict[int, Any] = {}
@@ -219,7 +240,9 @@ class _RayRun:
                     position += 1
                     if index not in batch_refs:
                         batch_refs[index] = self._export(self.batches[index][0])
-                    ref = remote.remote(work_ref, tasks, run, f"{run}-{index}", [batch_refs[index]], snapshot, settings)
+                    ref = remote.remote(
+                        work_ref, tasks, run, f"{run}-{index}", [batch_refs[index]], snapshot, settings, measures
+                    )
                     pending[ref] = (tasks, index)
                 ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
