@@ -109,6 +109,20 @@ def test_a_fresh_run_reads_each_replays_measures_back_and_stores_the_same_cells(
         assert json.loads(out.stdout)["measures_reused"] == reused
 
 
+def test_a_spec_with_a_config_added_reads_back_the_measures_of_the_configs_it_repeats(grid_db, tmp_path):
+    db, spec, _ = grid_db
+    run_experiment(spec, db=str(db))
+    grown = tmp_path / "grown.toml"
+    grown.write_text(
+        spec.read_text().replace('name = "tiny-grid"', 'name = "grown-grid"')
+        + '\n[[config]]\nname = "window"\ntrigger = { kind = "utilization", ratio = 0.5 }\n'
+        + 'strategy = { kind = "sliding_window", window = 6 }\n'
+    )
+    run = run_experiment(grown, db=str(db))
+    assert run.progress.cells_reused == 0 and run.progress.cells_done == 12  # another spec: another run
+    assert run.progress.measures_reused == 9  # every cell of the three configs it repeats
+
+
 def test_a_run_forgets_the_measures_of_other_code_versions_and_a_deleted_sessions(grid_db, monkeypatch):
     from workbench.experiments import run as runner
 
