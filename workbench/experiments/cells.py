@@ -133,14 +133,13 @@ class CellWork:
         """The cell's outcome; `measures` answers the reusable quality measures of a replay measured
         before (`registry.evaluate_metrics`)."""
         from workbench.quality.evaluator import EvaluatorFailed, check_evaluator
-        from workbench.registry import METRICS
         from workbench.replay import replay
 
         started = time.perf_counter()
         try:
             config = repeat_config(self.configs[task.config_name], task.repeat)
             result = replay(session(), config, gateway=gateway, measure=False)
-            result.measure(tuple(METRICS.lookup(name).kind for name in self.metrics), measures)
+            result.measure(self.metrics, measures)
         except Exception as exc:  # a cell that raises is reported, the run goes on
             return CellOutcome(task, None, time.perf_counter() - started, exc)
         failed: WorkbenchError | None = None
