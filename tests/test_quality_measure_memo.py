@@ -8,6 +8,7 @@ import json
 import math
 from typing import ClassVar
 
+import pyarrow as pa
 import pytest
 from builders import SMALL_STRATEGIES, ScriptedSummarizer, assistant, conversation, conversations, user
 from hypothesis import HealthCheck, given, settings
@@ -31,9 +32,14 @@ def _session() -> Session:
     return Session.from_messages(conversation(30, result_chars=400))
 
 
+def _table(texts: dict[str, str]) -> pa.Table:
+    """Measures as `RunResults.stored_measures` reads them: fingerprint -> JSON."""
+    return pa.table({"fingerprint": list(texts), "measures": list(texts.values())})
+
+
 def _stored(memo: StoredMeasures) -> StoredMeasures:
     """What a later run of the same code starts from: the rows `memo` took, as the database gives them back."""
-    return StoredMeasures(memo.version, {fingerprint: text for fingerprint, _, text in memo.drain()})
+    return StoredMeasures(memo.version, _table({fingerprint: text for fingerprint, _, text in memo.drain()}))
 
 
 def test_the_reusable_metrics_are_the_workbenchs_quality_measures_that_read_the_recording():
@@ -226,7 +232,7 @@ def test_values_stored_for_fewer_metrics_than_are_reusable_now_are_measured_agai
     fingerprint, session_id, text = taking.drain()[0]
     values, columns = json.loads(text)
     del values["probe_answerable"]
-    reading = StoredMeasures("v1", {fingerprint: json.dumps([values, columns])})
+    reading = StoredMeasures("v1", _table({fingerprint: json.dumps([values, columns])}))
     again = wb.replay(session, MASKING, measure=False)
     assert _measured(again, reading) == expected
     assert not reading.answered(again) and len(reading.drain()) == 1

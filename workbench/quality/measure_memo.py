@@ -123,17 +123,17 @@ _ENCODER = json.JSONEncoder(allow_nan=False, check_circular=False)
 
 class StoredMeasures:
     """A run's memo of reusable measures (`registry.MetricMemo`), by `replay_fingerprint`: those stored
-    for its sessions under its code `version` (an Arrow table of `fingerprint` and `measures`, or a
-    mapping), plus those measured since, which `drain()` hands over (once each) for the run to store.
-    Thread-safe: a run's threads share one.
+    for its sessions under its code `version` (`stored`: an Arrow table of `fingerprint` and `measures`,
+    as `RunResults.stored_measures` reads it), plus those measured since, which `drain()` hands over
+    (once each) for the run to store. Thread-safe: a run's threads share one.
 
     Values that JSON cannot hold exactly (NaN, infinities, objects) are not kept: they are measured
     each time."""
 
-    def __init__(self, version: str, stored: pa.Table | Mapping[str, str] | None = None):
+    def __init__(self, version: str, stored: pa.Table | None = None):
         self.version = version
-        self.table = stored if stored is not None and not isinstance(stored, Mapping) else None
-        self._texts: Mapping[str, str] | None = stored if isinstance(stored, Mapping) else None
+        self.table = stored
+        self._texts: dict[str, str] | None = None
         self._lock = threading.Lock()
         self._made: dict[str, MetricValues] = {}
         self._unsent: list[MeasureRow] = []
@@ -151,16 +151,13 @@ class StoredMeasures:
         return self._texts
 
     def stored_table(self) -> pa.Table:
-        """The measures stored when the run started, as the table of `fingerprint` and `measures` they
-        came in (what a worker process starts from)."""
+        """The measures stored when the run started, as the table they came in (what a worker process
+        starts from; an empty one when none was given)."""
         import pyarrow as pa
 
         if self.table is not None:
             return self.table
-        texts = self._stored()
-        return pa.table(
-            {"fingerprint": pa.array(list(texts), pa.string()), "measures": pa.array(list(texts.values()), pa.string())}
-        )
+        return pa.table({"fingerprint": pa.array([], pa.string()), "measures": pa.array([], pa.string())})
 
     def fingerprint(self, result: Any) -> str | None:
         """`replay_fingerprint` under this memo's version (kept per result)."""
