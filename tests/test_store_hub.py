@@ -13,9 +13,11 @@ import duckdb
 import pyarrow as pa
 import pytest
 
-from workbench.store import db
+from workbench import samples
+from workbench.store import Store, db
 from workbench.store.console import is_busy
-from workbench.store.hub import HUB, HeldInProcessError
+from workbench.store.hub import HUB, ROW_GROUP_SIZE, HeldInProcessError
+from workbench.store.sessions import DEFAULT_BATCH_MESSAGES
 
 
 def _real(path) -> str:
@@ -122,3 +124,22 @@ def test_spilled_blocks_go_to_a_folder_of_the_process_not_the_working_directory(
     finally:
         connection.close()
     assert folder.startswith(tempfile.gettempdir()) and str(os.getpid()) in folder
+
+
+def test_an_import_batch_is_written_to_the_file_as_row_groups_not_to_the_log(tmp_path):
+    """A batch of more than a row group is written to the file, compressed, as it is appended: the
+    write-ahead log gets none of its text for a checkpoint to compress again (the import's speed
+    rests on this; at DuckDB's default row group size the log holds all of it)."""
+    sessions = [samples.generate_session(seed, 400, dataset="big") for seed in range(11)]
+    messages = sum(len(s.messages) for s in sessions)
+    assert ROW_GROUP_SIZE < messages < DEFAULT_BATCH_MESSAGES  # one batch, more than a row group
+    text_bytes = sum(len(m.text.encode()) for s in sessions for m in s.messages)
+    path = tmp_path / "wb.duckdb"
+    with Store(path) as store:
+        store.import_sessions(sessions)
+        log = path.with_name(path.name + ".wal")
+        assert (log.stat().st_size if log.exists() else 0) < text_bytes / 10
+        groups = store.connection.execute(
+            "SELECT count(DISTINCT row_group_id) FROM pragma_storage_info('messages')"
+        ).fetchall()[0][0]
+    assert groups == -(-messages // ROW_GROUP_SIZE)
