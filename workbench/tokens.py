@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from operator import attrgetter, itemgetter
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from workbench.errors import ConfigError
 from workbench.session import Message
@@ -41,6 +41,9 @@ PARALLEL_MIN_CHARS = 4_096
 
 @runtime_checkable
 class Tokenizer(Protocol):
+    """Counts the tokens of texts. A tokenizer may also set `counts_in_constant_time = True` when a
+    count costs less than finding equal texts (see `prime`)."""
+
     @property
     def name(self) -> str: ...
 
@@ -54,6 +57,8 @@ class HeuristicTokenizer:
     """len/4, floor 1 for any non-empty text: "hello world" -> 2, "hi" -> 1, "" -> 0."""
 
     name: str = "heuristic"
+    #: A count is a length: finding equal texts first (`prime`) would cost more than counting them all.
+    counts_in_constant_time: ClassVar[bool] = True
 
     def count(self, text: str) -> int:
         if not text:
@@ -218,17 +223,23 @@ def message_tokens(message: Message, tokenizer: str | Tokenizer = "heuristic") -
 
 def prime(messages: Iterable[Message], tokenizer: str | Tokenizer = "heuristic") -> None:
     """Count every not-yet-counted message in one batch (parallel for tiktoken); equal texts are
-    counted once. The counts are those `message_tokens` gives."""
+    counted once, unless the tokenizer `counts_in_constant_time` (the heuristic, whose count is a
+    length: hashing 100 MB of text to find equal ones took longer than counting them). The counts are
+    those `message_tokens` gives."""
     tok = resolve(tokenizer)
     name = tok.name
     todo = uncounted(messages, tok)
     if not todo:
         return
     texts = [counted_text(m) for m in todo]
-    distinct = list(dict.fromkeys(texts))
-    counts = dict(zip(distinct, tok.count_batch(distinct), strict=True))
-    for message, text in zip(todo, texts, strict=True):
-        message._token_cache[name] = counts[text] + IMAGE_TOKENS * image_parts(message) + MESSAGE_OVERHEAD
+    if getattr(tok, "counts_in_constant_time", False):
+        counts = tok.count_batch(texts)
+    else:
+        distinct = list(dict.fromkeys(texts))
+        by_text = dict(zip(distinct, tok.count_batch(distinct), strict=True))
+        counts = [by_text[text] for text in texts]
+    for message, count in zip(todo, counts, strict=True):
+        message._token_cache[name] = count + IMAGE_TOKENS * image_parts(message) + MESSAGE_OVERHEAD
 
 
 def uncounted(messages: Iterable[Message], tokenizer: str | Tokenizer = DEFAULT_TOKENIZER) -> list[Message]:
