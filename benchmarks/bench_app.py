@@ -104,10 +104,9 @@ def page_first_chart(session_id: str) -> tuple[float, float]:
 
 
 def replays_alone(db: str, session_id: str) -> float:
-    from workbench.config import DEFAULT_SUMMARIZER
+    from workbench.config import DEFAULT_CONTEXT_LIMIT, DEFAULT_SUMMARIZER
     from workbench.presets import presets
     from workbench.replay import replay
-    from workbench.ui.compare import DEFAULT_CONTEXT_LIMIT
 
     with Store(db, read_only=True) as store:
         fresh = store.load_session(session_id)  # as the page loads it: no token counts cached
