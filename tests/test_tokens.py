@@ -12,6 +12,7 @@ import workbench as wb
 from workbench.tokens import (
     MESSAGE_OVERHEAD,
     PARALLEL_MIN_CHARS,
+    HeuristicTokenizer,
     balanced_shares,
     message_tokens,
     messages_tokens,
@@ -101,6 +102,22 @@ def test_prime_counts_equal_texts_once_and_only_uncounted_messages():
     prime(messages, tok)
     assert tok.batches == [["same output " * 50], ["same output " * 50, "another text"]]
     assert [m._token_cache["counting"] for m in messages] == [150 + MESSAGE_OVERHEAD] * 5 + [3 + MESSAGE_OVERHEAD]
+
+
+class ConstantTimeCountingTokenizer(CountingTokenizer):
+    """A tokenizer whose count is a length, so `prime` skips looking for equal texts."""
+
+    counts_in_constant_time = True
+
+
+def test_prime_counts_every_text_as_it_comes_when_a_count_costs_constant_time():
+    tok = ConstantTimeCountingTokenizer()
+    messages = [wb.Message(role="tool", content="same output " * 50, tool_call_id=f"c{i}") for i in range(3)]
+    messages.append(wb.Message(role="user", content="another text"))
+    prime(messages, tok)
+    assert tok.batches == [["same output " * 50] * 3 + ["another text"]]
+    assert [m._token_cache["counting"] for m in messages] == [150 + MESSAGE_OVERHEAD] * 3 + [3 + MESSAGE_OVERHEAD]
+    assert HeuristicTokenizer.counts_in_constant_time
 
 
 @pytest.mark.parametrize("sizes, n", [([5, 1, 1, 1, 1, 1], 2), ([3] * 7, 3), ([10], 2), ([], 2), ([0, 0, 9, 4], 4)])
