@@ -1,14 +1,16 @@
 """Ingest benchmark: a ~100 MB OpenAI-format JSONL (one `{"messages": [...]}` session per line,
 tool-heavy coding-agent sessions from `workbench.samples`) imported
 
-(a) by the workbench (`Store.import_paths`: importer + batched Arrow inserts) into an on-disk
-    database, and
+(a) by the workbench (`Store.import_paths`: the file read in parts by worker processes, one per core
+    (`workbench.store.import_workers`), merged into batched inserts) into an on-disk database, and
 (b) by DuckDB's own `read_json_auto` into an on-disk table,
 
 printing both rates in MB/s, their ratio (goal >= 0.5: the median of `RUNS` pairs of runs, each pair
 run back to back so both sides meet the same load), the workbench database's size over the file's
 (goal <= 1.0) and the peak RSS growth during (a) (goal: bounded, i.e. well under the file size,
-because the import streams in batches).
+because the import streams in batches), with the workers' own peak RSS. The first run also starts the
+worker processes (the median is of runs that find them ready, as a process's later imports do); its
+time is printed, and so is one import read in the importing process alone (`import_workers=1`).
 
     python -m benchmarks ingest        # or: python benchmarks/bench_ingest.py [--mb 100]
 """
@@ -30,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: make `workbench` importable fr
 
 from workbench import samples
 from workbench.store import Store
+from workbench.store.import_workers import worker_pids
 
 TARGET_MB = 100
 RUNS = 5
@@ -114,13 +117,15 @@ def _remove(db_path: Path) -> None:
         path.unlink(missing_ok=True)
 
 
-def workbench_import(source: Path, db_path: Path, memory_limit: str | None = None) -> tuple[float, int, int, int, int]:
+def workbench_import(
+    source: Path, db_path: Path, memory_limit: str | None = None, workers: int | None = None
+) -> tuple[float, int, int, int, int]:
     """(seconds, sessions, messages, peak RSS growth, DuckDB's own memory at the end; bytes) of
     the workbench import into a fresh database."""
     _remove(db_path)
     with PeakRss() as rss:
         started = time.perf_counter()
-        with Store(db_path, memory_limit=memory_limit) as store:
+        with Store(db_path, memory_limit=memory_limit, import_workers=workers) as store:
             report = store.import_paths([source], format="auto", dataset="bench")
             seconds = time.perf_counter() - started
             duck = store.connection.execute(
@@ -169,12 +174,14 @@ def run(target_mb: float | None = None, repeat: int = RUNS) -> None:
 
         import workbench.importers  # noqa: F401
 
+        alone_s, *_ = workbench_import(source, folder / "wb.duckdb", workers=1)
+        first_s, *_ = workbench_import(source, folder / "wb.duckdb")  # starts the worker processes
         wb_times, db_times = [], []
         for attempt in range(max(1, repeat)):
             seconds, sessions, messages, rss_growth, duck_memory = workbench_import(source, folder / "wb.duckdb")
             if sessions != n_sessions:
                 raise RuntimeError(f"the workbench imported {sessions} sessions, expected {n_sessions}")
-            if attempt == 0:  # the first run: nothing warmed up inside the process
+            if attempt == 0:
                 growth, duck = rss_growth, duck_memory
             wb_times.append(seconds)
             seconds, rows = duckdb_import(source, folder / "duckdb.duckdb")
@@ -210,6 +217,24 @@ def run(target_mb: float | None = None, repeat: int = RUNS) -> None:
             f"({growth / 1e6 / size_mb:.2f}x the file size; DuckDB's buffer cache at the end: {duck / 1e6:.0f} MB)"
         )
         print(f"  with DuckDB's cache capped (memory_limit={CAPPED}): {capped_growth / 1e6:.0f} MB ({capped_s:.2f} s)")
+        peaks = [_peak_rss(pid) for pid in worker_pids()]
+        print(
+            f"worker processes: {len(peaks)}, peak RSS {', '.join(f'{p / 1e6:.0f}' for p in peaks)} MB; "
+            "the first import "
+            f"(starting them) {first_s:.2f} s; read in the importing process alone: {alone_s:.2f} s"
+        )
+
+
+def _peak_rss(pid: int) -> int:
+    """A process's peak resident memory (bytes; 0 where /proc does not tell)."""
+    try:
+        with open(f"/proc/{pid}/status") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 
 def did_you_mean(given: Iterable[str], valid: Iterable[str]) -> str:
@@ -88,6 +89,16 @@ class FormatError(WorkbenchError, ValueError):
         if expected:
             text += f" (expected {expected})"
         super().__init__(text)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled whole (an import's worker process reports the error to the importing one)."""
+        return _rebuild_format_error, (type(self), self.path, self.problem, self.line, self.expected)
+
+
+def _rebuild_format_error(
+    cls: type[FormatError], path: str, problem: str, line: int | None, expected: str | None
+) -> FormatError:
+    return cls(path, problem, line=line, expected=expected)
 
 
 class ConfigError(WorkbenchError, ValueError):

@@ -14,6 +14,9 @@ Public API:
   good files yield their sessions even when others fail;
 - `iter_sessions(path, format="auto", dataset=None, *, source=None)`: the sessions of one
   file, streamed line by line for JSONL layouts (openai, anthropic, openhands eval output);
+- `line_ranges(path, format, piece_bytes)` and `iter_range_sessions(...)`: a big JSONL file of
+  one session per line (openai) cut into ranges of lines, each read alone to the sessions
+  `iter_sessions` gives there (an import reads them in worker processes);
 - `candidates(path)`: the (file, walk root) pairs a folder walk visits;
 - `candidate_files(paths)`: those pairs for several paths, each real file once, and
   `ignored_files(paths)`: what the walk passes over, with the reason;
@@ -42,7 +45,7 @@ import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, replace
 from types import ModuleType
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from ..errors import ConfigError, FormatError
 from ..registry import Family, register_importer
@@ -59,7 +62,7 @@ from . import (
     swe_agent,
     workbench_export,
 )
-from ._common import IncompleteLastLine, display_path, read_head
+from ._common import IncompleteLastLine, LineRange, display_path, read_head, split_lines
 
 __all__ = [
     "BUILTIN_FORMATS",
@@ -68,6 +71,8 @@ __all__ = [
     "IMPORTERS",
     "Importer",
     "IncompleteLastLine",
+    "LineRange",
+    "LineSplitting",
     "UnknownFormatError",
     "candidate_files",
     "candidates",
@@ -76,7 +81,9 @@ __all__ = [
     "formats",
     "ignored_files",
     "iter_load",
+    "iter_range_sessions",
     "iter_sessions",
+    "line_ranges",
     "load",
 ]
 
@@ -195,6 +202,20 @@ class Importer(Protocol):
     def iter_sessions(self, path: str) -> Iterable[Session]: ...
 
 
+@runtime_checkable
+class LineSplitting(Protocol):
+    """What an importer adds when each line of some of its JSONL files is a session read alone: a
+    big such file is then read in parts, in worker processes (`line_ranges`)."""
+
+    def splits(self, path: str) -> bool:
+        """Whether this file is such a file (every line a session)."""
+        ...
+
+    def iter_line_range(self, path: str, lines: LineRange) -> Iterable[Session]:
+        """The sessions of the lines `lines` of such a file, as its whole reading gives them."""
+        ...
+
+
 #: The importer kinds, typed: `IMPORTERS.lookup(name)` is a `type[Importer]`.
 IMPORTERS: Family[Importer] = Family("importer")
 
@@ -220,11 +241,10 @@ def _register_builtin(name: str) -> None:
     module = _MODULES[name]
     doc = (module.__doc__ or name).strip().splitlines()[0]
     priority = -1 - _GENERIC.index(name) if name in _GENERIC else len(_DETECT_ORDER) - _DETECT_ORDER.index(name)
-    cls = type(
-        f"{module.__name__.rsplit('.', 1)[-1]}_format",
-        (_FormatModule,),
-        {"module": module, "__doc__": doc, "__module__": __name__},
-    )
+    namespace: dict[str, Any] = {"module": module, "__doc__": doc, "__module__": __name__}
+    if hasattr(module, "splits"):  # see `LineSplitting`
+        namespace.update(splits=staticmethod(module.splits), iter_line_range=staticmethod(module.iter_line_range))
+    cls = type(f"{module.__name__.rsplit('.', 1)[-1]}_format", (_FormatModule,), namespace)
     register_importer(name, aliases=[a for a, target in _ALIASES.items() if target == name], priority=priority)(cls)
 
 
@@ -335,12 +355,55 @@ def iter_sessions(
     if name == "auto":
         name = detect(path)
     reader: Callable[[str], Iterable[Session]] = IMPORTERS.lookup(name)().iter_sessions
-    label = source or os.path.basename(path)
-    for session in _guarded(path, name, reader):
+    yield from _stamped(_guarded(path, name, reader), name, dataset, source or os.path.basename(path))
+
+
+def _stamped(sessions: Iterable[Session], name: str, dataset: str | None, label: str) -> Iterator[Session]:
+    """The sessions with their format, dataset and metadata `source` as an import files them."""
+    for session in sessions:
         own_dataset = session.dataset if name == "workbench" else None  # exports keep their datasets
         yield replace(
             session, format=name, dataset=dataset or own_dataset or name, metadata={**session.metadata, "source": label}
         )
+
+
+def line_ranges(path: str | os.PathLike[str], format: str, piece_bytes: int) -> tuple[str, Iterator[LineRange]] | None:
+    """(format, ranges) when the file is JSONL with one session per line and its importer reads a
+    range of lines alone (`splits` and `iter_line_range`, as the openai importer has): the file cut at
+    line ends into ranges of about `piece_bytes`, which `iter_range_sessions` reads apart (in worker
+    processes) to the same sessions `iter_sessions` gives. None: read the file whole."""
+    path = os.fspath(path)
+    try:
+        name = format_name(format, path)
+        if name == "auto":
+            name = detect(path)
+    except FormatError:  # the whole-file reading reports it
+        return None
+    importer = IMPORTERS.lookup(name)()
+    if not isinstance(importer, LineSplitting) or not importer.splits(path):
+        return None
+    return name, split_lines(path, piece_bytes)
+
+
+def iter_range_sessions(
+    path: str | os.PathLike[str],
+    format: str,
+    lines: LineRange,
+    dataset: str | None = None,
+    *,
+    source: str | None = None,
+) -> Iterator[Session]:
+    """The sessions of one range `line_ranges` gave, as `iter_sessions(path, format, dataset, source=source)`
+    gives them there (only FormatError escapes)."""
+    path = os.fspath(path)
+    importer = IMPORTERS.lookup(format)()
+    if not isinstance(importer, LineSplitting):
+        raise ConfigError(f"the {format} importer does not read ranges of lines")
+
+    def reader(file: str) -> Iterable[Session]:
+        return importer.iter_line_range(file, lines)
+
+    yield from _stamped(_guarded(path, format, reader), format, dataset, source or os.path.basename(path))
 
 
 def _guarded(path: str, name: str, reader: Callable[[str], Iterable[Session]]) -> Iterator[Session]:

@@ -14,11 +14,12 @@ Pairing rules (every importer goes through `TurnBuilder`, so they hold for every
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,6 +99,36 @@ def read_json(path: str, expected: str) -> Any:
     return loads(path, read_text(path), expected)
 
 
+@dataclass(frozen=True)
+class LineRange:
+    """Bytes `start` to `stop` of a JSONL file, whole lines, the first of them numbered `first_line`:
+    the part of a big file one worker reads (see `split_lines`)."""
+
+    start: int
+    stop: int
+    first_line: int
+
+
+def split_lines(path: str, piece_bytes: int) -> Iterator[LineRange]:
+    """The file cut at line ends into ranges of about `piece_bytes` (the last takes the rest), each
+    numbered from its first line; lazily, so the first can be read while the rest are found."""
+    try:
+        handle = open(path, "rb")
+    except OSError as exc:
+        raise FormatError(path, f"cannot read the file ({exc.strerror or exc})") from None
+    with handle:
+        size = os.fstat(handle.fileno()).st_size
+        start, line = 0, 1
+        while start < size:
+            handle.seek(min(size, start + max(1, piece_bytes)) - 1)
+            handle.readline()
+            stop = handle.tell()
+            yield LineRange(start, stop, line)
+            handle.seek(start)
+            line += handle.read(stop - start).count(b"\n")
+            start = stop
+
+
 class IncompleteLastLine(UserWarning):
     """A JSONL file's last line has no newline and is not valid JSON: a live session whose
     recorder is still writing it. The complete lines before it are read."""
@@ -110,8 +141,8 @@ class IncompleteLastLine(UserWarning):
         )
 
 
-def iter_jsonl(path: str, expected: str) -> Iterator[tuple[int, Any]]:
-    """Yield `(line_number, value)` for each non-blank line, streaming the file.
+def iter_jsonl(path: str, expected: str, lines: LineRange | None = None) -> Generator[tuple[int, Any], None, None]:
+    """Yield `(line_number, value)` for each non-blank line, streaming the file (or only `lines`).
 
     Raises FormatError (with the line number) on a line that is not JSON, and when the file
     holds no JSON line at all. A last line without a newline that is not valid JSON (a live
@@ -121,9 +152,15 @@ def iter_jsonl(path: str, expected: str) -> Iterator[tuple[int, Any]]:
         handle = open(path, "rb")
     except OSError as exc:
         raise FormatError(path, f"cannot read the file ({exc.strerror or exc})") from None
-    seen = False
+    seen = lines is not None and lines.start > 0  # a later range: the file's JSON lines came before
     with handle:
-        for number, raw in enumerate(handle, 1):
+        rows: Iterable[bytes] = handle
+        first = 1
+        if lines is not None:
+            handle.seek(lines.start)
+            rows = io.BytesIO(handle.read(lines.stop - lines.start))
+            first = lines.first_line
+        for number, raw in enumerate(rows, first):
             if not raw.strip():
                 continue
             if not raw.endswith(b"\n") and seen:  # the last line, maybe still being written

@@ -17,11 +17,14 @@ Extra keys `importance`, `origin` and `metadata` (the workbench's own export) ar
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from contextlib import closing
+from itertools import islice
 from typing import Any
 
 from ..errors import FormatError
 from ..session import Message, Session, ToolCall
 from ._common import (
+    LineRange,
     as_dict,
     as_list,
     build_session,
@@ -118,25 +121,52 @@ def _iter_jsonl(path: str) -> Iterator[Session]:
     loose_line: int | None = None
     mode: str | None = None
     for number, value in iter_jsonl(path, EXPECTED):
+        if mode == "sessions":
+            yield _line_session(path, number, value)
+            continue
         record = _unwrap(value)
-        if record is not None and mode != "messages":
+        if record is not None and mode is None:
             mode = "sessions"
             yield _record_session(path, record, number, f"line {number}")
-        elif isinstance(value, dict) and "role" in value and mode != "sessions":
+        elif isinstance(value, dict) and "role" in value:
             mode = "messages"
             loose_line = loose_line or number
             loose.append((number, value))
         else:
-            expected = (
-                "an object with 'messages' on every line"
-                if mode == "sessions"
-                else "a message object with 'role' on every line"
-                if mode == "messages"
-                else EXPECTED
-            )
-            raise FormatError(path, "the line is not a chat session or message", line=number, expected=expected)
+            expected = "a message object with 'role' on every line" if mode == "messages" else EXPECTED
+            raise _not_a_line(path, number, expected)
     if loose:
         yield _session(path, [v for _, v in loose], {}, None, "the file", lines=[n for n, _ in loose])
+
+
+def _not_a_line(path: str, number: int, expected: str) -> FormatError:
+    return FormatError(path, "the line is not a chat session or message", line=number, expected=expected)
+
+
+def _line_session(path: str, number: int, value: Any) -> Session:
+    """The session of one line of a JSONL file of sessions (every line must be one)."""
+    record = _unwrap(value)
+    if record is None:
+        raise _not_a_line(path, number, "an object with 'messages' on every line")
+    return _record_session(path, record, number, f"line {number}")
+
+
+def splits(path: str) -> bool:
+    """Whether the file is JSONL whose first line is a session: then every line is one, read alone
+    (`iter_line_range`), so parts of the file can be read apart."""
+    try:
+        if json_layout(path) != "jsonl":
+            return False
+        with closing(iter_jsonl(path, EXPECTED)) as lines:
+            return any(_unwrap(value) is not None for _number, value in islice(lines, 1))
+    except FormatError:  # the whole-file reading reports it
+        return False
+
+
+def iter_line_range(path: str, lines: LineRange) -> Iterator[Session]:
+    """The sessions of `lines` of a file `splits` accepts, as `iter_sessions` reads them there."""
+    for number, value in iter_jsonl(path, EXPECTED, lines):
+        yield _line_session(path, number, value)
 
 
 def _unwrap(value: Any) -> dict[str, Any] | None:

@@ -41,9 +41,11 @@ from workbench.importers.report import FileOutcome, ImportReport
 from workbench.session import Message, Probe, Session, ToolCall
 from workbench.session_pool import canonical
 from workbench.store import db
+from workbench.store.batch import json_text
 from workbench.store.hub import Connection, raw
+from workbench.store.import_workers import PIECE_BYTES, SPLIT_BYTES, default_workers
 from workbench.store.labels import SUMMARY_LABEL_COLUMNS, SUMMARY_LABELS, SummaryLabel, summary_labels_frame
-from workbench.store.writer import Writer, json_text
+from workbench.store.writer import Writer
 
 if TYPE_CHECKING:  # pandas loads on first use: keeps `workbench --help` fast
     import pandas as pd
@@ -102,6 +104,8 @@ class Store:
     same time; with `create=False` a missing file raises
     `db.MissingDatabaseError` instead of being created, and a file that is not a DuckDB database
     always raises `db.NotADatabaseError` (and is left untouched). `batch_messages`/`batch_bytes` size the write batches;
+    `import_workers` processes (default: one per core) read files of at least `split_bytes` in parts of
+    about `piece_bytes` where their format allows it (`workbench.store.import_workers`);
     `memory_limit` (e.g. "512MB"; default `$WORKBENCH_MEMORY_LIMIT`) caps DuckDB's buffer cache,
     which otherwise keeps written blocks up to DuckDB's default (80 % of RAM). Use it as a context
     manager, or call `close()`.
@@ -123,12 +127,18 @@ class Store:
         batch_bytes: int = DEFAULT_BATCH_BYTES,
         memory_limit: str | None = None,
         create: bool = True,
+        import_workers: int | None = None,
+        split_bytes: int = SPLIT_BYTES,
+        piece_bytes: int = PIECE_BYTES,
         _borrowed: Connection | None = None,
     ):
         self.path = os.fspath(path) if path is not None else db.default_path()
         self.read_only = read_only
         self.batch_messages = max(1, int(batch_messages))
         self.batch_bytes = max(1, int(batch_bytes))
+        self.import_workers = default_workers() if import_workers is None else max(1, int(import_workers))
+        self.split_bytes = max(1, int(split_bytes))
+        self.piece_bytes = max(1, int(piece_bytes))
         self._memory_limit = memory_limit
         self._closed = False
         self._connection_lock = threading.Lock()
@@ -316,7 +326,7 @@ class Store:
                 progress(outcome)
 
         with fewer_collections(), Writer(self, report, dataset) as writer:
-            read_paths(given, writer, format, dataset, done)
+            read_paths(given, writer, format, dataset, done, read=writer.read)
         if table is not None:
             report.outcomes = self.attach_outcomes(table, [*report.session_ids, *sorted(writer.existing)])
         report.seconds = time.perf_counter() - started

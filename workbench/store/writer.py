@@ -5,20 +5,24 @@ that continue earlier imports of the same recording."""
 from __future__ import annotations
 
 import json
+import os
 import queue
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import duckdb
 
+from workbench import importers
 from workbench.errors import ConfigError, StoreError
 from workbench.importers.report import FileOutcome, ImportReport
-from workbench.session import NO_RESULT_TEXT, Message, Session, ToolCall, content_hash
-from workbench.store import db
+from workbench.session import NO_RESULT_TEXT, Session, content_hash
+from workbench.store import db, import_workers
+from workbench.store.batch import Batch, filing
 from workbench.store.hub import Connection
-from workbench.tokens import DEFAULT_TOKENIZER, prime
+from workbench.store.import_workers import Piece
+from workbench.tokens import DEFAULT_TOKENIZER
 
 
 class Store(Protocol):
@@ -27,6 +31,9 @@ class Store(Protocol):
     path: str
     batch_messages: int
     batch_bytes: int
+    import_workers: int
+    split_bytes: int
+    piece_bytes: int
     opened_at: float
     HOLD_SECONDS: float
 
@@ -70,170 +77,6 @@ _DATASET_INSERT = """
 """
 
 
-_ENCODER = json.JSONEncoder(ensure_ascii=False, default=str)
-_quote = json.encoder.encode_basestring  # a JSON string literal (the C function when available)
-
-
-def json_text(value: Any) -> str:
-    """`value` as compact JSON text (non-ASCII kept, anything unknown as its string)."""
-    return _ENCODER.encode(value)
-
-
-def _tool_calls_json(calls: Sequence[ToolCall]) -> str:
-    """`[c.to_openai() for c in calls]` as JSON, written directly (this runs for every assistant message)."""
-    return (
-        "["
-        + ",".join(
-            f'{{"id":{_quote(c.id)},"type":"function","function":{{"name":{_quote(c.name)},'
-            f'"arguments":{_quote(c.arguments)}}}}}'
-            for c in calls
-        )
-        + "]"
-    )
-
-
-def _clean_text(value: str | None) -> str | None:
-    """`value` as valid UTF-8 (lone surrogates from \\ud800-style JSON escapes are replaced)."""
-    if value is None:
-        return None
-    try:
-        value.encode("utf-8")
-        return value
-    except UnicodeEncodeError:
-        return value.encode("utf-8", "replace").decode("utf-8")
-
-
-def _chars(values: Iterable[str | None]) -> int:
-    return sum(len(v) for v in values if v is not None)
-
-
-class _Batch:
-    """Column lists of the sessions, messages and probes about to be written together, and the
-    messages themselves (row by row with the message columns), counted under `DEFAULT_TOKENIZER`
-    in one batch when the columns are built (`tables`): a session is stored with its counts."""
-
-    def __init__(self) -> None:
-        self.sessions: dict[str, list[Any]] = {
-            k: [] for k in ("id", "dataset", "format", "source", "message_count", "call_count", "tools", "metadata")
-        }
-        self.messages: dict[str, list[Any]] = {
-            k: []
-            for k in (
-                "session_id",
-                "idx",
-                "role",
-                "content",
-                "parts",
-                "tool_calls",
-                "tool_call_id",
-                "name",
-                "origin",
-                "importance",
-                "metadata",
-                "observation",
-            )
-        }
-        self.probes: dict[str, list[Any]] = {
-            k: [] for k in ("session_id", "idx", "question", "expected", "kind", "from_call")
-        }
-        self.counted: list[Message] = []
-        self.ids: list[str] = []
-        #: per session, itself when an earlier import stored sessions of its source (to compare with
-        #: them, `_later_versions`), else None: a batch holds columns, not the sessions
-        self.objects: list[Session | None] = []
-        self.calls = 0
-        self.message_count = 0
-        self.chars = 0
-
-    def __len__(self) -> int:
-        return len(self.ids)
-
-    def add(self, session: Session, dataset: str, source: str | None, *, keep: bool = False) -> None:
-        sid = session.id
-        msgs = session.messages
-        n = len(msgs)
-        m = self.messages
-        contents = [msg.content for msg in msgs]
-        strings = [c if isinstance(c, str) else None for c in contents]
-        parts = [None if c is None or isinstance(c, str) else json_text([dict(p) for p in c]) for c in contents]
-        m["content"].extend(strings)
-        m["parts"].extend(parts)
-        m["session_id"].extend([sid] * n)
-        m["idx"].extend(range(n))
-        roles = [msg.role for msg in msgs]
-        m["role"].extend(roles)
-        m["tool_calls"].extend(_tool_calls_json(msg.tool_calls) if msg.tool_calls else None for msg in msgs)
-        m["tool_call_id"].extend([msg.tool_call_id for msg in msgs])
-        m["name"].extend([msg.name for msg in msgs])
-        m["origin"].extend([msg.origin for msg in msgs])
-        m["importance"].extend([float(msg.importance) for msg in msgs])
-        m["metadata"].extend(json_text(dict(msg.metadata)) if msg.metadata else None for msg in msgs)
-        m["observation"].extend([msg.observation for msg in msgs])
-        self.counted.extend(msgs)
-        calls = roles.count("assistant")
-        chars = _chars(strings) + _chars(parts)
-        s = self.sessions
-        s["id"].append(sid)
-        s["dataset"].append(dataset)
-        s["format"].append(session.format or "unknown")
-        s["source"].append(source)
-        s["message_count"].append(n)
-        s["call_count"].append(calls)
-        s["tools"].append(json_text([dict(t) for t in session.tools]) if session.tools else None)
-        s["metadata"].append(json_text(dict(session.metadata)) if session.metadata else None)
-        p = self.probes
-        for idx, probe in enumerate(session.probes):
-            p["session_id"].append(sid)
-            p["idx"].append(idx)
-            p["question"].append(probe.question)
-            p["expected"].append(probe.expected)
-            p["kind"].append(probe.kind)
-            p["from_call"].append(int(probe.from_call))
-        self.ids.append(sid)
-        self.objects.append(session if keep else None)
-        self.calls += calls
-        self.message_count += n
-        self.chars += chars
-
-    def tables(self, clean: bool = False) -> dict[str, dict[str, Any]]:
-        """The batch as {table name: {column: numpy array}}, which DuckDB scans directly (no copy
-        through pandas or Arrow). `clean` replaces lone surrogates, which DuckDB rejects."""
-        import numpy as np
-
-        dtypes = {
-            "idx": np.int32,
-            "message_count": np.int32,
-            "call_count": np.int32,
-            "from_call": np.int32,
-            "importance": np.float64,
-            "observation": np.bool_,
-        }
-
-        prime(self.counted, DEFAULT_TOKENIZER)
-        counts = np.fromiter(
-            (m._token_cache[DEFAULT_TOKENIZER] for m in self.counted), dtype=np.int32, count=len(self.counted)
-        )
-
-        def column(name: str, values: list[Any]) -> Any:
-            dtype = dtypes.get(name, object)
-            if dtype is not object:
-                return np.asarray(values, dtype=dtype)
-            array = np.empty(len(values), dtype=object)
-            array[:] = [_clean_text(v) for v in values] if clean else values
-            return array
-
-        tables = {
-            table: {name: column(name, values) for name, values in columns.items()}
-            for table, columns in (
-                ("_wb_sessions", self.sessions),
-                ("_wb_messages", self.messages),
-                ("_wb_probes", self.probes),
-            )
-        }
-        tables["_wb_messages"]["tokens"] = counts
-        return tables
-
-
 def check_dataset_name(name: str | None) -> None:
     """A dataset name given must not be blank: it would file the sessions under another name without
     a word (None: each session's own dataset). ConfigError otherwise."""
@@ -257,7 +100,7 @@ class Writer:
         self.store = store
         self.report = report
         self.dataset = dataset
-        self.batch = _Batch()
+        self.batch = Batch()
         self.seen: set[str] = set()
         self.file: FileOutcome | None = None
         self.file_ids: set[str] = set()
@@ -390,25 +233,58 @@ class Writer:
             outcome.duplicates += len(ids & self.existing)
 
     # -- the importing thread ---------------------------------------------------------------------
-    def add(self, session: Session, source: str | None = None) -> None:
-        if session.id in self.seen:
+    def read(self, path: str, format: str, dataset: str | None, source: str) -> Iterator[Session | Piece]:
+        """What `add` takes of one file: its sessions, or, for a big file of one session per line
+        whose source no earlier import stored, the pieces worker processes read of it
+        (`import_workers`); `add` files both alike."""
+        store = self.store
+        split = None
+        if store.import_workers > 1 and source not in self.stored_sources and import_workers.can_start_workers():
+            try:
+                big = os.path.getsize(path) >= store.split_bytes
+            except OSError:
+                big = False
+            split = importers.line_ranges(path, format, store.piece_bytes) if big else None
+        if split is None:
+            yield from importers.iter_sessions(path, format, dataset, source=source)
+            return
+        name, ranges = split
+        yield from import_workers.read_pieces(path, name, ranges, dataset, source, self.dataset, store.import_workers)
+
+    def add(self, item: Session | Piece, source: str | None = None) -> None:
+        """Buffer a session (or a worker's piece of sessions) unless this import met its id before."""
+        if isinstance(item, Piece):
+            self._add_piece(item.batch)
+            return
+        if not self._first(item.id):
+            return
+        dataset, source = filing(item, self.dataset, source)
+        self.batch.add(item, dataset, source, keep=source in self.stored_sources)
+        self._flush_when_full()
+
+    def _first(self, session_id: str) -> bool:
+        """Note a session id; False (a repeat, counted) when this import met it before."""
+        if session_id in self.seen:
             self.repeats += 1
             if self.file is not None:
                 self.file.duplicates += 1
-            return
-        self.seen.add(session.id)
-        dataset = self.dataset or session.dataset or "default"
-        if source is None:
-            meta_source = session.metadata.get("source") if isinstance(session.metadata, Mapping) else None
-            source = str(meta_source) if meta_source is not None else None
-        self.batch.add(session, dataset, source, keep=source in self.stored_sources)
+            return False
+        self.seen.add(session_id)
         if self.file is not None:
-            self.file_ids.add(session.id)
+            self.file_ids.add(session_id)
+        return True
+
+    def _add_piece(self, batch: Batch) -> None:
+        rows = [row for row, sid in enumerate(batch.ids) if self._first(sid)]
+        self.batch.extend(batch, rows if len(rows) < len(batch) else None)
+        self._flush_when_full()
+
+    def _flush_when_full(self) -> None:
         if self.batch.message_count >= self.store.batch_messages or self.batch.chars >= self.store.batch_bytes:
             self.flush()
 
     def flush(self) -> None:
-        batch, self.batch = self.batch, _Batch()
+        batch, self.batch = self.batch, Batch()
         if len(batch):
             self._submit(("batch", batch))
 
@@ -426,7 +302,7 @@ class Writer:
     def fail_file(self, error: str) -> None:
         """Undo the current file: drop its buffered sessions and delete the ones already written."""
         if self.file_ids:
-            self.batch = _rebuild_without(self.batch, self.file_ids)
+            self.batch = self.batch.without(self.file_ids)
             self.seen -= self.file_ids
             self._submit(("delete", sorted(self.file_ids)))
         if self.file is not None:
@@ -438,28 +314,7 @@ class Writer:
         self.file_ids = set()
 
 
-def _rebuild_without(batch: _Batch, drop: set[str]) -> _Batch:
-    """A copy of `batch` without the sessions in `drop` (rare: only when a file fails)."""
-    fresh = _Batch()
-    keep_rows = [i for i, sid in enumerate(batch.sessions["id"]) if sid not in drop]
-    for name, values in batch.sessions.items():
-        fresh.sessions[name] = [values[i] for i in keep_rows]
-    for part, source in (("messages", batch.messages), ("probes", batch.probes)):
-        target = getattr(fresh, part)
-        rows = [i for i, sid in enumerate(source["session_id"]) if sid not in drop]
-        for name, values in source.items():
-            target[name] = [values[i] for i in rows]
-        if part == "messages":
-            fresh.counted = [batch.counted[i] for i in rows]
-    fresh.ids = [sid for sid in batch.ids if sid not in drop]
-    fresh.objects = [session for sid, session in zip(batch.ids, batch.objects, strict=True) if sid not in drop]
-    fresh.message_count = sum(fresh.sessions["message_count"])
-    fresh.calls = sum(fresh.sessions["call_count"])
-    fresh.chars = _chars(fresh.messages["content"]) + _chars(fresh.messages["parts"])
-    return fresh
-
-
-def _write_batch(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]) -> tuple[list[str], dict[str, str]]:
+def _write_batch(store: Store, batch: Batch, earlier: dict[str, EarlierImports]) -> tuple[list[str], dict[str, str]]:
     """Insert the batch's sessions not yet stored, in one transaction; returns the ids written and,
     for those that are later versions of stored sessions (`_later_versions`), the stored id (the
     new one takes the stored one's dataset; the caller deletes the stored one once the import holds).
@@ -475,7 +330,7 @@ def _write_batch(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]
     except duckdb.Error as exc:
         raise StoreError(f"cannot read {store.path}: {exc}") from exc
     if existing:
-        batch = _rebuild_without(batch, existing)
+        batch = batch.without(existing)
     if not len(batch):
         return [], {}
     later = _later_versions(store, batch, earlier)
@@ -553,7 +408,7 @@ def _earlier_imports(store: Store, sources: list[str]) -> dict[str, EarlierImpor
     return found
 
 
-def _later_versions(store: Store, batch: _Batch, earlier: dict[str, EarlierImports]) -> dict[str, str]:
+def _later_versions(store: Store, batch: Batch, earlier: dict[str, EarlierImports]) -> dict[str, str]:
     """New id -> stored id for the batch's sessions that continue a session an earlier
     import stored (`continues`) of the same format, source and recording (`RECORDING_KEYS`): a live
     session imported again. The batch's rows take the stored session's dataset.
