@@ -31,7 +31,7 @@ from workbench.importers import (
     iter_sessions,
     load,
 )
-from workbench.importers._common import call_usage
+from workbench.importers._common import call_usage, has_key, has_value
 from workbench.session import (
     NO_RESULT_TEXT,
     ROLES,
@@ -1991,3 +1991,23 @@ def test_format_name_rejects_an_unknown_format_naming_the_file() -> None:
     with pytest.raises(FormatError, match="unknown format 'nope'") as info:
         format_name("nope", "some/file.json")
     assert "some/file.json" in str(info.value)
+
+
+_SNIFF_PIECES = st.sampled_from(
+    ['"kind"', '"role"', '"role_x"', "\\", '"', ":", " ", "\n", '"Action"', "kind", "x", '"ro', 'le"']
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(_SNIFF_PIECES, max_size=30))
+def test_the_sniffers_key_tests_answer_as_their_patterns_alone(pieces: list[str]) -> None:
+    """`has_key`/`has_value` skip the pattern when a quoted name is not in the text at all: the answers
+    are those of the pattern searched always."""
+    import re
+
+    text = "".join(pieces)
+    names = ("kind", "role")
+    key_pattern = r'(?<!\\)"(?:kind|role)"\s*:'
+    value_pattern = r'(?<!\\)"kind"\s*:\s*"(?:role|Action)"'
+    assert has_key(text, *names) == (re.search(key_pattern, text) is not None)
+    assert has_value(text, "kind", "role", "Action") == (re.search(value_pattern, text) is not None)

@@ -198,14 +198,26 @@ def first_record(text: str) -> JsonObj | None:
 
 
 def has_key(text: str, *names: str) -> bool:
-    """Whether any of `names` appears as an (unescaped) JSON object key in `text`."""
-    pattern = r'(?<!\\)"(?:' + "|".join(re.escape(n) for n in names) + r')"\s*:'
+    """Whether any of `names` appears as an (unescaped) JSON object key in `text`.
+
+    The pattern is only searched for names whose quoted form is in the text at all: a substring
+    test is a fast scan, and a sniffer asks this of a 256 KB head per format (most answers are no)."""
+    present = [n for n in names if f'"{n}"' in text]
+    if not present:
+        return False
+    pattern = r'(?<!\\)"(?:' + "|".join(re.escape(n) for n in present) + r')"\s*:'
     return re.search(pattern, text) is not None
 
 
 def has_value(text: str, key: str, *values: str) -> bool:
-    """Whether `"key": "<one of values>"` appears (unescaped) in `text`."""
-    pattern = r'(?<!\\)"' + re.escape(key) + r'"\s*:\s*"(?:' + "|".join(re.escape(v) for v in values) + r')"'
+    """Whether `"key": "<one of values>"` appears (unescaped) in `text` (the pattern searched only
+    when the quoted key and one of the quoted values are in it, as in `has_key`)."""
+    if f'"{key}"' not in text:
+        return False
+    present = [v for v in values if f'"{v}"' in text]
+    if not present:
+        return False
+    pattern = r'(?<!\\)"' + re.escape(key) + r'"\s*:\s*"(?:' + "|".join(re.escape(v) for v in present) + r')"'
     return re.search(pattern, text) is not None
 
 

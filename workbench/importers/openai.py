@@ -18,7 +18,6 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from contextlib import closing
-from itertools import islice
 from typing import Any
 
 from ..errors import FormatError
@@ -158,7 +157,8 @@ def splits(path: str) -> bool:
         if json_layout(path) != "jsonl":
             return False
         with closing(iter_jsonl(path, EXPECTED)) as lines:
-            return any(_unwrap(value) is not None for _number, value in islice(lines, 1))
+            first = next(lines, None)
+        return first is not None and _unwrap(first[1]) is not None
     except FormatError:  # the whole-file reading reports it
         return False
 

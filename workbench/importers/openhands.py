@@ -112,7 +112,7 @@ def detect(path: str, head: bytes | str) -> bool:
     if not text.startswith(("{", "[")):
         return False
     record = first_record(text)
-    if record is None and text.startswith("{"):
+    if record is None and text.startswith("{") and any(f'"{key}"' in text for key in _RECORD_KEYS):
         record = _whole_object(text)  # one pretty-printed event, e.g. a file of the event store
     if record is not None:
         if _is_event(record):
@@ -127,6 +127,10 @@ def detect(path: str, head: bytes | str) -> bool:
         or has_value(text, "kind", *_V1_EVENTS)
         or (has_key(text, "observation") and has_key(text, "cause"))
     )
+
+
+#: The keys `detect` looks for in a record: a head holding none of them is not parsed whole.
+_RECORD_KEYS = ("kind", "action", "observation", "history")
 
 
 def _is_event(record: dict[str, Any]) -> bool:

@@ -86,6 +86,7 @@ def check_dataset_name(name: str | None) -> None:
 
 class Writer:
     """Buffers sessions into batches; a background thread writes each batch in one transaction.
+    A big file's sessions may come as pieces worker processes read (`read`), merged in file order.
 
     Building a batch (Python) overlaps with writing the previous one (DuckDB, which releases the
     GIL for most of its work); the queue holds at most one batch, so memory stays bounded.
