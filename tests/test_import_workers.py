@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import signal
 import subprocess
 import sys
 import textwrap
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import duckdb
@@ -147,14 +149,31 @@ def test_a_grown_recording_read_again_is_matched_to_the_stored_one_as_whole(tmp_
 def test_the_workers_are_kept_between_imports_and_replaced_when_gone(tmp_path):
     source = _jsonl(tmp_path / "s.jsonl", [_session_line(seed) for seed in range(20)])
     _import(tmp_path / "a.duckdb", [source], workers=2)
-    first = [w.process.pid for w in import_workers._crew(2)]
+    first = import_workers.worker_pids()
+    assert len(first) >= 2
     _import(tmp_path / "b.duckdb", [source], workers=2)
-    assert [w.process.pid for w in import_workers._crew(2)] == first
-    import_workers._crew(2)[0].process.kill()
-    import_workers._crew(2)[0].process.wait()
+    assert import_workers.worker_pids() == first
+    os.kill(first[0], signal.SIGKILL)
+    os.waitpid(first[0], 0)  # gone before the next import looks
     report, dump = _import(tmp_path / "c.duckdb", [source], workers=2)
     assert report[0] == 20 and len(dump["sessions"]) == 20
-    assert first[0] not in [w.process.pid for w in import_workers._crew(2)]
+    assert first[0] not in import_workers.worker_pids()
+
+
+def test_imports_on_two_threads_at_once_each_get_their_own_workers(tmp_path):
+    files = [
+        _jsonl(tmp_path / f"{name}.jsonl", [_session_line(seed, marker=f"{name} ") for seed in range(40)])
+        for name in ("left", "right")
+    ]
+    expected = [_import(tmp_path / f"{n}-whole.duckdb", [f], workers=1) for n, f in enumerate(files)]
+    with ThreadPoolExecutor(2) as pool:
+        got = list(
+            pool.map(
+                lambda job: _import(tmp_path / f"{job[0]}-parts.duckdb", [job[1]], workers=2, piece_bytes=2048),
+                enumerate(files),
+            )
+        )
+    assert got == expected
 
 
 def test_a_script_without_a_main_guard_imports_in_parts(tmp_path):

@@ -44,6 +44,8 @@ SPLIT_BYTES = 32_000_000
 #: About how much of a file one worker reads at a time (`Store.piece_bytes`).
 PIECE_BYTES = 8_000_000
 WORKERS_VARIABLE = "WORKBENCH_IMPORT_WORKERS"
+#: Worker processes kept waiting between imports (one import's worth on most machines).
+MAX_IDLE = 8
 
 
 def default_workers() -> int:
@@ -99,7 +101,7 @@ def read_pieces(
     """The pieces of a split file in its order, read by `workers` processes, each given at most two
     ranges ahead of the piece yielded (memory stays bounded). A range's FormatError is raised when its
     turn comes, after the pieces before it, as a whole reading raises it after their sessions."""
-    crew = _crew(workers)
+    crew = _checkout(workers)
     pending: deque[_Worker] = deque()
     try:
         for number, lines in enumerate(ranges):
@@ -113,6 +115,7 @@ def read_pieces(
     finally:
         if pending:  # stopped early: their replies would answer the next import's requests
             _dismiss(set(pending))
+        _checkin(crew)
 
 
 def _result(path: str, worker: _Worker) -> Piece:
@@ -148,8 +151,12 @@ class _Worker:
     def send(self, request: tuple[Any, ...]) -> None:
         stdin = self.process.stdin
         assert stdin is not None
-        pickle.dump(request, stdin, protocol=pickle.HIGHEST_PROTOCOL)
-        stdin.flush()
+        try:
+            pickle.dump(request, stdin, protocol=pickle.HIGHEST_PROTOCOL)
+            stdin.flush()
+        except OSError as exc:
+            _dismiss({self})
+            raise StoreError(f"a worker process stopped before reading {request[0]} ({exc})") from None
 
     def receive(self, path: str) -> tuple[str, Any]:
         stdout = self.process.stdout
@@ -166,7 +173,10 @@ class _Worker:
     def stop(self) -> None:
         for pipe in (self.process.stdin, self.process.stdout):
             if pipe is not None:
-                pipe.close()
+                try:
+                    pipe.close()
+                except OSError:  # a dead worker's pipe
+                    pass
         try:
             self.process.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -178,27 +188,42 @@ class _Worker:
 
 
 _lock = threading.Lock()
-_workers: list[_Worker] = []
+_idle: list[_Worker] = []  # started, waiting for the next split file
+_busy: set[_Worker] = set()  # reading a file for one import (imports on other threads get their own)
 
 
-def _crew(workers: int) -> list[_Worker]:
-    """The process's `workers` worker processes, started on first need and kept for later imports."""
+def _checkout(workers: int) -> list[_Worker]:
+    """`workers` worker processes for one file, the idle ones first, others started."""
     with _lock:
-        _workers[:] = [w for w in _workers if w.alive()]
-        while len(_workers) < workers:
-            _workers.append(_Worker())
-        return _workers[:workers]
+        _idle[:] = [w for w in _idle if w.alive()]
+        crew = _idle[:workers]
+        del _idle[:workers]
+        crew += [_Worker() for _ in range(workers - len(crew))]
+        _busy.update(crew)
+        return crew
+
+
+def _checkin(crew: list[_Worker]) -> None:
+    """The file is read: its workers wait for the next one (at most `MAX_IDLE` wait; others stop)."""
+    with _lock:
+        _busy.difference_update(crew)
+        _idle.extend(w for w in crew if w.alive() and w not in _idle)
+        spare, _idle[:] = _idle[MAX_IDLE:], _idle[:MAX_IDLE]
+    for worker in spare:
+        worker.stop()
 
 
 def worker_pids() -> list[int]:
-    """The process ids of the worker processes running now (started by an earlier split file)."""
+    """The process ids of the worker processes running now (idle or reading)."""
     with _lock:
-        return [w.process.pid for w in _workers if w.alive()]
+        return [w.process.pid for w in [*_idle, *_busy] if w.alive()]
 
 
 def _dismiss(gone: set[_Worker]) -> None:
+    """Stop workers whose pipes hold replies no one will read (or that died)."""
     with _lock:
-        _workers[:] = [w for w in _workers if w not in gone]
+        _idle[:] = [w for w in _idle if w not in gone]
+        _busy.difference_update(gone)
     for worker in gone:
         worker.process.kill()
         worker.stop()
@@ -207,7 +232,9 @@ def _dismiss(gone: set[_Worker]) -> None:
 @atexit.register
 def _stop_all() -> None:
     with _lock:
-        crew, _workers[:] = list(_workers), []
+        crew = [*_idle, *_busy]
+        _idle.clear()
+        _busy.clear()
     for worker in crew:
         worker.stop()
 
