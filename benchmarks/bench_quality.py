@@ -37,7 +37,7 @@ from workbench.quality.probes import ProbeAnswerable
 from workbench.quality.retention import DanglingReferences, FactRetention, NeededFactRetention
 from workbench.replay import replay
 from workbench.session import Session
-from workbench.tokens import _cpus, get_tokenizer, set_counting_threads  # the cores the replay counts tokens on
+from workbench.tokens import get_tokenizer, set_counting_threads, usable_cpus  # the cores the replay counts tokens on
 
 TOKENIZER = "cl100k_base"
 METRICS = (FactRetention, NeededFactRetention, DanglingReferences, ProbeAnswerable)
@@ -142,7 +142,7 @@ def run(repeats: int = 5, warm_repeats: int = 20) -> None:
     size_mb = sum(len(m.text) for m in session.messages) / 1e6
     print(
         f"{label}: {session.calls} calls, {len(session.messages)} messages, {size_mb:.1f} MB of text; "
-        f"tokenizer {TOKENIZER}; {_cpus()} cores; best of {repeats} ({warm_repeats} warm); "
+        f"tokenizer {TOKENIZER}; {usable_cpus()} cores; best of {repeats} ({warm_repeats} warm); "
         f"goal: quality / replay <= 1.0"
     )
     print(f"{'':<23} {'every core':^33}  {'one thread':^20}  {'warm':^33}")

@@ -150,7 +150,7 @@ def test_a_process_given_one_cpu_counts_a_large_batch_on_its_own_thread(monkeypa
         raise AssertionError("a one-CPU share must not hand counting to other threads")
 
     monkeypatch.setattr(tokens, "_executor", no_pool)
-    monkeypatch.setattr(tokens, "_cpus", lambda: 4)
+    monkeypatch.setattr(tokens, "usable_cpus", lambda: 4)
     tokens.set_counting_threads(1)
     try:
         assert tok.count_batch(texts) == expected

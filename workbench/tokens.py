@@ -92,7 +92,7 @@ class TiktokenTokenizer:
     def count_batch(self, texts: Sequence[str]) -> list[int]:
         """The counts of `texts`, in order: the texts are split into one share of about equal size per
         core, the calling thread counting one share itself; small batches are counted in this thread."""
-        workers = min(_THREADS or _cpus(), len(texts))
+        workers = min(_THREADS or usable_cpus(), len(texts))
         if workers < 2 or sum(map(len, texts)) < PARALLEL_MIN_CHARS:
             return [self.count(t) for t in texts]
         counts = [0] * len(texts)
@@ -136,8 +136,8 @@ def set_counting_threads(threads: int | None) -> None:
 
 
 @functools.cache
-def _cpus() -> int:
-    """Cores this process may run on."""
+def usable_cpus() -> int:
+    """Cores this process may run on (its affinity where the platform tells it)."""
     try:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
@@ -147,7 +147,7 @@ def _cpus() -> int:
 @functools.cache
 def _executor() -> ThreadPoolExecutor:
     """The worker threads of batched counting (created on first use, shared by every tokenizer)."""
-    return ThreadPoolExecutor(max_workers=max(1, _cpus() - 1), thread_name_prefix="workbench-tokens")
+    return ThreadPoolExecutor(max_workers=max(1, usable_cpus() - 1), thread_name_prefix="workbench-tokens")
 
 
 if hasattr(os, "register_at_fork"):  # a forked child has none of the parent's threads: it starts its own

@@ -46,6 +46,7 @@ from workbench.experiments.spec import ExperimentSpec, grid, load_experiment
 from workbench.store.results import FinishedCell, NoopConfig, held_results, open_results
 from workbench.store.sessions import held_store
 from workbench.strategies.common import may_summarize
+from workbench.tokens import usable_cpus
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -580,7 +581,7 @@ def choose_executor(
         remote = [m for m in (summarizer, config.evaluator) if m and m != OFFLINE_MODEL]
         if remote:
             return ExecutorChoice("local", f"config {cell.name!r} calls {remote[0]}: threads overlap its calls")
-    cpus = cpus or _usable_cpus()
+    cpus = cpus or usable_cpus()
     if cpus < 2:
         return ExecutorChoice("local", "one CPU")
     work = sum(messages.get(task.session_id, 0) for task in todo)
@@ -596,13 +597,6 @@ def choose_executor(
             "local", "the main script computes at its top level, which every worker process would run again"
         )
     return ExecutorChoice("processes", f"offline CPU work, {work:,} messages to replay on {cpus} CPUs")
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
 
 
 def _executor_name(executor: Executor | None) -> str:

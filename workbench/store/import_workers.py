@@ -38,6 +38,7 @@ from workbench.collector import fewer_collections
 from workbench.errors import ConfigError, FormatError, StoreError
 from workbench.importers import IncompleteLastLine, LineRange
 from workbench.store.batch import Batch, filing
+from workbench.tokens import usable_cpus
 
 #: Files from this size up are read in parts when their format allows it (`Store.split_bytes`).
 SPLIT_BYTES = 32_000_000
@@ -59,8 +60,7 @@ def default_workers() -> int:
         if workers < 1:
             raise ConfigError(f"${WORKERS_VARIABLE} must be at least 1, not {workers}")
         return workers
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, 8))
+    return max(1, min(usable_cpus(), 8))
 
 
 @dataclass(frozen=True)
